@@ -1,0 +1,75 @@
+/*
+ * upfs: a userspace file system for persistent memory.
+ *
+ * POSIX-like C API. Every function has the argument order of its POSIX twin
+ * and reports errors as -1 with errno set. File descriptors returned by
+ * upfs_open are upfs descriptors: they are only valid with upfs_* calls.
+ *
+ * A upfs file is a host file (on /dev/shm, a DAX file system or a page-cache
+ * file system) that carries its own metadata log; see docs/format.md.
+ *
+ * errno values specific to upfs:
+ *   EMEDIUMTYPE  the file exists but is not a upfs file
+ *   EUCLEAN      the file is a upfs file but a structure in it is damaged
+ *                (upfs_last_error() names the structure)
+ *   ENOTSUP      the medium cannot give the promised durability
+ */
+#ifndef UPFS_UPFS_H_
+#define UPFS_UPFS_H_
+
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Consistency mode, chosen per file when it is created. */
+enum upfs_consistency {
+  UPFS_STRICT = 1, /* every write atomic and durable when it returns */
+  UPFS_SYNC = 2,   /* overwrites in place: durable on return, not atomic */
+};
+
+/* open(2). With O_CREAT, a new file is created as a upfs file in the
+ * process default consistency mode (strict unless changed). */
+int upfs_open(const char *path, int flags, ... /* mode_t mode */);
+
+/* open(2) with an explicit consistency mode for a newly created file. The
+ * mode of an existing file is fixed at its creation and is not changed. */
+int upfs_open_mode(const char *path, int flags, mode_t mode,
+                   enum upfs_consistency consistency);
+
+/* Sets the mode upfs_open uses for files it creates. Returns 0 or -1. */
+int upfs_set_default_consistency(enum upfs_consistency consistency);
+
+int upfs_close(int fd);
+ssize_t upfs_read(int fd, void *buf, size_t count);
+ssize_t upfs_write(int fd, const void *buf, size_t count);
+ssize_t upfs_pread(int fd, void *buf, size_t count, off_t offset);
+ssize_t upfs_pwrite(int fd, const void *buf, size_t count, off_t offset);
+off_t upfs_lseek(int fd, off_t offset, int whence);
+int upfs_ftruncate(int fd, off_t length);
+int upfs_fallocate(int fd, int mode, off_t offset, off_t len);
+int upfs_fsync(int fd);
+int upfs_fdatasync(int fd);
+int upfs_fstat(int fd, struct stat *st);
+
+/* 1 if path names a upfs file, 0 if it names something else, -1 on error. */
+int upfs_is_upfs_file(const char *path);
+
+/* The host file descriptor behind a upfs descriptor (for fcntl locks,
+ * fchmod and the like), or -1 with errno EBADF. */
+int upfs_host_fd(int fd);
+
+/* A human-readable description of the last error in this thread, naming the
+ * damaged structure for EUCLEAN. Never NULL. */
+const char *upfs_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* UPFS_UPFS_H_ */

@@ -1,0 +1,44 @@
+// Read-only inspection of a upfs file, for `upfs info` and `upfs fsck`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+
+namespace upfs {
+
+struct FileReport {
+  std::string path;
+  std::string medium;      // "dax", "tmpfs" or "page-cache"
+  std::string durability;  // what survives which crash on this medium
+  std::string consistency; // "strict" or "sync"
+  uint32_t format_version = 0;
+  uint64_t file_id = 0;
+  uint64_t created_ns = 0;
+  uint64_t size = 0;              // virtual file size in bytes
+  uint64_t capacity_blocks = 0;   // logical blocks in the host file
+  uint64_t log_blocks = 0;        // blocks in the log chain
+  uint64_t log_entries = 0;       // committed entries in the chain
+  uint64_t data_blocks = 0;       // blocks mapped by the block map
+  uint64_t overflow_blocks = 0;   // blocks holding large extended entries
+  uint64_t free_blocks = 0;       // capacity minus everything referenced
+  // Shared allocation state (in /dev/shm): present, how many processes have
+  // the file open, and how many blocks it marks used that nothing
+  // references (leaked by crashed processes; reclaimed at the next rebuild).
+  bool shared_state_present = false;
+  uint32_t live_processes = 0;
+  int64_t leaked_blocks = -1;     // -1: not known (no shared state, or it is in use)
+  // Problems found by a full check, each naming the damaged structure.
+  std::vector<std::string> problems;
+};
+
+// Fills `out` from the file at `path` without modifying it. With
+// `full_check`, every structure is verified (see docs/format.md, "fsck").
+// Returns an error status if the file cannot be opened or is not a upfs file;
+// damage found by the full check is listed in out->problems, and also makes
+// the returned status EUCLEAN with the first problem as message.
+Status InspectFile(const std::string& path, bool full_check, FileReport* out);
+
+}  // namespace upfs

@@ -1,0 +1,170 @@
+// On-media format v1 of a upfs file (per-file container). docs/format.md is
+// the prose version of this header; keep them in step.
+//
+// A upfs file is an array of 4 KiB logical blocks. Block 0 is the file
+// header. Log blocks, data blocks and overflow blocks are anywhere else.
+// Logical block number 0 therefore doubles as "none" in every pointer.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+namespace upfs::format {
+
+inline constexpr uint32_t kBlockSize = 4096;
+inline constexpr uint32_t kBlockShift = 12;
+inline constexpr uint32_t kCacheLine = 64;
+inline constexpr uint32_t kFormatVersion = 1;
+// "UPFS" + format family marker + CR LF SUB NUL: catches text-mode mangling,
+// like PNG's signature.
+inline constexpr unsigned char kMagic[8] = {'U', 'P', 'F', 'S', 0x01, '\r', '\n', 0x1a};
+
+// Largest logical block count a file may have (16 TiB) and largest virtual
+// file size; both fit the 32-bit block numbers of extended entries.
+inline constexpr uint64_t kMaxBlocks = uint64_t{1} << 32;
+inline constexpr uint64_t kMaxFileSize = (kMaxBlocks - 1) * kBlockSize;
+
+enum class Consistency : uint32_t { kStrict = 1, kSync = 2 };
+
+// ---------------------------------------------------------------------------
+// File header: logical block 0.
+// Cache line 0 is immutable after creation and covered by header_crc.
+// Cache line 1 holds the only mutable word, the log head, changed by CAS.
+struct FileHeader {
+  unsigned char magic[8];
+  uint32_t format_version;
+  uint32_t block_size;
+  uint32_t consistency;  // Consistency
+  uint32_t flags;        // must be 0 in v1
+  uint64_t file_id;      // random; names the shared allocation state
+  uint64_t created_ns;   // CLOCK_REALTIME at creation
+  uint32_t header_crc;   // CRC-32C of bytes [0, offsetof(header_crc))
+  uint32_t reserved0;
+  unsigned char pad0[kCacheLine - 48];
+
+  std::atomic<uint64_t> log_head;  // logical block of the first log block
+  unsigned char pad1[kBlockSize - 2 * kCacheLine];
+};
+static_assert(sizeof(FileHeader) == kBlockSize);
+static_assert(offsetof(FileHeader, format_version) == 8);
+static_assert(offsetof(FileHeader, consistency) == 16);
+static_assert(offsetof(FileHeader, file_id) == 24);
+static_assert(offsetof(FileHeader, created_ns) == 32);
+static_assert(offsetof(FileHeader, header_crc) == 40);
+static_assert(offsetof(FileHeader, log_head) == kCacheLine);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+// ---------------------------------------------------------------------------
+// Log block: a 16-byte header and 510 entry slots. Blocks form a chain from
+// FileHeader::log_head through `next`; `seq` strictly increases along it.
+inline constexpr uint32_t kLogMagic = 0x474f4c55;  // "ULOG" little-endian
+inline constexpr uint32_t kSlotsPerLogBlock = (kBlockSize - 16) / 8;  // 510
+
+struct LogBlock {
+  std::atomic<uint64_t> next;  // logical block of the successor, 0 = none
+  uint32_t magic;              // kLogMagic
+  uint32_t seq;                // position in the chain
+  std::atomic<uint64_t> slots[kSlotsPerLogBlock];
+};
+static_assert(sizeof(LogBlock) == kBlockSize);
+static_assert(offsetof(LogBlock, magic) == 8);
+static_assert(offsetof(LogBlock, seq) == 12);
+static_assert(offsetof(LogBlock, slots) == 16);
+
+// ---------------------------------------------------------------------------
+// Log entries: one 64-bit word, committed by CAS into an empty (zero) slot.
+// Bits 0-2 are the kind; zero is never a valid entry.
+enum class EntryKind : uint8_t {
+  kEmpty = 0,
+  kMap = 1,        // map virtual run -> logical run; size unchanged
+  kMapExtend = 2,  // same, then size = max(size, end of run)
+  kReserve = 3,    // claims the following `count` slots for a payload
+  kApply = 4,      // applies the payload reserved at `slot` of this block
+};
+
+// kMap / kMapExtend: kind:3 | (count-1):6 | vblock:28 | lblock:27
+inline constexpr uint32_t kInlineMaxCount = 64;
+inline constexpr uint64_t kInlineMaxVblock = (uint64_t{1} << 28) - 1;
+inline constexpr uint64_t kInlineMaxLblock = (uint64_t{1} << 27) - 1;
+
+struct InlineMap {
+  uint32_t vblock;
+  uint32_t lblock;
+  uint32_t count;
+  bool extend;
+};
+
+inline EntryKind KindOf(uint64_t e) { return static_cast<EntryKind>(e & 7); }
+
+inline bool FitsInline(uint64_t vblock, uint64_t lblock, uint64_t count) {
+  return count >= 1 && count <= kInlineMaxCount && vblock <= kInlineMaxVblock &&
+         lblock <= kInlineMaxLblock && lblock != 0;
+}
+
+inline uint64_t EncodeInline(const InlineMap& m) {
+  uint64_t kind = m.extend ? uint64_t(EntryKind::kMapExtend) : uint64_t(EntryKind::kMap);
+  return kind | (uint64_t(m.count - 1) << 3) | (uint64_t(m.vblock) << 9) |
+         (uint64_t(m.lblock) << 37);
+}
+
+inline InlineMap DecodeInline(uint64_t e) {
+  InlineMap m;
+  m.extend = KindOf(e) == EntryKind::kMapExtend;
+  m.count = uint32_t((e >> 3) & 63) + 1;
+  m.vblock = uint32_t((e >> 9) & kInlineMaxVblock);
+  m.lblock = uint32_t(e >> 37);
+  return m;
+}
+
+// kReserve: kind:3 | count:9 | zero:52. The next `count` slots hold a
+// payload (ExtPayload) that means nothing until a kApply names it.
+inline uint64_t EncodeReserve(uint32_t count) {
+  return uint64_t(EntryKind::kReserve) | (uint64_t(count) << 3);
+}
+inline uint32_t ReserveCount(uint64_t e) { return uint32_t((e >> 3) & 511); }
+inline bool ReserveWellFormed(uint64_t e) { return (e >> 12) == 0; }
+
+// kApply: kind:3 | slot:9 | zero:20 | crc:32. `slot` is the kReserve slot in
+// the same log block; crc is the CRC-32C of the payload words.
+inline uint64_t EncodeApply(uint32_t reserve_slot, uint32_t crc) {
+  return uint64_t(EntryKind::kApply) | (uint64_t(reserve_slot) << 3) | (uint64_t(crc) << 32);
+}
+inline uint32_t ApplySlot(uint64_t e) { return uint32_t((e >> 3) & 511); }
+inline uint32_t ApplyCrc(uint64_t e) { return uint32_t(e >> 32); }
+inline bool ApplyWellFormed(uint64_t e) { return ((e >> 12) & 0xfffff) == 0; }
+
+// ---------------------------------------------------------------------------
+// Extended payload, stored in reserved slots (8-byte words):
+//   word 0: new_size
+//   word 1: vblock:32 | nruns:16 | flags:16
+//   words 2..: runs, each lblock:32 | count:32 (lblock 0 = unmap: a hole)
+// With kPayloadOverflow, the runs live in `overflow` contiguous blocks
+// starting at word 2's lblock, instead of inline (word 2 is then
+// lblock:32 | nblocks:32 and word 3 the CRC-32C of the overflow runs).
+// Runs cover the virtual blocks [vblock, vblock + sum(count)) in order.
+enum PayloadFlags : uint16_t {
+  kSizeMax = 1,          // size = max(size, new_size)
+  kSizeSet = 2,          // size = new_size; blocks past it are unmapped
+  kPayloadOverflow = 4,  // runs stored in overflow blocks
+};
+inline constexpr uint16_t kKnownPayloadFlags = kSizeMax | kSizeSet | kPayloadOverflow;
+inline constexpr uint32_t kPayloadHeaderWords = 2;
+// A payload must fit in one log block after its kReserve and before a kApply.
+inline constexpr uint32_t kMaxInlineRuns = 256;
+
+struct Run {
+  uint32_t lblock;  // 0 = hole
+  uint32_t count;
+};
+static_assert(sizeof(Run) == 8);
+
+inline uint64_t EncodeRun(const Run& r) { return uint64_t(r.lblock) | (uint64_t(r.count) << 32); }
+inline Run DecodeRun(uint64_t w) { return Run{uint32_t(w), uint32_t(w >> 32)}; }
+
+inline uint64_t EncodePayloadWord1(uint32_t vblock, uint16_t nruns, uint16_t flags) {
+  return uint64_t(vblock) | (uint64_t(nruns) << 32) | (uint64_t(flags) << 48);
+}
+
+}  // namespace upfs::format

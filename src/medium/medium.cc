@@ -1,0 +1,223 @@
+#include "medium/medium.h"
+
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "medium/pm.h"
+
+#ifndef MAP_SHARED_VALIDATE
+#define MAP_SHARED_VALIDATE 0x03
+#endif
+#ifndef MAP_SYNC
+#define MAP_SYNC 0x80000
+#endif
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+namespace upfs {
+
+namespace pm {
+std::atomic<Recorder*> g_recorder{nullptr};
+}
+
+namespace {
+
+uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+uint64_t NextPow2(uint64_t v) {
+  uint64_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+// Growth step: at least one extent, and an eighth of the file beyond that,
+// so that the number of fallocate calls grows with log(size).
+uint64_t GrowthTarget(uint64_t current, uint64_t wanted) {
+  uint64_t step = std::max<uint64_t>(kExtentSize, RoundUp(current / 8, kExtentSize));
+  return RoundUp(std::max(wanted, current + step), kExtentSize);
+}
+
+bool HugePagesWanted() {
+  static const bool wanted = [] {
+    const char* v = getenv("UPFS_HUGEPAGES");
+    return !(v && v[0] == '0');
+  }();
+  return wanted;
+}
+
+}  // namespace
+
+const char* MediumKindName(MediumKind k) {
+  switch (k) {
+    case MediumKind::kDax:
+      return "dax";
+    case MediumKind::kTmpfs:
+      return "tmpfs";
+    case MediumKind::kPageCache:
+      return "page-cache";
+  }
+  return "unknown";
+}
+
+const char* MediumDurability(MediumKind k) {
+  switch (k) {
+    case MediumKind::kDax:
+      return "persistent memory: every completed operation survives process crashes and "
+             "power loss";
+    case MediumKind::kTmpfs:
+      return "memory (tmpfs): completed operations survive process crashes; everything is "
+             "lost at power loss or reboot";
+    case MediumKind::kPageCache:
+      return "page cache: completed operations survive process crashes; only data made "
+             "durable by fsync/fdatasync survives power loss";
+  }
+  return "unknown";
+}
+
+Status DetectMedium(int fd, MediumKind* kind) {
+  struct statfs sfs;
+  if (fstatfs(fd, &sfs) != 0) return Status::FromErrno("fstatfs");
+  if (sfs.f_type == TMPFS_MAGIC) {
+    *kind = MediumKind::kTmpfs;
+    return Status::OK();
+  }
+  // A MAP_SYNC mapping only succeeds on a DAX file: the proof of real PM.
+  void* p = mmap(nullptr, kPageSize, PROT_READ | PROT_WRITE,
+                 MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0);
+  if (p != MAP_FAILED) {
+    munmap(p, kPageSize);
+    *kind = MediumKind::kDax;
+    return Status::OK();
+  }
+  *kind = MediumKind::kPageCache;
+  return Status::OK();
+}
+
+Medium::Medium(int fd, std::string path, MediumKind kind)
+    : fd_(fd), path_(std::move(path)), kind_(kind) {}
+
+Medium::~Medium() {
+  char* b = base_.load();
+  if (b) munmap(b, reserved_);
+  for (const Region& r : retired_) munmap(r.addr, r.len);
+  if (fd_ >= 0) close(fd_);
+}
+
+Status Medium::Open(int fd, const std::string& path, std::unique_ptr<Medium>* out) {
+  MediumKind kind;
+  Status st = DetectMedium(fd, &kind);
+  if (!st.ok()) {
+    close(fd);
+    return st;
+  }
+  std::unique_ptr<Medium> m(new Medium(fd, path, kind));
+  UPFS_RETURN_IF_ERROR(m->RefreshCapacity());
+  {
+    std::lock_guard<std::mutex> g(m->grow_mu_);
+    UPFS_RETURN_IF_ERROR(m->MapLocked(m->capacity()));
+  }
+  *out = std::move(m);
+  return Status::OK();
+}
+
+Status Medium::RefreshCapacity() {
+  struct stat st;
+  if (fstat(fd_, &st) != 0) return Status::FromErrno("fstat " + path_);
+  uint64_t cur = capacity_.load();
+  while (uint64_t(st.st_size) > cur &&
+         !capacity_.compare_exchange_weak(cur, uint64_t(st.st_size))) {
+  }
+  return Status::OK();
+}
+
+Status Medium::Reserve(uint64_t bytes) {
+  // Over-reserve by an extent so the base can be aligned to 2 MiB, which lets
+  // the kernel back the mapping with huge pages.
+  uint64_t len = std::max<uint64_t>(uint64_t{1} << 30, NextPow2(bytes * 2));
+  void* raw = mmap(nullptr, len + kExtentSize, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return Status::FromErrno("reserve address space");
+  uintptr_t aligned = RoundUp(reinterpret_cast<uintptr_t>(raw), kExtentSize);
+  uintptr_t head = aligned - reinterpret_cast<uintptr_t>(raw);
+  if (head) munmap(raw, head);
+  if (kExtentSize - head) munmap(reinterpret_cast<char*>(aligned) + len, kExtentSize - head);
+  char* old = base_.load();
+  if (old) retired_.push_back({old, reserved_});
+  reserved_ = len;
+  mapped_.store(0, std::memory_order_release);
+  base_.store(reinterpret_cast<char*>(aligned), std::memory_order_release);
+  return Status::OK();
+}
+
+Status Medium::MapLocked(uint64_t bytes) {
+  bytes = RoundUp(bytes, kPageSize);
+  uint64_t mapped = mapped_.load();
+  if (bytes <= mapped) return Status::OK();
+  if (base_.load() == nullptr || bytes > reserved_) {
+    // A new, larger reservation; the old mapping stays valid until close.
+    UPFS_RETURN_IF_ERROR(Reserve(bytes));
+    mapped = 0;
+  }
+  char* b = base_.load();
+  int flags = MAP_SHARED | MAP_FIXED;
+  if (kind_ == MediumKind::kDax) flags = MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED;
+  void* p = mmap(b + mapped, bytes - mapped, PROT_READ | PROT_WRITE, flags, fd_, off_t(mapped));
+  if (p == MAP_FAILED) return Status::FromErrno("mmap " + path_);
+  if (kind_ == MediumKind::kTmpfs && HugePagesWanted()) {
+    // Whole 2 MiB extents only; failure just leaves 4 KiB pages.
+    uint64_t first = RoundUp(mapped, kExtentSize);
+    uint64_t last = bytes / kExtentSize * kExtentSize;
+    if (last > first) madvise(b + first, last - first, MADV_COLLAPSE);
+  }
+  mapped_.store(bytes, std::memory_order_release);
+  return Status::OK();
+}
+
+Status Medium::EnsureMapped(uint64_t bytes) {
+  if (bytes <= mapped_.load(std::memory_order_acquire)) return Status::OK();
+  UPFS_RETURN_IF_ERROR(RefreshCapacity());
+  if (bytes > capacity()) {
+    return Status::Corrupt("block pointer",
+                           "refers past the end of the host file (" + std::to_string(bytes) +
+                               " > " + std::to_string(capacity()) + " bytes)");
+  }
+  std::lock_guard<std::mutex> g(grow_mu_);
+  return MapLocked(capacity());
+}
+
+Status Medium::Grow(uint64_t bytes) {
+  if (bytes > kMaxMediumBytes) return Status::Error(EFBIG, "file would exceed upfs limit");
+  std::lock_guard<std::mutex> g(grow_mu_);
+  UPFS_RETURN_IF_ERROR(RefreshCapacity());
+  uint64_t cur = capacity();
+  if (bytes > cur) {
+    uint64_t target = std::min<uint64_t>(GrowthTarget(cur, bytes), kMaxMediumBytes);
+    // fallocate is idempotent, so racing growers in other processes are fine.
+    int rc = posix_fallocate(fd_, off_t(cur), off_t(target - cur));
+    if (rc != 0) return Status::Error(rc, "grow " + path_);
+    UPFS_RETURN_IF_ERROR(RefreshCapacity());
+  }
+  return MapLocked(capacity());
+}
+
+Status Medium::Sync() {
+  if (kind_ == MediumKind::kPageCache) {
+    char* b = base();
+    uint64_t n = mapped_bytes();
+    if (n && msync(b, n, MS_SYNC) != 0) return Status::FromErrno("msync " + path_);
+    return Status::OK();
+  }
+  pm::Fence();
+  return Status::OK();
+}
+
+}  // namespace upfs

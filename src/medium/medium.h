@@ -1,0 +1,94 @@
+// The medium: a host file mapped into a reserved range of address space.
+//
+// The mapping grows in 2 MiB-aligned extents; the file grows by fallocate of
+// the new range only (never the whole file), in steps that grow with the
+// file so that long appends cost amortized O(1) kernel calls. Mappings are
+// never moved while the Medium lives: when the reservation is outgrown, the
+// whole file is mapped again into a larger reservation and the old one stays
+// valid (readers holding an old base keep working) until Close.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+
+namespace upfs {
+
+enum class MediumKind {
+  kDax,        // real persistent memory: MAP_SYNC mapping of a DAX file
+  kTmpfs,      // memory file system: survives process crashes, not power loss
+  kPageCache,  // ordinary file system: durable only through msync at fsync
+};
+
+const char* MediumKindName(MediumKind k);
+// What a crash can and cannot take away on this medium, for `upfs info`.
+const char* MediumDurability(MediumKind k);
+
+inline constexpr uint64_t kExtentSize = 2u << 20;  // 2 MiB
+inline constexpr uint64_t kPageSize = 4096;
+// Largest host file upfs maps: 16 TiB of blocks plus slack for one extent.
+inline constexpr uint64_t kMaxMediumBytes = (uint64_t{1} << 44) + kExtentSize;
+
+class Medium {
+ public:
+  // Takes ownership of fd (a regular file opened O_RDWR).
+  static Status Open(int fd, const std::string& path, std::unique_ptr<Medium>* out);
+  ~Medium();
+  Medium(const Medium&) = delete;
+  Medium& operator=(const Medium&) = delete;
+
+  int fd() const { return fd_; }
+  MediumKind kind() const { return kind_; }
+  const std::string& path() const { return path_; }
+
+  // Base of the current mapping; valid for mapped_bytes() bytes.
+  char* base() const { return base_.load(std::memory_order_acquire); }
+  uint64_t mapped_bytes() const { return mapped_.load(std::memory_order_acquire); }
+
+  // Current size of the host file (the logical capacity), as last seen.
+  uint64_t capacity() const { return capacity_.load(std::memory_order_acquire); }
+
+  // Grows the host file to at least `bytes` (rounded up to the growth step)
+  // and maps it. Safe to race with other threads and processes.
+  Status Grow(uint64_t bytes);
+
+  // Makes sure [0, bytes) of the host file is mapped (after another process
+  // grew the file). Cheap when already mapped.
+  Status EnsureMapped(uint64_t bytes);
+
+  // Makes everything written so far durable. A no-op beyond a fence on DAX
+  // and tmpfs; msync on a page-cache file system.
+  Status Sync();
+
+  // Re-reads the host file size (another process may have grown it).
+  Status RefreshCapacity();
+
+ private:
+  Medium(int fd, std::string path, MediumKind kind);
+  Status MapLocked(uint64_t bytes);
+  Status Reserve(uint64_t bytes);
+
+  int fd_;
+  std::string path_;
+  MediumKind kind_;
+  std::mutex grow_mu_;  // serializes mapping changes inside this process
+  std::atomic<char*> base_{nullptr};
+  std::atomic<uint64_t> mapped_{0};
+  std::atomic<uint64_t> capacity_{0};
+  uint64_t reserved_ = 0;
+  struct Region {
+    char* addr;
+    uint64_t len;
+  };
+  std::vector<Region> retired_;  // older reservations, unmapped at close
+};
+
+// Detects the medium kind of an open file.
+Status DetectMedium(int fd, MediumKind* kind);
+
+}  // namespace upfs

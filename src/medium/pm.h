@@ -1,0 +1,84 @@
+// Persistence primitives: the only code that writes mapped media.
+//
+// Everything that stores to a mapping of a upfs file goes through these
+// functions, so that a recording build (issue: crash-state explorer) can see
+// every store, non-temporal copy, flush and fence with its address and bytes.
+//
+// Ordering model (x86-64): non-temporal copies and flushes are weakly ordered;
+// Fence() (sfence) orders them before any later store, including a CAS that
+// commits a log entry. Locked instructions (CAS) are full fences for
+// ordinary stores but not a persistence barrier by themselves.
+#pragma once
+
+#include <libpmem.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace upfs::pm {
+
+// Hook for recording builds. A recorder sees each primitive before it runs.
+struct Recorder {
+  virtual ~Recorder() = default;
+  virtual void OnCopy(void* dst, const void* src, size_t n) = 0;  // NT copy
+  virtual void OnZero(void* dst, size_t n) = 0;                   // NT zero
+  virtual void OnStore(void* dst, uint64_t value) = 0;            // 8-byte store/CAS result
+  virtual void OnFlush(const void* addr, size_t n) = 0;
+  virtual void OnFence() = 0;
+};
+extern std::atomic<Recorder*> g_recorder;
+
+inline Recorder* ActiveRecorder() { return g_recorder.load(std::memory_order_relaxed); }
+
+// Non-temporal copy into media. Not ordered until Fence().
+inline void CopyNT(void* dst, const void* src, size_t n) {
+  if (Recorder* r = ActiveRecorder()) r->OnCopy(dst, src, n);
+  pmem_memcpy(dst, src, n, PMEM_F_MEM_NONTEMPORAL | PMEM_F_MEM_NODRAIN);
+}
+
+// Non-temporal zero fill of media. Not ordered until Fence().
+inline void ZeroNT(void* dst, size_t n) {
+  if (Recorder* r = ActiveRecorder()) r->OnZero(dst, n);
+  pmem_memset(dst, 0, n, PMEM_F_MEM_NONTEMPORAL | PMEM_F_MEM_NODRAIN);
+}
+
+// Writes cache lines covering [addr, addr+n) back to media (clwb).
+inline void Flush(const void* addr, size_t n) {
+  if (Recorder* r = ActiveRecorder()) r->OnFlush(addr, n);
+  pmem_flush(addr, n);
+}
+
+// Orders all earlier copies and flushes before later stores (sfence).
+inline void Fence() {
+  if (Recorder* r = ActiveRecorder()) r->OnFence();
+  pmem_drain();
+}
+
+// An 8-byte atomic store to media (cached; Flush + Fence to persist).
+inline void Store64(std::atomic<uint64_t>* dst, uint64_t value) {
+  if (Recorder* r = ActiveRecorder()) r->OnStore(dst, value);
+  dst->store(value, std::memory_order_release);
+}
+
+// An 8-byte compare-and-swap on media; the commit point of every log entry.
+inline bool Cas64(std::atomic<uint64_t>* dst, uint64_t& expected, uint64_t desired) {
+  bool ok = dst->compare_exchange_strong(expected, desired, std::memory_order_acq_rel,
+                                         std::memory_order_acquire);
+  if (ok) {
+    if (Recorder* r = ActiveRecorder()) r->OnStore(dst, desired);
+  }
+  return ok;
+}
+
+// Plain stores of a small structure into media that is not yet reachable
+// (e.g. a new header before the file is published). Ordered by Fence().
+inline void StoreBytes(void* dst, const void* src, size_t n) { CopyNT(dst, src, n); }
+
+// Persists one 8-byte word that was stored with Store64/Cas64.
+inline void PersistWord(const void* addr) {
+  Flush(addr, 8);
+  Fence();
+}
+
+}  // namespace upfs::pm
