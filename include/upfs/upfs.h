@@ -57,6 +57,9 @@ int upfs_fsync(int fd);
 int upfs_fdatasync(int fd);
 int upfs_fstat(int fd, struct stat *st);
 
+/* unlink(2) that also removes the file's shared allocation state. */
+int upfs_unlink(const char *path);
+
 /* 1 if path names a upfs file, 0 if it names something else, -1 on error. */
 int upfs_is_upfs_file(const char *path);
 

@@ -45,7 +45,12 @@ struct FileHeader {
   unsigned char pad0[kCacheLine - 48];
 
   std::atomic<uint64_t> log_head;  // logical block of the first log block
-  unsigned char pad1[kBlockSize - 2 * kCacheLine];
+  unsigned char pad1[kCacheLine - 8];
+
+  // Cache line 2: last modification time (ns since the epoch). Updated with
+  // a plain store when the coarse clock has moved; persisted by fsync.
+  std::atomic<uint64_t> mtime_ns;
+  unsigned char pad2[kBlockSize - 2 * kCacheLine - 8];
 };
 static_assert(sizeof(FileHeader) == kBlockSize);
 static_assert(offsetof(FileHeader, format_version) == 8);
@@ -54,24 +59,32 @@ static_assert(offsetof(FileHeader, file_id) == 24);
 static_assert(offsetof(FileHeader, created_ns) == 32);
 static_assert(offsetof(FileHeader, header_crc) == 40);
 static_assert(offsetof(FileHeader, log_head) == kCacheLine);
+static_assert(offsetof(FileHeader, mtime_ns) == 2 * kCacheLine);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 // ---------------------------------------------------------------------------
 // Log block: a 16-byte header and 510 entry slots. Blocks form a chain from
-// FileHeader::log_head through `next`; `seq` strictly increases along it.
+// FileHeader::log_head through `next`; `seq` grows by exactly one along it.
+// The `next` word carries kLogMagic in its high half, so that the magic and
+// the pointer are checked together and the pointer is set by one CAS from
+// (kLogMagic << 32 | 0).
 inline constexpr uint32_t kLogMagic = 0x474f4c55;  // "ULOG" little-endian
 inline constexpr uint32_t kSlotsPerLogBlock = (kBlockSize - 16) / 8;  // 510
 
 struct LogBlock {
-  std::atomic<uint64_t> next;  // logical block of the successor, 0 = none
-  uint32_t magic;              // kLogMagic
-  uint32_t seq;                // position in the chain
+  std::atomic<uint64_t> next;  // kLogMagic:32 (high) | successor lblock:32, 0 = none
+  uint64_t seq;                // position in the chain
   std::atomic<uint64_t> slots[kSlotsPerLogBlock];
 };
 static_assert(sizeof(LogBlock) == kBlockSize);
-static_assert(offsetof(LogBlock, magic) == 8);
-static_assert(offsetof(LogBlock, seq) == 12);
+static_assert(offsetof(LogBlock, seq) == 8);
 static_assert(offsetof(LogBlock, slots) == 16);
+
+inline constexpr uint64_t NextWord(uint32_t lblock) {
+  return (uint64_t(kLogMagic) << 32) | lblock;
+}
+inline bool NextWordValid(uint64_t w) { return uint32_t(w >> 32) == kLogMagic; }
+inline uint32_t NextBlock(uint64_t w) { return uint32_t(w); }
 
 // ---------------------------------------------------------------------------
 // Log entries: one 64-bit word, committed by CAS into an empty (zero) slot.
@@ -82,6 +95,7 @@ enum class EntryKind : uint8_t {
   kMapExtend = 2,  // same, then size = max(size, end of run)
   kReserve = 3,    // claims the following `count` slots for a payload
   kApply = 4,      // applies the payload reserved at `slot` of this block
+  kTouch = 5,      // sync mode: blocks were overwritten in place (no map change)
 };
 
 // kMap / kMapExtend: kind:3 | (count-1):6 | vblock:28 | lblock:27
@@ -108,6 +122,12 @@ inline uint64_t EncodeInline(const InlineMap& m) {
   return kind | (uint64_t(m.count - 1) << 3) | (uint64_t(m.vblock) << 9) |
          (uint64_t(m.lblock) << 37);
 }
+
+// kTouch: kind:3 | (count-1):6 | vblock:28 | zero:27
+inline uint64_t EncodeTouch(uint32_t vblock, uint32_t count) {
+  return uint64_t(EntryKind::kTouch) | (uint64_t(count - 1) << 3) | (uint64_t(vblock) << 9);
+}
+inline bool TouchWellFormed(uint64_t e) { return (e >> 37) == 0; }
 
 inline InlineMap DecodeInline(uint64_t e) {
   InlineMap m;
@@ -154,8 +174,12 @@ inline constexpr uint32_t kPayloadHeaderWords = 2;
 // A payload must fit in one log block after its kReserve and before a kApply.
 inline constexpr uint32_t kMaxInlineRuns = 256;
 
+// A run whose lblock is kKeepBlock leaves the mapping of its virtual blocks
+// as it is (fallocate of a range that is partly mapped).
+inline constexpr uint32_t kKeepBlock = 0xffffffff;
+
 struct Run {
-  uint32_t lblock;  // 0 = hole
+  uint32_t lblock;  // 0 = hole, kKeepBlock = unchanged
   uint32_t count;
 };
 static_assert(sizeof(Run) == 8);

@@ -91,8 +91,7 @@ Status DetectMedium(int fd, MediumKind* kind) {
     return Status::OK();
   }
   // A MAP_SYNC mapping only succeeds on a DAX file: the proof of real PM.
-  void* p = mmap(nullptr, kPageSize, PROT_READ | PROT_WRITE,
-                 MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0);
+  void* p = mmap(nullptr, kPageSize, PROT_READ, MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0);
   if (p != MAP_FAILED) {
     munmap(p, kPageSize);
     *kind = MediumKind::kDax;
@@ -102,8 +101,8 @@ Status DetectMedium(int fd, MediumKind* kind) {
   return Status::OK();
 }
 
-Medium::Medium(int fd, std::string path, MediumKind kind)
-    : fd_(fd), path_(std::move(path)), kind_(kind) {}
+Medium::Medium(int fd, std::string path, MediumKind kind, bool read_only)
+    : fd_(fd), path_(std::move(path)), kind_(kind), read_only_(read_only) {}
 
 Medium::~Medium() {
   char* b = base_.load();
@@ -112,14 +111,15 @@ Medium::~Medium() {
   if (fd_ >= 0) close(fd_);
 }
 
-Status Medium::Open(int fd, const std::string& path, std::unique_ptr<Medium>* out) {
+Status Medium::Open(int fd, const std::string& path, std::unique_ptr<Medium>* out,
+                    bool read_only) {
   MediumKind kind;
   Status st = DetectMedium(fd, &kind);
   if (!st.ok()) {
     close(fd);
     return st;
   }
-  std::unique_ptr<Medium> m(new Medium(fd, path, kind));
+  std::unique_ptr<Medium> m(new Medium(fd, path, kind, read_only));
   UPFS_RETURN_IF_ERROR(m->RefreshCapacity());
   {
     std::lock_guard<std::mutex> g(m->grow_mu_);
@@ -169,10 +169,11 @@ Status Medium::MapLocked(uint64_t bytes) {
   }
   char* b = base_.load();
   int flags = MAP_SHARED | MAP_FIXED;
-  if (kind_ == MediumKind::kDax) flags = MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED;
-  void* p = mmap(b + mapped, bytes - mapped, PROT_READ | PROT_WRITE, flags, fd_, off_t(mapped));
+  if (kind_ == MediumKind::kDax && !read_only_) flags = MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED;
+  int prot = read_only_ ? PROT_READ : PROT_READ | PROT_WRITE;
+  void* p = mmap(b + mapped, bytes - mapped, prot, flags, fd_, off_t(mapped));
   if (p == MAP_FAILED) return Status::FromErrno("mmap " + path_);
-  if (kind_ == MediumKind::kTmpfs && HugePagesWanted()) {
+  if (kind_ == MediumKind::kTmpfs && HugePagesWanted() && !read_only_) {
     // Whole 2 MiB extents only; failure just leaves 4 KiB pages.
     uint64_t first = RoundUp(mapped, kExtentSize);
     uint64_t last = bytes / kExtentSize * kExtentSize;
@@ -195,6 +196,7 @@ Status Medium::EnsureMapped(uint64_t bytes) {
 }
 
 Status Medium::Grow(uint64_t bytes) {
+  if (read_only_) return Status::Error(EROFS, "medium opened read-only");
   if (bytes > kMaxMediumBytes) return Status::Error(EFBIG, "file would exceed upfs limit");
   std::lock_guard<std::mutex> g(grow_mu_);
   UPFS_RETURN_IF_ERROR(RefreshCapacity());

@@ -36,8 +36,10 @@ inline constexpr uint64_t kMaxMediumBytes = (uint64_t{1} << 44) + kExtentSize;
 
 class Medium {
  public:
-  // Takes ownership of fd (a regular file opened O_RDWR).
-  static Status Open(int fd, const std::string& path, std::unique_ptr<Medium>* out);
+  // Takes ownership of fd (a regular file opened O_RDWR, or O_RDONLY with
+  // read_only for inspection: then nothing may be written or grown).
+  static Status Open(int fd, const std::string& path, std::unique_ptr<Medium>* out,
+                     bool read_only = false);
   ~Medium();
   Medium(const Medium&) = delete;
   Medium& operator=(const Medium&) = delete;
@@ -69,13 +71,14 @@ class Medium {
   Status RefreshCapacity();
 
  private:
-  Medium(int fd, std::string path, MediumKind kind);
+  Medium(int fd, std::string path, MediumKind kind, bool read_only);
   Status MapLocked(uint64_t bytes);
   Status Reserve(uint64_t bytes);
 
   int fd_;
   std::string path_;
   MediumKind kind_;
+  bool read_only_;
   std::mutex grow_mu_;  // serializes mapping changes inside this process
   std::atomic<char*> base_{nullptr};
   std::atomic<uint64_t> mapped_{0};

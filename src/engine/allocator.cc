@@ -1,0 +1,141 @@
+#include "engine/allocator.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace upfs {
+
+using format::kBlockShift;
+using format::Run;
+
+namespace {
+constexpr size_t kMaxLocalFree = 4096;
+constexpr uint64_t kChunkBlocks = 64;
+}  // namespace
+
+bool Allocator::TryClaim(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count) {
+  std::atomic<uint64_t>* bm = sh_->bitmap();
+  uint64_t words = (cap + 63) / 64;
+  if (words == 0) return false;
+  uint64_t hint = sh_->header()->alloc_hint.load(std::memory_order_relaxed) % words;
+  for (uint64_t i = 0; i < words; ++i) {
+    uint64_t w = (hint + i) % words;
+    uint64_t base = w * 64;
+    // Bits at or past the capacity are not blocks: treat them as taken.
+    uint64_t valid = cap - base >= 64 ? ~uint64_t{0} : (uint64_t{1} << (cap - base)) - 1;
+    uint64_t v = bm[w].load(std::memory_order_relaxed);
+    uint64_t freebits = ~v & valid;
+    if (freebits == 0) continue;
+    if (v == 0 && valid == ~uint64_t{0}) {
+      if (!bm[w].compare_exchange_strong(v, ~uint64_t{0})) {
+        --i;  // look at the same word again
+        continue;
+      }
+      *first = base;
+      *count = 64;
+      // Extend with following whole words while more is wanted.
+      uint64_t nw = w + 1;
+      while (*count < want && nw < words && cap - nw * 64 >= 64) {
+        uint64_t z = 0;
+        if (!bm[nw].compare_exchange_strong(z, ~uint64_t{0})) break;
+        *count += 64;
+        ++nw;
+      }
+      sh_->header()->alloc_hint.store(nw % words, std::memory_order_relaxed);
+      return true;
+    }
+    // A run of free bits inside a partly used word.
+    int lo = std::countr_zero(freebits);
+    uint64_t shifted = freebits >> lo;
+    int len = shifted == ~uint64_t{0} ? 64 - lo : std::countr_one(shifted);
+    uint64_t take = std::min<uint64_t>(uint64_t(len), want);
+    uint64_t mask = (take == 64 ? ~uint64_t{0} : ((uint64_t{1} << take) - 1)) << lo;
+    if (!bm[w].compare_exchange_strong(v, v | mask)) {
+      --i;
+      continue;
+    }
+    *first = base + uint64_t(lo);
+    *count = take;
+    sh_->header()->alloc_hint.store(w, std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
+Status Allocator::ClaimChunk(ThreadBlocks* t, uint64_t want) {
+  want = std::max(want, kChunkBlocks);
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    uint64_t cap = sh_->header()->capacity_blocks.load(std::memory_order_acquire);
+    uint64_t first, count;
+    if (TryClaim(cap, want, &first, &count)) {
+      if (t->chunk_next < t->chunk_end) ReturnRange(t->chunk_next, t->chunk_end - t->chunk_next);
+      t->chunk_next = first;
+      t->chunk_end = first + count;
+      return Status::OK();
+    }
+    // Full: grow the host file and publish the new capacity.
+    UPFS_RETURN_IF_ERROR(m_->Grow((cap + want) << kBlockShift));
+    uint64_t newcap = std::min<uint64_t>(m_->capacity() >> kBlockShift, format::kMaxBlocks);
+    uint64_t c = sh_->header()->capacity_blocks.load();
+    while (newcap > c && !sh_->header()->capacity_blocks.compare_exchange_weak(c, newcap)) {
+    }
+  }
+  return Status::Error(ENOSPC, "no free blocks after growing the file");
+}
+
+Status Allocator::Alloc(ThreadBlocks* t, uint64_t n, std::vector<Run>* runs) {
+  while (n > 0) {
+    if (t->chunk_next == t->chunk_end) {
+      if (n == 1 && !t->free.empty()) {
+        runs->push_back(Run{t->free.back(), 1});
+        t->free.pop_back();
+        return Status::OK();
+      }
+      UPFS_RETURN_IF_ERROR(ClaimChunk(t, n));
+    }
+    uint64_t take = std::min(n, t->chunk_end - t->chunk_next);
+    if (!runs->empty() && uint64_t(runs->back().lblock) + runs->back().count == t->chunk_next &&
+        runs->back().lblock != 0) {
+      runs->back().count += uint32_t(take);
+    } else {
+      runs->push_back(Run{uint32_t(t->chunk_next), uint32_t(take)});
+    }
+    t->chunk_next += take;
+    n -= take;
+  }
+  return Status::OK();
+}
+
+Status Allocator::AllocOne(ThreadBlocks* t, uint32_t* l) {
+  if (!t->free.empty()) {
+    *l = t->free.back();
+    t->free.pop_back();
+    return Status::OK();
+  }
+  std::vector<Run> r;
+  UPFS_RETURN_IF_ERROR(Alloc(t, 1, &r));
+  *l = r[0].lblock;
+  return Status::OK();
+}
+
+void Allocator::Free(ThreadBlocks* t, uint32_t l, uint32_t count) {
+  for (uint32_t i = 0; i < count; ++i) t->free.push_back(l + i);
+  if (t->free.size() > kMaxLocalFree) {
+    size_t keep = kMaxLocalFree / 2;
+    for (size_t i = keep; i < t->free.size(); ++i) sh_->ClearBit(t->free[i]);
+    t->free.resize(keep);
+  }
+}
+
+void Allocator::ReturnRange(uint64_t l, uint64_t count) {
+  for (uint64_t i = 0; i < count; ++i) sh_->ClearBit(l + i);
+}
+
+void Allocator::ReturnAll(ThreadBlocks* t) {
+  for (uint32_t l : t->free) sh_->ClearBit(l);
+  t->free.clear();
+  if (t->chunk_next < t->chunk_end) ReturnRange(t->chunk_next, t->chunk_end - t->chunk_next);
+  t->chunk_next = t->chunk_end = 0;
+}
+
+}  // namespace upfs

@@ -1,0 +1,124 @@
+// Block table: the per-process DRAM view of a file's block map and size,
+// built by replaying the log and caught up by applying entries past its
+// cursor. One thread applies at a time; any thread may read at any time (a
+// read may see a half-applied entry, which the OCC validation catches).
+#pragma once
+
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "format/format.h"
+#include "util/status.h"
+
+namespace upfs {
+
+// The decoded meaning of one committed log entry.
+struct Effect {
+  enum SizeOp : uint8_t { kNone = 0, kMax = 1, kSet = 2 };
+  uint32_t vblock = 0;           // first virtual block of the runs
+  uint64_t nblocks = 0;          // virtual blocks covered by the runs
+  std::vector<format::Run> runs; // lblock 0 = hole, kKeepBlock = unchanged
+  SizeOp size_op = kNone;
+  uint64_t new_size = 0;
+
+  void Clear() {
+    vblock = 0;
+    nblocks = 0;
+    runs.clear();
+    size_op = kNone;
+    new_size = 0;
+  }
+  // True if the effect can change the mapping of any block in [v0, v1).
+  bool TouchesBlocks(uint64_t v0, uint64_t v1) const {
+    if (size_op == kSet) return true;  // unmaps everything past new_size
+    return nblocks && vblock < v1 && vblock + nblocks > v0;
+  }
+  bool ChangesSize() const { return size_op != kNone; }
+};
+
+// A position in the log: slot `slot` of log block `lblock`, whose chain
+// sequence number is `seq`. slot == kSlotsPerLogBlock means "past the end".
+struct LogPos {
+  uint32_t lblock = 0;
+  uint32_t slot = 0;
+  uint64_t seq = 0;
+  uint32_t prev = 0;  // the block before `lblock` in the chain, 0 if unknown
+};
+
+class BlockTable {
+ public:
+  BlockTable();
+  ~BlockTable();
+  BlockTable(const BlockTable&) = delete;
+  BlockTable& operator=(const BlockTable&) = delete;
+
+  uint32_t Get(uint64_t vblock) const {
+    Array* a = arr_.load(std::memory_order_acquire);
+    return vblock < a->cap ? a->e[vblock].load(std::memory_order_relaxed) : 0;
+  }
+  uint64_t size() const { return size_.load(std::memory_order_acquire); }
+  uint64_t mapped_blocks() const { return mapped_.load(std::memory_order_relaxed); }
+  // One past the highest virtual block ever mapped (bounds truncation work).
+  uint64_t high_water() const { return high_; }
+
+  // Writer side (one thread at a time).
+  Status Apply(const Effect& e);
+  void Set(uint64_t vblock, uint32_t lblock);
+  void SetSize(uint64_t s) { size_.store(s, std::memory_order_release); }
+
+  // The cursor: everything before it has been applied. Read with a seqlock
+  // so that (lblock, slot, seq) is always a consistent triple.
+  LogPos cursor() const {
+    for (;;) {
+      uint64_t v1 = cver_.load(std::memory_order_acquire);
+      if (v1 & 1) continue;
+      uint64_t a = cpos_.load(std::memory_order_acquire);
+      uint64_t s = cseq_.load(std::memory_order_acquire);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (cver_.load(std::memory_order_relaxed) == v1)
+        return LogPos{uint32_t(a), uint32_t(a >> 32), s};
+    }
+  }
+  void set_cursor(const LogPos& p) {
+    cver_.fetch_add(1, std::memory_order_acq_rel);
+    cpos_.store(uint64_t(p.lblock) | (uint64_t(p.slot) << 32), std::memory_order_release);
+    cseq_.store(p.seq, std::memory_order_release);
+    cver_.fetch_add(1, std::memory_order_acq_rel);
+  }
+
+  // Calls fn(vblock, lblock) for every mapped block, in order.
+  template <typename Fn>
+  void ForEachMapped(Fn fn) const {
+    Array* a = arr_.load(std::memory_order_acquire);
+    uint64_t n = std::min<uint64_t>(a->cap, high_);
+    for (uint64_t v = 0; v < n; ++v) {
+      uint32_t l = a->e[v].load(std::memory_order_relaxed);
+      if (l) fn(v, l);
+    }
+  }
+
+ private:
+  struct Array {
+    uint64_t cap;
+    uint64_t bytes;
+    std::atomic<uint32_t> e[1];
+  };
+  static Array* NewArray(uint64_t cap);
+  static void FreeArray(Array* a);
+  void EnsureCapacity(uint64_t n);
+
+  std::atomic<Array*> arr_;
+  std::vector<Array*> retired_;  // older arrays may still be read; freed at destruction
+  std::atomic<uint64_t> size_{0};
+  std::atomic<uint64_t> mapped_{0};
+  uint64_t high_ = 0;
+  std::atomic<uint64_t> cver_{0};
+  std::atomic<uint64_t> cpos_{0};
+  std::atomic<uint64_t> cseq_{0};
+};
+
+}  // namespace upfs

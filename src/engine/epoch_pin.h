@@ -1,0 +1,38 @@
+// EpochPin: while alive, nothing the thread may read (a log block retired by
+// GC, a data block retired by a sync-mode write) is reused. Re-entrant: an
+// operation that is already pinned stays pinned.
+#pragma once
+
+#include <atomic>
+
+#include "engine/shared_state.h"
+
+namespace upfs {
+
+class EpochPin {
+ public:
+  EpochPin(SharedState* sh, uint32_t slot) : slot_(sh->slot(slot)) {
+    if (slot_->pinned.load(std::memory_order_relaxed) != 0) {
+      slot_ = nullptr;
+      return;
+    }
+    std::atomic<uint64_t>& ep = sh->header()->epoch;
+    uint64_t e = ep.load(std::memory_order_seq_cst);
+    for (;;) {
+      slot_->pinned.store(e, std::memory_order_seq_cst);
+      uint64_t e2 = ep.load(std::memory_order_seq_cst);
+      if (e2 == e) break;
+      e = e2;
+    }
+  }
+  ~EpochPin() {
+    if (slot_) slot_->pinned.store(0, std::memory_order_release);
+  }
+  EpochPin(const EpochPin&) = delete;
+  EpochPin& operator=(const EpochPin&) = delete;
+
+ private:
+  ShmSlot* slot_;
+};
+
+}  // namespace upfs

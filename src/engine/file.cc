@@ -1,0 +1,881 @@
+#include "engine/file.h"
+
+#include <immintrin.h>
+#include <linux/falloc.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "engine/epoch_pin.h"
+#include "medium/pm.h"
+#include "util/crc32c.h"
+
+namespace upfs {
+
+using namespace format;
+
+namespace {
+
+// Dense per-process thread indices, recycled when threads exit, so that a
+// File can keep per-thread state in a flat array.
+std::mutex g_tid_mu;
+std::vector<uint32_t> g_free_tids;
+uint32_t g_next_tid = 0;
+
+struct ThreadIndexHolder {
+  uint32_t id;
+  ThreadIndexHolder() {
+    std::lock_guard<std::mutex> g(g_tid_mu);
+    if (!g_free_tids.empty()) {
+      id = g_free_tids.back();
+      g_free_tids.pop_back();
+    } else {
+      id = g_next_tid++;
+    }
+  }
+  ~ThreadIndexHolder() {
+    std::lock_guard<std::mutex> g(g_tid_mu);
+    g_free_tids.push_back(id);
+  }
+};
+
+uint32_t ThreadIndex() {
+  thread_local ThreadIndexHolder h;
+  return h.id;
+}
+
+class SpinGuard {
+ public:
+  explicit SpinGuard(std::atomic_flag& f) : f_(f) {
+    while (f_.test_and_set(std::memory_order_acquire)) {
+      while (f_.test(std::memory_order_relaxed)) _mm_pause();
+    }
+  }
+  ~SpinGuard() { f_.clear(std::memory_order_release); }
+
+ private:
+  std::atomic_flag& f_;
+};
+
+uint64_t CeilBlocks(uint64_t bytes) { return (bytes + kBlockSize - 1) >> kBlockShift; }
+
+// Applies effect `e` to `old`, the mapping of virtual blocks [v0, v0+n), so
+// that `old` tracks what the caller's commit will displace.
+void Overlay(const Effect& e, uint64_t v0, uint64_t n, uint32_t* old) {
+  uint64_t v = e.vblock;
+  for (const Run& r : e.runs) {
+    uint64_t lo = std::max(v, v0), hi = std::min(v + r.count, v0 + n);
+    if (r.lblock != kKeepBlock)
+      for (uint64_t b = lo; b < hi; ++b) old[b - v0] = r.lblock ? r.lblock + uint32_t(b - v) : 0;
+    v += r.count;
+  }
+  if (e.size_op == Effect::kSet) {
+    uint64_t keep = CeilBlocks(e.new_size);
+    for (uint64_t b = std::max(keep, v0); b < v0 + n; ++b) old[b - v0] = 0;
+  }
+}
+
+}  // namespace
+
+File::File(std::unique_ptr<Medium> medium, std::unique_ptr<SharedState> shared)
+    : medium_(std::move(medium)),
+      shared_(std::move(shared)),
+      access_(medium_.get()),
+      alloc_(medium_.get(), shared_.get()) {}
+
+File::~File() {
+  for (auto& slot : ctx_) {
+    ThreadCtx* c = slot.load();
+    if (!c) continue;
+    DrainLimbo(c, true);
+    alloc_.ReturnAll(&c->blocks);
+    shared_->ReleaseSlot(c->slot);
+    delete c;
+  }
+}
+
+Status File::Open(std::unique_ptr<Medium> medium, std::unique_ptr<SharedState> shared,
+                  bool rebuild, std::unique_ptr<File>* out) {
+  std::unique_ptr<File> f(new File(std::move(medium), std::move(shared)));
+  Status st = f->Init(rebuild);
+  f->shared_->ReleaseOpenLock();
+  if (!st.ok()) return st;
+  *out = std::move(f);
+  return Status::OK();
+}
+
+Status File::Init(bool rebuild) {
+  hdr_ = reinterpret_cast<FileHeader*>(medium_->base());
+  consistency_ = Consistency(hdr_->consistency);
+  auto table = std::make_unique<BlockTable>();
+  ReplayResult res;
+  uint64_t head = hdr_->log_head.load(std::memory_order_acquire);
+  if (head >= kMaxBlocks) return Status::Corrupt("file header", "log head out of range");
+  UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), table.get(), &res, rebuild));
+  if (table->size() > kMaxFileSize) return Status::Corrupt("log", "file size beyond the limit");
+  if (rebuild) {
+    uint64_t cap = std::min<uint64_t>(medium_->capacity() >> kBlockShift, kMaxBlocks);
+    shared_->ResetForRebuild(cap);
+    // Every referenced block once; a second reference is damage.
+    std::string dup;
+    auto mark = [&](uint64_t b, const char* what) {
+      if (!dup.empty()) return;
+      if (shared_->TestBit(b)) {
+        dup = std::string(what) + " block " + std::to_string(b) + " is referenced twice";
+        return;
+      }
+      shared_->SetBit(b);
+    };
+    mark(0, "header");
+    for (uint32_t l : res.log_blocks) mark(l, "log");
+    for (const Run& r : res.overflow)
+      for (uint32_t i = 0; i < r.count; ++i) mark(r.lblock + i, "overflow");
+    table->ForEachMapped([&](uint64_t, uint32_t l) { mark(l, "data"); });
+    if (!dup.empty()) return Status::Corrupt("block map", dup);
+    shared_->MarkReady();
+  }
+  tables_.push_back(std::move(table));
+  table_.store(tables_.back().get(), std::memory_order_release);
+  // Register the opening thread before the open lock is released, so that a
+  // concurrent opener sees this process alive and does not rebuild under it.
+  ThreadCtx* c;
+  return Ctx(&c);
+}
+
+Status File::Ctx(ThreadCtx** out) {
+  uint32_t tid = ThreadIndex();
+  if (tid >= kMaxThreads) return Status::Error(EAGAIN, "too many threads using upfs");
+  ThreadCtx* c = ctx_[tid].load(std::memory_order_acquire);
+  if (!c) {
+    auto fresh = std::make_unique<ThreadCtx>();
+    fresh->slot = shared_->ClaimSlot();
+    if (fresh->slot >= kMaxSlots) return Status::Error(EAGAIN, "no free thread slot in shared state");
+    c = fresh.release();
+    ctx_[tid].store(c, std::memory_order_release);
+  }
+  *out = c;
+  return Status::OK();
+}
+
+Status File::RebuildTableLocked() {
+  auto table = std::make_unique<BlockTable>();
+  ReplayResult res;
+  uint64_t head = hdr_->log_head.load(std::memory_order_acquire);
+  if (head >= kMaxBlocks) return Status::Corrupt("file header", "log head out of range");
+  UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), table.get(), &res, false));
+  std::lock_guard<std::mutex> g(tables_mu_);
+  tables_.push_back(std::move(table));
+  table_.store(tables_.back().get(), std::memory_order_release);
+  return Status::OK();
+}
+
+Status File::CatchUp(ThreadCtx* c, BlockTable** out) {
+  BlockTable* t = table_.load(std::memory_order_acquire);
+  LogPos p = t->cursor();
+  uint64_t compact = shared_->header()->compact_seq.load(std::memory_order_acquire);
+  if (p.seq >= compact) {
+    LogBlock* b = LogAt(p.lblock);
+    bool idle = p.slot < kSlotsPerLogBlock
+                    ? b->slots[p.slot].load(std::memory_order_acquire) == 0
+                    : NextBlock(b->next.load(std::memory_order_acquire)) == 0;
+    if (idle) {
+      *out = t;
+      return Status::OK();
+    }
+  }
+  SpinGuard g(apply_lock_);
+  t = table_.load(std::memory_order_acquire);
+  p = t->cursor();
+  if (p.seq < shared_->header()->compact_seq.load(std::memory_order_acquire)) {
+    // GC compacted the blocks under our cursor: replay the new chain.
+    UPFS_RETURN_IF_ERROR(RebuildTableLocked());
+    t = table_.load(std::memory_order_acquire);
+    p = t->cursor();
+  }
+  Status st = ScanCommitted(access_, &p, &c->scratch, [&](const Effect& e) {
+    t->Apply(e);
+    return true;
+  });
+  t->set_cursor(p);
+  *out = t;
+  return st;
+}
+
+// ---------------------------------------------------------------------------
+// Commit
+
+void File::PersistBeforeSlot(LogBlock* b, uint32_t slot, uint32_t prev) {
+  // Entries reach media in log order: before committing into a new cache
+  // line (or block), the previous line (or the link to this block) must be
+  // durable, or a crash could leave a hole before an acknowledged entry.
+  if (slot == 0) {
+    if (prev == 0) return;
+    LogBlock* pb = LogAt(prev);
+    pm::Flush(&pb->next, 8);
+    pm::Flush(&pb->slots[kSlotsPerLogBlock - 1], 8);
+    pm::Fence();
+    return;
+  }
+  if (((offsetof(LogBlock, slots) + 8 * slot) & (kCacheLine - 1)) == 0) {
+    pm::Flush(&b->slots[slot - 1], 8);
+    pm::Fence();
+  }
+}
+
+Status File::ExtendChain(ThreadCtx* c, LogPos* pos) {
+  LogBlock* b = LogAt(pos->lblock);
+  uint64_t w = b->next.load(std::memory_order_acquire);
+  if (!NextWordValid(w))
+    return Status::Corrupt("log block " + std::to_string(pos->lblock), "bad next word");
+  if (NextBlock(w) == 0) {
+    uint32_t nl;
+    UPFS_RETURN_IF_ERROR(alloc_.AllocOne(&c->blocks, &nl));
+    char* dst;
+    UPFS_RETURN_IF_ERROR(access_.Addr(nl, &dst));
+    alignas(64) static thread_local unsigned char img[kBlockSize];
+    std::memset(img, 0, sizeof(img));
+    auto* ib = reinterpret_cast<LogBlock*>(img);
+    ib->next.store(NextWord(0), std::memory_order_relaxed);
+    ib->seq = pos->seq + 1;
+    pm::CopyNT(dst, img, kBlockSize);
+    pm::Fence();
+    uint64_t expected = NextWord(0);
+    if (pm::Cas64(&b->next, expected, NextWord(nl))) {
+      w = NextWord(nl);
+      uint64_t head = hdr_->log_head.load(std::memory_order_acquire);
+      uint64_t len = pos->seq + 2 - LogAt(uint32_t(head))->seq;
+      uint64_t last = shared_->header()->gc_last_blocks.load(std::memory_order_relaxed);
+      if (len > 32 + 2 * last) gc_wanted_.store(true, std::memory_order_relaxed);
+    } else {
+      alloc_.Free(&c->blocks, nl, 1);  // never published
+      w = expected;
+    }
+  }
+  pm::Flush(&b->next, 8);
+  pm::Flush(&b->slots[kSlotsPerLogBlock - 1], 8);
+  pm::Fence();
+  LogBlock* nb;
+  UPFS_RETURN_IF_ERROR(CheckLogBlock(access_, NextBlock(w), pos->seq + 1, &nb));
+  pos->prev = pos->lblock;
+  pos->lblock = NextBlock(w);
+  pos->slot = 0;
+  pos->seq += 1;
+  return Status::OK();
+}
+
+Status File::BuildPayload(ThreadCtx* c, uint32_t vblock, const std::vector<Run>& runs,
+                          Effect::SizeOp op, uint64_t new_size) {
+  uint16_t flags = op == Effect::kSet ? kSizeSet : op == Effect::kMax ? kSizeMax : 0;
+  c->payload.clear();
+  c->overflow.clear();
+  c->payload.push_back(new_size);
+  if (runs.size() <= kMaxInlineRuns) {
+    c->payload.push_back(EncodePayloadWord1(vblock, uint16_t(runs.size()), flags));
+    for (const Run& r : runs) c->payload.push_back(EncodeRun(r));
+    return Status::OK();
+  }
+  if (runs.size() > 0xffff) return Status::Error(EFBIG, "write too fragmented for one entry");
+  std::vector<uint64_t> words;
+  words.reserve(runs.size());
+  for (const Run& r : runs) words.push_back(EncodeRun(r));
+  uint64_t nblocks = CeilBlocks(words.size() * 8);
+  UPFS_RETURN_IF_ERROR(alloc_.Alloc(&c->blocks, nblocks, &c->overflow));
+  if (c->overflow.size() != 1) {
+    // Overflow runs must be contiguous; give these back and take a fresh chunk.
+    for (const Run& r : c->overflow) alloc_.Free(&c->blocks, r.lblock, r.count);
+    c->overflow.clear();
+    c->blocks.chunk_next = c->blocks.chunk_end;  // force a new chunk
+    UPFS_RETURN_IF_ERROR(alloc_.Alloc(&c->blocks, nblocks, &c->overflow));
+    if (c->overflow.size() != 1) return Status::Error(ENOSPC, "no contiguous overflow space");
+  }
+  char* dst;
+  UPFS_RETURN_IF_ERROR(access_.Addr(c->overflow[0].lblock, &dst));
+  UPFS_RETURN_IF_ERROR(access_.CheckRange(c->overflow[0].lblock, nblocks, "overflow"));
+  pm::CopyNT(dst, words.data(), words.size() * 8);
+  c->payload.push_back(
+      EncodePayloadWord1(vblock, uint16_t(runs.size()), flags | kPayloadOverflow));
+  c->payload.push_back(EncodeRun(c->overflow[0]));
+  c->payload.push_back(Crc32c(words.data(), words.size() * 8));
+  return Status::OK();
+}
+
+void File::DropPayload(ThreadCtx* c) {
+  for (const Run& r : c->overflow) alloc_.Free(&c->blocks, r.lblock, r.count);
+  c->overflow.clear();
+  c->payload.clear();
+}
+
+template <typename Conflict>
+Status File::Commit(ThreadCtx* c, LogPos* pos, uint64_t entry, Conflict conflict,
+                    bool* conflicted) {
+  *conflicted = false;
+  auto scan = [&]() {
+    return ScanCommitted(access_, pos, &c->scratch, [&](const Effect& e) {
+      if (conflict(e)) {
+        *conflicted = true;
+        return false;
+      }
+      return true;
+    });
+  };
+  const uint32_t k = entry ? 0 : uint32_t(c->payload.size());
+  const uint32_t crc = entry ? 0 : Crc32c(c->payload.data(), size_t(k) * 8);
+  for (;;) {
+    UPFS_RETURN_IF_ERROR(scan());
+    if (*conflicted) return Status::OK();
+    if (pos->slot >= kSlotsPerLogBlock) {
+      UPFS_RETURN_IF_ERROR(ExtendChain(c, pos));
+      continue;
+    }
+    LogBlock* b = LogAt(pos->lblock);
+    const uint32_t s = pos->slot;
+    PersistBeforeSlot(b, s, pos->prev);
+    uint64_t expected = 0;
+    if (entry) {
+      if (!pm::Cas64(&b->slots[s], expected, entry)) continue;
+      pm::Flush(&b->slots[s], 8);
+      pm::Fence();
+      pos->slot = s + 1;
+      return Status::OK();
+    }
+    if (s + 2 + k > kSlotsPerLogBlock) {
+      // The payload does not fit: pad out this block and use the next.
+      if (pm::Cas64(&b->slots[s], expected, EncodeReserve(kSlotsPerLogBlock - s - 1))) {
+        pm::Flush(&b->slots[s], 8);
+        pm::Fence();
+      }
+      continue;
+    }
+    if (!pm::Cas64(&b->slots[s], expected, EncodeReserve(k))) continue;
+    // The reservation must be durable before its payload can be, or a crash
+    // could leave payload words after the end of the log.
+    pm::Flush(&b->slots[s], 8);
+    pm::Fence();
+    pm::CopyNT(&b->slots[s + 1], c->payload.data(), size_t(k) * 8);
+    pm::Fence();
+    pos->slot = s + 1 + k;
+    // The apply entry must land in the same block as its reservation.
+    for (;;) {
+      uint32_t here = pos->lblock;
+      UPFS_RETURN_IF_ERROR(scan());
+      if (*conflicted) return Status::OK();  // the reservation stays inert
+      if (pos->lblock != here || pos->slot >= kSlotsPerLogBlock) break;
+      const uint32_t t = pos->slot;
+      PersistBeforeSlot(b, t, pos->prev);
+      uint64_t exp2 = 0;
+      if (!pm::Cas64(&b->slots[t], exp2, EncodeApply(s, crc))) continue;
+      pm::Flush(&b->slots[t], 8);
+      pm::Fence();
+      pos->slot = t + 1;
+      return Status::OK();
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Reclamation
+
+void File::Retire(ThreadCtx* c, uint32_t lblock, uint32_t count) {
+  uint64_t e = shared_->header()->epoch.load(std::memory_order_seq_cst);
+  c->limbo.push_back({e, lblock, count});
+}
+
+void File::DrainLimbo(ThreadCtx* c, bool force) {
+  if (c->limbo.empty()) return;
+  uint64_t e = shared_->header()->epoch.load(std::memory_order_acquire);
+  for (int i = 0; i < (force ? 3 : 1) && c->limbo.front().epoch + 2 > e; ++i)
+    e = shared_->TryAdvanceEpoch();
+  size_t kept = 0;
+  for (const auto& r : c->limbo) {
+    if (r.epoch + 2 <= e)
+      alloc_.Free(&c->blocks, r.lblock, r.count);
+    else
+      c->limbo[kept++] = r;
+  }
+  c->limbo.resize(kept);
+}
+
+void File::ReleaseDisplaced(ThreadCtx* c, const uint32_t* blocks, size_t n) {
+  // Strict mode: readers validate against the log, so a displaced block may
+  // be reused at once. Sync mode writes in place, so a displaced block may
+  // still be a target of an in-place write: retire it through EBR.
+  bool immediate = consistency_ == Consistency::kStrict;
+  for (size_t i = 0; i < n; ++i) {
+    if (!blocks[i]) continue;
+    if (immediate)
+      alloc_.Free(&c->blocks, blocks[i], 1);
+    else
+      Retire(c, blocks[i], 1);
+  }
+}
+
+void File::TouchMtime() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  uint64_t now = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+  if (last_mtime_tick_.load(std::memory_order_relaxed) == now) return;
+  last_mtime_tick_.store(now, std::memory_order_relaxed);
+  if (hdr_->mtime_ns.load(std::memory_order_relaxed) < now) pm::Store64(&hdr_->mtime_ns, now);
+}
+
+void File::MaybeCollectGarbage(ThreadCtx* c) {
+  if (!c->limbo.empty()) DrainLimbo(c, false);
+  if (!gc_wanted_.load(std::memory_order_relaxed)) return;
+  gc_wanted_.store(false, std::memory_order_relaxed);
+  (void)CollectGarbage(false);  // best effort: the log just stays longer
+}
+
+// ---------------------------------------------------------------------------
+// Read
+
+Status File::Read(void* buf, size_t n, uint64_t off, size_t* done) {
+  *done = 0;
+  if (n == 0) return Status::OK();
+  ThreadCtx* c;
+  UPFS_RETURN_IF_ERROR(Ctx(&c));
+  EpochPin pin(shared_.get(), c->slot);
+  BlockTable* t;
+  UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+  for (;;) {
+    LogPos p = t->cursor();
+    uint64_t size = t->size();
+    if (off >= size) return Status::OK();
+    uint64_t len = std::min<uint64_t>(n, size - off);
+    uint64_t end = off + len;
+    uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end);
+    char* out = static_cast<char*>(buf);
+    for (uint64_t v = vb0; v < vb1; ++v) {
+      uint64_t bs = v << kBlockShift;
+      uint64_t lo = std::max(bs, off), hi = std::min(bs + kBlockSize, end);
+      uint32_t l = t->Get(v);
+      if (l)
+        std::memcpy(out + (lo - off), access_.AddrUnchecked(l) + (lo - bs), hi - lo);
+      else
+        std::memset(out + (lo - off), 0, hi - lo);
+    }
+    // Validate: nothing committed since the snapshot may touch what we read.
+    bool stale = false;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    UPFS_RETURN_IF_ERROR(ScanCommitted(access_, &p, &c->scratch, [&](const Effect& e) {
+      if (e.TouchesBlocks(vb0, vb1)) {
+        stale = true;
+        return false;
+      }
+      return true;
+    }));
+    if (!stale) {
+      *done = len;
+      return Status::OK();
+    }
+    UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Write
+
+Status File::CopyIntoNewBlocks(ThreadCtx* c, const void* buf, size_t n, uint64_t off,
+                               uint64_t size, uint64_t vb0) {
+  const char* in = static_cast<const char*>(buf);
+  const uint64_t end = off + n;
+  uint64_t v = vb0;
+  for (const Run& r : c->runs) {
+    char* dst;
+    UPFS_RETURN_IF_ERROR(access_.Addr(r.lblock + uint64_t(r.count) - 1, &dst));
+    dst = access_.AddrUnchecked(r.lblock);
+    uint64_t i = 0;
+    while (i < r.count) {
+      uint64_t bv = v + i;
+      uint64_t bs = bv << kBlockShift;
+      bool partial = bs < off || bs + kBlockSize > end;
+      if (!partial) {
+        // A stretch of whole blocks: one big non-temporal copy.
+        uint64_t j = i;
+        while (j < r.count && ((v + j) << kBlockShift) + kBlockSize <= end) ++j;
+        pm::CopyNT(dst + (i << kBlockShift), in + (bs - off), (j - i) << kBlockShift);
+        i = j;
+        continue;
+      }
+      // An edge block: old bytes below the size, zeros above, new bytes over.
+      alignas(64) unsigned char tmp[kBlockSize];
+      uint32_t ol = c->old[bv - vb0];
+      uint64_t valid = size > bs ? std::min<uint64_t>(size - bs, kBlockSize) : 0;
+      if (ol && valid) std::memcpy(tmp, access_.AddrUnchecked(ol), valid);
+      else valid = 0;
+      std::memset(tmp + valid, 0, kBlockSize - valid);
+      uint64_t lo = std::max(bs, off), hi = std::min(bs + kBlockSize, end);
+      std::memcpy(tmp + (lo - bs), in + (lo - off), hi - lo);
+      pm::CopyNT(dst + (i << kBlockShift), tmp, kBlockSize);
+      ++i;
+    }
+    v += r.count;
+  }
+  return Status::OK();
+}
+
+Status File::WriteInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
+                          bool* done) {
+  *done = false;
+  LogPos p = t->cursor();
+  uint64_t size = t->size();
+  uint64_t end = off + n;
+  if (end > size) return Status::OK();
+  uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end);
+  c->old.resize(vb1 - vb0);
+  for (uint64_t v = vb0; v < vb1; ++v) {
+    c->old[v - vb0] = t->Get(v);
+    if (!c->old[v - vb0]) return Status::OK();  // a hole: needs new blocks
+  }
+  const char* in = static_cast<const char*>(buf);
+  for (uint64_t v = vb0; v < vb1; ++v) {
+    uint64_t bs = v << kBlockShift;
+    uint64_t lo = std::max(bs, off), hi = std::min(bs + kBlockSize, end);
+    pm::CopyNT(access_.AddrUnchecked(c->old[v - vb0]) + (lo - bs), in + (lo - off), hi - lo);
+  }
+  pm::Fence();
+  // A touch entry orders this write among the others: a concurrent
+  // copy-on-write of these blocks sees it as a conflict and re-copies.
+  uint64_t entry = 0;
+  if (vb1 - vb0 <= kInlineMaxCount && vb0 <= kInlineMaxVblock) {
+    entry = EncodeTouch(uint32_t(vb0), uint32_t(vb1 - vb0));
+  } else {
+    std::vector<Run> keep{Run{kKeepBlock, uint32_t(vb1 - vb0)}};
+    if (vb1 - vb0 > UINT32_MAX) return Status::OK();
+    UPFS_RETURN_IF_ERROR(BuildPayload(c, uint32_t(vb0), keep, Effect::kNone, 0));
+  }
+  bool conflicted = false;
+  UPFS_RETURN_IF_ERROR(Commit(
+      c, &p, entry, [&](const Effect& e) { return e.TouchesBlocks(vb0, vb1); }, &conflicted));
+  // On conflict our bytes may have gone to a block that was replaced in the
+  // meantime (it is retired, not reused, while we are pinned): redo the
+  // write by copy-on-write.
+  *done = !conflicted;
+  return Status::OK();
+}
+
+Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
+                       bool append, uint64_t* at, bool* conflicted) {
+  LogPos p = t->cursor();
+  uint64_t size = t->size();
+  if (append) off = size;
+  uint64_t end = off + n;
+  if (end > kMaxFileSize || end < off) return Status::Error(EFBIG, "write past the upfs limit");
+  uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end), nb = vb1 - vb0;
+  c->runs.clear();
+  UPFS_RETURN_IF_ERROR(alloc_.Alloc(&c->blocks, nb, &c->runs));
+  c->old.resize(nb);
+  for (uint64_t i = 0; i < nb; ++i) c->old[i] = t->Get(vb0 + i);
+  Status st = CopyIntoNewBlocks(c, buf, n, off, size, vb0);
+  uint64_t entry = 0;
+  if (st.ok()) {
+    pm::Fence();
+    if (c->runs.size() == 1 && FitsInline(vb0, c->runs[0].lblock, nb)) {
+      if (end <= size)
+        entry = EncodeInline({uint32_t(vb0), c->runs[0].lblock, uint32_t(nb), false});
+      else if ((end & (kBlockSize - 1)) == 0)
+        entry = EncodeInline({uint32_t(vb0), c->runs[0].lblock, uint32_t(nb), true});
+    }
+    if (!entry) st = BuildPayload(c, uint32_t(vb0), c->runs, Effect::kMax, end);
+  }
+  if (st.ok()) {
+    const bool head_edge = off & (kBlockSize - 1);
+    const bool tail_edge = end & (kBlockSize - 1);
+    uint32_t* old = c->old.data();
+    st = Commit(
+        c, &p, entry,
+        [&](const Effect& e) {
+          if (e.size_op == Effect::kSet) return true;
+          if (append && e.ChangesSize()) return true;
+          if (head_edge && e.TouchesBlocks(vb0, vb0 + 1)) return true;
+          if (tail_edge && e.TouchesBlocks(vb1 - 1, vb1)) return true;
+          Overlay(e, vb0, nb, old);
+          return false;
+        },
+        conflicted);
+  }
+  if (!st.ok() || *conflicted) {
+    for (const Run& r : c->runs) alloc_.Free(&c->blocks, r.lblock, r.count);
+    DropPayload(c);
+    return st;
+  }
+  c->overflow.clear();  // now owned by the log
+  ReleaseDisplaced(c, c->old.data(), nb);
+  *at = off;
+  return Status::OK();
+}
+
+Status File::Write(const void* buf, size_t n, uint64_t off, bool append, uint64_t* at) {
+  ThreadCtx* c;
+  UPFS_RETURN_IF_ERROR(Ctx(&c));
+  {
+    EpochPin pin(shared_.get(), c->slot);
+    BlockTable* t;
+    UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+    if (n == 0) {
+      *at = append ? t->size() : off;
+      return Status::OK();
+    }
+    bool in_place = consistency_ == Consistency::kSync && !append;
+    for (;;) {
+      if (in_place) {
+        bool done = false;
+        UPFS_RETURN_IF_ERROR(WriteInPlace(c, t, buf, n, off, &done));
+        if (done) {
+          *at = off;
+          break;
+        }
+        in_place = false;
+        UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+      }
+      bool conflicted = false;
+      UPFS_RETURN_IF_ERROR(WriteOnce(c, t, buf, n, off, append, at, &conflicted));
+      if (!conflicted) break;
+      UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+    }
+    TouchMtime();
+    MaybeCollectGarbage(c);
+  }
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Truncate, fallocate
+
+Status File::Truncate(uint64_t len) {
+  if (len > kMaxFileSize) return Status::Error(EFBIG, "length past the upfs limit");
+  ThreadCtx* c;
+  UPFS_RETURN_IF_ERROR(Ctx(&c));
+  EpochPin pin(shared_.get(), c->slot);
+  BlockTable* t;
+  UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+  for (;;) {
+    LogPos p = t->cursor();
+    uint64_t size = t->size();
+    if (len == size) break;
+    uint64_t keep = CeilBlocks(len);
+    c->runs.clear();
+    c->old.clear();
+    uint32_t last = 0;
+    if (len < size && (len & (kBlockSize - 1)) && (last = t->Get(len >> kBlockShift)) != 0) {
+      // The new last block keeps [0, len % 4096) and is zero beyond.
+      UPFS_RETURN_IF_ERROR(alloc_.Alloc(&c->blocks, 1, &c->runs));
+      alignas(64) unsigned char tmp[kBlockSize];
+      uint64_t valid = len & (kBlockSize - 1);
+      std::memcpy(tmp, access_.AddrUnchecked(last), valid);
+      std::memset(tmp + valid, 0, kBlockSize - valid);
+      char* dst;
+      UPFS_RETURN_IF_ERROR(access_.Addr(c->runs[0].lblock, &dst));
+      pm::CopyNT(dst, tmp, kBlockSize);
+      pm::Fence();
+      c->old.push_back(last);
+    }
+    for (uint64_t v = keep; v < t->high_water(); ++v)
+      if (uint32_t l = t->Get(v)) c->old.push_back(l);
+    uint32_t vfirst = c->runs.empty() ? 0 : uint32_t(len >> kBlockShift);
+    UPFS_RETURN_IF_ERROR(BuildPayload(c, vfirst, c->runs, Effect::kSet, len));
+    bool conflicted = false;
+    Status st = Commit(c, &p, 0, [](const Effect&) { return true; }, &conflicted);
+    if (!st.ok() || conflicted) {
+      for (const Run& r : c->runs) alloc_.Free(&c->blocks, r.lblock, r.count);
+      DropPayload(c);
+      UPFS_RETURN_IF_ERROR(st);
+      UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+      continue;
+    }
+    ReleaseDisplaced(c, c->old.data(), c->old.size());
+    break;
+  }
+  TouchMtime();
+  MaybeCollectGarbage(c);
+  return Status::OK();
+}
+
+Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
+  const bool keep_size = mode & FALLOC_FL_KEEP_SIZE;
+  const bool punch = mode & FALLOC_FL_PUNCH_HOLE;
+  if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE))
+    return Status::Error(EOPNOTSUPP, "fallocate mode not supported by upfs");
+  if (punch && !keep_size) return Status::Error(EOPNOTSUPP, "punch hole needs KEEP_SIZE");
+  if (len == 0) return Status::Error(EINVAL, "fallocate of zero length");
+  uint64_t end = off + len;
+  if (end > kMaxFileSize || end < off) return Status::Error(EFBIG, "past the upfs limit");
+  ThreadCtx* c;
+  UPFS_RETURN_IF_ERROR(Ctx(&c));
+  EpochPin pin(shared_.get(), c->slot);
+  BlockTable* t;
+  UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+  const uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end), nb = vb1 - vb0;
+  for (;;) {
+    LogPos p = t->cursor();
+    uint64_t size = t->size();
+    c->runs.clear();
+    c->old.assign(nb, 0);
+    std::vector<Run> fresh;  // blocks this call allocates
+    auto push = [&](uint32_t l, uint32_t count) {
+      if (!c->runs.empty()) {
+        Run& b = c->runs.back();
+        bool both_keep = b.lblock == kKeepBlock && l == kKeepBlock;
+        bool both_hole = b.lblock == 0 && l == 0;
+        bool contiguous = b.lblock && l && b.lblock != kKeepBlock && l != kKeepBlock &&
+                          b.lblock + b.count == l;
+        if (both_keep || both_hole || contiguous) {
+          b.count += count;
+          return;
+        }
+      }
+      c->runs.push_back(Run{l, count});
+    };
+    bool changes = false;
+    Status st;
+    for (uint64_t v = vb0; v < vb1 && st.ok(); ++v) {
+      uint32_t l = t->Get(v);
+      uint64_t bs = v << kBlockShift;
+      bool whole = bs >= off && bs + kBlockSize <= end;
+      if (punch) {
+        if (!l) {
+          push(kKeepBlock, 1);
+        } else if (whole) {
+          c->old[v - vb0] = l;
+          push(0, 1);
+          changes = true;
+        } else {
+          // Partial block: copy it with the punched bytes zeroed.
+          std::vector<Run> one;
+          st = alloc_.Alloc(&c->blocks, 1, &one);
+          if (!st.ok()) break;
+          fresh.push_back(one[0]);
+          alignas(64) unsigned char tmp[kBlockSize];
+          std::memcpy(tmp, access_.AddrUnchecked(l), kBlockSize);
+          uint64_t lo = std::max(bs, off), hi = std::min(bs + kBlockSize, end);
+          std::memset(tmp + (lo - bs), 0, hi - lo);
+          char* dst;
+          st = access_.Addr(one[0].lblock, &dst);
+          if (!st.ok()) break;
+          pm::CopyNT(dst, tmp, kBlockSize);
+          c->old[v - vb0] = l;
+          push(one[0].lblock, 1);
+          changes = true;
+        }
+      } else if (l) {
+        push(kKeepBlock, 1);
+      } else {
+        std::vector<Run> one;
+        st = alloc_.Alloc(&c->blocks, 1, &one);
+        if (!st.ok()) break;
+        fresh.push_back(one[0]);
+        char* dst;
+        st = access_.Addr(one[0].lblock, &dst);
+        if (!st.ok()) break;
+        pm::ZeroNT(dst, kBlockSize);
+        push(one[0].lblock, 1);
+        changes = true;
+      }
+    }
+    auto release_fresh = [&] {
+      for (const Run& r : fresh) alloc_.Free(&c->blocks, r.lblock, r.count);
+    };
+    if (!st.ok()) {
+      release_fresh();
+      return st;
+    }
+    bool grows = !punch && !keep_size && end > size;
+    if (!changes && !grows) {
+      release_fresh();
+      break;
+    }
+    pm::Fence();
+    st = BuildPayload(c, uint32_t(vb0), c->runs, grows ? Effect::kMax : Effect::kNone,
+                      grows ? end : 0);
+    if (!st.ok()) {
+      release_fresh();
+      return st;
+    }
+    bool conflicted = false;
+    st = Commit(
+        c, &p, 0,
+        [&](const Effect& e) { return e.size_op == Effect::kSet || e.TouchesBlocks(vb0, vb1); },
+        &conflicted);
+    if (!st.ok() || conflicted) {
+      release_fresh();
+      DropPayload(c);
+      UPFS_RETURN_IF_ERROR(st);
+      UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+      continue;
+    }
+    c->overflow.clear();
+    ReleaseDisplaced(c, c->old.data(), c->old.size());
+    break;
+  }
+  TouchMtime();
+  MaybeCollectGarbage(c);
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Metadata
+
+Status File::Size(uint64_t* size) {
+  ThreadCtx* c;
+  UPFS_RETURN_IF_ERROR(Ctx(&c));
+  EpochPin pin(shared_.get(), c->slot);
+  BlockTable* t;
+  UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+  *size = t->size();
+  return Status::OK();
+}
+
+Status File::Stat(FileStat* st) {
+  ThreadCtx* c;
+  UPFS_RETURN_IF_ERROR(Ctx(&c));
+  EpochPin pin(shared_.get(), c->slot);
+  BlockTable* t;
+  UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+  st->size = t->size();
+  st->blocks = t->mapped_blocks();
+  st->mtime_ns = hdr_->mtime_ns.load(std::memory_order_relaxed);
+  if (st->mtime_ns == 0) st->mtime_ns = hdr_->created_ns;
+  return Status::OK();
+}
+
+Status File::SeekDataHole(uint64_t off, bool data, uint64_t* result) {
+  ThreadCtx* c;
+  UPFS_RETURN_IF_ERROR(Ctx(&c));
+  EpochPin pin(shared_.get(), c->slot);
+  BlockTable* t;
+  UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+  uint64_t size = t->size();
+  if (off >= size) return Status::Error(ENXIO, "offset at or past the end of file");
+  uint64_t vend = CeilBlocks(size);
+  for (uint64_t v = off >> kBlockShift; v < vend; ++v) {
+    bool mapped = t->Get(v) != 0;
+    if (mapped == data) {
+      *result = std::max(off, v << kBlockShift);
+      return Status::OK();
+    }
+  }
+  if (data) return Status::Error(ENXIO, "no data past the offset");
+  *result = size;
+  return Status::OK();
+}
+
+Status File::Sync() {
+  pm::Flush(&hdr_->mtime_ns, 8);
+  pm::Fence();
+  return medium_->Sync();
+}
+
+Status File::LogLength(uint64_t* blocks) {
+  ThreadCtx* c;
+  UPFS_RETURN_IF_ERROR(Ctx(&c));
+  EpochPin pin(shared_.get(), c->slot);
+  BlockTable* t;
+  UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+  uint64_t head = hdr_->log_head.load(std::memory_order_acquire);
+  LogPos p = t->cursor();
+  *blocks = p.seq + 1 - LogAt(uint32_t(head))->seq;
+  return Status::OK();
+}
+
+}  // namespace upfs

@@ -1,0 +1,187 @@
+// Non-blocking log garbage collection (MadFS §4.5, with EBR for reclamation).
+//
+// The log is the chain head -> ... -> A -> ..., where A is the block that
+// has no successor yet when GC starts. Every block before A is full and never
+// changes again. GC replays those blocks into a private table, writes the
+// resulting state as a short chain of fresh blocks whose last block links to
+// A, and publishes it with one CAS on the header's log head. Readers and
+// writers never wait: whoever still walks the old blocks keeps them alive by
+// its epoch pin, and the old blocks are reused only two epochs later.
+// Processes whose table cursor lies in a compacted block notice it through
+// SharedState::compact_seq and replay the new chain.
+#include <algorithm>
+#include <cstring>
+
+#include "engine/epoch_pin.h"
+#include "engine/file.h"
+#include "medium/pm.h"
+#include "util/crc32c.h"
+
+namespace upfs {
+
+using namespace format;
+
+namespace {
+
+// The compacted log: entries that recreate a state, packed into blocks.
+class CompactWriter {
+ public:
+  void AddInline(uint64_t e) {
+    if (slot_ + 1 > kSlotsPerLogBlock) NewBlock();
+    Cur()[slot_++] = e;
+  }
+  void AddPayload(const std::vector<uint64_t>& words) {
+    uint32_t k = uint32_t(words.size());
+    if (slot_ + 2 + k > kSlotsPerLogBlock) {
+      Cur()[slot_] = EncodeReserve(kSlotsPerLogBlock - slot_ - 1);
+      NewBlock();
+    }
+    uint64_t* s = Cur();
+    uint32_t rs = slot_;
+    s[rs] = EncodeReserve(k);
+    std::memcpy(&s[rs + 1], words.data(), size_t(k) * 8);
+    s[rs + 1 + k] = EncodeApply(rs, Crc32cWords(words));
+    slot_ = rs + 2 + k;
+  }
+  // Every block but the last of a chain is full: pad the last one too, as
+  // it will link to the active block.
+  void Finish() {
+    if (!imgs_.empty() && slot_ < kSlotsPerLogBlock)
+      Cur()[slot_] = EncodeReserve(kSlotsPerLogBlock - slot_ - 1);
+    slot_ = kSlotsPerLogBlock;
+  }
+  size_t blocks() const { return imgs_.size(); }
+  std::vector<std::vector<uint64_t>>& images() { return imgs_; }
+
+ private:
+  static uint32_t Crc32cWords(const std::vector<uint64_t>& w) {
+    return Crc32c(w.data(), w.size() * 8);
+  }
+  uint64_t* Cur() {
+    if (imgs_.empty()) NewBlock();
+    return imgs_.back().data();
+  }
+  void NewBlock() {
+    imgs_.emplace_back(kSlotsPerLogBlock, 0);
+    slot_ = 0;
+  }
+  std::vector<std::vector<uint64_t>> imgs_;
+  uint32_t slot_ = 0;
+};
+
+}  // namespace
+
+Status File::CollectGarbage(bool force) {
+  ThreadCtx* c;
+  UPFS_RETURN_IF_ERROR(Ctx(&c));
+  EpochPin pin(shared_.get(), c->slot);
+  ShmHeader* sh = shared_->header();
+  uint64_t me = uint64_t(c->slot) + 1, cur = 0;
+  if (!sh->gc_owner.compare_exchange_strong(cur, me)) {
+    // Another GC is running, unless its owner died.
+    if (cur == 0 || cur > kMaxSlots || shared_->SlotOwnerAlive(uint32_t(cur - 1)))
+      return Status::OK();
+    if (!sh->gc_owner.compare_exchange_strong(cur, me)) return Status::OK();
+  }
+  Status st = CompactLocked(c, force);
+  sh->gc_owner.store(0, std::memory_order_release);
+  DrainLimbo(c, false);
+  return st;
+}
+
+Status File::CompactLocked(ThreadCtx* c, bool force) {
+  uint64_t head64 = hdr_->log_head.load(std::memory_order_acquire);
+  if (head64 == 0 || head64 >= kMaxBlocks) return Status::Corrupt("file header", "bad log head");
+  uint32_t head = uint32_t(head64);
+  LogBlock* b;
+  UPFS_RETURN_IF_ERROR(CheckLogBlock(access_, head, LogAt(head)->seq, &b));
+  // Replay every full block before the active one.
+  BlockTable state;
+  std::vector<uint32_t> old_blocks;
+  std::vector<Run> old_overflow;
+  uint64_t entries = 0;
+  uint32_t l = head;
+  uint64_t seq = b->seq;
+  uint64_t max_blocks = medium_->capacity() >> kBlockShift;
+  for (;;) {
+    uint32_t n = NextBlock(b->next.load(std::memory_order_acquire));
+    if (n == 0) break;
+    uint32_t end_slot = 0;
+    UPFS_RETURN_IF_ERROR(ApplyLogBlock(access_, b, l, &state, &old_overflow, &end_slot, &entries));
+    old_blocks.push_back(l);
+    if (old_blocks.size() > max_blocks) return Status::Corrupt("log chain", "cycle");
+    UPFS_RETURN_IF_ERROR(CheckLogBlock(access_, n, seq + 1, &b));
+    l = n;
+    seq += 1;
+  }
+  const uint32_t active = l;
+  const uint64_t active_seq = seq;
+  if (old_blocks.empty()) return Status::OK();
+
+  // The state as entries: size first (SIZE_SET unmaps nothing in an empty
+  // table), then the block map as maximal runs.
+  CompactWriter w;
+  w.AddPayload({state.size(), EncodePayloadWord1(0, 0, kSizeSet)});
+  uint64_t v = 0, hw = state.high_water();
+  while (v < hw) {
+    uint32_t lb = state.Get(v);
+    if (!lb) {
+      ++v;
+      continue;
+    }
+    uint64_t count = 1;
+    while (v + count < hw && count < kInlineMaxCount && state.Get(v + count) == lb + count) ++count;
+    if (FitsInline(v, lb, count)) {
+      w.AddInline(EncodeInline({uint32_t(v), lb, uint32_t(count), false}));
+    } else {
+      w.AddPayload({0, EncodePayloadWord1(uint32_t(v), 1, 0), EncodeRun(Run{lb, uint32_t(count)})});
+    }
+    v += count;
+  }
+  w.Finish();
+  const uint64_t n_new = w.blocks();
+  shared_->header()->gc_last_blocks.store(n_new, std::memory_order_relaxed);
+  // Only worth it if the chain gets shorter (also keeps seq numbers positive).
+  if (n_new >= old_blocks.size()) return Status::OK();
+
+  std::vector<Run> fresh;
+  UPFS_RETURN_IF_ERROR(alloc_.Alloc(&c->blocks, n_new, &fresh));
+  std::vector<uint32_t> nb;
+  for (const Run& r : fresh)
+    for (uint32_t i = 0; i < r.count; ++i) nb.push_back(r.lblock + i);
+  alignas(64) static thread_local unsigned char img[kBlockSize];
+  for (size_t i = 0; i < n_new; ++i) {
+    std::memset(img, 0, sizeof(img));
+    auto* ib = reinterpret_cast<LogBlock*>(img);
+    ib->next.store(NextWord(i + 1 < n_new ? nb[i + 1] : active), std::memory_order_relaxed);
+    ib->seq = active_seq - n_new + i;
+    std::memcpy(reinterpret_cast<char*>(img) + offsetof(LogBlock, slots), w.images()[i].data(),
+                kSlotsPerLogBlock * 8);
+    char* dst;
+    Status st = access_.Addr(nb[i], &dst);
+    if (!st.ok()) {
+      for (const Run& r : fresh) alloc_.Free(&c->blocks, r.lblock, r.count);
+      return st;
+    }
+    pm::CopyNT(dst, img, kBlockSize);
+  }
+  pm::Fence();
+  uint64_t expected = head;
+  if (!pm::Cas64(&hdr_->log_head, expected, nb[0])) {
+    for (const Run& r : fresh) alloc_.Free(&c->blocks, r.lblock, r.count);
+    return Status::OK();
+  }
+  pm::PersistWord(&hdr_->log_head);
+  // Publish the boundary before retiring: anyone who pins after this sees
+  // that a cursor below it is stale.
+  std::atomic<uint64_t>& cs = shared_->header()->compact_seq;
+  uint64_t prev = cs.load();
+  while (prev < active_seq && !cs.compare_exchange_weak(prev, active_seq)) {
+  }
+  shared_->header()->gc_last_blocks.store(n_new + 1, std::memory_order_relaxed);
+  for (uint32_t ob : old_blocks) Retire(c, ob, 1);
+  for (const Run& r : old_overflow) Retire(c, r.lblock, r.count);
+  return Status::OK();
+}
+
+}  // namespace upfs

@@ -1,0 +1,133 @@
+#include "engine/inspect.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "container/perfile.h"
+#include "engine/log.h"
+#include "engine/shared_state.h"
+#include "format/format.h"
+#include "medium/medium.h"
+
+namespace upfs {
+
+using namespace format;
+
+namespace {
+
+bool AllZero(const char* p, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (p[i]) return false;
+  return true;
+}
+
+}  // namespace
+
+Status InspectFile(const std::string& path, bool full_check, FileReport* out) {
+  *out = FileReport();
+  out->path = path;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open " + path);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    Status s = Status::FromErrno("fstat " + path);
+    close(fd);
+    return s;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return Status::Error(EINVAL, path + ": not a regular file");
+  }
+  if (!LooksLikeUpfs(fd)) {
+    close(fd);
+    return Status::Error(EMEDIUMTYPE, path + ": not a upfs file (no upfs magic)");
+  }
+  std::unique_ptr<Medium> m;
+  UPFS_RETURN_IF_ERROR(Medium::Open(fd, path, &m, /*read_only=*/true));
+  out->medium = MediumKindName(m->kind());
+  out->durability = MediumDurability(m->kind());
+  auto fail = [&](const Status& s) {
+    out->problems.push_back(s.message());
+    return s;
+  };
+  Status hs = ValidateHeader(m->base(), m->capacity());
+  if (!hs.ok()) return fail(hs);
+  const auto* h = reinterpret_cast<const FileHeader*>(m->base());
+  out->format_version = h->format_version;
+  out->file_id = h->file_id;
+  out->created_ns = h->created_ns;
+  out->consistency = h->consistency == uint32_t(Consistency::kSync) ? "sync" : "strict";
+  out->capacity_blocks = m->capacity() >> kBlockShift;
+
+  BlockAccess ba(m.get());
+  BlockTable table;
+  ReplayResult res;
+  uint64_t head = h->log_head.load();
+  if (head == 0 || head >= kMaxBlocks) return fail(Status::Corrupt("file header", "bad log head"));
+  Status rs = ReplayChain(ba, uint32_t(head), &table, &res, /*check_tail=*/full_check);
+  if (!rs.ok()) return fail(rs);
+  out->size = table.size();
+  out->log_blocks = res.log_blocks.size();
+  out->log_entries = res.entries;
+  out->data_blocks = table.mapped_blocks();
+  for (const Run& r : res.overflow) out->overflow_blocks += r.count;
+
+  // Which blocks are referenced, and by what.
+  const uint64_t cap = out->capacity_blocks;
+  std::vector<uint8_t> ref(cap, 0);
+  auto mark = [&](uint64_t b, const char* what) {
+    if (b >= cap) {
+      out->problems.push_back(std::string(what) + " block " + std::to_string(b) +
+                              ": past the end of the file");
+      return;
+    }
+    if (ref[b]) {
+      out->problems.push_back("block map: " + std::string(what) + " block " + std::to_string(b) +
+                              " is referenced twice");
+      return;
+    }
+    ref[b] = 1;
+  };
+  mark(0, "header");
+  for (uint32_t l : res.log_blocks) mark(l, "log");
+  for (const Run& r : res.overflow)
+    for (uint32_t i = 0; i < r.count; ++i) mark(uint64_t(r.lblock) + i, "overflow");
+  table.ForEachMapped([&](uint64_t, uint32_t l) { mark(l, "data"); });
+  uint64_t used = 0;
+  for (uint8_t r : ref) used += r;
+  out->free_blocks = cap - used;
+
+  if (full_check) {
+    // Zero-tail invariant: mapped bytes at or past the size read as zero.
+    uint64_t size = table.size();
+    table.ForEachMapped([&](uint64_t v, uint32_t l) {
+      uint64_t bs = v << kBlockShift;
+      if (bs + kBlockSize <= size || l >= cap) return;
+      uint64_t from = size > bs ? size - bs : 0;
+      if (!AllZero(ba.AddrUnchecked(l) + from, kBlockSize - from))
+        out->problems.push_back("data block " + std::to_string(l) + " (file block " +
+                                std::to_string(v) + "): nonzero bytes past the end of file");
+    });
+  }
+
+  SharedState::Identity id{h->file_id, h->created_ns, uint64_t(st.st_dev), uint64_t(st.st_ino)};
+  SharedStateView view;
+  Status ss = InspectSharedState(id, cap, &view);
+  if (ss.ok()) {
+    out->shared_state_present = view.present;
+    out->live_processes = view.live_processes;
+    if (view.bitmap_readable) {
+      int64_t leaked = 0;
+      for (uint64_t b = 0; b < cap && (b >> 6) < view.taken.size(); ++b)
+        if (((view.taken[b >> 6] >> (b & 63)) & 1) && !ref[b]) ++leaked;
+      out->leaked_blocks = leaked;
+    }
+  }
+  if (!out->problems.empty()) return Status::Error(EUCLEAN, out->problems.front());
+  return Status::OK();
+}
+
+}  // namespace upfs

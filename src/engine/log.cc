@@ -1,0 +1,305 @@
+#include "engine/log.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <string>
+
+#include "util/crc32c.h"
+
+namespace upfs {
+
+using namespace format;
+
+// ---------------------------------------------------------------------------
+// BlockTable
+
+BlockTable::Array* BlockTable::NewArray(uint64_t cap) {
+  uint64_t bytes = sizeof(Array) + cap * sizeof(uint32_t);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  auto* a = static_cast<Array*>(p);
+  a->cap = cap;
+  a->bytes = bytes;
+  return a;
+}
+
+void BlockTable::FreeArray(Array* a) { munmap(a, a->bytes); }
+
+BlockTable::BlockTable() : arr_(NewArray(4096)) {}
+
+BlockTable::~BlockTable() {
+  FreeArray(arr_.load());
+  for (Array* a : retired_) FreeArray(a);
+}
+
+void BlockTable::EnsureCapacity(uint64_t n) {
+  Array* a = arr_.load(std::memory_order_relaxed);
+  if (n <= a->cap) return;
+  uint64_t cap = a->cap;
+  while (cap < n) cap *= 2;
+  Array* b = NewArray(cap);
+  for (uint64_t i = 0; i < std::min(a->cap, high_); ++i)
+    b->e[i].store(a->e[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+  arr_.store(b, std::memory_order_release);
+  retired_.push_back(a);
+}
+
+void BlockTable::Set(uint64_t v, uint32_t l) {
+  if (l) EnsureCapacity(v + 1);
+  Array* a = arr_.load(std::memory_order_relaxed);
+  if (v >= a->cap) return;  // unmapping beyond the table: already a hole
+  uint32_t old = a->e[v].load(std::memory_order_relaxed);
+  if (old == l) return;
+  a->e[v].store(l, std::memory_order_release);
+  if (old == 0) mapped_.fetch_add(1, std::memory_order_relaxed);
+  if (l == 0) mapped_.fetch_sub(1, std::memory_order_relaxed);
+  if (l && v + 1 > high_) high_ = v + 1;
+}
+
+Status BlockTable::Apply(const Effect& e) {
+  uint64_t v = e.vblock;
+  if (!e.runs.empty()) EnsureCapacity(e.vblock + e.nblocks);
+  for (const Run& r : e.runs) {
+    if (r.lblock != kKeepBlock) {
+      for (uint64_t i = 0; i < r.count; ++i) Set(v + i, r.lblock ? r.lblock + uint32_t(i) : 0);
+    }
+    v += r.count;
+  }
+  if (e.size_op == Effect::kMax) {
+    if (e.new_size > size()) SetSize(e.new_size);
+  } else if (e.size_op == Effect::kSet) {
+    uint64_t keep = (e.new_size + kBlockSize - 1) >> kBlockShift;
+    for (uint64_t b = keep; b < high_; ++b) Set(b, 0);
+    SetSize(e.new_size);
+  }
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Decoding
+
+Status BlockAccess::CheckRange(uint64_t l, uint64_t count, const char* what) const {
+  if (l == 0 || count == 0 || l + count > kMaxBlocks)
+    return Status::Corrupt(what, "block run " + std::to_string(l) + "+" + std::to_string(count) +
+                                     " is invalid");
+  uint64_t end = (l + count) << kBlockShift;
+  if (end > m_->mapped_bytes()) {
+    Status st = m_->EnsureMapped(end);
+    if (!st.ok())
+      return Status::Corrupt(what, "block run " + std::to_string(l) + "+" +
+                                       std::to_string(count) + " lies past the end of the file");
+  }
+  return Status::OK();
+}
+
+Status CheckLogBlock(const BlockAccess& ba, uint32_t lblock, uint64_t seq, LogBlock** out) {
+  std::string name = "log block " + std::to_string(lblock);
+  if (lblock == 0) return Status::Corrupt(name, "points at the file header");
+  Status st = ba.CheckRange(lblock, 1, "log chain");
+  if (!st.ok()) return Status::Corrupt(name, "lies past the end of the file");
+  char* a;
+  UPFS_RETURN_IF_ERROR(ba.Addr(lblock, &a));
+  auto* b = reinterpret_cast<LogBlock*>(a);
+  uint64_t w = b->next.load(std::memory_order_acquire);
+  if (!NextWordValid(w)) return Status::Corrupt(name, "bad magic");
+  if (b->seq != seq)
+    return Status::Corrupt(name, "sequence number " + std::to_string(b->seq) + ", expected " +
+                                     std::to_string(seq));
+  *out = b;
+  return Status::OK();
+}
+
+namespace {
+
+Status DecodePayload(const BlockAccess& ba, const LogBlock* b, const std::string& where,
+                     uint32_t rs, uint32_t count, uint32_t crc, Effect* eff) {
+  const std::atomic<uint64_t>* w = &b->slots[rs + 1];
+  uint64_t words[kPayloadHeaderWords + kMaxInlineRuns];
+  if (count < kPayloadHeaderWords || count > kPayloadHeaderWords + kMaxInlineRuns)
+    return Status::Corrupt(where, "payload of " + std::to_string(count) + " words");
+  for (uint32_t i = 0; i < count; ++i) words[i] = w[i].load(std::memory_order_relaxed);
+  if (Crc32c(words, count * 8) != crc) return Status::Corrupt(where, "payload checksum mismatch");
+  eff->Clear();
+  uint64_t new_size = words[0];
+  uint32_t vblock = uint32_t(words[1]);
+  uint32_t nruns = uint32_t((words[1] >> 32) & 0xffff);
+  uint16_t flags = uint16_t(words[1] >> 48);
+  if (flags & ~kKnownPayloadFlags) return Status::Corrupt(where, "unknown payload flags");
+  if ((flags & kSizeMax) && (flags & kSizeSet))
+    return Status::Corrupt(where, "payload sets size two ways");
+  if (new_size > kMaxFileSize) return Status::Corrupt(where, "size beyond the upfs limit");
+  eff->vblock = vblock;
+  eff->new_size = new_size;
+  eff->size_op = (flags & kSizeSet) ? Effect::kSet : (flags & kSizeMax) ? Effect::kMax : Effect::kNone;
+  const uint64_t* runw = nullptr;
+  std::vector<uint64_t> overflow;
+  if (flags & kPayloadOverflow) {
+    if (count != kPayloadHeaderWords + 2) return Status::Corrupt(where, "bad overflow payload");
+    Run ov = DecodeRun(words[2]);
+    UPFS_RETURN_IF_ERROR(ba.CheckRange(ov.lblock, ov.count, "overflow block run"));
+    if (uint64_t(nruns) * 8 > uint64_t(ov.count) * kBlockSize)
+      return Status::Corrupt(where, "overflow runs exceed their blocks");
+    overflow.resize(nruns);
+    std::memcpy(overflow.data(), ba.AddrUnchecked(ov.lblock), nruns * 8);
+    if (Crc32c(overflow.data(), nruns * 8) != uint32_t(words[3]))
+      return Status::Corrupt(where, "overflow checksum mismatch");
+    runw = overflow.data();
+  } else {
+    if (count != kPayloadHeaderWords + nruns) return Status::Corrupt(where, "payload length");
+    runw = &words[kPayloadHeaderWords];
+  }
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < nruns; ++i) {
+    Run r = DecodeRun(runw[i]);
+    if (r.count == 0) return Status::Corrupt(where, "empty run");
+    if (r.lblock != 0 && r.lblock != kKeepBlock)
+      UPFS_RETURN_IF_ERROR(ba.CheckRange(r.lblock, r.count, "payload run"));
+    total += r.count;
+    eff->runs.push_back(r);
+  }
+  if (uint64_t(vblock) + total > kMaxBlocks) return Status::Corrupt(where, "runs beyond upfs limit");
+  eff->nblocks = total;
+  return Status::OK();
+}
+
+}  // namespace
+
+Status DecodeEntry(const BlockAccess& ba, const LogBlock* b, uint32_t b_lblock, uint32_t slot,
+                   uint64_t e, Effect* eff, bool* has_effect, uint32_t* next_slot) {
+  auto where = [&] {
+    return "log entry " + std::to_string(slot) + " of log block " + std::to_string(b_lblock);
+  };
+  *has_effect = false;
+  switch (KindOf(e)) {
+    case EntryKind::kMap:
+    case EntryKind::kMapExtend: {
+      InlineMap m = DecodeInline(e);
+      UPFS_RETURN_IF_ERROR(ba.CheckRange(m.lblock, m.count, "log entry"));
+      eff->Clear();
+      eff->vblock = m.vblock;
+      eff->nblocks = m.count;
+      eff->runs.push_back(Run{m.lblock, m.count});
+      if (m.extend) {
+        eff->size_op = Effect::kMax;
+        eff->new_size = (uint64_t(m.vblock) + m.count) << kBlockShift;
+      }
+      *has_effect = true;
+      *next_slot = slot + 1;
+      return Status::OK();
+    }
+    case EntryKind::kTouch: {
+      if (!TouchWellFormed(e)) return Status::Corrupt(where(), "malformed touch entry");
+      InlineMap m = DecodeInline(e);
+      eff->Clear();
+      eff->vblock = m.vblock;
+      eff->nblocks = m.count;
+      eff->runs.push_back(Run{kKeepBlock, m.count});
+      *has_effect = true;
+      *next_slot = slot + 1;
+      return Status::OK();
+    }
+    case EntryKind::kReserve: {
+      if (!ReserveWellFormed(e)) return Status::Corrupt(where(), "malformed reservation");
+      uint32_t n = ReserveCount(e);
+      if (slot + 1 + n > kSlotsPerLogBlock)
+        return Status::Corrupt(where(), "reservation runs past the log block");
+      *next_slot = slot + 1 + n;
+      return Status::OK();
+    }
+    case EntryKind::kApply: {
+      if (!ApplyWellFormed(e)) return Status::Corrupt(where(), "malformed apply entry");
+      uint32_t rs = ApplySlot(e);
+      if (rs >= slot) return Status::Corrupt(where(), "applies a later reservation");
+      uint64_t r = b->slots[rs].load(std::memory_order_acquire);
+      if (KindOf(r) != EntryKind::kReserve || !ReserveWellFormed(r))
+        return Status::Corrupt(where(), "applies a slot that is not a reservation");
+      uint32_t n = ReserveCount(r);
+      if (rs + 1 + n > slot) return Status::Corrupt(where(), "reservation overlaps its apply");
+      UPFS_RETURN_IF_ERROR(DecodePayload(ba, b, where(), rs, n, ApplyCrc(e), eff));
+      *has_effect = true;
+      *next_slot = slot + 1;
+      return Status::OK();
+    }
+    default:
+      return Status::Corrupt(where(), "unknown entry kind " + std::to_string(int(KindOf(e))));
+  }
+}
+
+Status ApplyLogBlock(const BlockAccess& ba, const LogBlock* b, uint32_t lblock, BlockTable* table,
+                     std::vector<Run>* overflow, uint32_t* end_slot, uint64_t* entries) {
+  Effect eff;
+  uint32_t slot = 0;
+  while (slot < kSlotsPerLogBlock) {
+    uint64_t e = b->slots[slot].load(std::memory_order_acquire);
+    if (e == 0) break;
+    bool has = false;
+    uint32_t next = 0;
+    UPFS_RETURN_IF_ERROR(DecodeEntry(ba, b, lblock, slot, e, &eff, &has, &next));
+    if (KindOf(e) == EntryKind::kApply) {
+      // DecodeEntry validated the payload, so its words are in bounds.
+      uint32_t rs = ApplySlot(e);
+      uint64_t w1 = b->slots[rs + 2].load(std::memory_order_relaxed);
+      if (uint16_t(w1 >> 48) & kPayloadOverflow)
+        overflow->push_back(DecodeRun(b->slots[rs + 3].load(std::memory_order_relaxed)));
+    }
+    if (has) {
+      UPFS_RETURN_IF_ERROR(table->Apply(eff));
+      ++*entries;
+    }
+    slot = next;
+  }
+  *end_slot = slot;
+  return Status::OK();
+}
+
+Status ReplayChain(const BlockAccess& ba, uint32_t head, BlockTable* table, ReplayResult* res,
+                   bool check_tail) {
+  std::string hname = "file header";
+  if (head == 0) return Status::Corrupt(hname, "log head is zero");
+  {
+    Status st = ba.CheckRange(head, 1, "log head");
+    if (!st.ok()) return Status::Corrupt(hname, "log head lies past the end of the file");
+  }
+  char* a;
+  UPFS_RETURN_IF_ERROR(ba.Addr(head, &a));
+  LogBlock* b = reinterpret_cast<LogBlock*>(a);
+  if (!NextWordValid(b->next.load(std::memory_order_acquire)))
+    return Status::Corrupt("log block " + std::to_string(head), "bad magic");
+  uint64_t seq = b->seq;
+  res->head_seq = seq;
+  res->log_blocks.clear();
+  res->overflow.clear();
+  res->entries = 0;
+  uint64_t max_blocks = ba.medium()->capacity() >> kBlockShift;
+  uint32_t lblock = head;
+  for (;;) {
+    res->log_blocks.push_back(lblock);
+    if (res->log_blocks.size() > max_blocks)
+      return Status::Corrupt("log chain", "longer than the file (a cycle?)");
+    uint32_t slot = 0;
+    UPFS_RETURN_IF_ERROR(
+        ApplyLogBlock(ba, b, lblock, table, &res->overflow, &slot, &res->entries));
+    uint32_t n = NextBlock(b->next.load(std::memory_order_acquire));
+    if (slot < kSlotsPerLogBlock || n == 0) {
+      if (slot < kSlotsPerLogBlock && check_tail) {
+        for (uint32_t s = slot; s < kSlotsPerLogBlock; ++s)
+          if (b->slots[s].load(std::memory_order_relaxed) != 0)
+            return Status::Corrupt("log block " + std::to_string(lblock),
+                                   "entry " + std::to_string(s) + " follows the end of the log");
+      }
+      if (slot < kSlotsPerLogBlock && n != 0)
+        return Status::Corrupt("log block " + std::to_string(lblock),
+                               "has a successor but is not full");
+      res->tail = LogPos{lblock, slot, seq, 0};
+      table->set_cursor(res->tail);
+      return Status::OK();
+    }
+    UPFS_RETURN_IF_ERROR(CheckLogBlock(ba, n, seq + 1, &b));
+    lblock = n;
+    seq += 1;
+  }
+}
+
+}  // namespace upfs

@@ -1,0 +1,80 @@
+// Reading the log: following the chain of log blocks, decoding entries into
+// Effects with full validation (a upfs file is untrusted input), and
+// replaying a whole chain into a BlockTable.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/block_table.h"
+#include "format/format.h"
+#include "medium/medium.h"
+#include "util/status.h"
+
+namespace upfs {
+
+// Bounds-checked access to logical blocks of a mapped medium.
+class BlockAccess {
+ public:
+  explicit BlockAccess(Medium* m) : m_(m) {}
+  // Address of logical block `l`; maps more of the file if another process
+  // grew it. Fails (EUCLEAN) if `l` lies past the end of the host file.
+  Status Addr(uint64_t l, char** out) const {
+    uint64_t end = (l + 1) << format::kBlockShift;
+    if (end > m_->mapped_bytes()) UPFS_RETURN_IF_ERROR(m_->EnsureMapped(end));
+    *out = m_->base() + (l << format::kBlockShift);
+    return Status::OK();
+  }
+  // Fast path for blocks known to be mapped (validated at decode time).
+  char* AddrUnchecked(uint64_t l) const { return m_->base() + (l << format::kBlockShift); }
+  Status CheckRange(uint64_t l, uint64_t count, const char* what) const;
+  Medium* medium() const { return m_; }
+
+ private:
+  Medium* m_;
+};
+
+// Decodes the committed entry `e` found at `slot` of log block `b` (whose
+// own logical block number is `b_lblock`). Sets *next_slot to the slot after
+// the entry (after the payload for kReserve). Fills *eff and sets *has_effect
+// for entries that change the file; kReserve has none.
+Status DecodeEntry(const BlockAccess& ba, const format::LogBlock* b, uint32_t b_lblock,
+                   uint32_t slot, uint64_t e, Effect* eff, bool* has_effect,
+                   uint32_t* next_slot);
+
+// Validates the header of the log block at `lblock` that should have chain
+// sequence number `seq`.
+Status CheckLogBlock(const BlockAccess& ba, uint32_t lblock, uint64_t seq,
+                     format::LogBlock** out);
+
+// Applies every committed entry of one log block to `table`, collecting the
+// overflow runs its entries own; *end_slot receives the first empty slot
+// (kSlotsPerLogBlock if the block is full).
+Status ApplyLogBlock(const BlockAccess& ba, const format::LogBlock* b, uint32_t lblock,
+                     BlockTable* table, std::vector<format::Run>* overflow, uint32_t* end_slot,
+                     uint64_t* entries);
+
+struct ReplayResult {
+  LogPos tail;                          // first empty slot (or past the end)
+  uint64_t head_seq = 0;
+  std::vector<uint32_t> log_blocks;     // chain order
+  std::vector<format::Run> overflow;    // overflow runs referenced by entries
+  uint64_t entries = 0;
+};
+
+// Replays the chain starting at `head` into `table`. With `check_tail`,
+// also verifies that nothing follows the first empty slot of the last block.
+Status ReplayChain(const BlockAccess& ba, uint32_t head, BlockTable* table, ReplayResult* res,
+                   bool check_tail);
+
+// Follows from `pos` over committed entries, applying `fn(const Effect&)` to
+// each effect, until the first empty slot, which is left in `pos` (or until
+// the end of a chain whose last block is full: pos.slot ==
+// kSlotsPerLogBlock). `fn` returns false to stop early (pos then points at
+// the entry after the one that stopped it).
+template <typename Fn>
+Status ScanCommitted(const BlockAccess& ba, LogPos* pos, Effect* scratch, Fn fn);
+
+}  // namespace upfs
+
+#include "engine/log_inl.h"

@@ -1,0 +1,280 @@
+#include "engine/shared_state.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "format/format.h"
+
+namespace upfs {
+
+namespace {
+
+constexpr uint64_t kShmMagic = 0x4d48535346505555ULL;  // "UUPFSSHM"
+constexpr uint32_t kShmVersion = 1;
+constexpr uint64_t kSlotsOffset = 4096;  // the header page
+constexpr uint64_t kBitmapOffset = kSlotsOffset + uint64_t(kMaxSlots) * sizeof(ShmSlot);
+constexpr uint64_t kBitmapBytes = format::kMaxBlocks / 8;
+constexpr uint64_t kShmBytes = kBitmapOffset + kBitmapBytes;
+// Lock bytes live far beyond the data so they never overlap it.
+constexpr off_t kOpenLockByte = off_t{1} << 40;
+constexpr off_t kSlotLockBase = kOpenLockByte + 1;
+
+int OfdLock(int fd, short type, off_t start, bool wait) {
+  struct flock fl;
+  std::memset(&fl, 0, sizeof(fl));
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = start;
+  fl.l_len = 1;
+  int rc;
+  do {
+    rc = fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl);
+  } while (rc != 0 && errno == EINTR);
+  return rc;
+}
+
+}  // namespace
+
+std::string SharedState::NameFor(uint64_t file_id) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "/upfs-%016" PRIx64, file_id);
+  return buf;
+}
+
+void SharedState::Remove(uint64_t file_id) { shm_unlink(NameFor(file_id).c_str()); }
+
+SharedState::~SharedState() {
+  if (map_) munmap(map_, map_len_);
+  if (fd_ >= 0) close(fd_);  // drops every OFD lock of this process
+}
+
+Status SharedState::Open(const Identity& id, uint32_t host_mode, std::unique_ptr<SharedState>* out,
+                         bool* needs_rebuild) {
+  std::unique_ptr<SharedState> s(new SharedState());
+  s->name_ = NameFor(id.file_id);
+  // Same permission bits as the host file: who may write the file may
+  // coordinate on it.
+  mode_t mode = host_mode & 0666;
+  s->fd_ = shm_open(s->name_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, mode | 0600);
+  if (s->fd_ < 0) return Status::FromErrno("shm_open " + s->name_);
+  if (OfdLock(s->fd_, F_WRLCK, kOpenLockByte, true) != 0)
+    return Status::FromErrno("lock shared state " + s->name_);
+  s->open_locked_ = true;
+
+  struct stat st;
+  if (fstat(s->fd_, &st) != 0) return Status::FromErrno("fstat " + s->name_);
+  if (uint64_t(st.st_size) != kShmBytes) {
+    // Sparse: only touched pages of the bitmap take memory.
+    if (ftruncate(s->fd_, 0) != 0 || ftruncate(s->fd_, off_t(kShmBytes)) != 0)
+      return Status::FromErrno("size shared state " + s->name_);
+  }
+  s->map_len_ = kShmBytes;
+  void* p = mmap(nullptr, kShmBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, s->fd_, 0);
+  if (p == MAP_FAILED) return Status::FromErrno("mmap " + s->name_);
+  s->map_ = static_cast<char*>(p);
+  s->hdr_ = reinterpret_cast<ShmHeader*>(s->map_);
+  s->slots_ = reinterpret_cast<ShmSlot*>(s->map_ + kSlotsOffset);
+  s->bitmap_ = reinterpret_cast<std::atomic<uint64_t>*>(s->map_ + kBitmapOffset);
+
+  ShmHeader* h = s->hdr_;
+  bool valid = h->magic == kShmMagic && h->version == kShmVersion &&
+               h->ready.load(std::memory_order_acquire) == 1 && h->file_id == id.file_id &&
+               h->created_ns == id.created_ns && h->host_dev == id.dev && h->host_ino == id.ino;
+  if (!valid) {
+    h->ready.store(0, std::memory_order_relaxed);
+    h->magic = kShmMagic;
+    h->version = kShmVersion;
+    h->file_id = id.file_id;
+    h->created_ns = id.created_ns;
+    h->host_dev = id.dev;
+    h->host_ino = id.ino;
+  }
+  // Nobody else alive: whatever the state says may include blocks leaked by
+  // crashed processes, so rebuild it from the log.
+  *needs_rebuild = !valid || !s->AnyOtherProcessLive();
+  *out = std::move(s);
+  return Status::OK();
+}
+
+void SharedState::ResetForRebuild(uint64_t capacity_blocks) {
+  hdr_->ready.store(0, std::memory_order_relaxed);
+  for (uint32_t i = 0; i < kMaxSlots; ++i) {
+    slots_[i].pinned.store(0, std::memory_order_relaxed);
+    slots_[i].in_use.store(0, std::memory_order_relaxed);
+    slots_[i].owner_pid.store(0, std::memory_order_relaxed);
+  }
+  hdr_->epoch.store(1, std::memory_order_relaxed);
+  hdr_->compact_seq.store(0, std::memory_order_relaxed);
+  hdr_->gc_owner.store(0, std::memory_order_relaxed);
+  hdr_->gc_last_blocks.store(0, std::memory_order_relaxed);
+  hdr_->alloc_hint.store(0, std::memory_order_relaxed);
+  hdr_->slots_high.store(0, std::memory_order_relaxed);
+  // Clear the whole bitmap by dropping its pages (they read back as zero).
+  madvise(reinterpret_cast<char*>(bitmap_), kBitmapBytes, MADV_REMOVE);
+  hdr_->capacity_blocks.store(capacity_blocks, std::memory_order_relaxed);
+}
+
+void SharedState::MarkReady() { hdr_->ready.store(1, std::memory_order_release); }
+
+void SharedState::ReleaseOpenLock() {
+  if (!open_locked_) return;
+  OfdLock(fd_, F_UNLCK, kOpenLockByte, false);
+  open_locked_ = false;
+}
+
+bool SharedState::SlotOwnerAlive(uint32_t s) {
+  // A conflicting lock held by another open file description means a live
+  // owner. Our own slots are held through fd_, which does not conflict with
+  // itself, so check those through in_use alone.
+  struct flock fl;
+  std::memset(&fl, 0, sizeof(fl));
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = kSlotLockBase + s;
+  fl.l_len = 1;
+  if (fcntl(fd_, F_OFD_GETLK, &fl) != 0) return true;  // unknown: assume alive
+  if (fl.l_type != F_UNLCK) return true;
+  return slots_[s].owner_pid.load(std::memory_order_relaxed) == uint32_t(getpid()) &&
+         slots_[s].in_use.load(std::memory_order_relaxed) == 1;
+}
+
+bool SharedState::AnyOtherProcessLive() {
+  uint32_t me = uint32_t(getpid());
+  uint64_t hi = std::min<uint64_t>(hdr_->slots_high.load(std::memory_order_acquire), kMaxSlots);
+  for (uint32_t i = 0; i < hi; ++i) {
+    if (slots_[i].in_use.load(std::memory_order_acquire) == 0) continue;
+    if (slots_[i].owner_pid.load(std::memory_order_relaxed) == me) continue;
+    if (SlotOwnerAlive(i)) return true;
+  }
+  return false;
+}
+
+uint32_t SharedState::CountLiveSlots() {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < kMaxSlots; ++i)
+    if (slots_[i].in_use.load(std::memory_order_acquire) && SlotOwnerAlive(i)) ++n;
+  return n;
+}
+
+uint32_t SharedState::ClaimSlot() {
+  uint32_t me = uint32_t(getpid());
+  for (uint32_t i = 0; i < kMaxSlots; ++i) {
+    ShmSlot& sl = slots_[i];
+    uint32_t used = sl.in_use.load(std::memory_order_acquire);
+    if (used != 0) {
+      // A slot whose owner died can be taken over: its write lock is free.
+      if (sl.owner_pid.load(std::memory_order_relaxed) == me) continue;
+      if (OfdLock(fd_, F_WRLCK, kSlotLockBase + i, false) != 0) continue;
+      // We now own the liveness byte; the dead owner's pin no longer counts.
+      sl.pinned.store(0, std::memory_order_relaxed);
+      sl.owner_pid.store(me, std::memory_order_relaxed);
+      OfdLock(fd_, F_RDLCK, kSlotLockBase + i, false);
+      return i;
+    }
+    if (!sl.in_use.compare_exchange_strong(used, 1)) continue;
+    if (OfdLock(fd_, F_RDLCK, kSlotLockBase + i, false) != 0) {
+      sl.in_use.store(0);
+      continue;
+    }
+    sl.pinned.store(0, std::memory_order_relaxed);
+    sl.owner_pid.store(me, std::memory_order_release);
+    uint64_t hi = hdr_->slots_high.load();
+    while (hi < i + 1 && !hdr_->slots_high.compare_exchange_weak(hi, i + 1)) {
+    }
+    return i;
+  }
+  return kMaxSlots;
+}
+
+void SharedState::ReleaseSlot(uint32_t s) {
+  slots_[s].pinned.store(0, std::memory_order_release);
+  slots_[s].owner_pid.store(0, std::memory_order_relaxed);
+  slots_[s].in_use.store(0, std::memory_order_release);
+  OfdLock(fd_, F_UNLCK, kSlotLockBase + s, false);
+}
+
+uint64_t SharedState::TryAdvanceEpoch() {
+  uint64_t e = hdr_->epoch.load(std::memory_order_seq_cst);
+  uint64_t hi = std::min<uint64_t>(hdr_->slots_high.load(std::memory_order_acquire), kMaxSlots);
+  for (uint32_t i = 0; i < hi; ++i) {
+    ShmSlot& sl = slots_[i];
+    if (sl.in_use.load(std::memory_order_acquire) == 0) continue;
+    uint64_t p = sl.pinned.load(std::memory_order_seq_cst);
+    if (p == 0 || p == e) continue;
+    // Pinned in an older epoch: alive means we must wait for it.
+    if (SlotOwnerAlive(i)) return e;
+    // Dead owner: its pin is void.
+    sl.pinned.compare_exchange_strong(p, 0);
+  }
+  hdr_->epoch.compare_exchange_strong(e, e + 1, std::memory_order_seq_cst);
+  return hdr_->epoch.load(std::memory_order_seq_cst);
+}
+
+bool SharedState::TestBit(uint64_t b) const {
+  return (bitmap_[b >> 6].load(std::memory_order_relaxed) >> (b & 63)) & 1;
+}
+void SharedState::SetBit(uint64_t b) {
+  bitmap_[b >> 6].fetch_or(uint64_t{1} << (b & 63), std::memory_order_relaxed);
+}
+void SharedState::ClearBit(uint64_t b) {
+  bitmap_[b >> 6].fetch_and(~(uint64_t{1} << (b & 63)), std::memory_order_release);
+}
+
+Status InspectSharedState(const SharedState::Identity& id, uint64_t capacity_blocks,
+                          SharedStateView* view) {
+  *view = SharedStateView();
+  std::string name = SharedState::NameFor(id.file_id);
+  int fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return errno == ENOENT ? Status::OK() : Status::FromErrno("shm_open " + name);
+  struct stat st;
+  if (fstat(fd, &st) != 0 || uint64_t(st.st_size) != kShmBytes) {
+    close(fd);
+    return Status::OK();
+  }
+  void* p = mmap(nullptr, kShmBytes, PROT_READ, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  if (p == MAP_FAILED) {
+    close(fd);
+    return Status::FromErrno("mmap " + name);
+  }
+  auto* h = static_cast<const ShmHeader*>(p);
+  auto* slots = reinterpret_cast<const ShmSlot*>(static_cast<char*>(p) + kSlotsOffset);
+  auto* bm = reinterpret_cast<const std::atomic<uint64_t>*>(static_cast<char*>(p) + kBitmapOffset);
+  view->present = h->magic == kShmMagic && h->version == kShmVersion && h->file_id == id.file_id &&
+                  h->created_ns == id.created_ns && h->host_dev == id.dev && h->host_ino == id.ino;
+  if (view->present) {
+    std::vector<uint32_t> pids;
+    uint64_t hi = std::min<uint64_t>(h->slots_high.load(), kMaxSlots);
+    for (uint32_t i = 0; i < hi; ++i) {
+      if (!slots[i].in_use.load()) continue;
+      struct flock fl;
+      std::memset(&fl, 0, sizeof(fl));
+      fl.l_type = F_WRLCK;
+      fl.l_whence = SEEK_SET;
+      fl.l_start = kSlotLockBase + i;
+      fl.l_len = 1;
+      if (fcntl(fd, F_OFD_GETLK, &fl) != 0 || fl.l_type == F_UNLCK) continue;
+      uint32_t pid = slots[i].owner_pid.load();
+      if (std::find(pids.begin(), pids.end(), pid) == pids.end()) pids.push_back(pid);
+    }
+    view->live_processes = uint32_t(pids.size());
+    view->bitmap_readable = pids.empty() && h->ready.load() == 1;
+    if (view->bitmap_readable) {
+      uint64_t words = (std::min<uint64_t>(capacity_blocks, h->capacity_blocks.load()) + 63) / 64;
+      view->taken.resize(words);
+      for (uint64_t w = 0; w < words; ++w) view->taken[w] = bm[w].load();
+    }
+  }
+  munmap(p, kShmBytes);
+  close(fd);
+  return Status::OK();
+}
+
+}  // namespace upfs

@@ -1,0 +1,127 @@
+// Shared state of one upfs file: soft state in a POSIX shared-memory file,
+// shared by every process that has the file open, and rebuilt from the log
+// whenever it is missing, stale, or nobody has the file open.
+//
+// It holds:
+//  - the allocation bitmap (1 bit per logical block, 1 = taken);
+//  - the epoch and per-thread slots of epoch-based reclamation (EBR), which
+//    decide when a log block retired by GC (or a data block retired by a
+//    sync-mode write) can no longer be read by anybody and may be reused;
+//  - GC coordination words.
+// Liveness of a slot's owner is an OFD lock on one byte of the shm file,
+// which the kernel drops when the owning process dies, so a crashed process
+// never blocks anybody.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+
+namespace upfs {
+
+inline constexpr uint32_t kMaxSlots = 4096;
+
+struct ShmSlot {
+  std::atomic<uint64_t> pinned;     // epoch this thread is inside, 0 = idle
+  std::atomic<uint32_t> owner_pid;  // informational
+  std::atomic<uint32_t> in_use;     // 1 while a thread owns the slot
+  unsigned char pad[48];
+};
+static_assert(sizeof(ShmSlot) == 64);
+
+struct ShmHeader {
+  uint64_t magic;
+  uint32_t version;
+  std::atomic<uint32_t> ready;
+  uint64_t file_id;
+  uint64_t created_ns;
+  uint64_t host_dev;
+  uint64_t host_ino;
+  unsigned char pad0[16];
+
+  alignas(64) std::atomic<uint64_t> epoch;
+  alignas(64) std::atomic<uint64_t> compact_seq;  // blocks with seq below were compacted
+  std::atomic<uint64_t> gc_owner;                 // slot + 1 of the running GC, 0 = none
+  std::atomic<uint64_t> gc_last_blocks;           // length of the log right after the last GC
+  alignas(64) std::atomic<uint64_t> capacity_blocks;  // bitmap valid below this
+  std::atomic<uint64_t> alloc_hint;                   // bitmap word to start scanning at
+  std::atomic<uint64_t> slots_high;                   // slots at or above are unused
+};
+static_assert(sizeof(ShmHeader) <= 4096);
+
+class SharedState {
+ public:
+  struct Identity {
+    uint64_t file_id, created_ns, dev, ino;
+  };
+  // Opens (creating if needed) the shared state of a file and takes the open
+  // lock (exclusive, blocking). `*needs_rebuild` tells whether the caller must
+  // rebuild the allocation state (then call Rebuilt()). Call ReleaseOpenLock
+  // when done with open-time work.
+  static Status Open(const Identity& id, uint32_t host_mode, std::unique_ptr<SharedState>* out,
+                     bool* needs_rebuild);
+  ~SharedState();
+
+  ShmHeader* header() const { return hdr_; }
+  std::atomic<uint64_t>* bitmap() const { return bitmap_; }
+  ShmSlot* slot(uint32_t i) const { return &slots_[i]; }
+  const std::string& name() const { return name_; }
+
+  // Resets everything but the identity; bitmap cleared up to `capacity_blocks`.
+  void ResetForRebuild(uint64_t capacity_blocks);
+  void MarkReady();
+  void ReleaseOpenLock();
+
+  // Claims a free slot for a thread of this process and locks its liveness
+  // byte. Returns kMaxSlots if none is free.
+  uint32_t ClaimSlot();
+  void ReleaseSlot(uint32_t s);
+
+  // True if some other process holds a live slot (the open lock must be held).
+  bool AnyOtherProcessLive();
+  // Number of processes with live slots, for `upfs info` (approximate).
+  uint32_t CountLiveSlots();
+
+  // True if the thread owning slot s (of any process) is alive.
+  bool SlotOwnerAlive(uint32_t s);
+
+  // EBR: tries to move the epoch forward; returns the (possibly new) epoch.
+  uint64_t TryAdvanceEpoch();
+
+  // Bitmap helpers.
+  bool TestBit(uint64_t b) const;
+  void SetBit(uint64_t b);
+  void ClearBit(uint64_t b);
+
+  // Removes the shared-memory file of a upfs file (after unlink).
+  static void Remove(uint64_t file_id);
+  static std::string NameFor(uint64_t file_id);
+
+ private:
+  SharedState() = default;
+  int fd_ = -1;
+  std::string name_;
+  char* map_ = nullptr;
+  uint64_t map_len_ = 0;
+  ShmHeader* hdr_ = nullptr;
+  ShmSlot* slots_ = nullptr;
+  std::atomic<uint64_t>* bitmap_ = nullptr;
+  bool open_locked_ = false;
+};
+
+// What `upfs info`/`fsck` can tell about a file's shared state without
+// changing it.
+struct SharedStateView {
+  bool present = false;           // exists and belongs to this file
+  uint32_t live_processes = 0;    // distinct processes holding live slots
+  bool bitmap_readable = false;   // nobody alive: the bitmap is stable
+  std::vector<uint64_t> taken;    // bitmap words below the capacity (if readable)
+};
+Status InspectSharedState(const SharedState::Identity& id, uint64_t capacity_blocks,
+                          SharedStateView* view);
+
+}  // namespace upfs

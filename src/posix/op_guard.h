@@ -1,0 +1,27 @@
+// Process-local epoch-based reclamation for descriptor objects: a closed
+// descriptor's state is freed only when no call that might still use it is
+// running. Each call costs two stores to a thread-private cache line.
+#pragma once
+
+#include <functional>
+
+namespace upfs {
+
+struct OpThreadRecord;
+
+class OpGuard {
+ public:
+  OpGuard();
+  ~OpGuard();
+  OpGuard(const OpGuard&) = delete;
+  OpGuard& operator=(const OpGuard&) = delete;
+
+ private:
+  OpThreadRecord* rec_;  // null when nested in another guard
+};
+
+// Runs `free_fn` once every call that began before this one has ended
+// (at once if none is running).
+void RetireAfterOps(std::function<void()> free_fn);
+
+}  // namespace upfs
