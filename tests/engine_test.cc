@@ -1,0 +1,281 @@
+// Unit tests of engine internals: block table, log decoding, allocator, GC.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "container/perfile.h"
+#include "engine/allocator.h"
+#include "engine/block_table.h"
+#include "engine/file.h"
+#include "engine/inspect.h"
+#include "engine/log.h"
+#include "format/format.h"
+#include "upfs/upfs.h"
+
+namespace upfs {
+namespace {
+
+using namespace format;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/dev/shm/upfs-engine-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    for (auto& e : std::filesystem::directory_iterator(path_)) upfs_unlink(e.path().c_str());
+    std::filesystem::remove_all(path_);
+  }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct OpenedFile {
+  int host = -1;
+  std::unique_ptr<upfs::File> file;
+  ~OpenedFile() {
+    file.reset();
+    if (host >= 0) close(host);
+  }
+};
+
+void OpenEngine(const std::string& path, OpenedFile* of, Consistency c = Consistency::kStrict) {
+  of->host = open(path.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(of->host, 0);
+  Status st = OpenPerFile(of->host, path, true, c, &of->file);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+}
+
+TEST(BlockTable, AppliesInlineAndPayloadEffects) {
+  BlockTable t;
+  Effect e;
+  e.vblock = 10;
+  e.nblocks = 3;
+  e.runs = {format::Run{100, 3}};
+  e.size_op = Effect::kMax;
+  e.new_size = 13 * kBlockSize;
+  ASSERT_TRUE(t.Apply(e).ok());
+  EXPECT_EQ(t.Get(10), 100u);
+  EXPECT_EQ(t.Get(12), 102u);
+  EXPECT_EQ(t.Get(13), 0u);
+  EXPECT_EQ(t.size(), 13 * kBlockSize);
+  EXPECT_EQ(t.mapped_blocks(), 3u);
+  // kMax never shrinks.
+  e.new_size = 5;
+  ASSERT_TRUE(t.Apply(e).ok());
+  EXPECT_EQ(t.size(), 13 * kBlockSize);
+  // A keep run leaves the mapping, a hole run unmaps.
+  Effect k;
+  k.vblock = 10;
+  k.nblocks = 3;
+  k.runs = {format::Run{kKeepBlock, 1}, format::Run{0, 1}, format::Run{kKeepBlock, 1}};
+  ASSERT_TRUE(t.Apply(k).ok());
+  EXPECT_EQ(t.Get(10), 100u);
+  EXPECT_EQ(t.Get(11), 0u);
+  EXPECT_EQ(t.Get(12), 102u);
+  EXPECT_EQ(t.mapped_blocks(), 2u);
+  // kSet truncates and unmaps everything past the new size.
+  Effect s;
+  s.size_op = Effect::kSet;
+  s.new_size = 10 * kBlockSize + 1;
+  ASSERT_TRUE(t.Apply(s).ok());
+  EXPECT_EQ(t.size(), 10 * kBlockSize + 1);
+  EXPECT_EQ(t.Get(10), 100u);
+  EXPECT_EQ(t.Get(12), 0u);
+  EXPECT_EQ(t.mapped_blocks(), 1u);
+}
+
+TEST(BlockTable, GrowsWithoutLosingEntries) {
+  BlockTable t;
+  for (uint32_t v = 0; v < 100000; v += 7) t.Set(v, v + 1);
+  for (uint32_t v = 0; v < 100000; v += 7) ASSERT_EQ(t.Get(v), v + 1);
+  EXPECT_EQ(t.Get(1), 0u);
+}
+
+TEST(BlockTable, CursorIsConsistentTriple) {
+  BlockTable t;
+  t.set_cursor(LogPos{7, 509, 123456789012ull, 0});
+  LogPos p = t.cursor();
+  EXPECT_EQ(p.lblock, 7u);
+  EXPECT_EQ(p.slot, 509u);
+  EXPECT_EQ(p.seq, 123456789012ull);
+}
+
+TEST(Log, EffectConflictPredicates) {
+  Effect e;
+  e.vblock = 5;
+  e.nblocks = 2;
+  EXPECT_TRUE(e.TouchesBlocks(6, 7));
+  EXPECT_FALSE(e.TouchesBlocks(7, 9));
+  EXPECT_FALSE(e.TouchesBlocks(0, 5));
+  e.size_op = Effect::kSet;
+  EXPECT_TRUE(e.TouchesBlocks(100, 101));  // a truncate conflicts with everything
+}
+
+TEST(Log, ReplayMatchesWritesAndRejectsGarbageAfterTail) {
+  TempDir d;
+  std::string path = d.File("f");
+  {
+    OpenedFile of;
+    OpenEngine(path, &of);
+    std::vector<char> buf(3 * kBlockSize + 17, 'x');
+    uint64_t at;
+    ASSERT_TRUE(of.file->Write(buf.data(), buf.size(), 100, false, &at).ok());  // payload entry
+    ASSERT_TRUE(of.file->Write(buf.data(), kBlockSize, 0, false, &at).ok());     // inline entry
+    ASSERT_TRUE(of.file->Truncate(5000).ok());
+  }
+  FileReport r;
+  Status st = InspectFile(path, true, &r);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(r.size, 5000u);
+  EXPECT_EQ(r.log_entries, 3u);
+  EXPECT_EQ(r.data_blocks, 2u);
+  // Plant a nonzero word after the tail of the first log block.
+  int fd = open(path.c_str(), O_RDWR);
+  uint64_t junk = 0x1234;
+  ASSERT_EQ(pwrite(fd, &junk, 8, kBlockSize + 16 + 8 * 400), 8);
+  close(fd);
+  st = InspectFile(path, true, &r);
+  EXPECT_EQ(st.err(), EUCLEAN);
+  EXPECT_NE(st.message().find("log block 1"), std::string::npos) << st.message();
+}
+
+TEST(Allocator, ClaimsContiguousRunsReusesAndGrows) {
+  TempDir d;
+  OpenedFile of;
+  OpenEngine(d.File("a"), &of);
+  Allocator alloc(of.file->medium(), of.file->shared());
+  ThreadBlocks tb;
+  std::vector<format::Run> runs;
+  ASSERT_TRUE(alloc.Alloc(&tb, 100, &runs).ok());
+  uint64_t total = 0;
+  for (const format::Run& r : runs) {
+    total += r.count;
+    for (uint32_t i = 0; i < r.count; ++i) EXPECT_TRUE(of.file->shared()->TestBit(r.lblock + i));
+  }
+  EXPECT_EQ(total, 100u);
+  EXPECT_LE(runs.size(), 3u);  // mostly contiguous
+  alloc.Free(&tb, runs[0].lblock, 1);
+  uint32_t again = 0;
+  ASSERT_TRUE(alloc.AllocOne(&tb, &again).ok());
+  EXPECT_EQ(again, runs[0].lblock);  // the thread's own free list first
+  // Far more than the initial 2 MiB: the file must grow.
+  uint64_t cap0 = of.file->medium()->capacity();
+  std::vector<format::Run> big;
+  ASSERT_TRUE(alloc.Alloc(&tb, 4096, &big).ok());
+  EXPECT_GT(of.file->medium()->capacity(), cap0);
+  for (const format::Run& r : big) alloc.Free(&tb, r.lblock, r.count);
+  alloc.ReturnAll(&tb);
+  for (const format::Run& r : big)
+    for (uint32_t i = 0; i < r.count; ++i) EXPECT_FALSE(of.file->shared()->TestBit(r.lblock + i));
+}
+
+TEST(Gc, TenThousandsOfOverwritesKeepTheLogBounded) {
+  TempDir d;
+  OpenedFile of;
+  OpenEngine(d.File("g"), &of);
+  std::vector<char> b(kBlockSize);
+  uint64_t at, len = 0, max_len = 0;
+  for (int i = 0; i < 200000; ++i) {
+    std::memset(b.data(), i & 0xff, b.size());
+    ASSERT_TRUE(of.file->Write(b.data(), b.size(), kBlockSize * (i % 3), false, &at).ok());
+    if (i % 1000 == 0) {
+      ASSERT_TRUE(of.file->LogLength(&len).ok());
+      max_len = std::max(max_len, len);
+    }
+  }
+  // 200,000 entries would need 393 log blocks without GC.
+  EXPECT_LT(max_len, 64u);
+  std::vector<char> r(kBlockSize);
+  size_t done;
+  ASSERT_TRUE(of.file->Read(r.data(), r.size(), kBlockSize * (199999 % 3), &done).ok());
+  EXPECT_EQ(r[0], char(199999 & 0xff));
+}
+
+TEST(Gc, ForcedCompactionPreservesContentAndIsClean) {
+  TempDir d;
+  std::string path = d.File("c");
+  std::vector<char> expect(300 * kBlockSize, 0);
+  {
+    OpenedFile of;
+    OpenEngine(path, &of);
+    std::mt19937 rng(7);
+    uint64_t at;
+    for (int i = 0; i < 5000; ++i) {
+      uint64_t off = rng() % (expect.size() - 9000);
+      uint64_t n = 1 + rng() % 9000;
+      std::vector<char> b(n, char('a' + i % 26));
+      ASSERT_TRUE(of.file->Write(b.data(), n, off, false, &at).ok());
+      std::memcpy(&expect[off], b.data(), n);
+    }
+    uint64_t before, after;
+    ASSERT_TRUE(of.file->LogLength(&before).ok());
+    ASSERT_TRUE(of.file->CollectGarbage(true).ok());
+    ASSERT_TRUE(of.file->LogLength(&after).ok());
+    EXPECT_LE(after, before);
+    std::vector<char> got(expect.size());
+    size_t done;
+    ASSERT_TRUE(of.file->Read(got.data(), got.size(), 0, &done).ok());
+    uint64_t size;
+    ASSERT_TRUE(of.file->Size(&size).ok());
+    ASSERT_EQ(std::memcmp(got.data(), expect.data(), size), 0);
+  }
+  FileReport r;
+  Status st = InspectFile(path, true, &r);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(r.leaked_blocks, 0);
+}
+
+TEST(Gc, ConcurrentWithWritersAndReaders) {
+  TempDir d;
+  OpenedFile of;
+  OpenEngine(d.File("cc"), &of);
+  constexpr int kSlots = 16;
+  std::atomic<bool> stop{false};
+  std::atomic<int> errors{0};
+  auto writer = [&](int id) {
+    std::vector<uint64_t> b(kBlockSize / 8);
+    uint64_t at;
+    for (uint64_t i = 1; i < 20000; ++i) {
+      std::fill(b.begin(), b.end(), (uint64_t(id) << 32) | i);
+      if (!of.file->Write(b.data(), kBlockSize, kBlockSize * ((i * 7 + id) % kSlots), false, &at).ok())
+        errors++;
+    }
+  };
+  auto reader = [&] {
+    std::vector<uint64_t> b(kBlockSize / 8);
+    size_t done;
+    while (!stop.load()) {
+      for (int s = 0; s < kSlots; ++s) {
+        if (!of.file->Read(b.data(), kBlockSize, kBlockSize * s, &done).ok()) errors++;
+        if (done == kBlockSize && std::any_of(b.begin(), b.end(), [&](uint64_t w) { return w != b[0]; }))
+          errors++;  // torn
+      }
+    }
+  };
+  auto gc = [&] {
+    while (!stop.load())
+      if (!of.file->CollectGarbage(true).ok()) errors++;
+  };
+  std::thread w1(writer, 1), w2(writer, 2), r(reader), g(gc);
+  w1.join();
+  w2.join();
+  stop = true;
+  r.join();
+  g.join();
+  EXPECT_EQ(errors.load(), 0);
+}
+
+}  // namespace
+}  // namespace upfs
