@@ -47,6 +47,11 @@ struct LogPos {
   uint32_t slot = 0;
   uint64_t seq = 0;
   uint32_t prev = 0;  // the block before `lblock` in the chain, 0 if unknown
+  // Slot of the last entry (of any kind, reservations included) before
+  // `slot` in this block, kNoSlot if none: its line must be durable before
+  // anything is committed in a later line.
+  static constexpr uint32_t kNoSlot = 0xffff;
+  uint32_t last = kNoSlot;
 };
 
 class BlockTable {
@@ -80,12 +85,15 @@ class BlockTable {
       uint64_t s = cseq_.load(std::memory_order_acquire);
       std::atomic_thread_fence(std::memory_order_acquire);
       if (cver_.load(std::memory_order_relaxed) == v1)
-        return LogPos{uint32_t(a), uint32_t(a >> 32), s};
+        return LogPos{uint32_t(a), uint32_t((a >> 32) & 0xffff), s,
+                      uint32_t(cprev_.load(std::memory_order_relaxed)), uint32_t(a >> 48)};
     }
   }
   void set_cursor(const LogPos& p) {
     cver_.fetch_add(1, std::memory_order_acq_rel);
-    cpos_.store(uint64_t(p.lblock) | (uint64_t(p.slot) << 32), std::memory_order_release);
+    cpos_.store(uint64_t(p.lblock) | (uint64_t(p.slot) << 32) | (uint64_t(p.last) << 48),
+                std::memory_order_release);
+    cprev_.store(p.prev, std::memory_order_relaxed);
     cseq_.store(p.seq, std::memory_order_release);
     cver_.fetch_add(1, std::memory_order_acq_rel);
   }
@@ -119,6 +127,7 @@ class BlockTable {
   std::atomic<uint64_t> cver_{0};
   std::atomic<uint64_t> cpos_{0};
   std::atomic<uint64_t> cseq_{0};
+  std::atomic<uint64_t> cprev_{0};
 };
 
 }  // namespace upfs

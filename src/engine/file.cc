@@ -206,20 +206,28 @@ Status File::CatchUp(ThreadCtx* c, BlockTable** out) {
 // ---------------------------------------------------------------------------
 // Commit
 
-void File::PersistBeforeSlot(LogBlock* b, uint32_t slot, uint32_t prev) {
-  // Entries reach media in log order: before committing into a new cache
-  // line (or block), the previous line (or the link to this block) must be
-  // durable, or a crash could leave a hole before an acknowledged entry.
+void File::PersistBeforeSlot(LogBlock* b, const LogPos& pos) {
+  // Entries reach media in log order: before committing in a later cache
+  // line (or block), the line of the entry before ours (or the link to this
+  // block) must be durable, or a crash could leave a hole before an
+  // acknowledged entry. The previous entry may be a reservation whose
+  // payload fills the lines in between, so it is tracked, not assumed to be
+  // the slot just before.
+  const uint32_t slot = pos.slot;
+  auto line = [](uint32_t s) { return (offsetof(LogBlock, slots) + 8 * s) / kCacheLine; };
   if (slot == 0) {
-    if (prev == 0) return;
-    LogBlock* pb = LogAt(prev);
+    if (pos.prev == 0) return;
+    LogBlock* pb = LogAt(pos.prev);
     pm::Flush(&pb->next, 8);
     pm::Flush(&pb->slots[kSlotsPerLogBlock - 1], 8);
     pm::Fence();
     return;
   }
-  if (((offsetof(LogBlock, slots) + 8 * slot) & (kCacheLine - 1)) == 0) {
-    pm::Flush(&b->slots[slot - 1], 8);
+  uint32_t prev_entry = pos.last != LogPos::kNoSlot ? pos.last : slot - 1;
+  if (line(prev_entry) != line(slot)) {
+    pm::Flush(&b->slots[prev_entry], 8);
+    if (line(slot - 1) != line(prev_entry) && line(slot - 1) != line(slot))
+      pm::Flush(&b->slots[slot - 1], 8);
     pm::Fence();
   }
 }
@@ -245,7 +253,12 @@ Status File::ExtendChain(ThreadCtx* c, LogPos* pos) {
     if (pm::Cas64(&b->next, expected, NextWord(nl))) {
       w = NextWord(nl);
       uint64_t head = hdr_->log_head.load(std::memory_order_acquire);
-      uint64_t len = pos->seq + 2 - LogAt(uint32_t(head))->seq;
+      LogBlock* hb = nullptr;
+      uint64_t len = 0;
+      if (head && head < kMaxBlocks && access_.CheckRange(head, 1, "log head").ok()) {
+        hb = LogAt(uint32_t(head));
+        len = pos->seq + 2 - hb->seq;
+      }
       uint64_t last = shared_->header()->gc_last_blocks.load(std::memory_order_relaxed);
       if (len > 32 + 2 * last) gc_wanted_.store(true, std::memory_order_relaxed);
     } else {
@@ -262,6 +275,7 @@ Status File::ExtendChain(ThreadCtx* c, LogPos* pos) {
   pos->lblock = NextBlock(w);
   pos->slot = 0;
   pos->seq += 1;
+  pos->last = LogPos::kNoSlot;
   return Status::OK();
 }
 
@@ -331,12 +345,13 @@ Status File::Commit(ThreadCtx* c, LogPos* pos, uint64_t entry, Conflict conflict
     }
     LogBlock* b = LogAt(pos->lblock);
     const uint32_t s = pos->slot;
-    PersistBeforeSlot(b, s, pos->prev);
+    PersistBeforeSlot(b, *pos);
     uint64_t expected = 0;
     if (entry) {
       if (!pm::Cas64(&b->slots[s], expected, entry)) continue;
       pm::Flush(&b->slots[s], 8);
       pm::Fence();
+      pos->last = s;
       pos->slot = s + 1;
       return Status::OK();
     }
@@ -355,6 +370,7 @@ Status File::Commit(ThreadCtx* c, LogPos* pos, uint64_t entry, Conflict conflict
     pm::Fence();
     pm::CopyNT(&b->slots[s + 1], c->payload.data(), size_t(k) * 8);
     pm::Fence();
+    pos->last = s;
     pos->slot = s + 1 + k;
     // The apply entry must land in the same block as its reservation.
     for (;;) {
@@ -363,11 +379,12 @@ Status File::Commit(ThreadCtx* c, LogPos* pos, uint64_t entry, Conflict conflict
       if (*conflicted) return Status::OK();  // the reservation stays inert
       if (pos->lblock != here || pos->slot >= kSlotsPerLogBlock) break;
       const uint32_t t = pos->slot;
-      PersistBeforeSlot(b, t, pos->prev);
+      PersistBeforeSlot(b, *pos);
       uint64_t exp2 = 0;
       if (!pm::Cas64(&b->slots[t], exp2, EncodeApply(s, crc))) continue;
       pm::Flush(&b->slots[t], 8);
       pm::Fence();
+      pos->last = t;
       pos->slot = t + 1;
       return Status::OK();
     }
@@ -873,6 +890,8 @@ Status File::LogLength(uint64_t* blocks) {
   BlockTable* t;
   UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
   uint64_t head = hdr_->log_head.load(std::memory_order_acquire);
+  if (head == 0 || head >= kMaxBlocks) return Status::Corrupt("file header", "bad log head");
+  UPFS_RETURN_IF_ERROR(access_.CheckRange(head, 1, "log head"));
   LogPos p = t->cursor();
   *blocks = p.seq + 1 - LogAt(uint32_t(head))->seq;
   return Status::OK();

@@ -100,7 +100,7 @@ class File {
   template <typename Conflict>
   Status Commit(ThreadCtx* c, LogPos* pos, uint64_t entry, Conflict conflict, bool* conflicted);
   Status ExtendChain(ThreadCtx* c, LogPos* pos);
-  void PersistBeforeSlot(format::LogBlock* b, uint32_t slot, uint32_t prev);
+  void PersistBeforeSlot(format::LogBlock* b, const LogPos& pos);
   Status BuildPayload(ThreadCtx* c, uint32_t vblock, const std::vector<format::Run>& runs,
                       Effect::SizeOp op, uint64_t new_size);
   void DropPayload(ThreadCtx* c);

@@ -93,6 +93,7 @@ Status File::CompactLocked(ThreadCtx* c, bool force) {
   uint64_t head64 = hdr_->log_head.load(std::memory_order_acquire);
   if (head64 == 0 || head64 >= kMaxBlocks) return Status::Corrupt("file header", "bad log head");
   uint32_t head = uint32_t(head64);
+  UPFS_RETURN_IF_ERROR(access_.CheckRange(head, 1, "log head"));
   LogBlock* b;
   UPFS_RETURN_IF_ERROR(CheckLogBlock(access_, head, LogAt(head)->seq, &b));
   // Replay every full block before the active one.

@@ -21,6 +21,7 @@ Status ScanCommitted(const BlockAccess& ba, LogPos* pos, Effect* scratch, Fn fn)
       pos->prev = pos->lblock;
       pos->lblock = n;
       pos->slot = 0;
+      pos->last = LogPos::kNoSlot;
       pos->seq += 1;
       b = nb;
       continue;
@@ -39,6 +40,7 @@ Status ScanCommitted(const BlockAccess& ba, LogPos* pos, Effect* scratch, Fn fn)
         scratch->size_op = Effect::kMax;
         scratch->new_size = (uint64_t(m.vblock) + m.count) << kBlockShift;
       }
+      pos->last = pos->slot;
       pos->slot += 1;
       if (!fn(*scratch)) return Status::OK();
       continue;
@@ -47,6 +49,7 @@ Status ScanCommitted(const BlockAccess& ba, LogPos* pos, Effect* scratch, Fn fn)
     uint32_t next_slot = 0;
     UPFS_RETURN_IF_ERROR(DecodeEntry(ba, b, pos->lblock, pos->slot, e, scratch, &has_effect,
                                      &next_slot));
+    pos->last = pos->slot;
     pos->slot = next_slot;
     if (has_effect && !fn(*scratch)) return Status::OK();
   }

@@ -43,13 +43,14 @@ int OfdLock(int fd, short type, off_t start, bool wait) {
 
 }  // namespace
 
-std::string SharedState::NameFor(uint64_t file_id) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "/upfs-%016" PRIx64, file_id);
+std::string SharedState::NameFor(const Identity& id) {
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "/upfs-%016" PRIx64 "-%" PRIx64 "-%" PRIx64, id.file_id, id.dev,
+                id.ino);
   return buf;
 }
 
-void SharedState::Remove(uint64_t file_id) { shm_unlink(NameFor(file_id).c_str()); }
+void SharedState::Remove(const Identity& id) { shm_unlink(NameFor(id).c_str()); }
 
 SharedState::~SharedState() {
   if (map_) munmap(map_, map_len_);
@@ -59,7 +60,7 @@ SharedState::~SharedState() {
 Status SharedState::Open(const Identity& id, uint32_t host_mode, std::unique_ptr<SharedState>* out,
                          bool* needs_rebuild) {
   std::unique_ptr<SharedState> s(new SharedState());
-  s->name_ = NameFor(id.file_id);
+  s->name_ = NameFor(id);
   // Same permission bits as the host file: who may write the file may
   // coordinate on it.
   mode_t mode = host_mode & 0666;
@@ -119,6 +120,11 @@ void SharedState::ResetForRebuild(uint64_t capacity_blocks) {
   hdr_->capacity_blocks.store(capacity_blocks, std::memory_order_relaxed);
 }
 
+void SharedState::DetachAfterFork() {
+  if (fd_ >= 0) close(fd_);  // the parent's locks stay with the parent's descriptor
+  fd_ = -1;
+}
+
 void SharedState::MarkReady() { hdr_->ready.store(1, std::memory_order_release); }
 
 void SharedState::ReleaseOpenLock() {
@@ -162,27 +168,19 @@ uint32_t SharedState::CountLiveSlots() {
 }
 
 uint32_t SharedState::ClaimSlot() {
+  // The liveness byte is locked first: holding its write lock proves that
+  // no live thread of another process owns the slot, so a slot is never
+  // owned twice, and one whose owner died is simply taken over.
   uint32_t me = uint32_t(getpid());
   for (uint32_t i = 0; i < kMaxSlots; ++i) {
     ShmSlot& sl = slots_[i];
-    uint32_t used = sl.in_use.load(std::memory_order_acquire);
-    if (used != 0) {
-      // A slot whose owner died can be taken over: its write lock is free.
-      if (sl.owner_pid.load(std::memory_order_relaxed) == me) continue;
-      if (OfdLock(fd_, F_WRLCK, kSlotLockBase + i, false) != 0) continue;
-      // We now own the liveness byte; the dead owner's pin no longer counts.
-      sl.pinned.store(0, std::memory_order_relaxed);
-      sl.owner_pid.store(me, std::memory_order_relaxed);
-      OfdLock(fd_, F_RDLCK, kSlotLockBase + i, false);
-      return i;
-    }
-    if (!sl.in_use.compare_exchange_strong(used, 1)) continue;
-    if (OfdLock(fd_, F_RDLCK, kSlotLockBase + i, false) != 0) {
-      sl.in_use.store(0);
-      continue;
-    }
+    if (sl.in_use.load(std::memory_order_acquire) != 0 &&
+        sl.owner_pid.load(std::memory_order_relaxed) == me)
+      continue;  // ours (our own locks do not conflict with us)
+    if (OfdLock(fd_, F_WRLCK, kSlotLockBase + i, false) != 0) continue;
     sl.pinned.store(0, std::memory_order_relaxed);
-    sl.owner_pid.store(me, std::memory_order_release);
+    sl.owner_pid.store(me, std::memory_order_relaxed);
+    sl.in_use.store(1, std::memory_order_release);
     uint64_t hi = hdr_->slots_high.load();
     while (hi < i + 1 && !hdr_->slots_high.compare_exchange_weak(hi, i + 1)) {
     }
@@ -228,7 +226,7 @@ void SharedState::ClearBit(uint64_t b) {
 Status InspectSharedState(const SharedState::Identity& id, uint64_t capacity_blocks,
                           SharedStateView* view) {
   *view = SharedStateView();
-  std::string name = SharedState::NameFor(id.file_id);
+  std::string name = SharedState::NameFor(id);
   int fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return errno == ENOENT ? Status::OK() : Status::FromErrno("shm_open " + name);
   struct stat st;

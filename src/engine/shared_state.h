@@ -71,6 +71,10 @@ class SharedState {
   ShmSlot* slot(uint32_t i) const { return &slots_[i]; }
   const std::string& name() const { return name_; }
 
+  // In a fork child: lets go of the parent's descriptor (so the parent's
+  // liveness locks die with the parent) without touching shared state.
+  void DetachAfterFork();
+
   // Resets everything but the identity; bitmap cleared up to `capacity_blocks`.
   void ResetForRebuild(uint64_t capacity_blocks);
   void MarkReady();
@@ -97,9 +101,11 @@ class SharedState {
   void SetBit(uint64_t b);
   void ClearBit(uint64_t b);
 
-  // Removes the shared-memory file of a upfs file (after unlink).
-  static void Remove(uint64_t file_id);
-  static std::string NameFor(uint64_t file_id);
+  // Removes the shared-memory file of a upfs file (after its last unlink).
+  static void Remove(const Identity& id);
+  // Named by file id and host inode: a copy of a file (same id, other
+  // inode) must not share its allocation state.
+  static std::string NameFor(const Identity& id);
 
  private:
   SharedState() = default;

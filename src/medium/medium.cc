@@ -139,7 +139,7 @@ Status Medium::RefreshCapacity() {
   return Status::OK();
 }
 
-Status Medium::Reserve(uint64_t bytes) {
+Status Medium::Reserve(uint64_t bytes, char** out, uint64_t* len_out) {
   // Over-reserve by an extent so the base can be aligned to 2 MiB, which lets
   // the kernel back the mapping with huge pages.
   uint64_t len = std::max<uint64_t>(uint64_t{1} << 30, NextPow2(bytes * 2));
@@ -150,11 +150,23 @@ Status Medium::Reserve(uint64_t bytes) {
   uintptr_t head = aligned - reinterpret_cast<uintptr_t>(raw);
   if (head) munmap(raw, head);
   if (kExtentSize - head) munmap(reinterpret_cast<char*>(aligned) + len, kExtentSize - head);
-  char* old = base_.load();
-  if (old) retired_.push_back({old, reserved_});
-  reserved_ = len;
-  mapped_.store(0, std::memory_order_release);
-  base_.store(reinterpret_cast<char*>(aligned), std::memory_order_release);
+  *out = reinterpret_cast<char*>(aligned);
+  *len_out = len;
+  return Status::OK();
+}
+
+Status Medium::MapRange(char* b, uint64_t from, uint64_t to) {
+  int flags = MAP_SHARED | MAP_FIXED;
+  if (kind_ == MediumKind::kDax && !read_only_) flags = MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED;
+  int prot = read_only_ ? PROT_READ : PROT_READ | PROT_WRITE;
+  void* p = mmap(b + from, to - from, prot, flags, fd_, off_t(from));
+  if (p == MAP_FAILED) return Status::FromErrno("mmap " + path_);
+  if (kind_ == MediumKind::kTmpfs && HugePagesWanted() && !read_only_) {
+    // Whole 2 MiB extents only; failure just leaves 4 KiB pages.
+    uint64_t first = RoundUp(from, kExtentSize);
+    uint64_t last = to / kExtentSize * kExtentSize;
+    if (last > first) madvise(b + first, last - first, MADV_COLLAPSE);
+  }
   return Status::OK();
 }
 
@@ -163,22 +175,26 @@ Status Medium::MapLocked(uint64_t bytes) {
   uint64_t mapped = mapped_.load();
   if (bytes <= mapped) return Status::OK();
   if (base_.load() == nullptr || bytes > reserved_) {
-    // A new, larger reservation; the old mapping stays valid until close.
-    UPFS_RETURN_IF_ERROR(Reserve(bytes));
-    mapped = 0;
+    // A new, larger reservation, fully mapped before it is published; the
+    // old one stays valid (readers may hold its base) until close. Readers
+    // load mapped_ before base_, and base_ is stored first, so a reader
+    // never pairs the old base with the new length.
+    char* nb;
+    uint64_t len;
+    UPFS_RETURN_IF_ERROR(Reserve(bytes, &nb, &len));
+    Status st = MapRange(nb, 0, bytes);
+    if (!st.ok()) {
+      munmap(nb, len);
+      return st;
+    }
+    char* old = base_.load();
+    if (old) retired_.push_back({old, reserved_});
+    reserved_ = len;
+    base_.store(nb, std::memory_order_release);
+    mapped_.store(bytes, std::memory_order_release);
+    return Status::OK();
   }
-  char* b = base_.load();
-  int flags = MAP_SHARED | MAP_FIXED;
-  if (kind_ == MediumKind::kDax && !read_only_) flags = MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED;
-  int prot = read_only_ ? PROT_READ : PROT_READ | PROT_WRITE;
-  void* p = mmap(b + mapped, bytes - mapped, prot, flags, fd_, off_t(mapped));
-  if (p == MAP_FAILED) return Status::FromErrno("mmap " + path_);
-  if (kind_ == MediumKind::kTmpfs && HugePagesWanted() && !read_only_) {
-    // Whole 2 MiB extents only; failure just leaves 4 KiB pages.
-    uint64_t first = RoundUp(mapped, kExtentSize);
-    uint64_t last = bytes / kExtentSize * kExtentSize;
-    if (last > first) madvise(b + first, last - first, MADV_COLLAPSE);
-  }
+  UPFS_RETURN_IF_ERROR(MapRange(base_.load(), mapped, bytes));
   mapped_.store(bytes, std::memory_order_release);
   return Status::OK();
 }

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <linux/falloc.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -151,6 +152,58 @@ int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consi
   slot->store(of, std::memory_order_release);
   return fd;
 }
+
+// After fork the child must not use the parent's engine state: its
+// per-thread free lists and reclamation slots belong to the parent, and
+// using them from two processes would hand out the same blocks twice. The
+// child re-opens every inherited upfs file and leaks the inherited objects
+// (destroying them would return the parent's blocks to the shared bitmap).
+void ReopenAfterFork() {
+  std::map<const File*, std::shared_ptr<File>> fresh;
+  for (int p = 0; p < kPages; ++p) {
+    FdPage* pg = g_fd_pages[p].load(std::memory_order_relaxed);
+    if (!pg) continue;
+    for (int i = 0; i < (1 << kPageBits); ++i) {
+      OpenFile* of = pg->e[i].load(std::memory_order_relaxed);
+      if (!of) continue;
+      const File* old = of->file.get();
+      auto it = fresh.find(old);
+      if (it == fresh.end()) {
+        std::unique_ptr<File> f;
+        std::string self = "/proc/self/fd/" + std::to_string(of->fd);
+        Status st = OpenPerFile(of->fd, self, false, of->file->consistency(), &f);
+        std::shared_ptr<File> nf(f.release());
+        it = fresh.emplace(old, nf).first;
+      }
+      of->file->shared()->DetachAfterFork();
+      new std::shared_ptr<File>(of->file);  // intentionally leaked, see above
+      of->file = it->second;
+      if (!of->file) {
+        // Could not re-open (e.g. the file was damaged): the descriptor
+        // stays valid for close but fails every call with EIO.
+        pg->e[i].store(nullptr, std::memory_order_relaxed);
+      }
+    }
+  }
+  // The parent's registry entries point at leaked objects.
+  new std::map<FileKey, std::weak_ptr<File>>(std::move(g_files));
+  g_files.clear();
+  for (auto& [old, nf] : fresh) {
+    if (!nf) continue;
+    struct stat st;
+    if (fstat(nf->medium()->fd(), &st) == 0) g_files[FileKey{st.st_dev, st.st_ino}] = nf;
+  }
+}
+
+struct AtForkRegistration {
+  AtForkRegistration() {
+    pthread_atfork([] { g_files_mu.lock(); }, [] { g_files_mu.unlock(); },
+                   [] {
+                     new (&g_files_mu) std::mutex();
+                     ReopenAfterFork();
+                   });
+  }
+} g_atfork_registration;
 
 bool CanRead(const OpenFile* of) { return (of->flags & O_ACCMODE) != O_WRONLY; }
 bool CanWrite(const OpenFile* of) { return (of->flags & O_ACCMODE) != O_RDONLY; }
@@ -346,12 +399,18 @@ int upfs_is_upfs_file(const char* path) {
 }
 
 int upfs_unlink(const char* path) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  uint64_t id = 0;
-  bool have_id = fd >= 0 && ReadFileId(fd, &id).ok();
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  SharedState::Identity id{};
+  struct stat st;
+  bool last_link = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
+                   ReadFileId(fd, &id.file_id).ok();
   if (fd >= 0) close(fd);
   if (unlink(path) != 0) return FailErrno(errno, "unlink failed");
-  if (have_id) SharedState::Remove(id);
+  if (last_link) {
+    id.dev = st.st_dev;
+    id.ino = st.st_ino;
+    SharedState::Remove(id);
+  }
   return 0;
 }
 
