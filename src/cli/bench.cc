@@ -60,7 +60,7 @@ const char kBenchHelp[] =
     "  read-rand-4k       random block-aligned 4 KiB preads\n"
     "  overwrite-seq-4k   sequential 4 KiB pwrites over existing data\n"
     "  overwrite-rand-4k  random block-aligned 4 KiB pwrites over existing data\n"
-    "  append-4k          4 KiB writes at the end of a file that starts empty\n"
+    "  append-4k          4 KiB writes at the end of a new, empty file\n"
     "  overwrite-128      128-byte pwrites inside random blocks\n"
     "  overwrite-1k       1 KiB pwrites inside random blocks\n"
     "  overwrite-2k       2 KiB pwrites inside random blocks\n"
@@ -194,13 +194,13 @@ class File {
 
   bool Fsync() { return (upfs_ ? upfs_fsync(fd_) : fsync(fd_)) == 0; }
 
-  // Empties the file and rewinds the position.
-  Status Reset() {
-    int rc = upfs_ ? upfs_ftruncate(fd_, 0) : ftruncate(fd_, 0);
-    if (rc != 0) return Error("truncate");
-    off_t o = upfs_ ? upfs_lseek(fd_, 0, SEEK_SET) : lseek(fd_, 0, SEEK_SET);
-    if (o != 0) return Error("seek");
-    return Status::OK();
+  // Removes the file and creates it anew, empty (upfs: with a new shared
+  // state and a host file that starts small again).
+  Status Recreate(upfs_consistency mode) {
+    Close();
+    int rc = upfs_ ? upfs_unlink(path_.c_str()) : unlink(path_.c_str());
+    if (rc != 0 && errno != ENOENT) return Error("remove");
+    return Open(upfs_, path_, true, mode, fsync_writes_);
   }
 
   // Sequential prefill with non-zero data, then fsync.
@@ -512,12 +512,16 @@ Status Bench::RunRound(size_t wi, const Workload& w, SideState* s, int round, do
   Status st;
 
   if (w.kind == Kind::kAppend) {
+    // A new, empty file each round; at the bound, again a new file, made
+    // outside the timed part. (Recreating rather than truncating makes both
+    // sides pay for space allocation: a truncated upfs file would keep its
+    // host file's blocks and reuse them.)
     if (!s->append.is_open()) {
       UPFS_RETURN_IF_ERROR(
           s->append.Open(s->upfs, s->append_path, true, cfg_.mode, s->fsync_writes));
+    } else {
+      UPFS_RETURN_IF_ERROR(s->append.Recreate(cfg_.mode));
     }
-    UPFS_RETURN_IF_ERROR(s->append.Reset());
-    // Append up to the bound, empty the file outside the timed part, repeat.
     const uint64_t bound = std::max<uint64_t>(size / 4, 16 * kBlock) / io;
     File& f = s->append;
     uint64_t in_file = 0;
@@ -533,7 +537,7 @@ Status Bench::RunRound(size_t wi, const Workload& w, SideState* s, int round, do
       if (now - paused >= end) break;
       if (g_interrupted) return Interrupted();
       if (in_file == bound) {
-        UPFS_RETURN_IF_ERROR(f.Reset());
+        UPFS_RETURN_IF_ERROR(f.Recreate(cfg_.mode));
         in_file = 0;
         paused += NowSeconds() - now;
       }

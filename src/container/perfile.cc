@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "format/header.h"
 #include "medium/medium.h"
 #include "medium/pm.h"
 #include "util/crc32c.h"
@@ -39,12 +40,6 @@ uint64_t NowNs() {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
-bool AllZero(const char* p, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    if (p[i]) return false;
-  return true;
 }
 
 // Writes header and first log block. The magic goes last, in its own
@@ -82,39 +77,6 @@ Status InitNewFile(Medium* m, Consistency consistency) {
 
 }  // namespace
 
-Status ValidateHeader(const char* base, uint64_t bytes) {
-  if (bytes < 2 * kBlockSize) return Status::Corrupt("file", "shorter than a header and a log block");
-  const auto* h = reinterpret_cast<const FileHeader*>(base);
-  if (h->format_version != kFormatVersion)
-    return Status::Corrupt("file header", "format version " + std::to_string(h->format_version) +
-                                              " (this upfs reads version " +
-                                              std::to_string(kFormatVersion) + ")");
-  if (Crc32c(base, offsetof(FileHeader, header_crc)) != h->header_crc)
-    return Status::Corrupt("file header", "checksum mismatch");
-  if (h->block_size != kBlockSize)
-    return Status::Corrupt("file header", "block size " + std::to_string(h->block_size));
-  if (h->consistency != uint32_t(Consistency::kStrict) &&
-      h->consistency != uint32_t(Consistency::kSync))
-    return Status::Corrupt("file header", "unknown consistency mode");
-  if (h->flags != 0) return Status::Corrupt("file header", "unknown flags");
-  if (bytes % kBlockSize != 0)
-    return Status::Corrupt("file", "size " + std::to_string(bytes) + " is not whole blocks");
-  return Status::OK();
-}
-
-bool LooksLikeUpfs(int fd) {
-  unsigned char magic[sizeof(kMagic)];
-  return pread(fd, magic, sizeof(magic), 0) == ssize_t(sizeof(magic)) &&
-         std::memcmp(magic, kMagic, sizeof(kMagic)) == 0;
-}
-
-Status ReadFileId(int fd, uint64_t* id) {
-  if (!LooksLikeUpfs(fd)) return Status::Error(EMEDIUMTYPE, "not a upfs file");
-  if (pread(fd, id, sizeof(*id), offsetof(FileHeader, file_id)) != ssize_t(sizeof(*id)))
-    return Status::FromErrno("read header");
-  return Status::OK();
-}
-
 Status OpenPerFile(int host_fd, const std::string& path, bool create, Consistency consistency,
                    std::unique_ptr<File>* out) {
   // Our own read/write description of the file: the caller's may be
@@ -144,10 +106,9 @@ Status OpenPerFile(int host_fd, const std::string& path, bool create, Consistenc
     }
     bool fresh = st.st_size == 0;
     if (!fresh && !LooksLikeUpfs(fd) && create && uint64_t(st.st_size) <= kInitialBytes) {
-      // Interrupted creation: zero first blocks, nothing else written.
       char buf[2 * kBlockSize];
       ssize_t r = pread(fd, buf, sizeof(buf), 0);
-      fresh = r == ssize_t(sizeof(buf)) && AllZero(buf, sizeof(buf));
+      fresh = r == ssize_t(sizeof(buf)) && IsInterruptedCreation(buf);
     }
     if (st.st_size == 0 && !create) {
       close(fd);

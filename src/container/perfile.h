@@ -21,13 +21,4 @@ namespace upfs {
 Status OpenPerFile(int host_fd, const std::string& path, bool create,
                    format::Consistency consistency, std::unique_ptr<File>* out);
 
-// Checks the header of a host file mapped at `base` (`bytes` long).
-Status ValidateHeader(const char* base, uint64_t bytes);
-
-// 1 if the host file behind fd starts with a upfs header, else 0.
-bool LooksLikeUpfs(int fd);
-
-// Reads the file id of a upfs file (for removing its shared state).
-Status ReadFileId(int fd, uint64_t* id);
-
 }  // namespace upfs

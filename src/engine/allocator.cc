@@ -75,7 +75,8 @@ Status Allocator::ClaimChunk(ThreadBlocks* t, uint64_t want) {
     }
     // Full: grow the host file and publish the new capacity.
     UPFS_RETURN_IF_ERROR(m_->Grow((cap + want) << kBlockShift));
-    uint64_t newcap = std::min<uint64_t>(m_->capacity() >> kBlockShift, format::kMaxBlocks);
+    // Block 0xffffffff would read as kKeepBlock in a payload run: never hand it out.
+    uint64_t newcap = std::min<uint64_t>(m_->capacity() >> kBlockShift, format::kMaxBlocks - 1);
     uint64_t c = sh_->header()->capacity_blocks.load();
     while (newcap > c && !sh_->header()->capacity_blocks.compare_exchange_weak(c, newcap)) {
     }
@@ -129,6 +130,11 @@ void Allocator::Free(ThreadBlocks* t, uint32_t l, uint32_t count) {
 
 void Allocator::ReturnRange(uint64_t l, uint64_t count) {
   for (uint64_t i = 0; i < count; ++i) sh_->ClearBit(l + i);
+}
+
+void Allocator::DropChunk(ThreadBlocks* t) {
+  if (t->chunk_next < t->chunk_end) ReturnRange(t->chunk_next, t->chunk_end - t->chunk_next);
+  t->chunk_next = t->chunk_end = 0;
 }
 
 void Allocator::ReturnAll(ThreadBlocks* t) {

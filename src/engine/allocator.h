@@ -31,6 +31,8 @@ class Allocator {
   // Gives blocks back to the thread (they must be unreachable by readers,
   // see docs/design.md on reuse).
   void Free(ThreadBlocks* t, uint32_t l, uint32_t count);
+  // Gives the rest of the thread's chunk back to the shared bitmap.
+  void DropChunk(ThreadBlocks* t);
   // Returns everything the thread holds to the shared bitmap.
   void ReturnAll(ThreadBlocks* t);
 

@@ -68,7 +68,7 @@ class BlockTable {
   uint64_t size() const { return size_.load(std::memory_order_acquire); }
   uint64_t mapped_blocks() const { return mapped_.load(std::memory_order_relaxed); }
   // One past the highest virtual block ever mapped (bounds truncation work).
-  uint64_t high_water() const { return high_; }
+  uint64_t high_water() const { return high_.load(std::memory_order_acquire); }
 
   // Writer side (one thread at a time).
   Status Apply(const Effect& e);
@@ -102,7 +102,7 @@ class BlockTable {
   template <typename Fn>
   void ForEachMapped(Fn fn) const {
     Array* a = arr_.load(std::memory_order_acquire);
-    uint64_t n = std::min<uint64_t>(a->cap, high_);
+    uint64_t n = std::min<uint64_t>(a->cap, high_water());
     for (uint64_t v = 0; v < n; ++v) {
       uint32_t l = a->e[v].load(std::memory_order_relaxed);
       if (l) fn(v, l);
@@ -123,7 +123,7 @@ class BlockTable {
   std::vector<Array*> retired_;  // older arrays may still be read; freed at destruction
   std::atomic<uint64_t> size_{0};
   std::atomic<uint64_t> mapped_{0};
-  uint64_t high_ = 0;
+  std::atomic<uint64_t> high_{0};
   std::atomic<uint64_t> cver_{0};
   std::atomic<uint64_t> cpos_{0};
   std::atomic<uint64_t> cseq_{0};

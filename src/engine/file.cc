@@ -116,7 +116,7 @@ Status File::Init(bool rebuild) {
   UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), table.get(), &res, rebuild));
   if (table->size() > kMaxFileSize) return Status::Corrupt("log", "file size beyond the limit");
   if (rebuild) {
-    uint64_t cap = std::min<uint64_t>(medium_->capacity() >> kBlockShift, kMaxBlocks);
+    uint64_t cap = std::min<uint64_t>(medium_->capacity() >> kBlockShift, kMaxBlocks - 1);
     shared_->ResetForRebuild(cap);
     // Every referenced block once; a second reference is damage.
     std::string dup;
@@ -260,7 +260,7 @@ Status File::ExtendChain(ThreadCtx* c, LogPos* pos) {
         len = pos->seq + 2 - hb->seq;
       }
       uint64_t last = shared_->header()->gc_last_blocks.load(std::memory_order_relaxed);
-      if (len > 32 + 2 * last) gc_wanted_.store(true, std::memory_order_relaxed);
+      if (len > kGcSlackBlocks + 2 * last) gc_wanted_.store(true, std::memory_order_relaxed);
     } else {
       alloc_.Free(&c->blocks, nl, 1);  // never published
       w = expected;
@@ -300,7 +300,7 @@ Status File::BuildPayload(ThreadCtx* c, uint32_t vblock, const std::vector<Run>&
     // Overflow runs must be contiguous; give these back and take a fresh chunk.
     for (const Run& r : c->overflow) alloc_.Free(&c->blocks, r.lblock, r.count);
     c->overflow.clear();
-    c->blocks.chunk_next = c->blocks.chunk_end;  // force a new chunk
+    alloc_.DropChunk(&c->blocks);  // force a fresh chunk
     UPFS_RETURN_IF_ERROR(alloc_.Alloc(&c->blocks, nblocks, &c->overflow));
     if (c->overflow.size() != 1) return Status::Error(ENOSPC, "no contiguous overflow space");
   }

@@ -29,6 +29,9 @@
 namespace upfs {
 
 inline constexpr uint32_t kMaxThreads = 1024;
+// GC runs when a new log block makes the chain longer than this plus twice
+// the length the last compaction produced.
+inline constexpr uint64_t kGcSlackBlocks = 32;
 
 struct FileStat {
   uint64_t size = 0;
@@ -74,8 +77,9 @@ class File {
   Status Size(uint64_t* size);
   // SEEK_DATA (data = true) / SEEK_HOLE semantics of lseek(2).
   Status SeekDataHole(uint64_t off, bool data, uint64_t* result);
-  // Compacts the log if it is long enough to be worth it (or always, with
-  // force). Non-blocking: returns at once if another GC is running.
+  // Compacts the log if it is past the trigger length (with force: whenever
+  // that makes it shorter). Non-blocking: returns at once if another GC is
+  // running.
   Status CollectGarbage(bool force);
   // Number of log blocks in the chain from the head to the tail.
   Status LogLength(uint64_t* blocks);

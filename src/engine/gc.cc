@@ -118,6 +118,9 @@ Status File::CompactLocked(ThreadCtx* c, bool force) {
   const uint32_t active = l;
   const uint64_t active_seq = seq;
   if (old_blocks.empty()) return Status::OK();
+  // Unless forced, only past the trigger length (see docs/design.md, GC).
+  uint64_t last = shared_->header()->gc_last_blocks.load(std::memory_order_relaxed);
+  if (!force && old_blocks.size() + 1 <= kGcSlackBlocks + 2 * last) return Status::OK();
 
   // The state as entries: size first (SIZE_SET unmaps nothing in an empty
   // table), then the block map as maximal runs.

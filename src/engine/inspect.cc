@@ -6,10 +6,10 @@
 
 #include <cstring>
 
-#include "container/perfile.h"
 #include "engine/log.h"
 #include "engine/shared_state.h"
 #include "format/format.h"
+#include "format/header.h"
 #include "medium/medium.h"
 
 namespace upfs {

@@ -40,7 +40,7 @@ void BlockTable::EnsureCapacity(uint64_t n) {
   uint64_t cap = a->cap;
   while (cap < n) cap *= 2;
   Array* b = NewArray(cap);
-  for (uint64_t i = 0; i < std::min(a->cap, high_); ++i)
+  for (uint64_t i = 0; i < std::min(a->cap, high_water()); ++i)
     b->e[i].store(a->e[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
   arr_.store(b, std::memory_order_release);
   retired_.push_back(a);
@@ -55,7 +55,7 @@ void BlockTable::Set(uint64_t v, uint32_t l) {
   a->e[v].store(l, std::memory_order_release);
   if (old == 0) mapped_.fetch_add(1, std::memory_order_relaxed);
   if (l == 0) mapped_.fetch_sub(1, std::memory_order_relaxed);
-  if (l && v + 1 > high_) high_ = v + 1;
+  if (l && v + 1 > high_water()) high_.store(v + 1, std::memory_order_release);
 }
 
 Status BlockTable::Apply(const Effect& e) {
@@ -71,7 +71,7 @@ Status BlockTable::Apply(const Effect& e) {
     if (e.new_size > size()) SetSize(e.new_size);
   } else if (e.size_op == Effect::kSet) {
     uint64_t keep = (e.new_size + kBlockSize - 1) >> kBlockShift;
-    for (uint64_t b = keep; b < high_; ++b) Set(b, 0);
+    for (uint64_t b = keep, hw = high_water(); b < hw; ++b) Set(b, 0);
     SetSize(e.new_size);
   }
   return Status::OK();

@@ -23,12 +23,16 @@
 #include <vector>
 
 #include "container/perfile.h"
+#include "format/header.h"
 #include "engine/file.h"
 #include "engine/shared_state.h"
 #include "posix/op_guard.h"
 
 namespace upfs {
 namespace {
+
+using format::LooksLikeUpfs;
+using format::ReadFileId;
 
 thread_local std::string t_last_error = "no error";
 
