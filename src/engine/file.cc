@@ -1,6 +1,7 @@
 #include "engine/file.h"
 
 #include <immintrin.h>
+#include <x86intrin.h>
 #include <linux/falloc.h>
 #include <time.h>
 
@@ -429,11 +430,16 @@ void File::ReleaseDisplaced(ThreadCtx* c, const uint32_t* blocks, size_t n) {
 }
 
 void File::TouchMtime() {
+  // The clock is read at most every ~2^20 cycles (about 0.3 ms): mtime
+  // needs no finer grain than the coarse clock gives, and this keeps the
+  // shared header line out of the write path.
+  uint64_t tsc = __rdtsc();
+  uint64_t last = last_mtime_tick_.load(std::memory_order_relaxed);
+  if (tsc - last < (uint64_t{1} << 20)) return;
+  last_mtime_tick_.store(tsc, std::memory_order_relaxed);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME_COARSE, &ts);
   uint64_t now = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-  if (last_mtime_tick_.load(std::memory_order_relaxed) == now) return;
-  last_mtime_tick_.store(now, std::memory_order_relaxed);
   if (hdr_->mtime_ns.load(std::memory_order_relaxed) < now) pm::Store64(&hdr_->mtime_ns, now);
 }
 
@@ -515,16 +521,22 @@ Status File::CopyIntoNewBlocks(ThreadCtx* c, const void* buf, size_t n, uint64_t
         i = j;
         continue;
       }
-      // An edge block: old bytes below the size, zeros above, new bytes over.
-      alignas(64) unsigned char tmp[kBlockSize];
+      // An edge block: old bytes below the size, zeros above, new bytes
+      // over both; assembled in place with non-temporal copies.
+      char* nb = dst + (i << kBlockShift);
       uint32_t ol = c->old[bv - vb0];
-      uint64_t valid = size > bs ? std::min<uint64_t>(size - bs, kBlockSize) : 0;
-      if (ol && valid) std::memcpy(tmp, access_.AddrUnchecked(ol), valid);
-      else valid = 0;
-      std::memset(tmp + valid, 0, kBlockSize - valid);
-      uint64_t lo = std::max(bs, off), hi = std::min(bs + kBlockSize, end);
-      std::memcpy(tmp + (lo - bs), in + (lo - off), hi - lo);
-      pm::CopyNT(dst + (i << kBlockShift), tmp, kBlockSize);
+      uint64_t valid = ol && size > bs ? std::min<uint64_t>(size - bs, kBlockSize) : 0;
+      const char* ob = ol ? access_.AddrUnchecked(ol) : nullptr;
+      uint64_t lo = std::max(bs, off) - bs, hi = std::min(bs + kBlockSize, end) - bs;
+      auto old_or_zero = [&](uint64_t from, uint64_t to) {
+        if (from >= to) return;
+        uint64_t mid = std::clamp(valid, from, to);
+        if (mid > from) pm::CopyNT(nb + from, ob + from, mid - from);
+        if (to > mid) pm::ZeroNT(nb + mid, to - mid);
+      };
+      old_or_zero(0, lo);
+      pm::CopyNT(nb + lo, in + (bs + lo - off), hi - lo);
+      old_or_zero(hi, kBlockSize);
       ++i;
     }
     v += r.count;

@@ -30,7 +30,8 @@ enum class Consistency : uint32_t { kStrict = 1, kSync = 2 };
 
 // ---------------------------------------------------------------------------
 // File header: logical block 0.
-// Cache line 0 is immutable after creation and covered by header_crc.
+// Cache line 0 is immutable after creation; header_crc covers its bytes
+// [0, 40) (magic to created_ns).
 // Cache line 1 holds the only mutable word, the log head, changed by CAS.
 struct FileHeader {
   unsigned char magic[8];
