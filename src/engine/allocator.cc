@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <thread>
 
 namespace upfs {
 
@@ -64,7 +65,7 @@ bool Allocator::TryClaim(uint64_t cap, uint64_t want, uint64_t* first, uint64_t*
 
 Status Allocator::ClaimChunk(ThreadBlocks* t, uint64_t want) {
   want = std::max(want, kChunkBlocks);
-  for (int attempt = 0; attempt < 64; ++attempt) {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
     uint64_t cap = sh_->header()->capacity_blocks.load(std::memory_order_acquire);
     uint64_t first, count;
     if (TryClaim(cap, want, &first, &count)) {
@@ -82,6 +83,14 @@ Status Allocator::ClaimChunk(ThreadBlocks* t, uint64_t want) {
     }
   }
   return Status::Error(ENOSPC, "no free blocks after growing the file");
+}
+
+void Allocator::PublishCapacity() {
+  // Block 0xffffffff would read as kKeepBlock in a payload run: never hand it out.
+  uint64_t newcap = std::min<uint64_t>(m_->capacity() >> kBlockShift, format::kMaxBlocks - 1);
+  uint64_t c = sh_->header()->capacity_blocks.load();
+  while (newcap > c && !sh_->header()->capacity_blocks.compare_exchange_weak(c, newcap)) {
+  }
 }
 
 Status Allocator::Alloc(ThreadBlocks* t, uint64_t n, std::vector<Run>* runs) {

@@ -12,6 +12,7 @@
 #include "engine/epoch_pin.h"
 #include "medium/pm.h"
 #include "util/crc32c.h"
+#include "util/optimistic_copy.h"
 
 namespace upfs {
 
@@ -87,6 +88,7 @@ File::File(std::unique_ptr<Medium> medium, std::unique_ptr<SharedState> shared)
       alloc_(medium_.get(), shared_.get()) {}
 
 File::~File() {
+  medium_->JoinBackground();  // its callback uses the shared state
   for (auto& slot : ctx_) {
     ThreadCtx* c = slot.load();
     if (!c) continue;
@@ -474,7 +476,7 @@ Status File::Read(void* buf, size_t n, uint64_t off, size_t* done) {
       uint64_t lo = std::max(bs, off), hi = std::min(bs + kBlockSize, end);
       uint32_t l = t->Get(v);
       if (l)
-        std::memcpy(out + (lo - off), access_.AddrUnchecked(l) + (lo - bs), hi - lo);
+        OptimisticCopy(out + (lo - off), access_.AddrUnchecked(l) + (lo - bs), hi - lo);
       else
         std::memset(out + (lo - off), 0, hi - lo);
     }
@@ -692,7 +694,7 @@ Status File::Truncate(uint64_t len) {
       UPFS_RETURN_IF_ERROR(alloc_.Alloc(&c->blocks, 1, &c->runs));
       alignas(64) unsigned char tmp[kBlockSize];
       uint64_t valid = len & (kBlockSize - 1);
-      std::memcpy(tmp, access_.AddrUnchecked(last), valid);
+      OptimisticCopy(tmp, access_.AddrUnchecked(last), valid);
       std::memset(tmp + valid, 0, kBlockSize - valid);
       char* dst;
       UPFS_RETURN_IF_ERROR(access_.Addr(c->runs[0].lblock, &dst));
@@ -776,7 +778,7 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
           if (!st.ok()) break;
           fresh.push_back(one[0]);
           alignas(64) unsigned char tmp[kBlockSize];
-          std::memcpy(tmp, access_.AddrUnchecked(l), kBlockSize);
+          OptimisticCopy(tmp, access_.AddrUnchecked(l), kBlockSize);
           uint64_t lo = std::max(bs, off), hi = std::min(bs + kBlockSize, end);
           std::memset(tmp + (lo - bs), 0, hi - lo);
           char* dst;

@@ -22,6 +22,9 @@
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25
 #endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 namespace upfs {
 
@@ -105,6 +108,7 @@ Medium::Medium(int fd, std::string path, MediumKind kind, bool read_only)
     : fd_(fd), path_(std::move(path)), kind_(kind), read_only_(read_only) {}
 
 Medium::~Medium() {
+  JoinBackground();
   char* b = base_.load();
   if (b) munmap(b, reserved_);
   for (const Region& r : retired_) munmap(r.addr, r.len);
@@ -124,6 +128,11 @@ Status Medium::Open(int fd, const std::string& path, std::unique_ptr<Medium>* ou
   {
     std::lock_guard<std::mutex> g(m->grow_mu_);
     UPFS_RETURN_IF_ERROR(m->MapLocked(m->capacity()));
+  }
+  if (m->kind_ == MediumKind::kTmpfs && !read_only && HugePagesWanted() &&
+      m->capacity() >= 3 * kExtentSize) {
+    std::lock_guard<std::mutex> g(m->work_mu_);
+    m->StartWorkerLocked();
   }
   *out = std::move(m);
   return Status::OK();
@@ -161,12 +170,9 @@ Status Medium::MapRange(char* b, uint64_t from, uint64_t to) {
   int prot = read_only_ ? PROT_READ : PROT_READ | PROT_WRITE;
   void* p = mmap(b + from, to - from, prot, flags, fd_, off_t(from));
   if (p == MAP_FAILED) return Status::FromErrno("mmap " + path_);
-  if (kind_ == MediumKind::kTmpfs && HugePagesWanted() && !read_only_) {
-    // Whole 2 MiB extents only; failure just leaves 4 KiB pages.
-    uint64_t first = RoundUp(from, kExtentSize);
-    uint64_t last = to / kExtentSize * kExtentSize;
-    if (last > first) madvise(b + first, last - first, MADV_COLLAPSE);
-  }
+  // Fault the new pages in now, in one call, rather than one by one on the
+  // write path (huge pages come later, from the background worker).
+  if (kind_ == MediumKind::kTmpfs && !read_only_) madvise(b + from, to - from, MADV_POPULATE_WRITE);
   return Status::OK();
 }
 
@@ -225,6 +231,65 @@ Status Medium::Grow(uint64_t bytes) {
     UPFS_RETURN_IF_ERROR(RefreshCapacity());
   }
   return MapLocked(capacity());
+}
+
+void Medium::GrowAhead(uint64_t bytes, std::function<void()> done) {
+  if (read_only_) return;
+  std::lock_guard<std::mutex> g(work_mu_);
+  if (stopping_) return;
+  if (bytes > grow_target_ && bytes > capacity()) {
+    grow_target_ = bytes;
+    grow_done_ = std::move(done);
+    growing_.store(true, std::memory_order_release);
+  }
+  StartWorkerLocked();
+}
+
+void Medium::StartWorkerLocked() {
+  if (worker_running_) return;
+  if (worker_.joinable()) worker_.join();  // a finished previous worker
+  worker_running_ = true;
+  worker_ = std::thread([this] { WorkerLoop(); });
+}
+
+void Medium::WorkerLoop() {
+  for (;;) {
+    uint64_t target = 0;
+    std::function<void()> done;
+    {
+      std::lock_guard<std::mutex> g(work_mu_);
+      if (stopping_) break;
+      target = grow_target_;
+      grow_target_ = 0;
+      done = std::move(grow_done_);
+      grow_done_ = nullptr;
+      if (!target) growing_.store(false, std::memory_order_release);
+    }
+    if (target) {
+      if (Grow(target).ok() && done) done();
+      continue;
+    }
+    // Idle: collapse one extent behind the frontier (the last two extents,
+    // where appends land, are left until the file has grown past them).
+    char* b = base();
+    uint64_t mapped = mapped_bytes();
+    bool collapse = kind_ == MediumKind::kTmpfs && HugePagesWanted() &&
+                    collapsed_ + 3 * kExtentSize <= mapped;
+    if (!collapse) break;
+    madvise(b + collapsed_, kExtentSize, MADV_COLLAPSE);
+    collapsed_ += kExtentSize;
+  }
+  std::lock_guard<std::mutex> g(work_mu_);
+  growing_.store(false, std::memory_order_release);
+  worker_running_ = false;
+}
+
+void Medium::JoinBackground() {
+  {
+    std::lock_guard<std::mutex> g(work_mu_);
+    stopping_ = true;
+  }
+  if (worker_.joinable()) worker_.join();
 }
 
 Status Medium::Sync() {

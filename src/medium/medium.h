@@ -10,7 +10,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <thread>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -59,6 +61,16 @@ class Medium {
   // and maps it. Safe to race with other threads and processes.
   Status Grow(uint64_t bytes);
 
+  // Asks the background worker to grow the host file to at least `bytes`,
+  // so that the kernel's work of growing a file (fallocate, page
+  // allocation) happens off the write path. `done` runs in the worker once
+  // the space is mapped.
+  void GrowAhead(uint64_t bytes, std::function<void()> done);
+  // True while the background worker has a growth request in hand.
+  bool GrowInFlight() const { return growing_.load(std::memory_order_acquire); }
+  // Stops the background worker (waits for the step it is in).
+  void JoinBackground();
+
   // Makes sure [0, bytes) of the host file is mapped (after another process
   // grew the file). Cheap when already mapped.
   Status EnsureMapped(uint64_t bytes);
@@ -90,6 +102,19 @@ class Medium {
     uint64_t len;
   };
   std::vector<Region> retired_;  // older reservations, unmapped at close
+  // Background worker: growth requests first, then collapsing mapped 2 MiB
+  // extents into huge pages (on tmpfs, where MADV_COLLAPSE costs
+  // milliseconds per extent and must stay off every caller's path).
+  void StartWorkerLocked();
+  void WorkerLoop();
+  std::mutex work_mu_;
+  std::thread worker_;
+  bool worker_running_ = false;
+  bool stopping_ = false;
+  uint64_t grow_target_ = 0;
+  std::function<void()> grow_done_;
+  std::atomic<bool> growing_{false};
+  uint64_t collapsed_ = 0;  // extents below this offset were collapsed (or tried)
 };
 
 // Detects the medium kind of an open file.

@@ -230,14 +230,25 @@ int upfs_open(const char* path, int flags, ...) {
   return OpenImpl(path, flags, mode, format::Consistency(g_default_consistency.load()));
 }
 
+// Callers may pass any int as the enum (C does not check): read it as an
+// int before trusting it.
+static bool ValidConsistency(enum upfs_consistency c, int* out) {
+  int v;
+  std::memcpy(&v, &c, sizeof(v));
+  *out = v;
+  return v == UPFS_STRICT || v == UPFS_SYNC;
+}
+
 int upfs_open_mode(const char* path, int flags, mode_t mode, enum upfs_consistency c) {
-  if (c != UPFS_STRICT && c != UPFS_SYNC) return FailErrno(EINVAL, "bad consistency mode");
-  return OpenImpl(path, flags, mode, format::Consistency(c));
+  int v;
+  if (!ValidConsistency(c, &v)) return FailErrno(EINVAL, "bad consistency mode");
+  return OpenImpl(path, flags, mode, format::Consistency(v));
 }
 
 int upfs_set_default_consistency(enum upfs_consistency c) {
-  if (c != UPFS_STRICT && c != UPFS_SYNC) return FailErrno(EINVAL, "bad consistency mode");
-  g_default_consistency.store(int(c));
+  int v;
+  if (!ValidConsistency(c, &v)) return FailErrno(EINVAL, "bad consistency mode");
+  g_default_consistency.store(v);
   return 0;
 }
 
