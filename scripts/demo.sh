@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The quick start: installs the dependencies, builds upfs (Release) into
+# build/, and runs the short benchmark on /dev/shm, which prints upfs against
+# the kernel file system, workload by workload.
+#
+#   bash scripts/demo.sh
+#
+# Takes a few minutes on 2 cores (most of it the build). The benchmark's
+# JSON results are left in build/bench-quick.json.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/install-deps.sh
+bash scripts/build.sh build
+echo
+echo "== upfs bench --quick (files on /dev/shm, removed afterwards) =="
+build/bin/upfs bench --quick --dir /dev/shm --json build/bench-quick.json
+echo
+echo "JSON results: build/bench-quick.json (chart: python3 bench/plot.py build/bench-quick.json)"

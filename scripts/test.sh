@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# The full test suite, as CI runs it (.ci/run):
+#
+#   1. deps  scripts/install-deps.sh
+#   2. main  RelWithDebInfo build in build/ (GCC), every test:
+#            ctest --output-on-failure
+#   3. asan  ASan+UBSan build in build-asan/ (clang-14):
+#            ctest -L 'unit|corruption|differential', UPFS_TEST_SCALE=0.2
+#   4. tsan  TSan build in build-tsan/ (clang-14):
+#            ctest -L concurrency, UPFS_TEST_SCALE=0.2
+#
+# Every stage runs even when an earlier one failed; the script exits non-zero
+# if any failed. It ends with a summary of the stages whose last line is
+# ctest's own summary line (of the first failing stage, else of the main
+# run), e.g. "100% tests passed, 0 tests failed out of 57".
+#
+# Environment: JOBS (build parallelism, default 2), CTEST_JOBS (tests run in
+# parallel per stage, default 1), SKIP_DEPS=1 (skip stage 1),
+# STAGES="main asan tsan" (run a subset).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+JOBS="${JOBS:-2}"
+CTEST_JOBS="${CTEST_JOBS:-1}"
+STAGES="${STAGES:-main asan tsan}"
+START=$(date +%s)
+LOGDIR=$(mktemp -d "${TMPDIR:-/tmp}/upfs-test.XXXXXX")
+trap 'rm -rf "$LOGDIR"' EXIT
+
+names=()
+results=()
+summaries=()
+
+# record NAME STATUS [LOGFILE]: remembers a stage's result and, from its log,
+# ctest's summary line.
+record() {
+  local summary=""
+  if [ -n "${3:-}" ] && [ -f "$3" ]; then
+    summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$3" | tail -n 1 || true)
+  fi
+  names+=("$1")
+  results+=("$2")
+  summaries+=("$summary")
+}
+
+banner() {
+  echo
+  echo "==================== $* ($(date +%H:%M:%S), $(( $(date +%s) - START )) s in) ===================="
+}
+
+# build_tree DIR CMAKE_ARGS...: configure and build one tree.
+build_tree() {
+  local dir="$1"
+  shift
+  cmake -S . -B "$dir" -G Ninja "$@" && cmake --build "$dir" -j"$JOBS"
+}
+
+# run_ctest DIR LOG CTEST_ARGS...: runs ctest in DIR (behind the command in
+# the CTEST_PREFIX array, if any), its output tee'd into LOG.
+CTEST_PREFIX=()
+run_ctest() {
+  local dir="$1" log="$2"
+  shift 2
+  (cd "$dir" && "${CTEST_PREFIX[@]}" ctest --output-on-failure --no-tests=error \
+    -j"$CTEST_JOBS" "$@") 2>&1 | tee "$log"
+  return "${PIPESTATUS[0]}"
+}
+
+stage_wanted() { [[ " $STAGES " == *" $1 "* ]]; }
+
+# -- 1. dependencies ----------------------------------------------------------
+if [ "${SKIP_DEPS:-0}" != 1 ]; then
+  banner "deps: scripts/install-deps.sh"
+  if bash scripts/install-deps.sh; then record deps ok; else record deps FAILED; fi
+fi
+
+# -- 2. main build, every test ---------------------------------------------------
+if stage_wanted main; then
+  banner "main: RelWithDebInfo build in build/"
+  log="$LOGDIR/main.log"
+  if build_tree build -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
+    banner "main: ctest (all labels)"
+    if run_ctest build "$log"; then record main ok "$log"; else record main FAILED "$log"; fi
+  else
+    record main "FAILED (build)"
+  fi
+fi
+
+# -- 3. ASan + UBSan -------------------------------------------------------------
+if stage_wanted asan; then
+  banner "asan: ASan+UBSan build in build-asan/ (clang-14)"
+  log="$LOGDIR/asan.log"
+  if build_tree build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUPFS_SANITIZE=address \
+      -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DUPFS_BUILD_BENCH=OFF; then
+    banner "asan: ctest -L 'unit|corruption|differential' (UPFS_TEST_SCALE=0.2)"
+    if UPFS_TEST_SCALE=0.2 \
+        ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" \
+        UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
+        run_ctest build-asan "$log" -L 'unit|corruption|differential'; then
+      record asan ok "$log"
+    else
+      record asan FAILED "$log"
+    fi
+  else
+    record asan "FAILED (build)"
+  fi
+fi
+
+# -- 4. TSan ---------------------------------------------------------------------
+if stage_wanted tsan; then
+  banner "tsan: TSan build in build-tsan/ (clang-14)"
+  log="$LOGDIR/tsan.log"
+  if build_tree build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUPFS_SANITIZE=thread \
+      -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DUPFS_BUILD_BENCH=OFF; then
+    banner "tsan: ctest -L concurrency (UPFS_TEST_SCALE=0.2)"
+    # TSan's shadow memory layout breaks under high mmap randomization on some
+    # kernels; running without address randomization avoids that.
+    if setarch "$(uname -m)" -R true >/dev/null 2>&1; then CTEST_PREFIX=(setarch "$(uname -m)" -R); fi
+    if UPFS_TEST_SCALE=0.2 TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}" \
+        run_ctest build-tsan "$log" -L concurrency; then
+      record tsan ok "$log"
+    else
+      record tsan FAILED "$log"
+    fi
+    CTEST_PREFIX=()
+  else
+    record tsan "FAILED (build)"
+  fi
+fi
+
+# -- summary -----------------------------------------------------------------------
+elapsed=$(( $(date +%s) - START ))
+failed=0
+final=""
+echo
+echo "==================== test.sh summary ($((elapsed / 60)) min $((elapsed % 60)) s) ===================="
+for i in "${!names[@]}"; do
+  printf '  %-5s %-15s %s\n' "${names[$i]}" "${results[$i]}" "${summaries[$i]}"
+  if [ "${results[$i]}" != ok ]; then
+    failed=1
+    if [ -z "$final" ] && [ -n "${summaries[$i]}" ]; then final="${summaries[$i]}"; fi
+  fi
+done
+if [ "$failed" = 1 ]; then
+  echo "test.sh: FAILED"
+else
+  echo "test.sh: all stages passed"
+fi
+# The last line: ctest's own summary (first failing stage's, else main's).
+if [ -z "$final" ]; then
+  for i in "${!names[@]}"; do
+    if [ "${names[$i]}" = main ] && [ -n "${summaries[$i]}" ]; then final="${summaries[$i]}"; fi
+  done
+fi
+if [ -z "$final" ]; then
+  for i in "${!names[@]}"; do
+    if [ -n "${summaries[$i]}" ]; then final="${summaries[$i]}"; fi
+  done
+fi
+[ -n "$final" ] && echo "$final"
+exit "$failed"
