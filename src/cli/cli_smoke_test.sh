@@ -94,9 +94,11 @@ expect 1 "fsck of a plain file" "$UPFS" fsck "$PLAIN"
 contains "not a upfs file" "fsck says not a upfs file"
 expect 1 "fsck of a missing file" "$UPFS" fsck "$DIR/missing"
 
-# Damage: a byte of the checksummed header (created_ns at offset 32).
+# Damage: a byte of the checksummed header (created_ns at offset 32),
+# inverted so that the file always changes.
 cp "$DIR/a.upfs" "$DIR/damaged.upfs"
-printf '\xff' | dd of="$DIR/damaged.upfs" bs=1 seek=33 conv=notrunc status=none
+old=$(od -An -tu1 -j33 -N1 "$DIR/damaged.upfs" | tr -d ' ')
+printf "\\$(printf '%03o' $((255 - old)))" | dd of="$DIR/damaged.upfs" bs=1 seek=33 conv=notrunc status=none
 expect 1 "fsck of a damaged header" "$UPFS" fsck "$DIR/damaged.upfs"
 contains "DAMAGED" "fsck says DAMAGED"
 expect 1 "info of a damaged header" "$UPFS" info "$DIR/damaged.upfs"

@@ -114,11 +114,10 @@ Status File::Init(bool rebuild) {
   consistency_ = Consistency(hdr_->consistency);
   auto table = std::make_unique<BlockTable>();
   ReplayResult res;
-  uint64_t head = hdr_->log_head.load(std::memory_order_acquire);
-  if (head >= kMaxBlocks) return Status::Corrupt("file header", "log head out of range");
-  UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), table.get(), &res, rebuild));
-  if (table->size() > kMaxFileSize) return Status::Corrupt("log", "file size beyond the limit");
   if (rebuild) {
+    // Nobody else has the file open (and the open lock keeps it so): no GC
+    // can run, and the slots are about to be reset, so no pin is needed.
+    UPFS_RETURN_IF_ERROR(ReplayHead(table.get(), &res, true));
     uint64_t cap = std::min<uint64_t>(medium_->capacity() >> kBlockShift, kMaxBlocks - 1);
     shared_->ResetForRebuild(cap);
     // Every referenced block once; a second reference is damage.
@@ -139,12 +138,26 @@ Status File::Init(bool rebuild) {
     if (!dup.empty()) return Status::Corrupt("block map", dup);
     shared_->MarkReady();
   }
-  tables_.push_back(std::move(table));
-  table_.store(tables_.back().get(), std::memory_order_release);
   // Register the opening thread before the open lock is released, so that a
   // concurrent opener sees this process alive and does not rebuild under it.
   ThreadCtx* c;
-  return Ctx(&c);
+  UPFS_RETURN_IF_ERROR(Ctx(&c));
+  if (!rebuild) {
+    // Other processes are live and may compact the log meanwhile: walk it
+    // pinned, so that no block of the chain read here is reused under us.
+    EpochPin pin(shared_.get(), c->slot);
+    UPFS_RETURN_IF_ERROR(ReplayHead(table.get(), &res, false));
+  }
+  if (table->size() > kMaxFileSize) return Status::Corrupt("log", "file size beyond the limit");
+  tables_.push_back(std::move(table));
+  table_.store(tables_.back().get(), std::memory_order_release);
+  return Status::OK();
+}
+
+Status File::ReplayHead(BlockTable* table, ReplayResult* res, bool check_tail) {
+  uint64_t head = hdr_->log_head.load(std::memory_order_acquire);
+  if (head == 0 || head >= kMaxBlocks) return Status::Corrupt("file header", "log head out of range");
+  return ReplayChain(access_, uint32_t(head), table, res, check_tail);
 }
 
 Status File::Ctx(ThreadCtx** out) {
@@ -163,11 +176,10 @@ Status File::Ctx(ThreadCtx** out) {
 }
 
 Status File::RebuildTableLocked() {
+  // Called pinned (from CatchUp).
   auto table = std::make_unique<BlockTable>();
   ReplayResult res;
-  uint64_t head = hdr_->log_head.load(std::memory_order_acquire);
-  if (head >= kMaxBlocks) return Status::Corrupt("file header", "log head out of range");
-  UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), table.get(), &res, false));
+  UPFS_RETURN_IF_ERROR(ReplayHead(table.get(), &res, false));
   std::lock_guard<std::mutex> g(tables_mu_);
   tables_.push_back(std::move(table));
   table_.store(tables_.back().get(), std::memory_order_release);

@@ -96,6 +96,7 @@ class File {
   Status Ctx(ThreadCtx** out);
   Status CatchUp(ThreadCtx* c, BlockTable** out);
   Status RebuildTableLocked();
+  Status ReplayHead(BlockTable* table, ReplayResult* res, bool check_tail);
   format::LogBlock* LogAt(uint32_t lblock) const {
     return reinterpret_cast<format::LogBlock*>(access_.AddrUnchecked(lblock));
   }
