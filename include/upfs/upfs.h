@@ -57,6 +57,12 @@ int upfs_fsync(int fd);
 int upfs_fdatasync(int fd);
 int upfs_fstat(int fd, struct stat *st);
 
+/* Waits until background work on the file is done: growth of the host file
+ * ahead of the allocator and, on tmpfs, collapsing it into 2 MiB pages (which
+ * otherwise starts once the file has stopped growing for a second). Never
+ * needed for correctness; benchmarks call it after filling a file. */
+int upfs_settle(int fd);
+
 /* unlink(2) that also removes the file's shared allocation state. */
 int upfs_unlink(const char *path);
 

@@ -216,6 +216,10 @@ class File {
       }
     }
     if (!Fsync()) return Error("fsync");
+    // Measure the steady state: let upfs finish its background work on the
+    // new file (on tmpfs, collapsing it into huge pages), as the kernel side
+    // has its pages allocated by the prefill too.
+    if (upfs_ && upfs_settle(fd_) != 0) return Error("settle");
     return Status::OK();
   }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <thread>
 
 namespace upfs {
@@ -72,15 +73,26 @@ Status Allocator::ClaimChunk(ThreadBlocks* t, uint64_t want) {
       if (t->chunk_next < t->chunk_end) ReturnRange(t->chunk_next, t->chunk_end - t->chunk_next);
       t->chunk_next = first;
       t->chunk_end = first + count;
+      // Close to the end of the file: grow it in the background now, so
+      // that appends do not wait for the kernel later.
+      uint64_t headroom = std::max<uint64_t>(4 * (kExtentSize >> kBlockShift), cap / 4);
+      if (first + count + headroom > cap)
+        m_->GrowAhead((cap + 2 * headroom) << kBlockShift, [this] { PublishCapacity(); });
       return Status::OK();
     }
-    // Full: grow the host file and publish the new capacity.
-    UPFS_RETURN_IF_ERROR(m_->Grow((cap + want) << kBlockShift));
-    // Block 0xffffffff would read as kKeepBlock in a payload run: never hand it out.
-    uint64_t newcap = std::min<uint64_t>(m_->capacity() >> kBlockShift, format::kMaxBlocks - 1);
-    uint64_t c = sh_->header()->capacity_blocks.load();
-    while (newcap > c && !sh_->header()->capacity_blocks.compare_exchange_weak(c, newcap)) {
+    if (m_->GrowInFlight()) {
+      // The background worker is already growing the file: wait for it
+      // rather than doing the same kernel work twice.
+      // Sleep, not spin: the kernel work it waits for (page allocation,
+      // huge-page collapse) needs this CPU for its per-CPU drains.
+      while (m_->GrowInFlight() &&
+             sh_->header()->capacity_blocks.load(std::memory_order_acquire) == cap)
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      continue;
     }
+    // Full: grow the host file now and publish the new capacity.
+    UPFS_RETURN_IF_ERROR(m_->Grow((cap + want) << kBlockShift));
+    PublishCapacity();
   }
   return Status::Error(ENOSPC, "no free blocks after growing the file");
 }

@@ -73,6 +73,8 @@ class File {
   Status Truncate(uint64_t len);
   Status Fallocate(int mode, uint64_t off, uint64_t len);
   Status Sync();
+  // Waits for background work on the file (growth, huge pages).
+  void Settle() { medium_->Settle(); }
   Status Stat(FileStat* st);
   Status Size(uint64_t* size);
   // SEEK_DATA (data = true) / SEEK_HOLE semantics of lseek(2).

@@ -170,9 +170,11 @@ Status Medium::MapRange(char* b, uint64_t from, uint64_t to) {
   int prot = read_only_ ? PROT_READ : PROT_READ | PROT_WRITE;
   void* p = mmap(b + from, to - from, prot, flags, fd_, off_t(from));
   if (p == MAP_FAILED) return Status::FromErrno("mmap " + path_);
-  // Fault the new pages in now, in one call, rather than one by one on the
-  // write path (huge pages come later, from the background worker).
-  if (kind_ == MediumKind::kTmpfs && !read_only_) madvise(b + from, to - from, MADV_POPULATE_WRITE);
+  // Fault allocated small pages in now, in one call, rather than one by
+  // one on the write path. (With huge pages, Grow collapses fresh extents
+  // itself, and populating here would allocate all their small pages.)
+  if (kind_ == MediumKind::kTmpfs && !read_only_ && !HugePagesWanted())
+    madvise(b + from, to - from, MADV_POPULATE_WRITE);
   return Status::OK();
 }
 
@@ -223,14 +225,57 @@ Status Medium::Grow(uint64_t bytes) {
   std::lock_guard<std::mutex> g(grow_mu_);
   UPFS_RETURN_IF_ERROR(RefreshCapacity());
   uint64_t cur = capacity();
-  if (bytes > cur) {
-    uint64_t target = std::min<uint64_t>(GrowthTarget(cur, bytes), kMaxMediumBytes);
-    // fallocate is idempotent, so racing growers in other processes are fine.
-    int rc = posix_fallocate(fd_, off_t(cur), off_t(target - cur));
-    if (rc != 0) return Status::Error(rc, "grow " + path_);
-    UPFS_RETURN_IF_ERROR(RefreshCapacity());
+  if (bytes <= cur) return MapLocked(cur);
+  uint64_t target = std::min<uint64_t>(GrowthTarget(cur, bytes), kMaxMediumBytes);
+  // On tmpfs a fresh 2 MiB extent becomes one huge page for about 0.1 ms:
+  // allocate a few pages at its start, then MADV_COLLAPSE, which fills the
+  // rest with zeros. That is ~7x cheaper than allocating and mapping 512
+  // small pages (fallocate + faults), and the extent is a huge page at once.
+  // (Collapsing an extent with very few or all pages present costs 5-7 ms
+  // on the machines measured, hence the seed size.)
+  const bool huge = kind_ == MediumKind::kTmpfs && HugePagesWanted() &&
+                    cur % kExtentSize == 0 && target % kExtentSize == 0;
+  constexpr uint64_t kSeed = 64 * 1024;
+  constexpr auto kSlowCollapse = std::chrono::milliseconds(20);
+  // fallocate (never ftruncate, which could shrink a file another process
+  // has grown further) is idempotent, so racing growers are fine.
+  int rc = 0;
+  if (huge) {
+    for (uint64_t e = cur; e < target && rc == 0; e += kExtentSize)
+      rc = posix_fallocate(fd_, off_t(e), off_t(kSeed));
+    if (rc == 0) rc = posix_fallocate(fd_, off_t(target - kPageSize), off_t(kPageSize));
+  } else {
+    rc = posix_fallocate(fd_, off_t(cur), off_t(target - cur));
   }
-  return MapLocked(capacity());
+  if (rc != 0) return Status::Error(rc, "grow " + path_);
+  UPFS_RETURN_IF_ERROR(RefreshCapacity());
+  UPFS_RETURN_IF_ERROR(MapLocked(capacity()));
+  if (huge) {
+    // A pathologically slow collapse (memory that must be compacted first)
+    // makes the rest of this step use small pages; the background worker
+    // collapses them once growth is quiet. A collapse also drains per-CPU
+    // page lists, which needs every CPU: waiters sleep rather than spin
+    // (Allocator::ClaimChunk).
+    char* b = base();
+    bool slow = false;
+    for (uint64_t e = cur; e < target; e += kExtentSize) {
+      if (!slow) {
+        madvise(b + e, kSeed, MADV_POPULATE_WRITE);
+        auto t0 = std::chrono::steady_clock::now();
+        if (madvise(b + e, kExtentSize, MADV_COLLAPSE) == 0) {
+          slow = std::chrono::steady_clock::now() - t0 > kSlowCollapse;
+          continue;
+        }
+        slow = true;
+      }
+      rc = posix_fallocate(fd_, off_t(e), off_t(kExtentSize));
+      if (rc != 0) return Status::Error(rc, "grow " + path_);
+      madvise(b + e, kExtentSize, MADV_POPULATE_WRITE);
+    }
+    std::lock_guard<std::mutex> wg(work_mu_);
+    if (!slow && collapsed_ >= cur) collapsed_ = target;  // nothing left to collapse there
+  }
+  return Status::OK();
 }
 
 void Medium::GrowAhead(uint64_t bytes, std::function<void()> done) {
@@ -243,6 +288,7 @@ void Medium::GrowAhead(uint64_t bytes, std::function<void()> done) {
     growing_.store(true, std::memory_order_release);
   }
   StartWorkerLocked();
+  work_cv_.notify_all();
 }
 
 void Medium::StartWorkerLocked() {
@@ -253,41 +299,60 @@ void Medium::StartWorkerLocked() {
 }
 
 void Medium::WorkerLoop() {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kQuiet = std::chrono::seconds(1);
+  std::unique_lock<std::mutex> lk(work_mu_);
   for (;;) {
-    uint64_t target = 0;
-    std::function<void()> done;
-    {
-      std::lock_guard<std::mutex> g(work_mu_);
-      if (stopping_) break;
-      target = grow_target_;
+    if (stopping_) break;
+    if (grow_target_) {
+      uint64_t target = grow_target_;
+      std::function<void()> done = std::move(grow_done_);
       grow_target_ = 0;
-      done = std::move(grow_done_);
       grow_done_ = nullptr;
-      if (!target) growing_.store(false, std::memory_order_release);
-    }
-    if (target) {
+      lk.unlock();
       if (Grow(target).ok() && done) done();
+      lk.lock();
+      last_growth_ = Clock::now();
+      if (!grow_target_) growing_.store(false, std::memory_order_release);
       continue;
     }
-    // Idle: collapse one extent behind the frontier (the last two extents,
-    // where appends land, are left until the file has grown past them).
-    char* b = base();
-    uint64_t mapped = mapped_bytes();
-    bool collapse = kind_ == MediumKind::kTmpfs && HugePagesWanted() &&
-                    collapsed_ + 3 * kExtentSize <= mapped;
-    if (!collapse) break;
-    madvise(b + collapsed_, kExtentSize, MADV_COLLAPSE);
+    // Collapse mapped extents into huge pages, behind the growth frontier
+    // (the last two extents, where appends land, wait until the file has
+    // grown past them), once growth has been quiet for a while: a collapse
+    // costs milliseconds per extent and stalls accesses to that extent.
+    bool pending = kind_ == MediumKind::kTmpfs && HugePagesWanted() &&
+                   collapsed_ + 3 * kExtentSize <= mapped_bytes();
+    if (!pending) break;
+    if (!settle_ && Clock::now() - last_growth_ < kQuiet) {
+      work_cv_.wait_until(lk, last_growth_ + kQuiet);
+      continue;
+    }
+    uint64_t at = collapsed_;
     collapsed_ += kExtentSize;
+    lk.unlock();
+    madvise(base() + at, kExtentSize, MADV_COLLAPSE);
+    lk.lock();
   }
-  std::lock_guard<std::mutex> g(work_mu_);
   growing_.store(false, std::memory_order_release);
   worker_running_ = false;
+  work_cv_.notify_all();
+}
+
+void Medium::Settle() {
+  std::unique_lock<std::mutex> lk(work_mu_);
+  if (stopping_) return;
+  settle_ = true;
+  StartWorkerLocked();
+  work_cv_.notify_all();
+  work_cv_.wait(lk, [this] { return !worker_running_; });
+  settle_ = false;
 }
 
 void Medium::JoinBackground() {
   {
     std::lock_guard<std::mutex> g(work_mu_);
     stopping_ = true;
+    work_cv_.notify_all();
   }
   if (worker_.joinable()) worker_.join();
 }

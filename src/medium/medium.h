@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -66,6 +68,10 @@ class Medium {
   // allocation) happens off the write path. `done` runs in the worker once
   // the space is mapped.
   void GrowAhead(uint64_t bytes, std::function<void()> done);
+  // Waits until background work (growth, and collapsing the mapped file
+  // into huge pages, which otherwise starts only after growth has been
+  // quiet for a second) is done.
+  void Settle();
   // True while the background worker has a growth request in hand.
   bool GrowInFlight() const { return growing_.load(std::memory_order_acquire); }
   // Stops the background worker (waits for the step it is in).
@@ -108,6 +114,9 @@ class Medium {
   void StartWorkerLocked();
   void WorkerLoop();
   std::mutex work_mu_;
+  std::condition_variable work_cv_;
+  bool settle_ = false;
+  std::chrono::steady_clock::time_point last_growth_{};
   std::thread worker_;
   bool worker_running_ = false;
   bool stopping_ = false;

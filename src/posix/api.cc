@@ -385,6 +385,14 @@ int upfs_fsync(int fd) {
 
 int upfs_fdatasync(int fd) { return upfs_fsync(fd); }
 
+int upfs_settle(int fd) {
+  OpGuard g;
+  OpenFile* of = Lookup(fd);
+  if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  of->file->Settle();
+  return 0;
+}
+
 int upfs_fstat(int fd, struct stat* out) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
