@@ -859,22 +859,29 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
 // ---------------------------------------------------------------------------
 // Metadata
 
-Status File::Size(uint64_t* size) {
+// Runs fn(table) on a caught-up table, pinned.
+template <typename Fn>
+Status File::WithTable(Fn fn) {
   ThreadCtx* c;
   UPFS_RETURN_IF_ERROR(Ctx(&c));
   EpochPin pin(shared_.get(), c->slot);
   BlockTable* t;
   UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
-  *size = t->size();
-  return Status::OK();
+  return fn(t);
+}
+
+Status File::Size(uint64_t* size) {
+  return WithTable([&](BlockTable* t) {
+    *size = t->size();
+    return Status::OK();
+  });
 }
 
 Status File::Stat(FileStat* st) {
-  ThreadCtx* c;
-  UPFS_RETURN_IF_ERROR(Ctx(&c));
-  EpochPin pin(shared_.get(), c->slot);
-  BlockTable* t;
-  UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+  return WithTable([&](BlockTable* t) { return StatLocked(t, st); });
+}
+
+Status File::StatLocked(BlockTable* t, FileStat* st) {
   st->size = t->size();
   st->blocks = t->mapped_blocks();
   st->mtime_ns = hdr_->mtime_ns.load(std::memory_order_relaxed);
@@ -883,11 +890,10 @@ Status File::Stat(FileStat* st) {
 }
 
 Status File::SeekDataHole(uint64_t off, bool data, uint64_t* result) {
-  ThreadCtx* c;
-  UPFS_RETURN_IF_ERROR(Ctx(&c));
-  EpochPin pin(shared_.get(), c->slot);
-  BlockTable* t;
-  UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+  return WithTable([&](BlockTable* t) { return SeekLocked(t, off, data, result); });
+}
+
+Status File::SeekLocked(BlockTable* t, uint64_t off, bool data, uint64_t* result) {
   uint64_t size = t->size();
   if (off >= size) return Status::Error(ENXIO, "offset at or past the end of file");
   uint64_t vend = CeilBlocks(size);
@@ -910,11 +916,10 @@ Status File::Sync() {
 }
 
 Status File::LogLength(uint64_t* blocks) {
-  ThreadCtx* c;
-  UPFS_RETURN_IF_ERROR(Ctx(&c));
-  EpochPin pin(shared_.get(), c->slot);
-  BlockTable* t;
-  UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+  return WithTable([&](BlockTable* t) { return LogLengthLocked(t, blocks); });
+}
+
+Status File::LogLengthLocked(BlockTable* t, uint64_t* blocks) {
   uint64_t head = hdr_->log_head.load(std::memory_order_acquire);
   if (head == 0 || head >= kMaxBlocks) return Status::Corrupt("file header", "bad log head");
   UPFS_RETURN_IF_ERROR(access_.CheckRange(head, 1, "log head"));

@@ -96,6 +96,11 @@ class File {
 
   Status Init(bool rebuild);
   Status Ctx(ThreadCtx** out);
+  template <typename Fn>
+  Status WithTable(Fn fn);
+  Status StatLocked(BlockTable* t, FileStat* st);
+  Status SeekLocked(BlockTable* t, uint64_t off, bool data, uint64_t* result);
+  Status LogLengthLocked(BlockTable* t, uint64_t* blocks);
   Status CatchUp(ThreadCtx* c, BlockTable** out);
   Status RebuildTableLocked();
   Status ReplayHead(BlockTable* table, ReplayResult* res, bool check_tail);

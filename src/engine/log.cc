@@ -175,16 +175,7 @@ Status DecodeEntry(const BlockAccess& ba, const LogBlock* b, uint32_t b_lblock, 
   switch (KindOf(e)) {
     case EntryKind::kMap:
     case EntryKind::kMapExtend: {
-      InlineMap m = DecodeInline(e);
-      UPFS_RETURN_IF_ERROR(ba.CheckRange(m.lblock, m.count, "log entry"));
-      eff->Clear();
-      eff->vblock = m.vblock;
-      eff->nblocks = m.count;
-      eff->runs.push_back(Run{m.lblock, m.count});
-      if (m.extend) {
-        eff->size_op = Effect::kMax;
-        eff->new_size = (uint64_t(m.vblock) + m.count) << kBlockShift;
-      }
+      UPFS_RETURN_IF_ERROR(DecodeInlineEffect(ba, e, eff));
       *has_effect = true;
       *next_slot = slot + 1;
       return Status::OK();

@@ -34,6 +34,21 @@ class BlockAccess {
   Medium* m_;
 };
 
+// Decodes an inline mapping entry (kMap, kMapExtend) into *eff.
+inline Status DecodeInlineEffect(const BlockAccess& ba, uint64_t e, Effect* eff) {
+  format::InlineMap m = format::DecodeInline(e);
+  UPFS_RETURN_IF_ERROR(ba.CheckRange(m.lblock, m.count, "log entry"));
+  eff->Clear();
+  eff->vblock = m.vblock;
+  eff->nblocks = m.count;
+  eff->runs.push_back(format::Run{m.lblock, m.count});
+  if (m.extend) {
+    eff->size_op = Effect::kMax;
+    eff->new_size = (uint64_t(m.vblock) + m.count) << format::kBlockShift;
+  }
+  return Status::OK();
+}
+
 // Decodes the committed entry `e` found at `slot` of log block `b` (whose
 // own logical block number is `b_lblock`). Sets *next_slot to the slot after
 // the entry (after the payload for kReserve). Fills *eff and sets *has_effect

@@ -29,17 +29,8 @@ Status ScanCommitted(const BlockAccess& ba, LogPos* pos, Effect* scratch, Fn fn)
     uint64_t e = b->slots[pos->slot].load(std::memory_order_acquire);
     if (e == 0) return Status::OK();
     if (KindOf(e) == EntryKind::kMap || KindOf(e) == EntryKind::kMapExtend) {
-      // Fast path for inline entries: no vector work beyond one run.
-      InlineMap m = DecodeInline(e);
-      UPFS_RETURN_IF_ERROR(ba.CheckRange(m.lblock, m.count, "log entry"));
-      scratch->Clear();
-      scratch->vblock = m.vblock;
-      scratch->nblocks = m.count;
-      scratch->runs.push_back(Run{m.lblock, m.count});
-      if (m.extend) {
-        scratch->size_op = Effect::kMax;
-        scratch->new_size = (uint64_t(m.vblock) + m.count) << kBlockShift;
-      }
+      // Fast path for inline entries, the common case.
+      UPFS_RETURN_IF_ERROR(DecodeInlineEffect(ba, e, scratch));
       pos->last = pos->slot;
       pos->slot += 1;
       if (!fn(*scratch)) return Status::OK();
