@@ -98,21 +98,31 @@ class BlockTable {
     cver_.fetch_add(1, std::memory_order_acq_rel);
   }
 
-  // Calls fn(vblock, lblock) for every mapped block, in order.
+  // Calls fn(vblock, lblock) for every mapped block at or after `from`, in
+  // order. Stretches of kGroup entries that were never mapped are skipped,
+  // so a sparse file with a block at a huge offset costs little.
   template <typename Fn>
-  void ForEachMapped(Fn fn) const {
+  void ForEachMapped(Fn fn, uint64_t from = 0) const {
     Array* a = arr_.load(std::memory_order_acquire);
     uint64_t n = std::min<uint64_t>(a->cap, high_water());
-    for (uint64_t v = 0; v < n; ++v) {
-      uint32_t l = a->e[v].load(std::memory_order_relaxed);
-      if (l) fn(v, l);
+    for (uint64_t g = from / kGroup; g * kGroup < n; ++g) {
+      if (!(a->groups()[g / 64].load(std::memory_order_acquire) >> (g % 64) & 1)) continue;
+      for (uint64_t v = std::max(from, g * kGroup); v < std::min(n, (g + 1) * kGroup); ++v) {
+        uint32_t l = a->e[v].load(std::memory_order_relaxed);
+        if (l) fn(v, l);
+      }
     }
   }
 
  private:
+  static constexpr uint64_t kGroup = 1024;  // entries per "ever mapped" bit
   struct Array {
     uint64_t cap;
     uint64_t bytes;
+    uint64_t groups_offset;  // bytes from the array start to the group bits
+    std::atomic<uint64_t>* groups() {
+      return reinterpret_cast<std::atomic<uint64_t>*>(reinterpret_cast<char*>(this) + groups_offset);
+    }
     std::atomic<uint32_t> e[1];
   };
   static Array* NewArray(uint64_t cap);

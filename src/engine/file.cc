@@ -714,8 +714,7 @@ Status File::Truncate(uint64_t len) {
       pm::Fence();
       c->old.push_back(last);
     }
-    for (uint64_t v = keep; v < t->high_water(); ++v)
-      if (uint32_t l = t->Get(v)) c->old.push_back(l);
+    t->ForEachMapped([&](uint64_t, uint32_t l) { c->old.push_back(l); }, keep);
     uint32_t vfirst = c->runs.empty() ? 0 : uint32_t(len >> kBlockShift);
     UPFS_RETURN_IF_ERROR(BuildPayload(c, vfirst, c->runs, Effect::kSet, len));
     bool conflicted = false;

@@ -126,22 +126,30 @@ Status File::CompactLocked(ThreadCtx* c, bool force) {
   // table), then the block map as maximal runs.
   CompactWriter w;
   w.AddPayload({state.size(), EncodePayloadWord1(0, 0, kSizeSet)});
-  uint64_t v = 0, hw = state.high_water();
-  while (v < hw) {
-    uint32_t lb = state.Get(v);
-    if (!lb) {
-      ++v;
-      continue;
+  // Maximal runs of contiguous mappings, at most kInlineMaxCount long.
+  uint64_t run_v = 0, run_count = 0;
+  uint32_t run_l = 0;
+  auto emit = [&] {
+    if (!run_count) return;
+    if (FitsInline(run_v, run_l, run_count))
+      w.AddInline(EncodeInline({uint32_t(run_v), run_l, uint32_t(run_count), false}));
+    else
+      w.AddPayload({0, EncodePayloadWord1(uint32_t(run_v), 1, 0),
+                    EncodeRun(Run{run_l, uint32_t(run_count)})});
+    run_count = 0;
+  };
+  state.ForEachMapped([&](uint64_t v, uint32_t l) {
+    if (run_count && v == run_v + run_count && l == run_l + run_count &&
+        run_count < kInlineMaxCount) {
+      ++run_count;
+      return;
     }
-    uint64_t count = 1;
-    while (v + count < hw && count < kInlineMaxCount && state.Get(v + count) == lb + count) ++count;
-    if (FitsInline(v, lb, count)) {
-      w.AddInline(EncodeInline({uint32_t(v), lb, uint32_t(count), false}));
-    } else {
-      w.AddPayload({0, EncodePayloadWord1(uint32_t(v), 1, 0), EncodeRun(Run{lb, uint32_t(count)})});
-    }
-    v += count;
-  }
+    emit();
+    run_v = v;
+    run_l = l;
+    run_count = 1;
+  });
+  emit();
   w.Finish();
   const uint64_t n_new = w.blocks();
   shared_->header()->gc_last_blocks.store(n_new, std::memory_order_relaxed);

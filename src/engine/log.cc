@@ -15,13 +15,16 @@ using namespace format;
 // BlockTable
 
 BlockTable::Array* BlockTable::NewArray(uint64_t cap) {
-  uint64_t bytes = sizeof(Array) + cap * sizeof(uint32_t);
+  uint64_t entries = (sizeof(Array) + cap * sizeof(uint32_t) + 7) / 8 * 8;
+  uint64_t group_words = (cap / kGroup + 64) / 64;
+  uint64_t bytes = entries + group_words * 8;
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                  -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   auto* a = static_cast<Array*>(p);
   a->cap = cap;
   a->bytes = bytes;
+  a->groups_offset = entries;
   return a;
 }
 
@@ -40,8 +43,13 @@ void BlockTable::EnsureCapacity(uint64_t n) {
   uint64_t cap = a->cap;
   while (cap < n) cap *= 2;
   Array* b = NewArray(cap);
-  for (uint64_t i = 0; i < std::min(a->cap, high_water()); ++i)
-    b->e[i].store(a->e[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+  uint64_t limit = std::min(a->cap, high_water());
+  for (uint64_t g = 0; g * kGroup < limit; ++g) {
+    if (!(a->groups()[g / 64].load(std::memory_order_relaxed) >> (g % 64) & 1)) continue;
+    b->groups()[g / 64].fetch_or(uint64_t{1} << (g % 64), std::memory_order_relaxed);
+    for (uint64_t i = g * kGroup; i < std::min(limit, (g + 1) * kGroup); ++i)
+      b->e[i].store(a->e[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
   arr_.store(b, std::memory_order_release);
   retired_.push_back(a);
 }
@@ -52,6 +60,12 @@ void BlockTable::Set(uint64_t v, uint32_t l) {
   if (v >= a->cap) return;  // unmapping beyond the table: already a hole
   uint32_t old = a->e[v].load(std::memory_order_relaxed);
   if (old == l) return;
+  if (l) {
+    uint64_t g = v / kGroup;
+    std::atomic<uint64_t>& w = a->groups()[g / 64];
+    if (!(w.load(std::memory_order_relaxed) >> (g % 64) & 1))
+      w.fetch_or(uint64_t{1} << (g % 64), std::memory_order_release);
+  }
   a->e[v].store(l, std::memory_order_release);
   if (old == 0) mapped_.fetch_add(1, std::memory_order_relaxed);
   if (l == 0) mapped_.fetch_sub(1, std::memory_order_relaxed);
@@ -71,7 +85,9 @@ Status BlockTable::Apply(const Effect& e) {
     if (e.new_size > size()) SetSize(e.new_size);
   } else if (e.size_op == Effect::kSet) {
     uint64_t keep = (e.new_size + kBlockSize - 1) >> kBlockShift;
-    for (uint64_t b = keep, hw = high_water(); b < hw; ++b) Set(b, 0);
+    std::vector<uint64_t> drop;
+    ForEachMapped([&](uint64_t b, uint32_t) { drop.push_back(b); }, keep);
+    for (uint64_t b : drop) Set(b, 0);
     SetSize(e.new_size);
   }
   return Status::OK();
