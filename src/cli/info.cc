@@ -31,9 +31,16 @@ const char kInfoHelp[] =
 
 namespace {
 
-std::string ConsistencyLine(const std::string& c) {
-  if (c == "strict") return "strict (every write atomic and durable when it returns)";
-  if (c == "sync") return "sync (overwrites in place: durable on return, not atomic)";
+// What the mode promises on this medium: on a page-cache file system a write
+// is durable against power loss only after fsync (see "durability").
+std::string ConsistencyLine(const std::string& c, const std::string& medium) {
+  bool at_fsync = medium == "page-cache";
+  if (c == "strict")
+    return at_fsync ? "strict (every write atomic; durable at fsync on this medium)"
+                    : "strict (every write atomic and durable when it returns)";
+  if (c == "sync")
+    return at_fsync ? "sync (overwrites in place, not atomic; durable at fsync on this medium)"
+                    : "sync (overwrites in place: durable on return, not atomic)";
   return c;
 }
 
@@ -86,7 +93,7 @@ int RunInfo(const std::vector<std::string>& args) {
   std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(r.file_id));
   Row("file id:", id);
   Row("created:", FormatTimeNs(r.created_ns));
-  Row("consistency:", ConsistencyLine(r.consistency));
+  Row("consistency:", ConsistencyLine(r.consistency, r.medium));
   Row("size:", WithCommas(r.size) + " bytes (" + HumanBytes(r.size) + ")");
   Row("log:", WithCommas(r.log_blocks) + " block" + (r.log_blocks == 1 ? "" : "s") + ", " +
                   WithCommas(r.log_entries) + " entr" + (r.log_entries == 1 ? "y" : "ies"));
