@@ -14,6 +14,7 @@ PACKAGES=(
   libbenchmark-dev
   clang-14 libclang-rt-14-dev llvm-14
   python3
+  sqlite3
 )
 
 missing=()

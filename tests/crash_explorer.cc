@@ -264,11 +264,13 @@ struct Workload {
 
 std::vector<Workload> MakeWorkloads() {
   std::vector<Workload> w;
-  auto W = [](uint64_t off, uint64_t len, uint32_t seed) { return Op{Op::kWrite, off, len, 0, seed}; };
-  auto A = [](uint64_t len, uint32_t seed) { return Op{Op::kAppend, 0, len, 0, seed}; };
-  auto T = [](uint64_t len) { return Op{Op::kTruncate, 0, len, 0, 0}; };
-  auto F = [](int mode, uint64_t off, uint64_t len) { return Op{Op::kFallocate, off, len, mode, 0}; };
-  Op gc{Op::kGc};
+  auto W = [](uint64_t off, uint64_t len, uint32_t seed) { return Op{Op::kWrite, off, len, 0, seed, nullptr, 0}; };
+  auto A = [](uint64_t len, uint32_t seed) { return Op{Op::kAppend, 0, len, 0, seed, nullptr, 0}; };
+  auto T = [](uint64_t len) { return Op{Op::kTruncate, 0, len, 0, 0, nullptr, 0}; };
+  auto F = [](int mode, uint64_t off, uint64_t len) {
+    return Op{Op::kFallocate, off, len, mode, 0, nullptr, 0};
+  };
+  Op gc{Op::kGc, 0, 0, 0, 0, nullptr, 0};
 
   w.push_back({"aligned-writes", format::Consistency::kStrict, {},
                {W(0, 4096, 1), W(4096, 4096, 2), W(0, 4096, 3), W(8192, 8192, 4)}});

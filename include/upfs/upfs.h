@@ -81,4 +81,25 @@ const char *upfs_last_error(void);
 }
 #endif
 
+/* Descriptor extensions (src/posix/api_fd.cc), for the LD_PRELOAD layer. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* newfd is a kernel duplicate (dup, dup2, F_DUPFD) of the upfs descriptor
+ * oldfd: registers it as a upfs descriptor of the same file, with the same
+ * access mode, O_APPEND and current offset. The two descriptors keep
+ * separate offsets from then on. Returns newfd or -1. */
+int upfs_adopt_dup(int oldfd, int newfd);
+
+/* Sets (on != 0) or clears O_APPEND on a upfs descriptor. Returns 0 or -1. */
+int upfs_set_append(int fd, int on);
+
+/* The access mode and O_APPEND of a upfs descriptor, or -1. */
+int upfs_get_flags(int fd);
+
+#ifdef __cplusplus
+}
+#endif
+
 #endif /* UPFS_UPFS_H_ */

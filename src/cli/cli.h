@@ -49,12 +49,14 @@ int RunFsck(const std::vector<std::string>& args);
 int RunConvert(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
 int RunRm(const std::vector<std::string>& args);
+int RunRun(const std::vector<std::string>& args);
 
 extern const char kInfoHelp[];
 extern const char kFsckHelp[];
 extern const char kConvertHelp[];
 extern const char kBenchHelp[];
 extern const char kRmHelp[];
+extern const char kRunHelp[];
 
 // ---------------------------------------------------------------------------
 // Argument parsing. Options are long (`--name`), take a value either as

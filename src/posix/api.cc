@@ -447,3 +447,44 @@ int upfs_host_fd(int fd) {
 const char* upfs_last_error(void) { return t_last_error.c_str(); }
 
 }  // extern "C"
+
+// Narrow hooks for src/posix/api_fd.cc (descriptor duplication and F_SETFL
+// for the LD_PRELOAD layer); they need the descriptor table above.
+namespace upfs {
+
+int ApiAdoptDuplicate(int oldfd, int newfd) {
+  OpGuard g;
+  OpenFile* old = Lookup(oldfd);
+  if (!old) return FailErrno(EBADF, "not a upfs descriptor");
+  std::atomic<OpenFile*>* slot = FdSlot(newfd, true);
+  if (!slot) return FailErrno(EMFILE, "descriptor number too large for upfs");
+  auto* of = new OpenFile();
+  of->fd = newfd;
+  of->flags = old->flags;
+  of->file = old->file;
+  {
+    std::lock_guard<std::mutex> pl(old->pos_mu);
+    of->pos = old->pos;
+  }
+  OpenFile* prev = slot->exchange(of, std::memory_order_acq_rel);
+  if (prev) RetireAfterOps([prev] { delete prev; });
+  return newfd;
+}
+
+int ApiSetAppend(int fd, bool on) {
+  OpGuard g;
+  OpenFile* of = Lookup(fd);
+  if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  std::lock_guard<std::mutex> pl(of->pos_mu);
+  of->flags = (of->flags & ~O_APPEND) | (on ? O_APPEND : 0);
+  return 0;
+}
+
+int ApiGetFlags(int fd) {
+  OpGuard g;
+  OpenFile* of = Lookup(fd);
+  if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  return of->flags;
+}
+
+}  // namespace upfs

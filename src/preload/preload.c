@@ -1,0 +1,1118 @@
+/*
+ * libupfs-preload.so: runs unmodified dynamically linked programs on upfs.
+ *
+ * Loaded with LD_PRELOAD, it interposes the libc file API. Configuration is
+ * read once, at load, from the environment:
+ *   UPFS_DIR   regular files created under this directory become upfs files
+ *   UPFS_MODE  strict (default) or sync: the consistency mode of new files
+ * An existing upfs file is recognised (by its magic) wherever it is opened;
+ * every other file, and every other descriptor, goes to libc untouched.
+ *
+ * A upfs descriptor is the kernel descriptor of the host file (see
+ * posix/api.cc), so descriptor numbers never collide; g_fd_kind says which
+ * descriptors are upfs with one relaxed byte load on the hot path.
+ *
+ * upfs_core is linked into this library with its libc calls renamed to
+ * upfs_real_* (see CMakeLists.txt), so the engine's own open/pread/mmap/...
+ * never come back here.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/falloc.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "upfs/upfs.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define HIDDEN __attribute__((visibility("hidden")))
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---------------------------------------------------------------- real libc */
+
+#define REAL_FUNCS(X)                                                        \
+  X(int, open, (const char *, int, ...))                                     \
+  X(int, openat, (int, const char *, int, ...))                              \
+  X(int, close, (int))                                                       \
+  X(ssize_t, read, (int, void *, size_t))                                    \
+  X(ssize_t, write, (int, const void *, size_t))                             \
+  X(ssize_t, pread, (int, void *, size_t, off_t))                            \
+  X(ssize_t, pwrite, (int, const void *, size_t, off_t))                     \
+  X(ssize_t, readv, (int, const struct iovec *, int))                        \
+  X(ssize_t, writev, (int, const struct iovec *, int))                       \
+  X(ssize_t, preadv, (int, const struct iovec *, int, off_t))                \
+  X(ssize_t, pwritev, (int, const struct iovec *, int, off_t))               \
+  X(ssize_t, preadv2, (int, const struct iovec *, int, off_t, int))          \
+  X(ssize_t, pwritev2, (int, const struct iovec *, int, off_t, int))         \
+  X(off_t, lseek, (int, off_t, int))                                         \
+  X(int, fsync, (int))                                                       \
+  X(int, fdatasync, (int))                                                   \
+  X(int, sync_file_range, (int, off_t, off_t, unsigned int))                 \
+  X(int, ftruncate, (int, off_t))                                            \
+  X(int, truncate, (const char *, off_t))                                    \
+  X(int, fallocate, (int, int, off_t, off_t))                                \
+  X(int, posix_fallocate, (int, off_t, off_t))                               \
+  X(int, posix_fadvise, (int, off_t, off_t, int))                            \
+  X(ssize_t, readahead, (int, off64_t, size_t))                              \
+  X(int, fstat, (int, struct stat *))                                        \
+  X(int, stat, (const char *, struct stat *))                                \
+  X(int, lstat, (const char *, struct stat *))                               \
+  X(int, fstatat, (int, const char *, struct stat *, int))                   \
+  X(int, statx, (int, const char *, int, unsigned int, struct statx *))      \
+  X(int, unlink, (const char *))                                             \
+  X(int, unlinkat, (int, const char *, int))                                 \
+  X(int, rmdir, (const char *))                                              \
+  X(int, dup, (int))                                                         \
+  X(int, dup2, (int, int))                                                   \
+  X(int, dup3, (int, int, int))                                              \
+  X(int, fcntl, (int, int, ...))                                             \
+  X(void *, mmap, (void *, size_t, int, int, int, off_t))                    \
+  X(ssize_t, copy_file_range, (int, off64_t *, int, off64_t *, size_t, unsigned int)) \
+  X(ssize_t, sendfile, (int, int, off_t *, size_t))                          \
+  X(ssize_t, splice, (int, off64_t *, int, off64_t *, size_t, unsigned int)) \
+  X(FILE *, fdopen, (int, const char *))                                     \
+  X(FILE *, freopen, (const char *, const char *, FILE *))                   \
+  X(int, execve, (const char *, char *const[], char *const[]))               \
+  X(int, execv, (const char *, char *const[]))                               \
+  X(int, execvp, (const char *, char *const[]))                              \
+  X(int, execvpe, (const char *, char *const[], char *const[]))
+
+#define DECLARE_REAL(ret, name, args) static ret(*real_##name) args;
+REAL_FUNCS(DECLARE_REAL)
+
+static void *resolve(const char *name) {
+  void *p = dlsym(RTLD_NEXT, name);
+  if (!p) {
+    static const char msg[] = "libupfs-preload: a libc function is missing\n";
+    ssize_t ignored = syscall(SYS_write, 2, msg, sizeof(msg) - 1);
+    (void)ignored;
+    abort();
+  }
+  return p;
+}
+
+/* Resolved in the constructor; lazily too, for calls made by libraries
+ * whose constructors run before ours. */
+#define REAL(name)                                                                  \
+  (LIKELY(__atomic_load_n(&real_##name, __ATOMIC_RELAXED) != NULL)                 \
+       ? real_##name                                                                \
+       : (__atomic_store_n(&real_##name, (__typeof__(real_##name))resolve(#name),   \
+                           __ATOMIC_RELAXED),                                       \
+          real_##name))
+
+/* The engine's libc calls, renamed by objcopy (src/preload/CMakeLists.txt). */
+HIDDEN int upfs_real_open(const char *p, int f, ...) {
+  mode_t m = 0;
+  if (f & (O_CREAT | __O_TMPFILE)) {
+    va_list ap;
+    va_start(ap, f);
+    m = va_arg(ap, mode_t);
+    va_end(ap);
+  }
+  return REAL(open)(p, f, m);
+}
+HIDDEN int upfs_real_openat(int d, const char *p, int f, ...) {
+  mode_t m = 0;
+  if (f & (O_CREAT | __O_TMPFILE)) {
+    va_list ap;
+    va_start(ap, f);
+    m = va_arg(ap, mode_t);
+    va_end(ap);
+  }
+  return REAL(openat)(d, p, f, m);
+}
+HIDDEN int upfs_real_fcntl(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void *arg = va_arg(ap, void *);
+  va_end(ap);
+  return REAL(fcntl)(fd, cmd, arg);
+}
+HIDDEN int upfs_real_close(int fd) { return REAL(close)(fd); }
+HIDDEN ssize_t upfs_real_read(int fd, void *b, size_t n) { return REAL(read)(fd, b, n); }
+HIDDEN ssize_t upfs_real_write(int fd, const void *b, size_t n) { return REAL(write)(fd, b, n); }
+HIDDEN ssize_t upfs_real_pread(int fd, void *b, size_t n, off_t o) {
+  return REAL(pread)(fd, b, n, o);
+}
+HIDDEN ssize_t upfs_real_pwrite(int fd, const void *b, size_t n, off_t o) {
+  return REAL(pwrite)(fd, b, n, o);
+}
+HIDDEN off_t upfs_real_lseek(int fd, off_t o, int w) { return REAL(lseek)(fd, o, w); }
+HIDDEN int upfs_real_fsync(int fd) { return REAL(fsync)(fd); }
+HIDDEN int upfs_real_fdatasync(int fd) { return REAL(fdatasync)(fd); }
+HIDDEN int upfs_real_ftruncate(int fd, off_t l) { return REAL(ftruncate)(fd, l); }
+HIDDEN int upfs_real_fallocate(int fd, int m, off_t o, off_t l) {
+  return REAL(fallocate)(fd, m, o, l);
+}
+HIDDEN int upfs_real_posix_fallocate(int fd, off_t o, off_t l) {
+  return REAL(posix_fallocate)(fd, o, l);
+}
+HIDDEN int upfs_real_fstat(int fd, struct stat *st) { return REAL(fstat)(fd, st); }
+HIDDEN int upfs_real_stat(const char *p, struct stat *st) { return REAL(stat)(p, st); }
+HIDDEN int upfs_real_lstat(const char *p, struct stat *st) { return REAL(lstat)(p, st); }
+HIDDEN int upfs_real_fstatat(int d, const char *p, struct stat *st, int f) {
+  return REAL(fstatat)(d, p, st, f);
+}
+HIDDEN int upfs_real_unlink(const char *p) { return REAL(unlink)(p); }
+HIDDEN int upfs_real_dup(int fd) { return REAL(dup)(fd); }
+HIDDEN void *upfs_real_mmap(void *a, size_t l, int p, int f, int fd, off_t o) {
+  return REAL(mmap)(a, l, p, f, fd, o);
+}
+
+/* ------------------------------------------------------------ configuration */
+
+static char g_dir[PATH_MAX];
+static size_t g_dir_len; /* 0: no directory, nothing is created as upfs */
+static enum upfs_consistency g_mode = UPFS_STRICT;
+
+/* ------------------------------------------------------- descriptor table */
+
+#define MAX_FD (1 << 20)
+static unsigned char g_fd_kind[MAX_FD]; /* 1: upfs descriptor */
+
+static inline int is_upfs(int fd) {
+  return (unsigned)fd < MAX_FD && __atomic_load_n(&g_fd_kind[fd], __ATOMIC_RELAXED) != 0;
+}
+static inline void mark(int fd, int on) {
+  if ((unsigned)fd < MAX_FD) __atomic_store_n(&g_fd_kind[fd], on ? 1 : 0, __ATOMIC_RELAXED);
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static const unsigned char kMagic[8] = {'U', 'P', 'F', 'S', 0x01, '\r', '\n', 0x1a};
+
+static void proc_path(char *buf, size_t n, int fd) { snprintf(buf, n, "/proc/self/fd/%d", fd); }
+
+/* A host file can only be a upfs file if it is regular and block-sized. */
+static int size_candidate(const struct stat *st) {
+  return S_ISREG(st->st_mode) && st->st_size >= 4096 && (st->st_size & 4095) == 0;
+}
+
+/* Does the open regular file kfd carry the upfs magic? */
+static int has_magic(int kfd, int readable) {
+  unsigned char m[sizeof(kMagic)];
+  int saved = errno;
+  int rfd = kfd;
+  if (!readable) {
+    char p[64];
+    proc_path(p, sizeof(p), kfd);
+    rfd = REAL(open)(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (rfd < 0) {
+      errno = saved;
+      return 0;
+    }
+  }
+  int r = REAL(pread)(rfd, m, sizeof(m), 0) == (ssize_t)sizeof(m) &&
+          memcmp(m, kMagic, sizeof(m)) == 0;
+  if (rfd != kfd) REAL(close)(rfd);
+  errno = saved;
+  return r;
+}
+
+/* Is the file open as kfd located (physically) under UPFS_DIR? */
+static int under_dir(int kfd) {
+  if (!g_dir_len) return 0;
+  char p[64], target[PATH_MAX];
+  proc_path(p, sizeof(p), kfd);
+  ssize_t n = readlink(p, target, sizeof(target) - 1);
+  if (n <= 0) return 0;
+  target[n] = 0;
+  if (g_dir_len == 1) return target[0] == '/';
+  return (size_t)n > g_dir_len && memcmp(target, g_dir, g_dir_len) == 0 &&
+         target[g_dir_len] == '/';
+}
+
+/* Opens the already open host file kfd as a upfs descriptor. */
+static int upfs_from_kfd(int kfd, int flags, mode_t mode) {
+  char p[64];
+  proc_path(p, sizeof(p), kfd);
+  int u = upfs_open_mode(p, flags & ~(O_EXCL | O_NOCTTY | O_NOFOLLOW), mode, g_mode);
+  if (u < 0) return -1;
+  /* Mirror O_APPEND on the kernel descriptor (upfs never writes through it):
+   * F_GETFL then reports it, and it survives execve. */
+  if (flags & O_APPEND) {
+    int kf = REAL(fcntl)(u, F_GETFL);
+    if (kf >= 0) REAL(fcntl)(u, F_SETFL, kf | O_APPEND);
+  }
+  mark(u, 1);
+  return u;
+}
+
+/* The open protocol shared by every open variant. */
+static int do_open(int dirfd, const char *path, int flags, mode_t mode) {
+  if (!path || (flags & (O_PATH | O_DIRECTORY)) || (flags & __O_TMPFILE) == __O_TMPFILE)
+    return REAL(openat)(dirfd, path, flags, mode);
+  int saved = errno;
+  int kflags = flags & ~O_TRUNC;
+  int created = 0;
+  int kfd;
+  if ((flags & O_CREAT) && g_dir_len) {
+    if (flags & O_EXCL) {
+      kfd = REAL(openat)(dirfd, path, kflags, mode);
+      created = kfd >= 0;
+    } else {
+      kfd = REAL(openat)(dirfd, path, kflags & ~O_CREAT, mode);
+      if (kfd < 0 && errno == ENOENT) {
+        kfd = REAL(openat)(dirfd, path, kflags | O_EXCL, mode);
+        if (kfd >= 0)
+          created = 1;
+        else if (errno == EEXIST) /* a race, or a dangling symlink */
+          kfd = REAL(openat)(dirfd, path, kflags, mode);
+      }
+    }
+  } else {
+    kfd = REAL(openat)(dirfd, path, kflags, mode);
+  }
+  if (kfd < 0) return -1;
+  struct stat st;
+  if (REAL(fstat)(kfd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    errno = saved;
+    return kfd;
+  }
+  int acc = flags & O_ACCMODE;
+  if (created && st.st_size == 0 && under_dir(kfd)) {
+    int u = upfs_from_kfd(kfd, (flags & ~O_TRUNC) | O_CREAT, mode);
+    int err = errno;
+    REAL(close)(kfd);
+    if (u < 0) {
+      REAL(unlinkat)(dirfd, path, 0);
+      errno = err;
+      return -1;
+    }
+    errno = saved;
+    return u;
+  }
+  if (size_candidate(&st) && has_magic(kfd, acc != O_WRONLY)) {
+    int u = upfs_from_kfd(kfd, flags & ~O_CREAT, mode);
+    int err = errno;
+    REAL(close)(kfd);
+    if (u < 0) {
+      errno = err;
+      return -1;
+    }
+    errno = saved;
+    return u;
+  }
+  if ((flags & O_TRUNC) && st.st_size > 0) {
+    if (acc != O_RDONLY) {
+      if (REAL(ftruncate)(kfd, 0) != 0) {
+        int err = errno;
+        REAL(close)(kfd);
+        errno = err;
+        return -1;
+      }
+    } else {
+      REAL(close)(kfd);
+      return REAL(openat)(dirfd, path, flags, mode);
+    }
+  }
+  errno = saved;
+  return kfd;
+}
+
+static mode_t va_mode(int flags, va_list ap) {
+  return (flags & (O_CREAT | __O_TMPFILE)) ? va_arg(ap, mode_t) : 0;
+}
+
+/* stat of a path that names a upfs file: the upfs size and times. */
+static int fix_path_stat(int dirfd, const char *path, int nofollow, struct stat *st) {
+  if (!size_candidate(st)) return 0;
+  int saved = errno, fixed = 0;
+  int kfd = REAL(openat)(dirfd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0));
+  if (kfd < 0) {
+    errno = saved;
+    return 0;
+  }
+  if (has_magic(kfd, 1)) {
+    char p[64];
+    proc_path(p, sizeof(p), kfd);
+    int u = upfs_open_mode(p, O_RDONLY | O_CLOEXEC, 0, g_mode);
+    if (u >= 0) {
+      struct stat ust;
+      if (upfs_fstat(u, &ust) == 0) {
+        *st = ust;
+        fixed = 1;
+      }
+      upfs_close(u);
+    }
+  }
+  REAL(close)(kfd);
+  errno = saved;
+  return fixed;
+}
+
+/* ------------------------------------------------------------------- open */
+
+EXPORT int open(const char *path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  mode_t m = va_mode(flags, ap);
+  va_end(ap);
+  return do_open(AT_FDCWD, path, flags, m);
+}
+EXPORT int open64(const char *path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  mode_t m = va_mode(flags, ap);
+  va_end(ap);
+  return do_open(AT_FDCWD, path, flags | O_LARGEFILE, m);
+}
+EXPORT int openat(int dirfd, const char *path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  mode_t m = va_mode(flags, ap);
+  va_end(ap);
+  return do_open(dirfd, path, flags, m);
+}
+EXPORT int openat64(int dirfd, const char *path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  mode_t m = va_mode(flags, ap);
+  va_end(ap);
+  return do_open(dirfd, path, flags | O_LARGEFILE, m);
+}
+EXPORT int __open_2(const char *path, int flags) { return do_open(AT_FDCWD, path, flags, 0); }
+EXPORT int __open64_2(const char *path, int flags) {
+  return do_open(AT_FDCWD, path, flags | O_LARGEFILE, 0);
+}
+EXPORT int __openat_2(int dirfd, const char *path, int flags) {
+  return do_open(dirfd, path, flags, 0);
+}
+EXPORT int __openat64_2(int dirfd, const char *path, int flags) {
+  return do_open(dirfd, path, flags | O_LARGEFILE, 0);
+}
+EXPORT int creat(const char *path, mode_t mode) {
+  return do_open(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode);
+}
+EXPORT int creat64(const char *path, mode_t mode) {
+  return do_open(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC | O_LARGEFILE, mode);
+}
+
+/* ------------------------------------------------------------------ close */
+
+static int close_upfs(int fd) {
+  mark(fd, 0);
+  return upfs_close(fd);
+}
+
+EXPORT int close(int fd) {
+  if (UNLIKELY(is_upfs(fd))) return close_upfs(fd);
+  return REAL(close)(fd);
+}
+
+/* ------------------------------------------------------------- read/write */
+
+EXPORT ssize_t read(int fd, void *buf, size_t n) {
+  if (UNLIKELY(is_upfs(fd))) return upfs_read(fd, buf, n);
+  return REAL(read)(fd, buf, n);
+}
+EXPORT ssize_t write(int fd, const void *buf, size_t n) {
+  if (UNLIKELY(is_upfs(fd))) return upfs_write(fd, buf, n);
+  return REAL(write)(fd, buf, n);
+}
+EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+  if (UNLIKELY(is_upfs(fd))) return upfs_pread(fd, buf, n, off);
+  return REAL(pread)(fd, buf, n, off);
+}
+EXPORT ssize_t pread64(int fd, void *buf, size_t n, off64_t off) {
+  if (UNLIKELY(is_upfs(fd))) return upfs_pread(fd, buf, n, off);
+  return REAL(pread)(fd, buf, n, off);
+}
+EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
+  if (UNLIKELY(is_upfs(fd))) return upfs_pwrite(fd, buf, n, off);
+  return REAL(pwrite)(fd, buf, n, off);
+}
+EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) {
+  if (UNLIKELY(is_upfs(fd))) return upfs_pwrite(fd, buf, n, off);
+  return REAL(pwrite)(fd, buf, n, off);
+}
+extern void __chk_fail(void) __attribute__((noreturn));
+EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen) {
+  if (n > buflen) __chk_fail();
+  return read(fd, buf, n);
+}
+EXPORT ssize_t __pread_chk(int fd, void *buf, size_t n, off_t off, size_t buflen) {
+  if (n > buflen) __chk_fail();
+  return pread(fd, buf, n, off);
+}
+EXPORT ssize_t __pread64_chk(int fd, void *buf, size_t n, off64_t off, size_t buflen) {
+  if (n > buflen) __chk_fail();
+  return pread(fd, buf, n, off);
+}
+
+/* Vectored I/O on a upfs descriptor goes through one bounce buffer so that
+ * it stays a single (atomic, in strict mode) upfs call. */
+static ssize_t iov_total(const struct iovec *iov, int cnt) {
+  if (cnt < 0 || cnt > IOV_MAX) {
+    errno = EINVAL;
+    return -1;
+  }
+  size_t t = 0;
+  for (int i = 0; i < cnt; ++i) {
+    if (__builtin_add_overflow(t, iov[i].iov_len, &t) || t > SSIZE_MAX) {
+      errno = EINVAL;
+      return -1;
+    }
+  }
+  return (ssize_t)t;
+}
+
+/* off < 0: at the descriptor's offset. */
+static ssize_t upfs_readv_at(int fd, const struct iovec *iov, int cnt, off_t off) {
+  ssize_t t = iov_total(iov, cnt);
+  if (t < 0) return -1;
+  if (cnt == 1) return off < 0 ? upfs_read(fd, iov[0].iov_base, iov[0].iov_len)
+                               : upfs_pread(fd, iov[0].iov_base, iov[0].iov_len, off);
+  char *b = malloc(t ? (size_t)t : 1);
+  if (!b) {
+    errno = ENOMEM;
+    return -1;
+  }
+  ssize_t r = off < 0 ? upfs_read(fd, b, (size_t)t) : upfs_pread(fd, b, (size_t)t, off);
+  if (r > 0) {
+    size_t done = 0;
+    for (int i = 0; i < cnt && done < (size_t)r; ++i) {
+      size_t c = iov[i].iov_len < (size_t)r - done ? iov[i].iov_len : (size_t)r - done;
+      memcpy(iov[i].iov_base, b + done, c);
+      done += c;
+    }
+  }
+  int err = errno;
+  free(b);
+  errno = err;
+  return r;
+}
+
+static ssize_t upfs_writev_at(int fd, const struct iovec *iov, int cnt, off_t off) {
+  ssize_t t = iov_total(iov, cnt);
+  if (t < 0) return -1;
+  if (cnt == 1) return off < 0 ? upfs_write(fd, iov[0].iov_base, iov[0].iov_len)
+                               : upfs_pwrite(fd, iov[0].iov_base, iov[0].iov_len, off);
+  char *b = malloc(t ? (size_t)t : 1);
+  if (!b) {
+    errno = ENOMEM;
+    return -1;
+  }
+  size_t done = 0;
+  for (int i = 0; i < cnt; ++i) {
+    memcpy(b + done, iov[i].iov_base, iov[i].iov_len);
+    done += iov[i].iov_len;
+  }
+  ssize_t r = off < 0 ? upfs_write(fd, b, (size_t)t) : upfs_pwrite(fd, b, (size_t)t, off);
+  int err = errno;
+  free(b);
+  errno = err;
+  return r;
+}
+
+EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt) {
+  if (UNLIKELY(is_upfs(fd))) return upfs_readv_at(fd, iov, cnt, -1);
+  return REAL(readv)(fd, iov, cnt);
+}
+EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt) {
+  if (UNLIKELY(is_upfs(fd))) return upfs_writev_at(fd, iov, cnt, -1);
+  return REAL(writev)(fd, iov, cnt);
+}
+static ssize_t checked_off(off_t off) {
+  if (off < 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  return 0;
+}
+EXPORT ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off) {
+  if (UNLIKELY(is_upfs(fd)))
+    return checked_off(off) ? -1 : upfs_readv_at(fd, iov, cnt, off);
+  return REAL(preadv)(fd, iov, cnt, off);
+}
+EXPORT ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off64_t off) {
+  return preadv(fd, iov, cnt, off);
+}
+EXPORT ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off) {
+  if (UNLIKELY(is_upfs(fd)))
+    return checked_off(off) ? -1 : upfs_writev_at(fd, iov, cnt, off);
+  return REAL(pwritev)(fd, iov, cnt, off);
+}
+EXPORT ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off64_t off) {
+  return pwritev(fd, iov, cnt, off);
+}
+/* RWF_HIPRI, RWF_DSYNC and RWF_SYNC are satisfied by every upfs write;
+ * RWF_NOWAIT and RWF_APPEND are not supported on upfs descriptors. */
+static int rwf_ok(int flags) {
+  if (flags & ~(RWF_HIPRI | RWF_DSYNC | RWF_SYNC)) {
+    errno = EOPNOTSUPP;
+    return 0;
+  }
+  return 1;
+}
+EXPORT ssize_t preadv2(int fd, const struct iovec *iov, int cnt, off_t off, int flags) {
+  if (UNLIKELY(is_upfs(fd))) {
+    if (!rwf_ok(flags)) return -1;
+    if (off < -1) return checked_off(off);
+    return upfs_readv_at(fd, iov, cnt, off);
+  }
+  return REAL(preadv2)(fd, iov, cnt, off, flags);
+}
+EXPORT ssize_t preadv64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int flags) {
+  return preadv2(fd, iov, cnt, off, flags);
+}
+EXPORT ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, int flags) {
+  if (UNLIKELY(is_upfs(fd))) {
+    if (!rwf_ok(flags)) return -1;
+    if (off < -1) return checked_off(off);
+    return upfs_writev_at(fd, iov, cnt, off);
+  }
+  return REAL(pwritev2)(fd, iov, cnt, off, flags);
+}
+EXPORT ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int flags) {
+  return pwritev2(fd, iov, cnt, off, flags);
+}
+
+EXPORT off_t lseek(int fd, off_t off, int whence) {
+  if (UNLIKELY(is_upfs(fd))) return upfs_lseek(fd, off, whence);
+  return REAL(lseek)(fd, off, whence);
+}
+EXPORT off64_t lseek64(int fd, off64_t off, int whence) { return lseek(fd, off, whence); }
+
+/* ------------------------------------------------------- sync and size */
+
+EXPORT int fsync(int fd) {
+  if (UNLIKELY(is_upfs(fd))) return upfs_fsync(fd);
+  return REAL(fsync)(fd);
+}
+EXPORT int fdatasync(int fd) {
+  if (UNLIKELY(is_upfs(fd))) return upfs_fdatasync(fd);
+  return REAL(fdatasync)(fd);
+}
+EXPORT int sync_file_range(int fd, off64_t off, off64_t n, unsigned int flags) {
+  if (UNLIKELY(is_upfs(fd))) {
+    if (off < 0 || n < 0 || (flags & ~(SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                                       SYNC_FILE_RANGE_WAIT_AFTER))) {
+      errno = EINVAL;
+      return -1;
+    }
+    /* Data is already in the medium; only a waiting call makes it durable
+     * on page-cache media, as fdatasync would. */
+    return (flags & SYNC_FILE_RANGE_WAIT_AFTER) ? upfs_fdatasync(fd) : 0;
+  }
+  return REAL(sync_file_range)(fd, off, n, flags);
+}
+EXPORT int ftruncate(int fd, off_t len) {
+  if (UNLIKELY(is_upfs(fd))) return upfs_ftruncate(fd, len);
+  return REAL(ftruncate)(fd, len);
+}
+EXPORT int ftruncate64(int fd, off64_t len) { return ftruncate(fd, len); }
+
+EXPORT int truncate(const char *path, off_t len) {
+  struct stat st;
+  int saved = errno;
+  if (path && REAL(stat)(path, &st) == 0 && size_candidate(&st)) {
+    int fd = do_open(AT_FDCWD, path, O_WRONLY | O_CLOEXEC, 0);
+    if (fd >= 0 && is_upfs(fd)) {
+      int r = upfs_ftruncate(fd, len);
+      int err = errno;
+      close_upfs(fd);
+      if (r == 0) errno = saved;
+      else errno = err;
+      return r;
+    }
+    if (fd >= 0) REAL(close)(fd);
+    errno = saved;
+  }
+  return REAL(truncate)(path, len);
+}
+EXPORT int truncate64(const char *path, off64_t len) { return truncate(path, len); }
+
+EXPORT int fallocate(int fd, int mode, off_t off, off_t len) {
+  if (UNLIKELY(is_upfs(fd))) return upfs_fallocate(fd, mode, off, len);
+  return REAL(fallocate)(fd, mode, off, len);
+}
+EXPORT int fallocate64(int fd, int mode, off64_t off, off64_t len) {
+  return fallocate(fd, mode, off, len);
+}
+EXPORT int posix_fallocate(int fd, off_t off, off_t len) {
+  if (UNLIKELY(is_upfs(fd))) {
+    int saved = errno;
+    int r = upfs_fallocate(fd, 0, off, len) == 0 ? 0 : errno;
+    errno = saved;
+    return r;
+  }
+  return REAL(posix_fallocate)(fd, off, len);
+}
+EXPORT int posix_fallocate64(int fd, off64_t off, off64_t len) {
+  return posix_fallocate(fd, off, len);
+}
+EXPORT int posix_fadvise(int fd, off_t off, off_t len, int advice) {
+  if (UNLIKELY(is_upfs(fd))) {
+    if (advice < POSIX_FADV_NORMAL || advice > POSIX_FADV_NOREUSE || len < 0) return EINVAL;
+    return 0; /* advice only */
+  }
+  return REAL(posix_fadvise)(fd, off, len, advice);
+}
+EXPORT int posix_fadvise64(int fd, off64_t off, off64_t len, int advice) {
+  return posix_fadvise(fd, off, len, advice);
+}
+EXPORT ssize_t readahead(int fd, off64_t off, size_t n) {
+  if (UNLIKELY(is_upfs(fd))) return 0; /* the file is mapped already */
+  return REAL(readahead)(fd, off, n);
+}
+
+/* ------------------------------------------------------------------- stat */
+
+EXPORT int fstat(int fd, struct stat *st) {
+  if (UNLIKELY(is_upfs(fd))) return upfs_fstat(fd, st);
+  return REAL(fstat)(fd, st);
+}
+EXPORT int fstat64(int fd, struct stat64 *st) { return fstat(fd, (struct stat *)st); }
+EXPORT int stat(const char *path, struct stat *st) {
+  int r = REAL(stat)(path, st);
+  if (r == 0) fix_path_stat(AT_FDCWD, path, 0, st);
+  return r;
+}
+EXPORT int stat64(const char *path, struct stat64 *st) { return stat(path, (struct stat *)st); }
+EXPORT int lstat(const char *path, struct stat *st) {
+  int r = REAL(lstat)(path, st);
+  if (r == 0) fix_path_stat(AT_FDCWD, path, 1, st);
+  return r;
+}
+EXPORT int lstat64(const char *path, struct stat64 *st) { return lstat(path, (struct stat *)st); }
+EXPORT int fstatat(int dirfd, const char *path, struct stat *st, int flags) {
+  if ((flags & AT_EMPTY_PATH) && path && path[0] == 0 && is_upfs(dirfd))
+    return upfs_fstat(dirfd, st);
+  int r = REAL(fstatat)(dirfd, path, st, flags);
+  if (r == 0 && path && path[0]) fix_path_stat(dirfd, path, flags & AT_SYMLINK_NOFOLLOW, st);
+  return r;
+}
+EXPORT int fstatat64(int dirfd, const char *path, struct stat64 *st, int flags) {
+  return fstatat(dirfd, path, (struct stat *)st, flags);
+}
+/* The pre-2.33 glibc entry points, still used by old binaries. */
+EXPORT int __xstat(int ver, const char *path, struct stat *st) { return stat(path, st); }
+EXPORT int __xstat64(int ver, const char *path, struct stat64 *st) { return stat64(path, st); }
+EXPORT int __lxstat(int ver, const char *path, struct stat *st) { return lstat(path, st); }
+EXPORT int __lxstat64(int ver, const char *path, struct stat64 *st) { return lstat64(path, st); }
+EXPORT int __fxstat(int ver, int fd, struct stat *st) { return fstat(fd, st); }
+EXPORT int __fxstat64(int ver, int fd, struct stat64 *st) { return fstat64(fd, st); }
+EXPORT int __fxstatat(int ver, int dirfd, const char *path, struct stat *st, int flags) {
+  return fstatat(dirfd, path, st, flags);
+}
+EXPORT int __fxstatat64(int ver, int dirfd, const char *path, struct stat64 *st, int flags) {
+  return fstatat64(dirfd, path, st, flags);
+}
+
+static void to_statx_ts(struct statx_timestamp *t, const struct timespec *ts) {
+  t->tv_sec = ts->tv_sec;
+  t->tv_nsec = (uint32_t)ts->tv_nsec;
+}
+static void fill_statx(struct statx *stx, const struct stat *st) {
+  stx->stx_size = (uint64_t)st->st_size;
+  stx->stx_blocks = (uint64_t)st->st_blocks;
+  stx->stx_blksize = (uint32_t)st->st_blksize;
+  to_statx_ts(&stx->stx_mtime, &st->st_mtim);
+  to_statx_ts(&stx->stx_ctime, &st->st_ctim);
+}
+EXPORT int statx(int dirfd, const char *path, int flags, unsigned int mask, struct statx *stx) {
+  int r = REAL(statx)(dirfd, path, flags, mask, stx);
+  if (r != 0 || !S_ISREG(stx->stx_mode)) return r;
+  int saved = errno;
+  struct stat st;
+  if ((flags & AT_EMPTY_PATH) && path && path[0] == 0) {
+    if (is_upfs(dirfd) && upfs_fstat(dirfd, &st) == 0) fill_statx(stx, &st);
+  } else if (path) {
+    memset(&st, 0, sizeof(st));
+    st.st_mode = S_IFREG;
+    st.st_size = (off_t)stx->stx_size;
+    if (fix_path_stat(dirfd, path, flags & AT_SYMLINK_NOFOLLOW, &st)) fill_statx(stx, &st);
+  }
+  errno = saved;
+  return r;
+}
+
+/* ---------------------------------------------------------- unlink, remove */
+
+/* unlink that also removes the shared state of a upfs file's last link. */
+static int do_unlinkat(int dirfd, const char *path) {
+  struct stat st;
+  int saved = errno;
+  if (path && REAL(fstatat)(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 && size_candidate(&st) &&
+      st.st_nlink == 1) {
+    errno = saved;
+    if (dirfd == AT_FDCWD || path[0] == '/') return upfs_unlink(path);
+    char p[PATH_MAX];
+    if ((size_t)snprintf(p, sizeof(p), "/proc/self/fd/%d/%s", dirfd, path) < sizeof(p))
+      return upfs_unlink(p);
+  }
+  errno = saved;
+  return REAL(unlinkat)(dirfd, path, 0);
+}
+EXPORT int unlink(const char *path) { return do_unlinkat(AT_FDCWD, path); }
+EXPORT int unlinkat(int dirfd, const char *path, int flags) {
+  if (flags & AT_REMOVEDIR) return REAL(unlinkat)(dirfd, path, flags);
+  if (flags) {
+    errno = EINVAL;
+    return -1;
+  }
+  return do_unlinkat(dirfd, path);
+}
+EXPORT int remove(const char *path) {
+  int saved = errno;
+  int r = do_unlinkat(AT_FDCWD, path);
+  if (r != 0 && errno == EISDIR) {
+    errno = saved;
+    return REAL(rmdir)(path);
+  }
+  return r;
+}
+
+/* ------------------------------------------------------------- dup, fcntl */
+
+/* newfd, a kernel duplicate of the upfs descriptor oldfd, becomes one too. */
+static int adopt(int oldfd, int newfd) {
+  if (newfd < 0) return newfd;
+  if (upfs_adopt_dup(oldfd, newfd) < 0) {
+    int err = errno;
+    REAL(close)(newfd);
+    errno = err;
+    return -1;
+  }
+  mark(newfd, 1);
+  return newfd;
+}
+
+EXPORT int dup(int fd) {
+  if (UNLIKELY(is_upfs(fd))) return adopt(fd, REAL(dup)(fd));
+  return REAL(dup)(fd);
+}
+/* dup2/dup3 onto a upfs descriptor close it the upfs way first. */
+static int do_dup3(int oldfd, int newfd, int flags, int is_dup2) {
+  if (oldfd == newfd) return is_dup2 ? REAL(dup2)(oldfd, newfd) : REAL(dup3)(oldfd, newfd, flags);
+  if (UNLIKELY(is_upfs(newfd))) {
+    if (REAL(fcntl)(oldfd, F_GETFD) < 0) return -1; /* EBADF, newfd untouched */
+    close_upfs(newfd);
+  }
+  int r = is_dup2 ? REAL(dup2)(oldfd, newfd) : REAL(dup3)(oldfd, newfd, flags);
+  if (r >= 0 && UNLIKELY(is_upfs(oldfd))) return adopt(oldfd, r);
+  return r;
+}
+EXPORT int dup2(int oldfd, int newfd) { return do_dup3(oldfd, newfd, 0, 1); }
+EXPORT int dup3(int oldfd, int newfd, int flags) { return do_dup3(oldfd, newfd, flags, 0); }
+
+static int do_fcntl(int fd, int cmd, void *arg) {
+  if (LIKELY(!is_upfs(fd))) return REAL(fcntl)(fd, cmd, arg);
+  switch (cmd) {
+    case F_DUPFD:
+    case F_DUPFD_CLOEXEC:
+      return adopt(fd, REAL(fcntl)(fd, cmd, arg));
+    case F_SETFL: {
+      int fl = (int)(intptr_t)arg;
+      /* O_APPEND goes to upfs (mirrored on the kernel descriptor);
+       * O_DIRECT means nothing for a mapped file. */
+      int r = REAL(fcntl)(fd, F_SETFL, (void *)(intptr_t)(fl & ~O_DIRECT));
+      if (r != 0) return r;
+      return upfs_set_append(fd, fl & O_APPEND);
+    }
+    default:
+      /* F_GETFL (O_APPEND is mirrored), F_GETFD/F_SETFD and the record
+       * locks act on the host file, with kernel semantics. */
+      return REAL(fcntl)(fd, cmd, arg);
+  }
+}
+EXPORT int fcntl(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void *arg = va_arg(ap, void *);
+  va_end(ap);
+  return do_fcntl(fd, cmd, arg);
+}
+EXPORT int fcntl64(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void *arg = va_arg(ap, void *);
+  va_end(ap);
+  return do_fcntl(fd, cmd, arg);
+}
+
+/* ------------------------------------------------------- kernel copy calls */
+
+/* The kernel would copy the host bytes, metadata log included: refuse, so
+ * that callers fall back to read/write. */
+EXPORT ssize_t copy_file_range(int in, off64_t *inoff, int out, off64_t *outoff, size_t n,
+                               unsigned int flags) {
+  if (UNLIKELY(is_upfs(in) || is_upfs(out))) {
+    errno = EXDEV;
+    return -1;
+  }
+  return REAL(copy_file_range)(in, inoff, out, outoff, n, flags);
+}
+EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n) {
+  if (UNLIKELY(is_upfs(in) || is_upfs(out))) {
+    errno = EINVAL;
+    return -1;
+  }
+  return REAL(sendfile)(out, in, off, n);
+}
+EXPORT ssize_t sendfile64(int out, int in, off64_t *off, size_t n) {
+  return sendfile(out, in, off, n);
+}
+EXPORT ssize_t splice(int in, off64_t *inoff, int out, off64_t *outoff, size_t n,
+                      unsigned int flags) {
+  if (UNLIKELY(is_upfs(in) || is_upfs(out))) {
+    errno = EINVAL;
+    return -1;
+  }
+  return REAL(splice)(in, inoff, out, outoff, n, flags);
+}
+
+/* ------------------------------------------------------------------- mmap */
+
+/* A read-only (or private) map of a upfs file is a snapshot taken at map
+ * time in anonymous memory; a writable shared map fails with ENODEV. */
+EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+  if (LIKELY(!is_upfs(fd)) || (flags & MAP_ANONYMOUS))
+    return REAL(mmap)(addr, len, prot, flags, fd, off);
+  if ((flags & MAP_SHARED) && (prot & PROT_WRITE)) {
+    errno = ENODEV;
+    return MAP_FAILED;
+  }
+  if (off < 0 || (off & (sysconf(_SC_PAGESIZE) - 1))) {
+    errno = EINVAL;
+    return MAP_FAILED;
+  }
+  int aflags = (flags & ~(MAP_SHARED | MAP_PRIVATE | MAP_SHARED_VALIDATE | MAP_SYNC)) |
+               MAP_PRIVATE | MAP_ANONYMOUS;
+  void *p = REAL(mmap)(addr, len, prot | PROT_WRITE, aflags, -1, 0);
+  if (p == MAP_FAILED) return p;
+  size_t done = 0;
+  while (done < len) {
+    ssize_t r = upfs_pread(fd, (char *)p + done, len - done, off + (off_t)done);
+    if (r < 0) {
+      int err = errno == EBADF ? EACCES : errno;
+      munmap(p, len);
+      errno = err;
+      return MAP_FAILED;
+    }
+    if (r == 0) break;
+    done += (size_t)r;
+  }
+  if (!(prot & PROT_WRITE)) mprotect(p, len, prot);
+  return p;
+}
+EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off) {
+  return mmap(addr, len, prot, flags, fd, off);
+}
+
+/* ------------------------------------------------------------------ stdio */
+
+static ssize_t ck_read(void *c, char *buf, size_t n) {
+  return upfs_read((int)(intptr_t)c, buf, n);
+}
+static ssize_t ck_write(void *c, const char *buf, size_t n) {
+  ssize_t r = upfs_write((int)(intptr_t)c, buf, n);
+  return r < 0 ? 0 : r;
+}
+static int ck_seek(void *c, off64_t *pos, int whence) {
+  off_t r = upfs_lseek((int)(intptr_t)c, *pos, whence);
+  if (r < 0) return -1;
+  *pos = r;
+  return 0;
+}
+static int ck_close(void *c) { return close_upfs((int)(intptr_t)c); }
+
+/* A FILE over a upfs descriptor. fileno() reports the descriptor, so that
+ * fsync(fileno(f)) and the like reach upfs. */
+static FILE *upfs_stream(int fd, const char *mode) {
+  cookie_io_functions_t io = {ck_read, ck_write, ck_seek, ck_close};
+  FILE *f = fopencookie((void *)(intptr_t)fd, mode, io);
+  if (f) f->_fileno = fd;
+  return f;
+}
+
+static int stdio_flags(const char *mode, char *plain, size_t plain_len) {
+  int flags, acc;
+  switch (mode[0]) {
+    case 'r': acc = O_RDONLY; flags = 0; break;
+    case 'w': acc = O_WRONLY; flags = O_CREAT | O_TRUNC; break;
+    case 'a': acc = O_WRONLY; flags = O_CREAT | O_APPEND; break;
+    default: errno = EINVAL; return -1;
+  }
+  size_t j = 0;
+  plain[j++] = mode[0];
+  for (const char *m = mode + 1; *m && *m != ','; ++m) {
+    if (*m == '+') acc = O_RDWR;
+    else if (*m == 'x') { flags |= O_EXCL; continue; }
+    else if (*m == 'e') flags |= O_CLOEXEC;
+    if (j + 1 < plain_len) plain[j++] = *m;
+  }
+  plain[j] = 0;
+  return acc | flags;
+}
+
+static FILE *do_fopen(const char *path, const char *mode) {
+  char plain[16];
+  int flags = stdio_flags(mode, plain, sizeof(plain));
+  if (flags < 0) return NULL;
+  int fd = do_open(AT_FDCWD, path, flags, 0666);
+  if (fd < 0) return NULL;
+  FILE *f = is_upfs(fd) ? upfs_stream(fd, plain) : REAL(fdopen)(fd, plain);
+  if (!f) {
+    int err = errno;
+    close(fd);
+    errno = err;
+  }
+  return f;
+}
+EXPORT FILE *fopen(const char *path, const char *mode) { return do_fopen(path, mode); }
+EXPORT FILE *fopen64(const char *path, const char *mode) { return do_fopen(path, mode); }
+EXPORT FILE *fdopen(int fd, const char *mode) {
+  if (LIKELY(!is_upfs(fd))) return REAL(fdopen)(fd, mode);
+  if (mode[0] == 'a') {
+    int fl = REAL(fcntl)(fd, F_GETFL);
+    if (fl >= 0 && !(fl & O_APPEND)) do_fcntl(fd, F_SETFL, (void *)(intptr_t)(fl | O_APPEND));
+  }
+  return upfs_stream(fd, mode);
+}
+/* freopen onto a upfs file cannot reuse the FILE object: it fails with
+ * EOPNOTSUPP (and closes the stream, as a failed freopen does). */
+EXPORT FILE *freopen(const char *path, const char *mode, FILE *stream) {
+  if (path) {
+    char plain[16];
+    int flags = stdio_flags(mode, plain, sizeof(plain));
+    if (flags >= 0) {
+      int saved = errno;
+      int fd = do_open(AT_FDCWD, path, flags & ~(O_TRUNC | O_CREAT | O_EXCL), 0666);
+      if (fd >= 0 && is_upfs(fd)) {
+        close_upfs(fd);
+        fclose(stream);
+        errno = EOPNOTSUPP;
+        return NULL;
+      }
+      if (fd >= 0) REAL(close)(fd);
+      errno = saved;
+    }
+  }
+  return REAL(freopen)(path, mode, stream);
+}
+EXPORT FILE *freopen64(const char *path, const char *mode, FILE *stream) {
+  return freopen(path, mode, stream);
+}
+
+/* -------------------------------------------------------------- execve */
+
+/* A new program image finds its inherited upfs descriptors again by their
+ * magic (see adopt_inherited); before exec, the kernel offset of each one
+ * is set to the upfs offset so that the new image continues from there. */
+static void sync_offsets_for_exec(void) {
+  int saved = errno;
+  for (int fd = 0; fd < 4096; ++fd) {
+    if (!is_upfs(fd)) continue;
+    int fdfl = REAL(fcntl)(fd, F_GETFD);
+    if (fdfl < 0 || (fdfl & FD_CLOEXEC)) continue;
+    off_t pos = upfs_lseek(fd, 0, SEEK_CUR);
+    if (pos >= 0) REAL(lseek)(fd, pos, SEEK_SET);
+  }
+  errno = saved;
+}
+EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
+  sync_offsets_for_exec();
+  return REAL(execve)(path, argv, envp);
+}
+EXPORT int execv(const char *path, char *const argv[]) {
+  sync_offsets_for_exec();
+  return REAL(execv)(path, argv);
+}
+EXPORT int execvp(const char *file, char *const argv[]) {
+  sync_offsets_for_exec();
+  return REAL(execvp)(file, argv);
+}
+EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
+  sync_offsets_for_exec();
+  return REAL(execvpe)(file, argv, envp);
+}
+
+/* glibc's own stdin/stdout/stderr do their I/O inside libc, out of our
+ * reach: when one of them is an inherited upfs descriptor, the stream is
+ * replaced by a upfs stream on the same descriptor. */
+static void replace_std_stream(int fd, int fl) {
+  int acc = fl & O_ACCMODE;
+  const char *mode = acc == O_RDONLY ? "r" : acc == O_RDWR ? "r+" : (fl & O_APPEND) ? "a" : "w";
+  FILE *f = upfs_stream(fd, mode);
+  if (!f) return;
+  if (fd == 0) stdin = f;
+  if (fd == 1) stdout = f;
+  if (fd == 2) {
+    setvbuf(f, NULL, _IONBF, 0);
+    stderr = f;
+  }
+}
+
+static void adopt_inherited(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return;
+  int dfd = dirfd(d);
+  int fds[64], n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && n < 64) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    int fd = atoi(e->d_name);
+    if (fd != dfd) fds[n++] = fd;
+  }
+  closedir(d);
+  for (int i = 0; i < n; ++i) {
+    int fd = fds[i];
+    struct stat st;
+    if (REAL(fstat)(fd, &st) != 0 || !size_candidate(&st)) continue;
+    int fl = REAL(fcntl)(fd, F_GETFL);
+    if (fl < 0 || !has_magic(fd, (fl & O_ACCMODE) != O_WRONLY)) continue;
+    off_t pos = REAL(lseek)(fd, 0, SEEK_CUR);
+    char p[64];
+    proc_path(p, sizeof(p), fd);
+    int u = upfs_open_mode(p, (fl & (O_ACCMODE | O_APPEND)) | O_CLOEXEC, 0, g_mode);
+    if (u < 0) continue;
+    if (pos > 0) upfs_lseek(u, pos, SEEK_SET);
+    if (upfs_adopt_dup(u, fd) >= 0) mark(fd, 1);
+    upfs_close(u);
+    if (fd <= 2 && is_upfs(fd)) replace_std_stream(fd, fl);
+  }
+}
+
+/* ------------------------------------------------------------ constructor */
+
+__attribute__((constructor)) static void upfs_preload_init(void) {
+#define RESOLVE(ret, name, args) \
+  if (!real_##name) real_##name = (__typeof__(real_##name))resolve(#name);
+  REAL_FUNCS(RESOLVE)
+#undef RESOLVE
+  const char *dir = getenv("UPFS_DIR");
+  if (dir && dir[0] == '/') {
+    char canon[PATH_MAX];
+    const char *use = realpath(dir, canon) ? canon : dir;
+    size_t n = strlen(use);
+    while (n > 1 && use[n - 1] == '/') --n;
+    if (n < sizeof(g_dir)) {
+      memcpy(g_dir, use, n);
+      g_dir[n] = 0;
+      g_dir_len = n;
+    }
+  }
+  const char *mode = getenv("UPFS_MODE");
+  if (mode && strcmp(mode, "sync") == 0) g_mode = UPFS_SYNC;
+}
+
+/* Called by the constructor in preload_late.c, which is linked after
+ * upfs_core so that it runs after the engine's C++ static initializers. */
+HIDDEN void upfs_preload_late_init(void) { adopt_inherited(); }
