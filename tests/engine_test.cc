@@ -1,5 +1,6 @@
 // Unit tests of engine internals: block table, log decoding, allocator, GC.
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -309,6 +310,34 @@ TEST(Create, InterruptedCreationIsRedoneOnlyWithOCreat) {
   close(h);
   EXPECT_EQ(upfs_open(foreign.c_str(), O_CREAT | O_RDWR, 0644), -1);
   EXPECT_EQ(errno, EMEDIUMTYPE);
+}
+
+}  // namespace
+}  // namespace upfs
+
+namespace upfs {
+namespace {
+
+// Regressions of fuzzer findings: work proportional to the virtual size
+// instead of to what is mapped (a hang on a hostile or very sparse file).
+TEST(Regression, HugeHoleRunsAndSeeksOnSparseFiles) {
+  TempDir d;
+  OpenedFile of;
+  OpenEngine(d.File("sparse"), &of);
+  const uint64_t far = uint64_t{15} << 40;  // 15 TiB
+  uint64_t at;
+  ASSERT_TRUE(of.file->Write("x", 1, far, false, &at).ok());
+  // A punched hole over everything below: one payload, not 2^32 steps.
+  ASSERT_TRUE(of.file->Fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, far).ok());
+  uint64_t r = 0;
+  ASSERT_TRUE(of.file->SeekDataHole(0, true, &r).ok());
+  EXPECT_EQ(r, far / kBlockSize * kBlockSize);  // the block holding the byte
+  ASSERT_TRUE(of.file->SeekDataHole(0, false, &r).ok());
+  EXPECT_EQ(r, 0u);
+  ASSERT_TRUE(of.file->Truncate(far - 10).ok());
+  EXPECT_EQ(of.file->SeekDataHole(0, true, &r).err(), ENXIO);
+  ASSERT_TRUE(of.file->SeekDataHole(4096, false, &r).ok());
+  EXPECT_EQ(r, 4096u);
 }
 
 }  // namespace

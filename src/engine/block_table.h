@@ -6,6 +6,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -70,6 +71,10 @@ class BlockTable {
   // One past the highest virtual block ever mapped (bounds truncation work).
   uint64_t high_water() const { return high_.load(std::memory_order_acquire); }
 
+  // The first virtual block in [from, limit) that is mapped (mapped=true)
+  // or a hole (mapped=false); limit if none. Skips never-mapped groups.
+  uint64_t NextMapped(uint64_t from, uint64_t limit, bool mapped) const;
+
   // Writer side (one thread at a time).
   Status Apply(const Effect& e);
   void Set(uint64_t vblock, uint32_t lblock);
@@ -102,9 +107,9 @@ class BlockTable {
   // order. Stretches of kGroup entries that were never mapped are skipped,
   // so a sparse file with a block at a huge offset costs little.
   template <typename Fn>
-  void ForEachMapped(Fn fn, uint64_t from = 0) const {
+  void ForEachMapped(Fn fn, uint64_t from = 0, uint64_t to = UINT64_MAX) const {
     Array* a = arr_.load(std::memory_order_acquire);
-    uint64_t n = std::min<uint64_t>(a->cap, high_water());
+    uint64_t n = std::min<uint64_t>(std::min<uint64_t>(a->cap, high_water()), to);
     for (uint64_t g = from / kGroup; g * kGroup < n; ++g) {
       if (!(a->groups()[g / 64].load(std::memory_order_acquire) >> (g % 64) & 1)) continue;
       for (uint64_t v = std::max(from, g * kGroup); v < std::min(n, (g + 1) * kGroup); ++v) {

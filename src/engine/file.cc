@@ -734,6 +734,82 @@ Status File::Truncate(uint64_t len) {
   return Status::OK();
 }
 
+// Punching a hole: the partial blocks at either end are copied with the
+// punched bytes zeroed, everything in between becomes one hole run. Work is
+// proportional to what is mapped, not to the length of the range.
+Status File::PunchHole(ThreadCtx* c, BlockTable* t, uint64_t off, uint64_t end) {
+  const uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end);
+  const uint64_t full0 = CeilBlocks(off), full1 = end >> kBlockShift;  // whole blocks
+  for (;;) {
+    LogPos p = t->cursor();
+    std::vector<Run> runs, fresh;
+    std::vector<uint32_t> displaced;
+    Status st;
+    // A partial block: a copy with [lo, hi) zeroed, or left alone if a hole.
+    auto edge = [&](uint64_t v) {
+      uint32_t l = t->Get(v);
+      if (!l) {
+        runs.push_back(Run{kKeepBlock, 1});
+        return;
+      }
+      std::vector<Run> one;
+      st = alloc_.Alloc(&c->blocks, 1, &one);
+      if (!st.ok()) return;
+      fresh.push_back(one[0]);
+      alignas(64) unsigned char tmp[kBlockSize];
+      OptimisticCopy(tmp, access_.AddrUnchecked(l), kBlockSize);
+      uint64_t bs = v << kBlockShift;
+      uint64_t lo = std::max(bs, off), hi = std::min(bs + kBlockSize, end);
+      std::memset(tmp + (lo - bs), 0, hi - lo);
+      char* dst;
+      st = access_.Addr(one[0].lblock, &dst);
+      if (!st.ok()) return;
+      pm::CopyNT(dst, tmp, kBlockSize);
+      displaced.push_back(l);
+      runs.push_back(Run{one[0].lblock, 1});
+    };
+    if (vb0 < full0 || (full0 >= full1 && vb0 < vb1)) edge(vb0);  // head (or the only block)
+    if (st.ok() && full0 < full1) {
+      for (uint64_t v = full0; v < full1; v += std::min<uint64_t>(full1 - v, UINT32_MAX))
+        runs.push_back(Run{0, uint32_t(std::min<uint64_t>(full1 - v, UINT32_MAX))});
+      t->ForEachMapped([&](uint64_t, uint32_t l) { displaced.push_back(l); }, full0, full1);
+    }
+    if (st.ok() && full1 >= full0 && full1 < vb1 && full1 > vb0) edge(full1);  // tail
+    auto release_fresh = [&] {
+      for (const Run& r : fresh) alloc_.Free(&c->blocks, r.lblock, r.count);
+    };
+    if (!st.ok()) {
+      release_fresh();
+      return st;
+    }
+    if (displaced.empty()) {  // nothing mapped: nothing to punch
+      release_fresh();
+      return Status::OK();
+    }
+    pm::Fence();
+    st = BuildPayload(c, uint32_t(vb0), runs, Effect::kNone, 0);
+    if (!st.ok()) {
+      release_fresh();
+      return st;
+    }
+    bool conflicted = false;
+    st = Commit(
+        c, &p, 0,
+        [&](const Effect& e) { return e.size_op == Effect::kSet || e.TouchesBlocks(vb0, vb1); },
+        &conflicted);
+    if (!st.ok() || conflicted) {
+      release_fresh();
+      DropPayload(c);
+      UPFS_RETURN_IF_ERROR(st);
+      UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+      continue;
+    }
+    c->overflow.clear();
+    ReleaseDisplaced(c, displaced.data(), displaced.size());
+    return Status::OK();
+  }
+}
+
 Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
   const bool keep_size = mode & FALLOC_FL_KEEP_SIZE;
   const bool punch = mode & FALLOC_FL_PUNCH_HOLE;
@@ -749,6 +825,12 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
   BlockTable* t;
   UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
   const uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end), nb = vb1 - vb0;
+  if (punch) {
+    UPFS_RETURN_IF_ERROR(PunchHole(c, t, off, end));
+    TouchMtime();
+    MaybeCollectGarbage(c);
+    return Status::OK();
+  }
   for (;;) {
     LogPos p = t->cursor();
     uint64_t size = t->size();
@@ -772,35 +854,7 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
     bool changes = false;
     Status st;
     for (uint64_t v = vb0; v < vb1 && st.ok(); ++v) {
-      uint32_t l = t->Get(v);
-      uint64_t bs = v << kBlockShift;
-      bool whole = bs >= off && bs + kBlockSize <= end;
-      if (punch) {
-        if (!l) {
-          push(kKeepBlock, 1);
-        } else if (whole) {
-          c->old[v - vb0] = l;
-          push(0, 1);
-          changes = true;
-        } else {
-          // Partial block: copy it with the punched bytes zeroed.
-          std::vector<Run> one;
-          st = alloc_.Alloc(&c->blocks, 1, &one);
-          if (!st.ok()) break;
-          fresh.push_back(one[0]);
-          alignas(64) unsigned char tmp[kBlockSize];
-          OptimisticCopy(tmp, access_.AddrUnchecked(l), kBlockSize);
-          uint64_t lo = std::max(bs, off), hi = std::min(bs + kBlockSize, end);
-          std::memset(tmp + (lo - bs), 0, hi - lo);
-          char* dst;
-          st = access_.Addr(one[0].lblock, &dst);
-          if (!st.ok()) break;
-          pm::CopyNT(dst, tmp, kBlockSize);
-          c->old[v - vb0] = l;
-          push(one[0].lblock, 1);
-          changes = true;
-        }
-      } else if (l) {
+      if (t->Get(v)) {
         push(kKeepBlock, 1);
       } else {
         std::vector<Run> one;
@@ -822,7 +876,7 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
       release_fresh();
       return st;
     }
-    bool grows = !punch && !keep_size && end > size;
+    bool grows = !keep_size && end > size;
     if (!changes && !grows) {
       release_fresh();
       break;
@@ -896,12 +950,10 @@ Status File::SeekLocked(BlockTable* t, uint64_t off, bool data, uint64_t* result
   uint64_t size = t->size();
   if (off >= size) return Status::Error(ENXIO, "offset at or past the end of file");
   uint64_t vend = CeilBlocks(size);
-  for (uint64_t v = off >> kBlockShift; v < vend; ++v) {
-    bool mapped = t->Get(v) != 0;
-    if (mapped == data) {
-      *result = std::max(off, v << kBlockShift);
-      return Status::OK();
-    }
+  uint64_t v = t->NextMapped(off >> kBlockShift, vend, data);
+  if (v < vend) {
+    *result = std::min(std::max(off, v << kBlockShift), size);
+    return Status::OK();
   }
   if (data) return Status::Error(ENXIO, "no data past the offset");
   *result = size;

@@ -123,6 +123,7 @@ class File {
                       bool* done);
   Status CopyIntoNewBlocks(ThreadCtx* c, const void* buf, size_t n, uint64_t off, uint64_t size,
                            uint64_t vb0);
+  Status PunchHole(ThreadCtx* c, BlockTable* t, uint64_t off, uint64_t end);
   void ReleaseDisplaced(ThreadCtx* c, const uint32_t* blocks, size_t n);
   void Retire(ThreadCtx* c, uint32_t lblock, uint32_t count);
   void DrainLimbo(ThreadCtx* c, bool force);

@@ -73,11 +73,27 @@ void BlockTable::Set(uint64_t v, uint32_t l) {
 }
 
 Status BlockTable::Apply(const Effect& e) {
-  uint64_t v = e.vblock;
-  if (!e.runs.empty()) EnsureCapacity(e.vblock + e.nblocks);
+  // Only runs that map blocks need room in the table; holes and keeps cost
+  // nothing past what is mapped (a hole run may legally cover 2^32 blocks).
+  uint64_t v = e.vblock, map_end = 0;
   for (const Run& r : e.runs) {
-    if (r.lblock != kKeepBlock) {
-      for (uint64_t i = 0; i < r.count; ++i) Set(v + i, r.lblock ? r.lblock + uint32_t(i) : 0);
+    if (r.lblock != 0 && r.lblock != kKeepBlock) map_end = v + r.count;
+    v += r.count;
+  }
+  if (map_end) EnsureCapacity(map_end);
+  v = e.vblock;
+  for (const Run& r : e.runs) {
+    if (r.lblock == 0) {
+      std::vector<uint64_t> drop;
+      uint64_t end = v + r.count;
+      ForEachMapped(
+          [&](uint64_t b, uint32_t) {
+            if (b < end) drop.push_back(b);
+          },
+          v, end);
+      for (uint64_t b : drop) Set(b, 0);
+    } else if (r.lblock != kKeepBlock) {
+      for (uint64_t i = 0; i < r.count; ++i) Set(v + i, r.lblock + uint32_t(i));
     }
     v += r.count;
   }
@@ -91,6 +107,25 @@ Status BlockTable::Apply(const Effect& e) {
     SetSize(e.new_size);
   }
   return Status::OK();
+}
+
+uint64_t BlockTable::NextMapped(uint64_t from, uint64_t limit, bool mapped) const {
+  Array* a = arr_.load(std::memory_order_acquire);
+  uint64_t n = std::min<uint64_t>(std::min<uint64_t>(a->cap, high_water()), limit);
+  uint64_t v = from;
+  while (v < n) {
+    uint64_t g = v / kGroup;
+    bool touched = a->groups()[g / 64].load(std::memory_order_acquire) >> (g % 64) & 1;
+    if (!touched) {
+      if (!mapped) return v;  // a whole group of holes
+      v = (g + 1) * kGroup;
+      continue;
+    }
+    for (uint64_t end = std::min(n, (g + 1) * kGroup); v < end; ++v)
+      if ((a->e[v].load(std::memory_order_relaxed) != 0) == mapped) return v;
+  }
+  // Past everything ever mapped: all holes.
+  return mapped ? limit : std::min(std::max(v, from), limit);
 }
 
 // ---------------------------------------------------------------------------
@@ -158,7 +193,7 @@ Status DecodePayload(const BlockAccess& ba, const LogBlock* b, const std::string
     if (uint64_t(nruns) * 8 > uint64_t(ov.count) * kBlockSize)
       return Status::Corrupt(where, "overflow runs exceed their blocks");
     overflow.resize(nruns);
-    std::memcpy(overflow.data(), ba.AddrUnchecked(ov.lblock), nruns * 8);
+    if (nruns) std::memcpy(overflow.data(), ba.AddrUnchecked(ov.lblock), nruns * 8);
     if (Crc32c(overflow.data(), nruns * 8) != uint32_t(words[3]))
       return Status::Corrupt(where, "overflow checksum mismatch");
     runw = overflow.data();
@@ -235,9 +270,10 @@ Status DecodeEntry(const BlockAccess& ba, const LogBlock* b, uint32_t b_lblock, 
 }
 
 Status ApplyLogBlock(const BlockAccess& ba, const LogBlock* b, uint32_t lblock, BlockTable* table,
-                     std::vector<Run>* overflow, uint32_t* end_slot, uint64_t* entries) {
+                     std::vector<Run>* overflow, uint32_t* end_slot, uint64_t* entries,
+                     uint32_t start_slot) {
   Effect eff;
-  uint32_t slot = 0;
+  uint32_t slot = start_slot;
   while (slot < kSlotsPerLogBlock) {
     uint64_t e = b->slots[slot].load(std::memory_order_acquire);
     if (e == 0) break;
@@ -283,12 +319,24 @@ Status ReplayChain(const BlockAccess& ba, uint32_t head, BlockTable* table, Repl
   uint32_t lblock = head;
   for (;;) {
     res->log_blocks.push_back(lblock);
-    if (res->log_blocks.size() > max_blocks)
-      return Status::Corrupt("log chain", "longer than the file (a cycle?)");
+    if (res->log_blocks.size() > max_blocks) {
+      // Live writers may have grown the file (and the chain) meanwhile.
+      UPFS_RETURN_IF_ERROR(ba.medium()->RefreshCapacity());
+      max_blocks = ba.medium()->capacity() >> kBlockShift;
+      if (res->log_blocks.size() > max_blocks)
+        return Status::Corrupt("log chain", "longer than the file (a cycle?)");
+    }
     uint32_t slot = 0;
     UPFS_RETURN_IF_ERROR(
-        ApplyLogBlock(ba, b, lblock, table, &res->overflow, &slot, &res->entries));
+        ApplyLogBlock(ba, b, lblock, table, &res->overflow, &slot, &res->entries, 0));
     uint32_t n = NextBlock(b->next.load(std::memory_order_acquire));
+    if (slot < kSlotsPerLogBlock && n != 0 && !check_tail) {
+      // Live replay: other processes filled this block and linked the next
+      // one after we found its tail. A block is linked only when full, so
+      // finish it from where we stopped.
+      UPFS_RETURN_IF_ERROR(
+          ApplyLogBlock(ba, b, lblock, table, &res->overflow, &slot, &res->entries, slot));
+    }
     if (slot < kSlotsPerLogBlock || n == 0) {
       if (slot < kSlotsPerLogBlock && check_tail) {
         for (uint32_t s = slot; s < kSlotsPerLogBlock; ++s)

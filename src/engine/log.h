@@ -67,7 +67,7 @@ Status CheckLogBlock(const BlockAccess& ba, uint32_t lblock, uint64_t seq,
 // (kSlotsPerLogBlock if the block is full).
 Status ApplyLogBlock(const BlockAccess& ba, const format::LogBlock* b, uint32_t lblock,
                      BlockTable* table, std::vector<format::Run>* overflow, uint32_t* end_slot,
-                     uint64_t* entries);
+                     uint64_t* entries, uint32_t start_slot = 0);
 
 struct ReplayResult {
   LogPos tail;                          // first empty slot (or past the end)
