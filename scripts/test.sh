@@ -8,6 +8,9 @@
 #            ctest -L 'unit|corruption|differential', UPFS_TEST_SCALE=0.2
 #   4. tsan  TSan build in build-tsan/ (clang-14):
 #            ctest -L concurrency, UPFS_TEST_SCALE=0.2
+#   5. fuzz  libFuzzer build in build-fuzz/ (clang-14, ASan+UBSan):
+#            scripts/fuzz.sh FUZZ_SECONDS (each target that long; any
+#            crash, leak, hang or contract violation fails the stage)
 #
 # Every stage runs even when an earlier one failed; the script exits non-zero
 # if any failed. It ends with a summary of the stages whose last line is
@@ -16,13 +19,15 @@
 #
 # Environment: JOBS (build parallelism, default 2), CTEST_JOBS (tests run in
 # parallel per stage, default 1), SKIP_DEPS=1 (skip stage 1),
-# STAGES="main asan tsan" (run a subset).
+# STAGES="main asan tsan fuzz" (run a subset), FUZZ_SECONDS (per fuzz
+# target, default 60).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 JOBS="${JOBS:-2}"
 CTEST_JOBS="${CTEST_JOBS:-1}"
-STAGES="${STAGES:-main asan tsan}"
+STAGES="${STAGES:-main asan tsan fuzz}"
+FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
 START=$(date +%s)
 LOGDIR=$(mktemp -d "${TMPDIR:-/tmp}/upfs-test.XXXXXX")
 trap 'rm -rf "$LOGDIR"' EXIT
@@ -126,6 +131,16 @@ if stage_wanted tsan; then
   else
     record tsan "FAILED (build)"
   fi
+fi
+
+# -- 5. fuzzing ------------------------------------------------------------------
+# scripts/fuzz.sh prints one "fuzz TARGET: N runs, K crashes" line per target
+# and no ctest summary, so the stage is recorded without a log.
+if stage_wanted fuzz; then
+  banner "fuzz: libFuzzer build in build-fuzz/ (clang-14, ASan+UBSan), ${FUZZ_SECONDS} s per target"
+  fuzz_start=$(date +%s)
+  if JOBS="$JOBS" bash scripts/fuzz.sh "$FUZZ_SECONDS"; then record fuzz ok; else record fuzz FAILED; fi
+  echo "fuzz: stage took $(( $(date +%s) - fuzz_start )) s"
 fi
 
 # -- summary -----------------------------------------------------------------------

@@ -132,6 +132,12 @@ int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consi
       file = it->second.lock();
       if (!file) g_files.erase(it);
     }
+    // Drop entries of files closed since (amortized: when the map doubled).
+    static size_t sweep_at = 64;
+    if (g_files.size() >= sweep_at) {
+      std::erase_if(g_files, [](const auto& kv) { return kv.second.expired(); });
+      sweep_at = std::max<size_t>(64, 2 * g_files.size());
+    }
     if (!file) {
       std::unique_ptr<File> f;
       Status s = OpenPerFile(fd, path, create, consistency, &f);

@@ -1,0 +1,1504 @@
+// Multi-process kill torture on one strict-mode upfs file.
+//
+// A supervisor (the test process) forks worker processes that each open the
+// file themselves (after the fork; the supervisor holds no upfs descriptor
+// while workers run) and loop over a random mix of operations on it.
+//
+// Kills. The supervisor SIGKILLs a random worker 0-5 ms after the previous
+// kill, or after the victim acknowledged a random number of operations, and
+// starts a fresh worker in its place as soon as the dead one is reaped. One
+// worker, the *survivor*, is spared by these single kills, so that at any
+// time one process lives for seconds while the others die around it. Every
+// 1-3 s all workers are killed at once; then the supervisor verifies the
+// whole file ("checkpoint", see below) and starts all workers again, the
+// first of which rebuilds the shared state. At the end it kills everybody
+// and verifies once more. A dead worker is detected by end of file on its
+// pipe: the worker is the pipe's only writer, and a process closes its files
+// only after its memory is gone, so nothing it started can still land.
+//
+// Protocol. Before every call a worker sends an *intent* message (what it
+// is about to do, with a CLOCK_MONOTONIC start time) and after the call
+// returns an *ack* (start and end time of the call, and for an append the
+// position it landed at, from lseek). Messages are fixed 48-byte structs
+// written with one write(2) each, so they are atomic: after reaping a
+// worker the supervisor knows exactly which operations were acknowledged
+// and which one (at most one) was in flight; an in-flight operation gets
+// the reap time as its end. Sequence numbers are per worker and increase
+// over all its writes and appends; a restarted worker continues after the
+// highest sequence number announced by its predecessors (acknowledged or in
+// flight), so every record in the file is unique.
+//
+// Layout of the file (DisjointSlotsAppendTruncate, 4 workers):
+//   [0, slot_end)          fixed slots. Each slot belongs to one worker and
+//                          is always overwritten as a whole by one pwrite of
+//                          self-describing records (test_util.h). Slots are
+//                          4 KiB-aligned 1- or 2-block ranges, or unaligned
+//                          ranges of 64..9300 bytes packed next to slots of
+//                          other workers, so neighbouring workers share
+//                          blocks.
+//   [slot_end, zone_start) zeros (alignment gap).
+//   [zone_start, size)     the append zone: O_APPEND records (multiples of
+//                          32 bytes) and zeros exposed by growing truncates.
+//                          Every worker may ftruncate, but never below
+//                          zone_start and always to zone_start + a multiple
+//                          of 32, so a truncate cannot touch the slots and
+//                          every append record stays on a 32-byte unit.
+//                          Truncates may legitimately destroy acknowledged
+//                          appends; the checks below account for that.
+//
+// Invariants checked by every worker while it runs (its reads race with
+// everything else):
+//   - every slot it reads is zero (never written) or entirely one write of
+//     that slot's geometry by a writer allowed there (no torn write), and
+//     the bytes between slots are zero;
+//   - per slot, the write seen never goes back: once the reader saw write X,
+//     a different write Y from the same writer must have a higher sequence
+//     number (no reordering, no resurrection), and a slot never returns to
+//     zero;
+//   - freshness: each worker publishes, in a shared anonymous mapping, the
+//     sequence number of its last acknowledged write to each slot; a read
+//     started after that publication must see that write or a later one of
+//     that writer (a lost acknowledged write shows up here);
+//   - nothing from the future: a sequence number seen is at most the
+//     writer's last published intent (loaded after the read returned);
+//   - in the append zone every 32-byte unit is zero or a valid append
+//     record, records of one append are consecutive with increasing index,
+//     and no append appears at two places;
+//   - read-your-append: half of the appends are read back right after they
+//     returned, when no ftruncate can have run in between (none was in
+//     progress before the append, none started until the read back ended:
+//     workers publish "inside ftruncate" flags and a generation counter);
+//     the bytes must be exactly the append, at the acknowledged position.
+//
+// Invariants checked by the supervisor at checkpoints and at the end, after
+// all workers are dead, through a fresh open (which rebuilds the shared
+// allocation state, nobody else being alive):
+//   - slots: every slot is whole; its content is a write that can be the
+//     last one to that slot in real time: the last acknowledged write, or a
+//     write (acknowledged, or in flight when its writer was killed) that did
+//     not end before some acknowledged write to that slot started. A slot
+//     whose acknowledged writes were all lost, or that holds a write that
+//     provably preceded an acknowledged one, fails;
+//   - appends: every record in the zone belongs to an announced append (no
+//     foreign data); each append appears at most once, as a prefix of its
+//     records (shorter than the whole only if cut by a truncate). Every
+//     acknowledged append sits at the position it was acknowledged at and is
+//     complete, unless a truncate that may have committed after it (one that
+//     did not end before the append started) cuts it exactly where it now
+//     ends (or below its start, for an append that is gone); and no byte of
+//     it survives past a truncate that provably started after it ended;
+//   - size: at least zone_start, and zone_start plus a multiple of 32;
+//   - InspectFile with the full check, after the supervisor's close: no
+//     problems, no live process, and leaked_blocks == 0 (the open rebuilt
+//     the bitmap from the log, reclaiming whatever the killed workers held,
+//     and the close returned the supervisor's own blocks).
+//
+// Liveness, watched while the workers run: the acknowledged operations of
+// all workers together must grow at least every 10 s, every worker role
+// must acknowledge something at least every 20 s (across restarts), every
+// kind of operation in the mix must be acknowledged by some worker at least
+// every 20 s, and a killed worker must die within 10 s. A process blocked
+// on a dead one fails here, with the workers' in-flight operations and
+// stacks in the message. The bounds are generous on purpose (shared
+// machines); the longest acknowledged call and the longest-lived worker are
+// printed.
+//
+// SharedSlots: two workers overwrite the same unaligned, block-sharing slots
+// (both write every slot) and read them; the same checks apply per writer.
+//
+// Knobs: UPFS_TEST_SCALE multiplies the duration (20 s for the first test,
+// 10 s for the second at 1.0); UPFS_TORTURE_LONG=1 runs each test for 600 s
+// (run the binary directly: ctest's per-test timeout is 600 s);
+// UPFS_TORTURE_SECONDS=<s> sets the duration explicitly; UPFS_TEST_SEED
+// fixes the layout and the workers' operation sequences (kill timing, and
+// so what each incarnation gets to do, is never reproducible).
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cinttypes>
+#include <cstdarg>
+#include <cstring>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/inspect.h"
+#include "test_util.h"
+#include "upfs/upfs.h"
+
+namespace {
+
+using upfs_test::ClassifyRegion;
+using upfs_test::RecordImage;
+using upfs_test::RegionClass;
+using upfs_test::TempDir;
+using upfs_test::WriteId;
+using Bytes = std::vector<unsigned char>;
+
+constexpr uint64_t kBlock = 4096;
+constexpr uint64_t kUnit = upfs_test::kRecSize;  // 32
+constexpr int kMaxWorkers = 8;
+
+int64_t NowNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+double Secs(int64_t ns) { return double(ns) / 1e9; }
+
+std::string Fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
+std::string Fmt(const char* f, ...) {
+  char b[1024];
+  va_list ap;
+  va_start(ap, f);
+  std::vsnprintf(b, sizeof b, f, ap);
+  va_end(ap);
+  return b;
+}
+
+// ---------------------------------------------------------------------------
+// Configuration and layout.
+
+struct Slot {
+  uint64_t off;
+  uint32_t len;
+  uint32_t owners;  // bit w: worker w (writer id w + 1) writes this slot
+  uint64_t end() const { return off + len; }
+};
+
+struct Config {
+  std::string path;
+  int workers = 4;
+  std::vector<Slot> slots;  // sorted by offset, disjoint
+  std::vector<std::vector<uint32_t>> writable;  // per worker: slots it writes
+  uint64_t slot_end = 0;
+  uint64_t zone_start = 0;  // initial size; appends and truncates above it
+  uint64_t zone_cap = 4 << 20;
+  bool size_ops = false;
+  // Operation mix in percent (cumulative thresholds); the rest truncates.
+  unsigned p_write = 0, p_read_slots = 0, p_read_zone = 0, p_append = 0;
+  double seconds = 20;
+  uint64_t seed = 0;
+};
+
+uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// Slots of all kinds, owned round-robin (neighbours belong to different
+// workers), or by everybody when `shared`.
+void MakeSlots(Config* c, uint64_t target, bool shared, bool aligned_too, std::mt19937_64& rng) {
+  uint64_t pos = 0;
+  uint32_t all = (1u << c->workers) - 1;
+  for (uint32_t i = 0; pos < target; ++i) {
+    unsigned k = unsigned(rng() % 100);
+    Slot s{};
+    if (aligned_too && k < 25) {
+      s.off = RoundUp(pos, kBlock);
+      s.len = uint32_t(kBlock);
+    } else if (aligned_too && k < 35) {
+      s.off = RoundUp(pos, kBlock);
+      s.len = uint32_t(2 * kBlock);
+    } else if (k < 75) {
+      s.off = pos + rng() % 48;
+      s.len = uint32_t(64 + rng() % 300);
+    } else {
+      s.off = pos + rng() % 48;
+      s.len = uint32_t(300 + rng() % 9000);
+    }
+    s.owners = shared ? all : (1u << (i % uint32_t(c->workers)));
+    pos = s.end();
+    c->slots.push_back(s);
+  }
+  c->slot_end = pos;
+  c->writable.assign(size_t(c->workers), {});
+  for (uint32_t i = 0; i < c->slots.size(); ++i)
+    for (int w = 0; w < c->workers; ++w)
+      if (c->slots[i].owners & (1u << w)) c->writable[size_t(w)].push_back(i);
+}
+
+double Duration(double base) {
+  if (const char* e = std::getenv("UPFS_TORTURE_SECONDS"); e && *e) return std::max(0.1, std::strtod(e, nullptr));
+  if (const char* e = std::getenv("UPFS_TORTURE_LONG"); e && std::strcmp(e, "1") == 0) return 600;
+  return base * upfs_test::Scale();
+}
+
+// Published by the workers in a shared anonymous mapping (created before the
+// first fork): the last announced sequence number of each worker, the
+// sequence number of its last acknowledged write to each slot, and which
+// workers are inside ftruncate (with a generation counter bumped at every
+// ftruncate start; the supervisor clears the flag of a worker it reaped).
+struct Pub {
+  struct Counters {
+    std::atomic<uint64_t> trunc_gen;
+    std::atomic<uint64_t> readbacks;  // appends read back and verified
+  };
+  Counters* counters = nullptr;
+  std::atomic<uint32_t>* trunc_active = nullptr;  // [worker]
+  std::atomic<uint32_t>* intent = nullptr;        // [worker]
+  std::atomic<uint32_t>* acked = nullptr;         // [worker * slots + slot]
+  void* base = nullptr;
+  size_t bytes = 0;
+  size_t nslots = 0;
+  int workers = 0;
+  std::atomic<uint32_t>& Acked(int w, size_t s) const { return acked[size_t(w) * nslots + s]; }
+  bool NoTruncateActive() const {
+    for (int w = 0; w < workers; ++w)
+      if (trunc_active[w].load(std::memory_order_seq_cst) != 0) return false;
+    return true;
+  }
+};
+
+Pub MakePub(int workers, size_t nslots) {
+  Pub p;
+  p.nslots = nslots;
+  p.workers = workers;
+  p.bytes = sizeof(Pub::Counters) + sizeof(std::atomic<uint32_t>) * (2 * size_t(workers) + size_t(workers) * nslots);
+  p.base = ::mmap(nullptr, p.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p.base == MAP_FAILED) {
+    p.base = nullptr;
+    return p;
+  }
+  static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free);
+  p.counters = static_cast<Pub::Counters*>(p.base);
+  p.trunc_active = reinterpret_cast<std::atomic<uint32_t>*>(p.counters + 1);
+  p.intent = p.trunc_active + workers;
+  p.acked = p.intent + workers;
+  return p;
+}
+
+// ---------------------------------------------------------------------------
+// Messages from the workers.
+
+enum MsgType : uint8_t { kIntent = 1, kAck = 2, kError = 3 };
+enum OpKind : uint8_t { kWrite = 1, kReadSlots = 2, kReadZone = 3, kAppend = 4, kTruncate = 5 };
+
+struct Msg {
+  uint8_t type;
+  uint8_t kind;
+  uint16_t worker;
+  uint32_t slot;
+  uint32_t seq;
+  uint32_t len;
+  uint32_t text_len;  // kError: bytes of text following the struct
+  uint32_t pad;
+  uint64_t arg;       // write: offset; truncate: new length; acked append: position
+  int64_t t_start;    // CLOCK_MONOTONIC ns before the call
+  int64_t t_end;      // ack: after the call returned
+};
+static_assert(sizeof(Msg) == 48);
+
+const char* KindName(uint8_t k) {
+  switch (k) {
+    case kWrite: return "pwrite";
+    case kReadSlots: return "read slots";
+    case kReadZone: return "read append zone";
+    case kAppend: return "O_APPEND write";
+    case kTruncate: return "ftruncate";
+  }
+  return "?";
+}
+
+std::string DescribeOp(const Msg& m) {
+  switch (m.kind) {
+    case kWrite:
+      return Fmt("pwrite slot %u %s", m.slot, WriteId{uint16_t(m.worker + 1), m.seq, m.arg, m.len}.ToString().c_str());
+    case kAppend:
+      return Fmt("O_APPEND write {writer=%u seq=%u len=%u}", m.worker + 1, m.seq, m.len);
+    case kTruncate:
+      return Fmt("ftruncate to %" PRIu64, m.arg);
+  }
+  return KindName(m.kind);
+}
+
+// ---------------------------------------------------------------------------
+// Worker process.
+
+bool ValidAppendUnit(const RecordImage& r, int workers) {
+  return r.magic == upfs_test::kAppMagic && upfs_test::RecordValid(r) && r.off == ~uint64_t{0} && r.len > 0 &&
+         r.len % kUnit == 0 && r.pos < r.len / kUnit && r.writer >= 1 && r.writer <= workers;
+}
+
+uint64_t AppKey(uint32_t writer, uint32_t seq) { return (uint64_t(writer) << 32) | seq; }
+
+class Worker {
+ public:
+  Worker(const Config& c, int w, uint32_t seq_base, uint64_t seed, int out, const Pub& pub)
+      : c_(c), w_(w), next_seq_(seq_base), rng_(seed), seed_(seed), out_(out), pub_(pub),
+        last_seen_(c.slots.size()), max_seen_(c.slots.size() * size_t(c.workers), 0) {}
+
+  [[noreturn]] void Run() {
+    fd_ = upfs_open(c_.path.c_str(), O_RDWR);
+    if (fd_ < 0) Fail(std::string("upfs_open failed: ") + upfs_last_error() + " " + upfs_test::ErrnoText(errno));
+    if (c_.size_ops) {
+      afd_ = upfs_open(c_.path.c_str(), O_WRONLY | O_APPEND);
+      if (afd_ < 0)
+        Fail(std::string("upfs_open O_APPEND failed: ") + upfs_last_error() + " " + upfs_test::ErrnoText(errno));
+    }
+    for (;;) {
+      unsigned k = unsigned(rng_() % 100);
+      if (k < c_.p_write) DoWrite();
+      else if (k < c_.p_read_slots) DoReadSlots();
+      else if (k < c_.p_read_zone) DoReadZone();
+      else if (k < c_.p_append) DoAppend();
+      else DoTruncate();
+    }
+  }
+
+ private:
+  void Send(const Msg& m) { upfs_test::PipeWriteAll(out_, &m, sizeof m); }
+
+  Msg Make(uint8_t type, uint8_t kind) {
+    Msg m{};
+    m.type = type;
+    m.kind = kind;
+    m.worker = uint16_t(w_);
+    return m;
+  }
+
+  [[noreturn]] void Fail(const std::string& what) {
+    std::string text = Fmt("worker %d (pid %d, seed %" PRIu64 "): ", w_, int(getpid()), seed_) + what;
+    if (text.size() > 3800) text.resize(3800);
+    Msg m = Make(kError, 0);
+    m.text_len = uint32_t(text.size());
+    std::string buf(reinterpret_cast<const char*>(&m), sizeof m);
+    buf += text;
+    upfs_test::PipeWriteAll(out_, buf.data(), buf.size());  // one write: <= PIPE_BUF
+    _exit(2);
+  }
+
+  std::string CallError(const char* what) {
+    return std::string(what) + " failed: " + upfs_last_error() + " " + upfs_test::ErrnoText(errno);
+  }
+
+  void DoWrite() {
+    const std::vector<uint32_t>& mine = c_.writable[size_t(w_)];
+    uint32_t s = mine[rng_() % mine.size()];
+    const Slot& sl = c_.slots[s];
+    WriteId id{uint16_t(w_ + 1), next_seq_++, sl.off, sl.len};
+    buf_.resize(sl.len);
+    upfs_test::FillPositional(id, buf_.data());
+    Msg m = Make(kIntent, kWrite);
+    m.slot = s;
+    m.seq = id.seq;
+    m.len = id.len;
+    m.arg = id.off;
+    pub_.intent[w_].store(id.seq, std::memory_order_seq_cst);
+    m.t_start = NowNs();
+    Send(m);
+    int64_t t0 = NowNs();
+    ssize_t r = upfs_pwrite(fd_, buf_.data(), sl.len, off_t(sl.off));
+    int64_t t1 = NowNs();
+    if (r != ssize_t(sl.len)) Fail(CallError(("pwrite " + id.ToString()).c_str()) + Fmt(" (returned %zd)", r));
+    pub_.Acked(w_, s).store(id.seq, std::memory_order_seq_cst);
+    m.type = kAck;
+    m.t_start = t0;
+    m.t_end = t1;
+    Send(m);
+  }
+
+  // Checks what a read returned for slot s over [a, b) (absolute), given the
+  // acknowledged sequence numbers published before the read and the intents
+  // published after it. Returns "" or an error.
+  std::string CheckSlotView(uint32_t s, const unsigned char* data, uint64_t a, uint64_t b,
+                            const uint32_t* acked_before, const uint32_t* intent_after) {
+    const Slot& sl = c_.slots[s];
+    RegionClass rc = ClassifyRegion(data, a, b - a);
+    std::string where = Fmt("slot %u [%" PRIu64 ", %" PRIu64 ") read over [%" PRIu64 ", %" PRIu64 ")", s, sl.off,
+                            sl.end(), a, b);
+    if (rc.kind == RegionClass::kBad) return "torn or foreign content in " + where + ": " + rc.error;
+    if (rc.kind == RegionClass::kZero) {
+      // The region holds at least one whole aligned 32-byte window, which a
+      // written slot would never leave zero.
+      for (int w = 0; w < c_.workers; ++w)
+        if (acked_before[w] != 0)
+          return where + " reads as zero, but writer " + std::to_string(w + 1) + " had acknowledged seq " +
+                 std::to_string(acked_before[w]) + " there before the read started (lost acknowledged write)";
+      if (last_seen_[s].writer != 0)
+        return where + " reads as zero after this reader saw " + last_seen_[s].ToString() + " there";
+      return "";
+    }
+    const WriteId& id = rc.w;
+    if (id.off != sl.off || id.len != sl.len || id.writer < 1 || id.writer > c_.workers ||
+        !(sl.owners & (1u << (id.writer - 1))))
+      return where + " holds " + id.ToString() + ", which does not belong to this slot";
+    int wi = id.writer - 1;
+    if (id.seq < acked_before[wi])
+      return where + " holds " + id.ToString() + ", but its writer had acknowledged seq " +
+             std::to_string(acked_before[wi]) + " there before the read started (lost acknowledged write)";
+    if (id.seq > intent_after[wi])
+      return where + " holds " + id.ToString() + ", newer than anything its writer had announced (" +
+             std::to_string(intent_after[wi]) + ")";
+    uint32_t& mx = max_seen_[size_t(s) * size_t(c_.workers) + size_t(wi)];
+    if (id != last_seen_[s]) {
+      if (id.seq <= mx)
+        return where + " holds " + id.ToString() + " after this reader saw " + last_seen_[s].ToString() +
+               " and seq " + std::to_string(mx) + " of that writer there (went backwards)";
+      last_seen_[s] = id;
+      mx = id.seq;
+    }
+    return "";
+  }
+
+  void DoReadSlots() {
+    const std::vector<Slot>& S = c_.slots;
+    size_t n = S.size();
+    size_t i = rng_() % n, j = std::min(n, i + 1 + size_t(rng_() % 4));
+    uint64_t lo = S[i].off, hi = S[j - 1].end();
+    lo -= std::min<uint64_t>(lo, rng_() % 200);
+    hi = std::min<uint64_t>(c_.slot_end, hi + rng_() % 200);
+    // The slots that intersect [lo, hi): [first, last).
+    size_t first = i, last = j;
+    while (first > 0 && S[first - 1].end() > lo) --first;
+    while (last < n && S[last].off < hi) ++last;
+    acked_.assign((last - first) * size_t(c_.workers), 0);
+    for (size_t s = first; s < last; ++s)
+      for (int w = 0; w < c_.workers; ++w)
+        acked_[(s - first) * size_t(c_.workers) + size_t(w)] = pub_.Acked(w, s).load(std::memory_order_seq_cst);
+    buf_.resize(hi - lo);
+    Msg m = Make(kIntent, kReadSlots);
+    m.t_start = NowNs();
+    Send(m);
+    int64_t t0 = NowNs();
+    ssize_t r = upfs_pread(fd_, buf_.data(), hi - lo, off_t(lo));
+    int64_t t1 = NowNs();
+    m.type = kAck;
+    m.t_start = t0;
+    m.t_end = t1;
+    Send(m);
+    if (r != ssize_t(hi - lo))
+      Fail(CallError(Fmt("pread [%" PRIu64 ", %" PRIu64 ")", lo, hi).c_str()) + Fmt(" (returned %zd)", r));
+    uint32_t intent[kMaxWorkers];
+    for (int w = 0; w < c_.workers; ++w) intent[w] = pub_.intent[w].load(std::memory_order_seq_cst);
+    uint64_t pos = lo;
+    for (size_t s = first; s < last; ++s) {
+      const Slot& sl = S[s];
+      // The gap before the slot must be zero.
+      uint64_t ga = std::max(pos, lo), gb = std::min(sl.off, hi);
+      if (ga < gb && !upfs_test::AllZero(buf_.data() + (ga - lo), gb - ga))
+        Fail(Fmt("nonzero bytes in the gap [%" PRIu64 ", %" PRIu64 ") before slot %zu: ", ga, gb, s) +
+             upfs_test::DescribeAt(buf_.data(), lo, hi - lo, ga));
+      pos = std::max(pos, sl.end());
+      uint64_t a = std::max(sl.off, lo), b = std::min(sl.end(), hi);
+      if (a >= b) continue;
+      bool whole = a == sl.off && b == sl.end();
+      if (!whole && b - a < 64) continue;  // too little to identify a record
+      std::string e = CheckSlotView(uint32_t(s), buf_.data() + (a - lo), a, b,
+                                    &acked_[(s - first) * size_t(c_.workers)], intent);
+      if (!e.empty()) Fail(e);
+    }
+    if (pos < hi && !upfs_test::AllZero(buf_.data() + (pos - lo), hi - pos))
+      Fail(Fmt("nonzero bytes in the gap after slot %zu", last - 1));
+  }
+
+  void DoReadZone() {
+    off_t size = upfs_test::UpfsSize(fd_);
+    if (size < 0) Fail(CallError("fstat"));
+    uint64_t zs = c_.zone_start;
+    if (uint64_t(size) < zs || (uint64_t(size) - zs) % kUnit != 0)
+      Fail(Fmt("file size %lld is below the append zone (%" PRIu64 ") or not on a record boundary", (long long)size, zs));
+    uint64_t units = (uint64_t(size) - zs) / kUnit;
+    // Mostly a window of up to 8 KiB; now and then all of it (and past the
+    // end, which must read short).
+    uint64_t a = 0, b = units + 2;
+    if (rng_() % 32 != 0) {
+      a = rng_() % (units + 1);
+      b = a + 1 + rng_() % 256;
+    }
+    buf_.resize((b - a) * kUnit);
+    Msg m = Make(kIntent, kReadZone);
+    m.t_start = NowNs();
+    Send(m);
+    int64_t t0 = NowNs();
+    ssize_t r = upfs_pread(fd_, buf_.data(), buf_.size(), off_t(zs + a * kUnit));
+    int64_t t1 = NowNs();
+    m.type = kAck;
+    m.t_start = t0;
+    m.t_end = t1;
+    Send(m);
+    if (r < 0) Fail(CallError("pread of the append zone"));
+    uint32_t intent[kMaxWorkers];
+    for (int w = 0; w < c_.workers; ++w) intent[w] = pub_.intent[w].load(std::memory_order_seq_cst);
+    if (r % ssize_t(kUnit) != 0)
+      Fail(Fmt("pread of the append zone at %" PRIu64 " returned %zd bytes, not a whole number of records",
+               zs + a * kUnit, r));
+    std::unordered_map<uint64_t, uint64_t> base;  // append -> position of its record 0
+    RecordImage prev{};
+    bool prev_valid = false;
+    for (uint64_t k = 0; k < uint64_t(r) / kUnit; ++k) {
+      uint64_t q = zs + (a + k) * kUnit;
+      const unsigned char* p = buf_.data() + k * kUnit;
+      if (upfs_test::AllZero(p, kUnit)) {
+        prev_valid = false;
+        continue;
+      }
+      RecordImage rec;
+      std::memcpy(&rec, p, kUnit);
+      if (!ValidAppendUnit(rec, c_.workers))
+        Fail(Fmt("append zone: no valid append record at %" PRIu64 ": ", q) +
+             upfs_test::DescribeAt(buf_.data(), zs + a * kUnit, uint64_t(r), q));
+      if (rec.seq > intent[rec.writer - 1])
+        Fail(Fmt("append zone: record at %" PRIu64 " of {writer=%u seq=%u} is newer than anything its writer had "
+                 "announced (%u)",
+                 q, rec.writer, rec.seq, intent[rec.writer - 1]));
+      if (rec.pos > 0 && k > 0 &&
+          !(prev_valid && prev.writer == rec.writer && prev.seq == rec.seq && prev.len == rec.len &&
+            prev.pos + 1 == rec.pos))
+        Fail(Fmt("append zone: record %u of {writer=%u seq=%u len=%u} at %" PRIu64
+                 " does not follow record %u of the same append",
+                 rec.pos, rec.writer, rec.seq, rec.len, q, rec.pos - 1));
+      uint64_t b0 = q - uint64_t(rec.pos) * kUnit;
+      auto [it, fresh] = base.emplace(AppKey(rec.writer, rec.seq), b0);
+      if (!fresh && it->second != b0)
+        Fail(Fmt("append zone: {writer=%u seq=%u} appears at %" PRIu64 " and at %" PRIu64, rec.writer, rec.seq,
+                 it->second, b0));
+      prev = rec;
+      prev_valid = true;
+    }
+  }
+
+  void DoAppend() {
+    // Read the append back right after it returned, when no ftruncate can
+    // have run in between: none in progress now, and none started by the
+    // end of the read back (same generation).
+    bool readback = rng_() % 2 == 0;
+    uint64_t gen = pub_.counters->trunc_gen.load(std::memory_order_seq_cst);
+    readback = readback && pub_.NoTruncateActive();
+    uint32_t units = 1 + uint32_t(rng_() % 4 == 0 ? rng_() % 384 : rng_() % 16);
+    if (rng_() % 8 == 0) units = uint32_t(kBlock / kUnit) * (1 + uint32_t(rng_() % 2));  // whole blocks
+    WriteId id{uint16_t(w_ + 1), next_seq_++, 0, units * uint32_t(kUnit)};
+    buf_.resize(id.len);
+    upfs_test::FillAppend(id, buf_.data());
+    Msg m = Make(kIntent, kAppend);
+    m.seq = id.seq;
+    m.len = id.len;
+    pub_.intent[w_].store(id.seq, std::memory_order_seq_cst);
+    m.t_start = NowNs();
+    Send(m);
+    int64_t t0 = NowNs();
+    ssize_t r = upfs_write(afd_, buf_.data(), id.len);
+    int64_t t1 = NowNs();
+    if (r != ssize_t(id.len)) Fail(CallError(("O_APPEND write " + id.ToString()).c_str()) + Fmt(" (returned %zd)", r));
+    off_t end = upfs_lseek(afd_, 0, SEEK_CUR);
+    if (end < off_t(id.len)) Fail(CallError("lseek after O_APPEND write"));
+    m.type = kAck;
+    m.arg = uint64_t(end) - id.len;
+    m.t_start = t0;
+    m.t_end = t1;
+    Send(m);
+    if (!readback) return;
+    rb_.resize(id.len);
+    ssize_t n = upfs_pread(fd_, rb_.data(), id.len, off_t(m.arg));
+    if (n < 0) Fail(CallError("pread of an append just written"));
+    if (pub_.counters->trunc_gen.load(std::memory_order_seq_cst) != gen) return;
+    if (size_t(n) != id.len || std::memcmp(rb_.data(), buf_.data(), id.len) != 0) {
+      std::string what = Fmt("acknowledged O_APPEND write {writer=%u seq=%u len=%u} at %" PRIu64
+                             " reads back wrong right after it returned (no ftruncate ran meanwhile): %zd bytes",
+                             id.writer, id.seq, id.len, m.arg, n);
+      if (n > 0) what += ", first: " + upfs_test::DescribeAt(rb_.data(), m.arg, uint64_t(n), m.arg);
+      Fail(what);
+    }
+    pub_.counters->readbacks.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  void DoTruncate() {
+    off_t size = upfs_test::UpfsSize(fd_);
+    if (size < 0) Fail(CallError("fstat"));
+    uint64_t zs = c_.zone_start, zone = uint64_t(size) > zs ? uint64_t(size) - zs : 0;
+    uint64_t len;
+    unsigned k = unsigned(rng_() % 40);
+    if (zone > c_.zone_cap) {
+      len = zs + rng_() % (zone / 2 + 1);
+    } else if (k < 16) {
+      len = uint64_t(size) + kUnit * (1 + rng_() % 256);  // grow by up to 8 KiB
+    } else if (k < 39) {
+      len = uint64_t(size) - std::min<uint64_t>(zone, kUnit * (rng_() % 256));  // cut a little
+    } else {
+      len = zs + rng_() % (zone + 1);  // cut deep
+    }
+    len = zs + (len - zs) / kUnit * kUnit;
+    Msg m = Make(kIntent, kTruncate);
+    m.arg = len;
+    m.t_start = NowNs();
+    Send(m);
+    pub_.trunc_active[w_].store(1, std::memory_order_seq_cst);
+    pub_.counters->trunc_gen.fetch_add(1, std::memory_order_seq_cst);
+    int64_t t0 = NowNs();
+    int r = upfs_ftruncate(fd_, off_t(len));
+    int64_t t1 = NowNs();
+    if (r != 0) Fail(CallError(Fmt("ftruncate to %" PRIu64, len).c_str()));
+    pub_.trunc_active[w_].store(0, std::memory_order_seq_cst);
+    m.type = kAck;
+    m.t_start = t0;
+    m.t_end = t1;
+    Send(m);
+  }
+
+  const Config& c_;
+  int w_;
+  uint32_t next_seq_;
+  std::mt19937_64 rng_;
+  uint64_t seed_;
+  int out_;
+  Pub pub_;
+  int fd_ = -1, afd_ = -1;
+  Bytes buf_, rb_;
+  std::vector<uint32_t> acked_;
+  std::vector<WriteId> last_seen_;  // per slot (writer 0: nothing seen)
+  std::vector<uint32_t> max_seen_;  // per slot and writer
+};
+
+// ---------------------------------------------------------------------------
+// What the supervisor knows about the acknowledged and in-flight operations.
+
+struct SlotCand {
+  WriteId id;
+  int64_t start, end;  // end: the reap time for an operation in flight
+  bool acked;
+};
+
+struct AppendRec {
+  uint16_t writer;
+  uint32_t seq, len;
+  uint64_t p = 0;  // acknowledged position
+  int64_t start = 0, end = 0;
+  bool acked = false, done = false;
+};
+
+struct TruncRec {
+  uint64_t len;
+  int64_t start, end;
+  bool acked;
+};
+
+class History {
+ public:
+  explicit History(size_t nslots)
+      : cands_(nslots), max_acked_start_(nslots, INT64_MIN), last_acked_(nslots), acked_count_(nslots, 0) {}
+
+  void OnIntent(const Msg& m) {
+    if (m.kind == kAppend) {
+      AppendRec a{};
+      a.writer = uint16_t(m.worker + 1);
+      a.seq = m.seq;
+      a.len = m.len;
+      a.start = m.t_start;
+      app_index_[AppKey(a.writer, a.seq)] = appends_.size();
+      appends_.push_back(a);
+    }
+  }
+
+  // `intent` is the announced operation, `ack` its acknowledgement.
+  void OnAck(const Msg& intent, const Msg& ack) {
+    switch (intent.kind) {
+      case kWrite: {
+        SlotCand c{WriteId{uint16_t(intent.worker + 1), intent.seq, intent.arg, intent.len}, ack.t_start, ack.t_end,
+                   true};
+        std::vector<SlotCand>& v = cands_[intent.slot];
+        // A write that ended before this one started cannot be the last.
+        v.erase(std::remove_if(v.begin(), v.end(), [&](const SlotCand& o) { return o.end < c.start; }), v.end());
+        max_acked_start_[intent.slot] = std::max(max_acked_start_[intent.slot], c.start);
+        if (c.end >= max_acked_start_[intent.slot]) v.push_back(c);
+        last_acked_[intent.slot] = c.id;
+        ++acked_count_[intent.slot];
+        break;
+      }
+      case kAppend: {
+        AppendRec& a = appends_[app_index_.at(AppKey(intent.worker + 1, intent.seq))];
+        a.acked = true;
+        a.done = true;
+        a.p = ack.arg;
+        a.start = ack.t_start;
+        a.end = ack.t_end;
+        break;
+      }
+      case kTruncate:
+        truncs_.push_back({intent.arg, ack.t_start, ack.t_end, true});
+        break;
+    }
+  }
+
+  void OnInflight(const Msg& intent, int64_t reap_ns) {
+    switch (intent.kind) {
+      case kWrite: {
+        SlotCand c{WriteId{uint16_t(intent.worker + 1), intent.seq, intent.arg, intent.len}, intent.t_start, reap_ns,
+                   false};
+        if (c.end >= max_acked_start_[intent.slot]) cands_[intent.slot].push_back(c);
+        break;
+      }
+      case kAppend: {
+        AppendRec& a = appends_[app_index_.at(AppKey(intent.worker + 1, intent.seq))];
+        a.done = true;
+        a.end = reap_ns;
+        break;
+      }
+      case kTruncate:
+        truncs_.push_back({intent.arg, intent.t_start, reap_ns, false});
+        break;
+    }
+  }
+
+  // Drops the acknowledged appends that an acknowledged truncate, started
+  // after they were acknowledged, cut below their start: they must be gone
+  // for good (a record of theirs turning up later is reported as unknown).
+  // Keeps the supervisor's memory bounded in long runs.
+  void MaybePrune() {
+    if (appends_.size() < prune_at_) return;
+    std::vector<std::pair<int64_t, uint64_t>> by_start;
+    for (const TruncRec& t : truncs_)
+      if (t.acked) by_start.push_back({t.start, t.len});
+    std::sort(by_start.begin(), by_start.end());
+    for (size_t i = by_start.size(); i-- > 1;) by_start[i - 1].second = std::min(by_start[i - 1].second, by_start[i].second);
+    std::vector<AppendRec> keep;
+    for (const AppendRec& a : appends_) {
+      if (a.acked) {
+        auto it = std::upper_bound(by_start.begin(), by_start.end(), std::make_pair(a.end, UINT64_MAX));
+        if (it != by_start.end() && it->second <= a.p) {
+          ++pruned_;
+          continue;
+        }
+      }
+      keep.push_back(a);
+    }
+    appends_.swap(keep);
+    app_index_.clear();
+    for (size_t i = 0; i < appends_.size(); ++i) app_index_[AppKey(appends_[i].writer, appends_[i].seq)] = i;
+    prune_at_ = std::max<size_t>(200000, 2 * appends_.size());
+  }
+
+  std::vector<std::vector<SlotCand>> cands_;  // per slot: writes that may be the slot's final content
+  std::vector<int64_t> max_acked_start_;
+  std::vector<WriteId> last_acked_;
+  std::vector<uint64_t> acked_count_;
+  std::vector<AppendRec> appends_;
+  std::unordered_map<uint64_t, size_t> app_index_;
+  std::vector<TruncRec> truncs_;
+  uint64_t pruned_ = 0;  // acknowledged appends dropped by MaybePrune
+  size_t prune_at_ = 200000;
+};
+
+// ---------------------------------------------------------------------------
+// Supervisor.
+
+struct WorkerState {
+  pid_t pid = -1;        // -1: dead and reaped
+  int rd = -1;
+  bool dying = false;    // SIGKILL sent, not reaped yet
+  int64_t kill_ns = 0;
+  std::string buf;
+  uint32_t next_seq = 1;
+  int incarnation = 0;
+  bool pending = false;  // an announced operation is in flight
+  Msg intent{};
+  uint64_t acked = 0;    // acknowledged operations, all incarnations
+  int64_t last_ack_ns = 0;
+  int64_t started_ns = 0;
+  int64_t first_ack_ns = 0;  // of this incarnation (0: none yet)
+  uint64_t seed = 0;
+};
+
+struct Stats {
+  uint64_t kills = 0, kill_alls = 0, restarts = 0, checkpoints = 0;
+  uint64_t killed_opening = 0;  // before the first acknowledgement of the incarnation
+  uint64_t killed_in[6] = {};   // with an announced operation of that kind in flight
+  uint64_t first_acks = 0;
+  int64_t first_ack_ns_sum = 0;  // fork to first acknowledgement
+  int64_t death_ns_sum = 0;      // SIGKILL to the pipe's end of file
+  uint64_t acked_by_kind[6] = {};
+  int64_t max_op_ns = 0;  // longest acknowledged call
+  std::string max_op;
+  int64_t max_survivor_ns = 0;  // longest life of a worker spared by single kills
+  uint64_t acked() const {
+    uint64_t s = 0;
+    for (uint64_t v : acked_by_kind) s += v;
+    return s;
+  }
+};
+
+class Torture {
+ public:
+  explicit Torture(Config c) : c_(std::move(c)), hist_(c_.slots.size()), ws_(size_t(c_.workers)), rng_(c_.seed ^ 0x5eed) {}
+  ~Torture() {
+    KillAllAndReap();
+    if (pub_.base) ::munmap(pub_.base, pub_.bytes);
+  }
+
+  // Returns "" or the failure.
+  std::string Run() {
+    pub_ = MakePub(c_.workers, c_.slots.size());
+    if (!pub_.base) return "mmap of the publication area failed";
+    const int64_t t_begin = NowNs();
+    const int64_t deadline = t_begin + int64_t(c_.seconds * 1e9);
+    for (int w = 0; w < c_.workers; ++w) Spawn(w);
+    for (int64_t& t : last_kind_ack_ns_) t = t_begin;
+    int64_t next_kill_all = NowNs() + KillAllInterval();
+    bool collecting = false;        // a kill-all is under way
+    int64_t collect_start = 0;
+    survivor_ = int(rng_() % uint64_t(c_.workers));
+    NewPlan();
+    while (failure_.empty()) {
+      int64_t now = NowNs();
+      if (now >= deadline) break;
+      // Wait for messages (and deaths), at most until the planned kill.
+      int64_t wait_ns = 20 * 1000000;
+      if (plan_time_ && !collecting) wait_ns = std::clamp<int64_t>(plan_at_ - now, 0, wait_ns);
+      Pump(wait_ns);
+      if (!failure_.empty()) break;
+      now = NowNs();
+      if (collecting) {
+        if (std::any_of(ws_.begin(), ws_.end(), [](const WorkerState& s) { return s.pid > 0; })) {
+          Watchdog(now, true);
+          continue;
+        }
+        // Everybody is dead: verify; the next opener rebuilds the shared state.
+        ++stats_.checkpoints;
+        std::string e = Verify("checkpoint " + std::to_string(stats_.checkpoints));
+        if (!e.empty()) failure_ = e;
+        for (int w = 0; failure_.empty() && w < c_.workers; ++w) Spawn(w);
+        // The liveness clocks stand still while nobody runs.
+        int64_t paused = NowNs() - collect_start;
+        for (WorkerState& ws : ws_) ws.last_ack_ns += paused;
+        for (int64_t& t : last_kind_ack_ns_) t += paused;
+        next_kill_all = NowNs() + KillAllInterval();
+        survivor_ = int(rng_() % uint64_t(c_.workers));
+        collecting = false;
+        NewPlan();
+        continue;
+      }
+      // A reaped worker is replaced at once.
+      for (int w = 0; failure_.empty() && w < c_.workers; ++w)
+        if (ws_[size_t(w)].pid < 0) Spawn(w);
+      Watchdog(now, false);
+      if (!failure_.empty()) break;
+      if (now >= next_kill_all && now + int64_t(1e9) < deadline) {
+        ++stats_.kill_alls;
+        for (int w = 0; w < c_.workers; ++w) KillAsync(w);
+        collecting = true;
+        collect_start = now;
+        continue;
+      }
+      const WorkerState& v = ws_[size_t(plan_victim_)];
+      bool fire = plan_time_ ? now >= plan_at_ : v.acked >= plan_acks_;
+      if (!fire) continue;
+      KillAsync(plan_victim_);  // no-op if it is already dying
+      NewPlan();
+    }
+    const int64_t t_end = NowNs();
+    KillAllAndReap();
+    uint64_t kmut = stats_.killed_in[kWrite] + stats_.killed_in[kAppend] + stats_.killed_in[kTruncate];
+    uint64_t kread = stats_.killed_in[kReadSlots] + stats_.killed_in[kReadZone];
+    std::printf(
+        "torture: %.1f s, seed %" PRIu64 ", %d workers: %" PRIu64 " kills (%" PRIu64 " kill-all events), %" PRIu64
+        " restarts, %" PRIu64 " checkpoints\n"
+        "  kills that hit: a write/append/truncate in flight %" PRIu64 " (pwrite %" PRIu64 ", append %" PRIu64
+        ", truncate %" PRIu64 "), a read %" PRIu64 ", a worker still opening %" PRIu64 ", between calls %" PRIu64
+        "\n"
+        "  acknowledged ops %" PRIu64 " (pwrite %" PRIu64 ", slot reads %" PRIu64 ", zone reads %" PRIu64
+        ", appends %" PRIu64 ", truncates %" PRIu64 ")\n"
+        "  %" PRIu64 " appends read back right after they returned; first acknowledgement %.2f ms after the "
+        "fork, death %.2f ms after SIGKILL (averages)\n"
+        "  longest acknowledged call %.1f ms (%s); longest-lived worker %.1f s\n",
+        Secs(t_end - t_begin), c_.seed, c_.workers, stats_.kills, stats_.kill_alls, stats_.restarts,
+        stats_.checkpoints, kmut, stats_.killed_in[kWrite], stats_.killed_in[kAppend], stats_.killed_in[kTruncate],
+        kread, stats_.killed_opening, stats_.kills - kmut - kread - stats_.killed_opening, stats_.acked(),
+        stats_.acked_by_kind[kWrite], stats_.acked_by_kind[kReadSlots], stats_.acked_by_kind[kReadZone],
+        stats_.acked_by_kind[kAppend], stats_.acked_by_kind[kTruncate],
+        uint64_t(pub_.counters->readbacks.load()), stats_.first_acks ? double(stats_.first_ack_ns_sum) / 1e6 / double(stats_.first_acks) : 0.0,
+        stats_.kills ? double(stats_.death_ns_sum) / 1e6 / double(stats_.kills) : 0.0,
+        double(stats_.max_op_ns) / 1e6, stats_.max_op.c_str(), Secs(stats_.max_survivor_ns));
+    std::fflush(stdout);
+    if (!failure_.empty()) return failure_ + PostMortem();
+    return Verify("final");
+  }
+
+ private:
+  // The next single kill: a random worker other than the survivor, 0-5 ms
+  // from now, or after it acknowledged a random number of operations.
+  void NewPlan() {
+    plan_victim_ = int(rng_() % uint64_t(c_.workers));
+    if (c_.workers > 1)
+      while (plan_victim_ == survivor_) plan_victim_ = int(rng_() % uint64_t(c_.workers));
+    plan_time_ = rng_() % 100 < 65;
+    if (plan_time_) {
+      plan_at_ = NowNs() + int64_t(rng_() % 5001) * 1000;
+    } else {
+      plan_acks_ = ws_[size_t(plan_victim_)].acked + 1 + (rng_() % 4 == 0 ? rng_() % 300 : rng_() % 40);
+    }
+  }
+
+  // Time until the next kill of all workers: 1-3 s. (Killed workers leak
+  // the blocks they held until the next rebuild, a few MiB each on
+  // average, and the host file never shrinks: rebuilding often keeps the
+  // file, which lives in /dev/shm, at a few hundred MiB.)
+  int64_t KillAllInterval() { return int64_t(1e9) + int64_t(rng_() % 2000) * 1000000; }
+
+  void Spawn(int w) {
+    WorkerState& s = ws_[size_t(w)];
+    int p[2];
+    if (::pipe(p) != 0) {
+      failure_ = std::string("pipe: ") + std::strerror(errno);
+      return;
+    }
+    if (s.incarnation > 0) ++stats_.restarts;
+    ++s.incarnation;
+    s.seed = c_.seed * 1000003 + uint64_t(w) * 7919 + uint64_t(s.incarnation) * 104729;
+    std::fflush(stdout);
+    std::fflush(stderr);
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      failure_ = std::string("fork: ") + std::strerror(errno);
+      ::close(p[0]);
+      ::close(p[1]);
+      return;
+    }
+    if (pid == 0) {
+      ::close(p[0]);
+      for (const WorkerState& o : ws_)
+        if (o.rd >= 0) ::close(o.rd);
+      Worker(c_, w, s.next_seq, s.seed, p[1], pub_).Run();
+    }
+    ::close(p[1]);
+    s.pid = pid;
+    s.rd = p[0];
+    s.dying = false;
+    s.buf.clear();
+    s.pending = false;
+    s.started_ns = NowNs();
+    s.first_ack_ns = 0;
+    if (s.last_ack_ns == 0) s.last_ack_ns = s.started_ns;
+  }
+
+  // Reads whatever the workers sent within `wait_ns`, and reaps the workers
+  // whose pipe reached end of file. The only writer of a worker's pipe is
+  // the worker, and a process closes its files only after its memory is
+  // gone, so end of file means that nothing it started can still happen.
+  void Pump(int64_t wait_ns) {
+    std::vector<struct pollfd> pf;
+    std::vector<int> who;
+    for (int w = 0; w < c_.workers; ++w)
+      if (ws_[size_t(w)].rd >= 0) {
+        pf.push_back({ws_[size_t(w)].rd, POLLIN, 0});
+        who.push_back(w);
+      }
+    // Sleep rather than wait in poll: a poll would wake up at every message,
+    // and the woken supervisor would preempt the worker right after its
+    // write(2) to the pipe, so that kills would mostly land there. The pipe
+    // holds far more than a few milliseconds of messages.
+    wait_ns = std::min<int64_t>(wait_ns, 2000000);
+    struct timespec ts{0, long(wait_ns)};
+    while (wait_ns > 0 && ::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    struct timespec zero{0, 0};
+    int r = ::ppoll(pf.data(), pf.size(), &zero, nullptr);
+    if (r <= 0) return;
+    for (size_t i = 0; i < pf.size() && failure_.empty(); ++i) {
+      if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      int w = who[i];
+      WorkerState& s = ws_[size_t(w)];
+      char tmp[16384];
+      ssize_t n = ::read(s.rd, tmp, sizeof tmp);
+      if (n > 0) {
+        s.buf.append(tmp, size_t(n));
+        Parse(w);
+      } else if (n == 0) {
+        bool was_dying = s.dying;
+        Reap(w, NowNs());
+        if (failure_.empty() && !was_dying)
+          failure_ = Fmt("worker %d exited by itself (%s) without reporting an error", w, last_exit_.c_str());
+      }
+    }
+  }
+
+  void Parse(int w) {
+    WorkerState& s = ws_[size_t(w)];
+    size_t pos = 0;
+    while (failure_.empty() && pos + sizeof(Msg) <= s.buf.size()) {
+      Msg m;
+      std::memcpy(&m, s.buf.data() + pos, sizeof m);
+      if (m.type == kError) {
+        if (pos + sizeof m + m.text_len > s.buf.size()) break;
+        failure_ = "a worker found a problem: " + s.buf.substr(pos + sizeof m, m.text_len) +
+                   Fmt(" (test seed %" PRIu64 ")", c_.seed);
+        pos += sizeof m + m.text_len;
+        break;
+      }
+      pos += sizeof m;
+      Handle(w, m);
+    }
+    s.buf.erase(0, pos);
+  }
+
+  void Handle(int w, const Msg& m) {
+    WorkerState& s = ws_[size_t(w)];
+    if (m.worker != w || m.kind < kWrite || m.kind > kTruncate || (m.type != kIntent && m.type != kAck)) {
+      failure_ = Fmt("protocol: bad message (type %u, kind %u, worker %u) on the pipe of worker %d", m.type, m.kind,
+                     m.worker, w);
+      return;
+    }
+    if (m.type == kIntent) {
+      if (s.pending) {
+        failure_ = Fmt("protocol: worker %d announced two operations", w);
+        return;
+      }
+      s.pending = true;
+      s.intent = m;
+      if (m.kind == kWrite || m.kind == kAppend) s.next_seq = std::max(s.next_seq, m.seq + 1);
+      hist_.OnIntent(m);
+      return;
+    }
+    if (!s.pending || s.intent.kind != m.kind || s.intent.seq != m.seq ||
+        (m.kind != kAppend && s.intent.arg != m.arg)) {
+      failure_ = Fmt("protocol: worker %d acknowledged an operation it had not announced", w);
+      return;
+    }
+    if (m.kind == kAppend && (m.arg < c_.zone_start || (m.arg - c_.zone_start) % kUnit != 0)) {
+      failure_ = Fmt("O_APPEND write {writer=%d seq=%u len=%u} landed at %" PRIu64
+                     ", which is not a record boundary of the append zone (starts at %" PRIu64 ")",
+                     w + 1, m.seq, m.len, m.arg, c_.zone_start);
+      return;
+    }
+    hist_.OnAck(s.intent, m);
+    if (m.kind == kAppend) hist_.MaybePrune();
+    s.pending = false;
+    if (m.t_end - m.t_start > stats_.max_op_ns) {
+      stats_.max_op_ns = m.t_end - m.t_start;
+      stats_.max_op = DescribeOp(s.intent);
+    }
+    ++stats_.acked_by_kind[m.kind];
+    ++s.acked;
+    s.last_ack_ns = NowNs();
+    last_kind_ack_ns_[m.kind] = s.last_ack_ns;
+    if (s.first_ack_ns == 0) {
+      s.first_ack_ns = s.last_ack_ns;
+      ++stats_.first_acks;
+      stats_.first_ack_ns_sum += s.first_ack_ns - s.started_ns;
+    }
+  }
+
+  // Sends SIGKILL; the worker is reaped when its pipe reaches end of file.
+  void KillAsync(int w) {
+    WorkerState& s = ws_[size_t(w)];
+    if (s.pid <= 0 || s.dying) return;
+    ::kill(s.pid, SIGKILL);
+    s.dying = true;
+    s.kill_ns = NowNs();
+    ++stats_.kills;
+  }
+
+  // The worker is dead or dying: collect its last messages and its exit
+  // status; the announced operation without acknowledgement (if any) was
+  // in flight and ended before `reap_ns`.
+  void Reap(int w, int64_t reap_ns) {
+    WorkerState& s = ws_[size_t(w)];
+    if (s.rd >= 0) {
+      bool to = false;
+      s.buf += upfs_test::DrainFd(s.rd, 60000, &to);
+      ::close(s.rd);
+      s.rd = -1;
+      Parse(w);
+      if (failure_.empty() && !s.buf.empty()) failure_ = Fmt("protocol: partial message from worker %d", w);
+      reap_ns = std::max(reap_ns, NowNs());
+    }
+    if (s.pid > 0) last_exit_ = upfs_test::WaitChild(s.pid);
+    // A dead process commits nothing any more.
+    if (pub_.base) pub_.trunc_active[w].store(0, std::memory_order_seq_cst);
+    stats_.max_survivor_ns = std::max(stats_.max_survivor_ns, reap_ns - s.started_ns);
+    if (s.dying) {
+      stats_.death_ns_sum += reap_ns - s.kill_ns;
+      if (s.first_ack_ns == 0) ++stats_.killed_opening;
+      else if (s.pending) ++stats_.killed_in[s.intent.kind];
+    }
+    if (s.pending && s.intent.kind != kReadSlots && s.intent.kind != kReadZone) hist_.OnInflight(s.intent, reap_ns);
+    s.pending = false;
+    s.pid = -1;
+    s.dying = false;
+  }
+
+  void KillAllAndReap() {
+    for (int w = 0; w < c_.workers; ++w) KillAsync(w);
+    for (int w = 0; w < c_.workers; ++w)
+      if (ws_[size_t(w)].pid > 0 || ws_[size_t(w)].rd >= 0) Reap(w, NowNs());
+  }
+
+  std::string ProcInfo(pid_t pid) {
+    std::string out;
+    for (const char* f : {"wchan", "syscall"}) {
+      std::vector<unsigned char> v;
+      if (upfs_test::ReadHostFile("/proc/" + std::to_string(pid) + "/" + f, &v))
+        out += std::string(" ") + f + "=" + std::string(v.begin(), v.end());
+    }
+    std::vector<unsigned char> st;
+    if (upfs_test::ReadHostFile("/proc/" + std::to_string(pid) + "/stat", &st)) {
+      std::string s(st.begin(), st.end());
+      size_t rp = s.rfind(')');
+      if (rp != std::string::npos && rp + 2 < s.size()) out += std::string(" state=") + s[rp + 2];
+    }
+    for (char& ch : out)
+      if (ch == '\n') ch = ' ';
+    // A backtrace, if gdb is around (best effort).
+    std::string cmd = "timeout 60 gdb -p " + std::to_string(pid) +
+                      " -batch -ex 'thread apply all bt' 2>/dev/null | grep -E '^(#|Thread)' | head -40";
+    if (FILE* p = ::popen(cmd.c_str(), "r")) {
+      char line[512];
+      std::string bt;
+      while (std::fgets(line, sizeof line, p)) bt += std::string("      ") + line;
+      ::pclose(p);
+      if (!bt.empty()) out += "\n    stack:\n" + bt;
+    }
+    return out;
+  }
+
+  void Watchdog(int64_t now, bool collecting) {
+    std::string why;
+    for (int w = 0; w < c_.workers && why.empty(); ++w) {
+      const WorkerState& s = ws_[size_t(w)];
+      if (s.dying && now - s.kill_ns > int64_t(10e9))
+        why = Fmt("worker %d did not die within %.1f s of SIGKILL", w, Secs(now - s.kill_ns));
+    }
+    if (why.empty() && !collecting) {
+      int64_t newest = 0;
+      for (const WorkerState& s : ws_) newest = std::max(newest, s.last_ack_ns);
+      if (now - newest > int64_t(10e9)) why = Fmt("no worker acknowledged any operation for %.1f s", Secs(now - newest));
+      for (int w = 0; w < c_.workers && why.empty(); ++w) {
+        const WorkerState& s = ws_[size_t(w)];
+        int64_t since = s.last_ack_ns;
+        if (now - since > int64_t(20e9))
+          why = Fmt("worker %d acknowledged nothing for %.1f s (across restarts)", w, Secs(now - since));
+      }
+      // Each kind of operation in the mix must complete somewhere: workers
+      // that block in one kind only would otherwise go unnoticed, as they
+      // are killed and replaced every few milliseconds.
+      unsigned lo[6] = {0, 0, c_.p_write, c_.p_read_slots, c_.p_read_zone, c_.p_append};
+      unsigned hi[6] = {0, c_.p_write, c_.p_read_slots, c_.p_read_zone, c_.p_append, 100};
+      for (int k = kWrite; k <= kTruncate && why.empty(); ++k) {
+        if (hi[k] <= lo[k]) continue;  // not in the mix
+        int64_t since = last_kind_ack_ns_[k];
+        if (now - since > int64_t(20e9))
+          why = Fmt("no %s was acknowledged by any worker for %.1f s", KindName(uint8_t(k)), Secs(now - since));
+      }
+    }
+    if (why.empty()) return;
+    std::string d = "liveness: " + why + " (a process blocked, possibly on a dead one); test seed " +
+                    std::to_string(c_.seed) + "\n";
+    for (int w = 0; w < c_.workers; ++w) {
+      const WorkerState& s = ws_[size_t(w)];
+      d += Fmt("  worker %d pid %d incarnation %d%s (seed %" PRIu64 ", up %.1f s, last ack %.1f s ago): ", w,
+               int(s.pid), s.incarnation, s.dying ? " (killed)" : "", s.seed, Secs(now - s.started_ns),
+               Secs(now - s.last_ack_ns));
+      d += s.pending ? "in flight: " + DescribeOp(s.intent) + Fmt(" for %.1f s", Secs(now - s.intent.t_start))
+                     : std::string(s.first_ack_ns ? "nothing in flight (between calls)" : "still opening");
+      if (s.pid > 0) d += ProcInfo(s.pid);
+      d += "\n";
+    }
+    failure_ = d;
+  }
+
+  // After a failure, with all workers dead: is the file itself damaged, or
+  // was the problem transient?
+  std::string PostMortem() {
+    std::string out = "\n  post-mortem (all workers dead): ";
+    upfs::FileReport r;
+    upfs::Status st = upfs::InspectFile(c_.path, true, &r);
+    out += st.ok() ? "InspectFile (full check) finds no problem" : "InspectFile: " + st.ToString();
+    for (const std::string& p : r.problems) out += "\n    problem: " + p;
+    int fd = upfs_open(c_.path.c_str(), O_RDONLY);
+    if (fd < 0) {
+      out += std::string("; a fresh open fails: ") + upfs_last_error() + " " + upfs_test::ErrnoText(errno);
+    } else {
+      out += "; a fresh open succeeds";
+      upfs_close(fd);
+    }
+    return out;
+  }
+
+  // Verifies the whole file; all workers must be dead. Returns "" or errors.
+  std::string Verify(const std::string& label) {
+    std::vector<std::string> errs;
+    auto err = [&](const std::string& e) {
+      if (errs.size() < 20) errs.push_back(e);
+    };
+    upfs::FileReport before;
+    upfs::Status st = upfs::InspectFile(c_.path, false, &before);
+    if (!st.ok()) err("InspectFile before reopening: " + st.ToString());
+    if (before.live_processes != 0)
+      err(Fmt("InspectFile before reopening: %u live processes, all workers are dead", before.live_processes));
+
+    Bytes data;
+    int fd = upfs_open(c_.path.c_str(), O_RDONLY);
+    if (fd < 0) return label + ": reopen failed: " + upfs_last_error() + " " + upfs_test::ErrnoText(errno);
+    bool ok = upfs_test::UpfsReadAll(fd, &data);
+    std::string rerr = ok ? "" : std::string("read failed: ") + upfs_last_error();
+    if (upfs_close(fd) != 0 && ok) rerr = std::string("close failed: ") + upfs_last_error();
+    if (!rerr.empty()) return label + ": " + rerr;
+
+    uint64_t size = data.size();
+    if (size < c_.zone_start || (size - c_.zone_start) % kUnit != 0 || (!c_.size_ops && size != c_.zone_start))
+      err(Fmt("file size %" PRIu64 ", expected %s%" PRIu64 "%s", size, c_.size_ops ? "at least " : "",
+              c_.zone_start, c_.size_ops ? " plus a multiple of 32" : ""));
+
+    // Slots and gaps.
+    uint64_t pos = 0, slots_written = 0, slots_inflight = 0;
+    for (uint32_t s = 0; s < c_.slots.size(); ++s) {
+      const Slot& sl = c_.slots[s];
+      if (sl.off > pos && sl.off <= data.size() && !upfs_test::AllZero(data.data() + pos, sl.off - pos))
+        err(Fmt("nonzero bytes in the gap [%" PRIu64 ", %" PRIu64 ") before slot %u: ", pos, sl.off, s) +
+            upfs_test::DescribeAt(data.data(), 0, data.size(), pos));
+      pos = sl.end();
+      if (sl.end() > data.size()) {
+        err(Fmt("slot %u lies past the end of the file", s));
+        break;
+      }
+      RegionClass rc = ClassifyRegion(data.data() + sl.off, sl.off, sl.len);
+      std::string where = Fmt("slot %u [%" PRIu64 ", %" PRIu64 ")", s, sl.off, sl.end());
+      std::string last = hist_.acked_count_[s] ? "last acknowledged " + hist_.last_acked_[s].ToString()
+                                               : std::string("no acknowledged write");
+      if (rc.kind == RegionClass::kBad) {
+        err(where + " is torn or foreign: " + rc.error + "; " + last);
+        continue;
+      }
+      if (rc.kind == RegionClass::kZero) {
+        if (hist_.acked_count_[s])
+          err(where + " is zero: all " + std::to_string(hist_.acked_count_[s]) + " acknowledged writes lost; " + last);
+        continue;
+      }
+      ++slots_written;
+      const std::vector<SlotCand>& cands = hist_.cands_[s];
+      auto it = std::find_if(cands.begin(), cands.end(), [&](const SlotCand& c) { return c.id == rc.w; });
+      if (it == cands.end()) {
+        std::string cs;
+        for (const SlotCand& c : cands)
+          cs += Fmt(" %s%s [%.6f, %.6f]", c.acked ? "acked " : "in-flight ", c.id.ToString().c_str(),
+                    Secs(c.start), Secs(c.end));
+        err(where + " holds " + rc.w.ToString() +
+            ", which cannot be its last write (lost acknowledged write, resurrection or foreign data); " + last +
+            "; writes that could be last:" + cs);
+      } else if (!it->acked) {
+        ++slots_inflight;
+      }
+    }
+    if (pos < c_.zone_start && c_.zone_start <= data.size() &&
+        !upfs_test::AllZero(data.data() + pos, c_.zone_start - pos))
+      err(Fmt("nonzero bytes in the gap [%" PRIu64 ", %" PRIu64 ") after the slots", pos, c_.zone_start));
+
+    // Append zone.
+    uint64_t app_whole = 0, app_cut = 0, app_gone = hist_.pruned_;
+    if (c_.size_ops && data.size() >= c_.zone_start) CheckZone(data, &errs, &app_whole, &app_cut, &app_gone);
+
+    // fsck: no problems and, after this open rebuilt the shared state and
+    // the close gave back what it held, no leaked block.
+    upfs::FileReport after;
+    st = upfs::InspectFile(c_.path, true, &after);
+    if (!st.ok()) err("InspectFile: " + st.ToString());
+    for (const std::string& p : after.problems) err("InspectFile problem: " + p);
+    if (after.live_processes != 0) err(Fmt("InspectFile: %u live processes after the last close", after.live_processes));
+    if (!after.shared_state_present || after.leaked_blocks != 0)
+      err(Fmt("InspectFile after the rebuild: leaked_blocks %" PRId64 " (shared state %s; before the rebuild %" PRId64
+              "), expected 0",
+              after.leaked_blocks, after.shared_state_present ? "present" : "absent", before.leaked_blocks));
+    std::printf("%s: size %zu, %" PRIu64 " of %zu slots written (%" PRIu64
+                " hold a write that was in flight at a kill); acknowledged appends: %" PRIu64 " whole, %" PRIu64
+                " cut by a truncate, %" PRIu64 " truncated away; leaked blocks before the rebuild %" PRId64
+                ", after %" PRId64 "; capacity %" PRIu64 " blocks, data %" PRIu64 ", log %" PRIu64 "\n",
+                label.c_str(), data.size(), slots_written, c_.slots.size(), slots_inflight, app_whole, app_cut,
+                app_gone, before.leaked_blocks, after.leaked_blocks, after.capacity_blocks, after.data_blocks,
+                after.log_blocks);
+    std::fflush(stdout);
+    if (errs.empty()) return "";
+    std::string out = label + Fmt(" verification failed (test seed %" PRIu64 "):", c_.seed);
+    for (const std::string& e : errs) out += "\n  " + e;
+    return out;
+  }
+
+  void CheckZone(const Bytes& data, std::vector<std::string>* errs, uint64_t* whole, uint64_t* cut, uint64_t* gone) {
+    auto err = [&](const std::string& e) {
+      if (errs->size() < 20) errs->push_back(e);
+    };
+    const uint64_t zs = c_.zone_start;
+    struct Found {
+      uint64_t base;
+      uint32_t count, maxpos, len;
+    };
+    std::unordered_map<uint64_t, Found> found;
+    for (uint64_t q = zs; q + kUnit <= data.size(); q += kUnit) {
+      const unsigned char* p = data.data() + q;
+      if (upfs_test::AllZero(p, kUnit)) continue;
+      RecordImage r;
+      std::memcpy(&r, p, kUnit);
+      if (!ValidAppendUnit(r, c_.workers)) {
+        err(Fmt("append zone: no valid append record at %" PRIu64 ": ", q) +
+            upfs_test::DescribeAt(data.data(), 0, data.size(), q));
+        continue;
+      }
+      uint64_t key = AppKey(r.writer, r.seq);
+      auto ai = hist_.app_index_.find(key);
+      if (ai == hist_.app_index_.end() || hist_.appends_[ai->second].len != r.len) {
+        err(Fmt("append zone: record at %" PRIu64 " of {writer=%u seq=%u len=%u}, which was never announced or was "
+                "acknowledged and then cut away by an acknowledged truncate that started later (resurrected)",
+                q, r.writer, r.seq, r.len));
+        continue;
+      }
+      uint64_t b = q - uint64_t(r.pos) * kUnit;
+      auto [it, fresh] = found.emplace(key, Found{b, 0, 0, r.len});
+      if (!fresh && it->second.base != b) {
+        err(Fmt("append zone: {writer=%u seq=%u} appears at %" PRIu64 " and at %" PRIu64 " (duplicated)", r.writer,
+                r.seq, it->second.base, b));
+        continue;
+      }
+      ++it->second.count;
+      it->second.maxpos = std::max(it->second.maxpos, r.pos);
+    }
+    for (const auto& [key, f] : found)
+      if (f.count != f.maxpos + 1 || f.base < zs)
+        err(Fmt("append zone: {writer=%u seq=%u len=%u} at %" PRIu64
+                " is not a prefix of its records (%u records, highest index %u)",
+                unsigned(key >> 32), unsigned(key & 0xffffffffu), f.len, f.base, f.count, f.maxpos));
+
+    // Truncates for the "may have committed after" and "definitely after"
+    // tests: by end time with suffix minimum of the length; acknowledged ones
+    // by start time with suffix minimum; and the latest end per length.
+    std::vector<std::pair<int64_t, uint64_t>> by_end, by_start;
+    std::unordered_map<uint64_t, int64_t> latest_end;
+    for (const TruncRec& t : hist_.truncs_) {
+      by_end.push_back({t.end, t.len});
+      if (t.acked) by_start.push_back({t.start, t.len});
+      int64_t& le = latest_end.emplace(t.len, INT64_MIN).first->second;
+      le = std::max(le, t.end);
+    }
+    std::sort(by_end.begin(), by_end.end());
+    std::sort(by_start.begin(), by_start.end());
+    auto suffix_min = [](std::vector<std::pair<int64_t, uint64_t>>& v) {
+      for (size_t i = v.size(); i-- > 1;) v[i - 1].second = std::min(v[i - 1].second, v[i].second);
+    };
+    suffix_min(by_end);
+    suffix_min(by_start);
+    // Smallest length among truncates ending at or after t (may follow an op that started at t).
+    auto min_len_ending_from = [&](int64_t t) {
+      auto it = std::lower_bound(by_end.begin(), by_end.end(), std::make_pair(t, uint64_t{0}));
+      return it == by_end.end() ? UINT64_MAX : it->second;
+    };
+    // Smallest length among acknowledged truncates starting after t.
+    auto min_len_starting_after = [&](int64_t t) {
+      auto it = std::upper_bound(by_start.begin(), by_start.end(), std::make_pair(t, UINT64_MAX));
+      return it == by_start.end() ? UINT64_MAX : it->second;
+    };
+
+    for (const AppendRec& a : hist_.appends_) {
+      if (!a.acked) continue;
+      auto fi = found.find(AppKey(a.writer, a.seq));
+      std::string name = Fmt("acknowledged append {writer=%u seq=%u len=%u} at %" PRIu64, a.writer, a.seq, a.len, a.p);
+      uint64_t e = a.p;
+      if (fi != found.end()) {
+        if (fi->second.base != a.p) {
+          err(name + Fmt(" is in the file at %" PRIu64, fi->second.base));
+          continue;
+        }
+        e = a.p + uint64_t(fi->second.count) * kUnit;
+      }
+      uint64_t full = a.p + a.len;
+      bool allowed = e == full;
+      if (!allowed && e > a.p) {
+        auto le = latest_end.find(e);
+        allowed = le != latest_end.end() && le->second >= a.start;
+      }
+      if (!allowed && e == a.p) allowed = min_len_ending_from(a.start) <= a.p;
+      if (!allowed) {
+        err(name + Fmt(" (t %.6f-%.6f): the file holds %" PRIu64 " of its %u bytes, and no truncate that may have "
+                       "run after it cuts there (lost acknowledged append)",
+                       Secs(a.start), Secs(a.end), e - a.p, a.len));
+        continue;
+      }
+      uint64_t d = min_len_starting_after(a.end);
+      uint64_t bound = std::max(a.p, std::min(full, d));
+      if (e > bound) {
+        err(name + Fmt(": %" PRIu64 " bytes of it survive, but an acknowledged truncate to %" PRIu64
+                       " started after it was acknowledged (resurrected data)",
+                       e - a.p, d));
+        continue;
+      }
+      if (e == full) ++*whole;
+      else if (e > a.p) ++*cut;
+      else ++*gone;
+    }
+  }
+
+  Config c_;
+  History hist_;
+  std::vector<WorkerState> ws_;
+  std::mt19937_64 rng_;
+  Pub pub_;
+  Stats stats_;
+  std::string failure_;
+  bool plan_time_ = true;
+  int survivor_ = 0;  // not killed by single kills until the next kill-all
+  int plan_victim_ = 0;
+  int64_t plan_at_ = 0;
+  uint64_t plan_acks_ = 0;
+  std::string last_exit_;
+  int64_t last_kind_ack_ns_[6] = {};
+};
+
+void CreateFile(const std::string& path, uint64_t size) {
+  int fd = upfs_open_mode(path.c_str(), O_CREAT | O_RDWR, 0644, UPFS_STRICT);
+  ASSERT_GE(fd, 0) << upfs_last_error();
+  ASSERT_EQ(upfs_ftruncate(fd, off_t(size)), 0) << upfs_last_error();
+  ASSERT_EQ(upfs_close(fd), 0);
+}
+
+TEST(Torture, DisjointSlotsAppendTruncate) {
+  TempDir dir;
+  Config c;
+  c.path = dir.File("torture.dat");
+  c.workers = 4;
+  c.seed = upfs_test::TestSeed(2001);
+  c.seconds = Duration(20);
+  std::mt19937_64 rng(c.seed);
+  MakeSlots(&c, 1 << 20, /*shared=*/false, /*aligned_too=*/true, rng);
+  c.zone_start = RoundUp(c.slot_end, kBlock);
+  c.size_ops = true;
+  c.p_write = 45;        // 45 % overwrites of own slots
+  c.p_read_slots = 60;   // 15 % reads of slots
+  c.p_read_zone = 66;    //  6 % reads of the append zone
+  c.p_append = 95;       // 29 % appends, 5 % truncates
+  std::printf("torture (disjoint slots, appends, truncates): %d workers, %zu slots in [0, %" PRIu64
+              "), append zone from %" PRIu64 ", %.0f s, seed %" PRIu64 "\n",
+              c.workers, c.slots.size(), c.slot_end, c.zone_start, c.seconds, c.seed);
+  ASSERT_NO_FATAL_FAILURE(CreateFile(c.path, c.zone_start));
+  Torture t(c);
+  std::string e = t.Run();
+  EXPECT_EQ(e, "");
+}
+
+TEST(Torture, SharedSlots) {
+  TempDir dir;
+  Config c;
+  c.path = dir.File("torture-shared.dat");
+  c.workers = 2;
+  c.seed = upfs_test::TestSeed(2002);
+  c.seconds = Duration(10);
+  std::mt19937_64 rng(c.seed);
+  MakeSlots(&c, 256 << 10, /*shared=*/true, /*aligned_too=*/false, rng);
+  c.zone_start = RoundUp(c.slot_end, kBlock);
+  c.size_ops = false;
+  c.p_write = 55;
+  c.p_read_slots = 100;
+  c.p_read_zone = 100;
+  c.p_append = 100;
+  std::printf("torture (2 writers on the same unaligned slots): %zu slots in [0, %" PRIu64 "), %.0f s, seed %" PRIu64
+              "\n",
+              c.slots.size(), c.slot_end, c.seconds, c.seed);
+  ASSERT_NO_FATAL_FAILURE(CreateFile(c.path, c.zone_start));
+  Torture t(c);
+  std::string e = t.Run();
+  EXPECT_EQ(e, "");
+}
+
+}  // namespace
