@@ -12,7 +12,8 @@
  *   EMEDIUMTYPE  the file exists but is not a upfs file
  *   EUCLEAN      the file is a upfs file but a structure in it is damaged
  *                (upfs_last_error() names the structure)
- *   ENOTSUP      the medium cannot give the promised durability
+ *   EOPNOTSUPP   an operation upfs does not implement (e.g. some fallocate
+ *                modes); nothing is changed
  */
 #ifndef UPFS_UPFS_H_
 #define UPFS_UPFS_H_
