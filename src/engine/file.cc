@@ -734,6 +734,42 @@ Status File::Truncate(uint64_t len) {
   return Status::OK();
 }
 
+// Publishes a block-range change prepared in `runs` (fresh blocks already
+// written): one payload, committed unless an entry touching [vb0, vb1) or a
+// truncate came in between. On success the displaced blocks are released;
+// on a conflict everything prepared is dropped, the table caught up, and
+// *retry set.
+Status File::CommitRangeChange(ThreadCtx* c, BlockTable** t, LogPos* p, uint64_t vb0, uint64_t vb1,
+                               const std::vector<Run>& runs, Effect::SizeOp op, uint64_t new_size,
+                               const std::vector<Run>& fresh, const uint32_t* displaced,
+                               size_t ndisplaced, bool* retry) {
+  *retry = false;
+  auto release_fresh = [&] {
+    for (const Run& r : fresh) alloc_.Free(&c->blocks, r.lblock, r.count);
+  };
+  pm::Fence();
+  Status st = BuildPayload(c, uint32_t(vb0), runs, op, new_size);
+  if (!st.ok()) {
+    release_fresh();
+    return st;
+  }
+  bool conflicted = false;
+  st = Commit(
+      c, p, 0,
+      [&](const Effect& e) { return e.size_op == Effect::kSet || e.TouchesBlocks(vb0, vb1); },
+      &conflicted);
+  if (!st.ok() || conflicted) {
+    release_fresh();
+    DropPayload(c);
+    UPFS_RETURN_IF_ERROR(st);
+    *retry = true;
+    return CatchUp(c, t);
+  }
+  c->overflow.clear();
+  ReleaseDisplaced(c, displaced, ndisplaced);
+  return Status::OK();
+}
+
 // Punching a hole: the partial blocks at either end are copied with the
 // punched bytes zeroed, everything in between becomes one hole run. Work is
 // proportional to what is mapped, not to the length of the range.
@@ -786,27 +822,10 @@ Status File::PunchHole(ThreadCtx* c, BlockTable* t, uint64_t off, uint64_t end) 
       release_fresh();
       return Status::OK();
     }
-    pm::Fence();
-    st = BuildPayload(c, uint32_t(vb0), runs, Effect::kNone, 0);
-    if (!st.ok()) {
-      release_fresh();
-      return st;
-    }
-    bool conflicted = false;
-    st = Commit(
-        c, &p, 0,
-        [&](const Effect& e) { return e.size_op == Effect::kSet || e.TouchesBlocks(vb0, vb1); },
-        &conflicted);
-    if (!st.ok() || conflicted) {
-      release_fresh();
-      DropPayload(c);
-      UPFS_RETURN_IF_ERROR(st);
-      UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
-      continue;
-    }
-    c->overflow.clear();
-    ReleaseDisplaced(c, displaced.data(), displaced.size());
-    return Status::OK();
+    bool retry = false;
+    UPFS_RETURN_IF_ERROR(CommitRangeChange(c, &t, &p, vb0, vb1, runs, Effect::kNone, 0, fresh,
+                                           displaced.data(), displaced.size(), &retry));
+    if (!retry) return Status::OK();
   }
 }
 
@@ -881,28 +900,11 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
       release_fresh();
       break;
     }
-    pm::Fence();
-    st = BuildPayload(c, uint32_t(vb0), c->runs, grows ? Effect::kMax : Effect::kNone,
-                      grows ? end : 0);
-    if (!st.ok()) {
-      release_fresh();
-      return st;
-    }
-    bool conflicted = false;
-    st = Commit(
-        c, &p, 0,
-        [&](const Effect& e) { return e.size_op == Effect::kSet || e.TouchesBlocks(vb0, vb1); },
-        &conflicted);
-    if (!st.ok() || conflicted) {
-      release_fresh();
-      DropPayload(c);
-      UPFS_RETURN_IF_ERROR(st);
-      UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
-      continue;
-    }
-    c->overflow.clear();
-    ReleaseDisplaced(c, c->old.data(), c->old.size());
-    break;
+    bool retry = false;
+    UPFS_RETURN_IF_ERROR(CommitRangeChange(c, &t, &p, vb0, vb1, c->runs,
+                                           grows ? Effect::kMax : Effect::kNone, grows ? end : 0,
+                                           fresh, c->old.data(), c->old.size(), &retry));
+    if (!retry) break;
   }
   TouchMtime();
   MaybeCollectGarbage(c);

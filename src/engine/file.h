@@ -124,6 +124,10 @@ class File {
   Status CopyIntoNewBlocks(ThreadCtx* c, const void* buf, size_t n, uint64_t off, uint64_t size,
                            uint64_t vb0);
   Status PunchHole(ThreadCtx* c, BlockTable* t, uint64_t off, uint64_t end);
+  Status CommitRangeChange(ThreadCtx* c, BlockTable** t, LogPos* p, uint64_t vb0, uint64_t vb1,
+                           const std::vector<format::Run>& runs, Effect::SizeOp op,
+                           uint64_t new_size, const std::vector<format::Run>& fresh,
+                           const uint32_t* displaced, size_t ndisplaced, bool* retry);
   void ReleaseDisplaced(ThreadCtx* c, const uint32_t* blocks, size_t n);
   void Retire(ThreadCtx* c, uint32_t lblock, uint32_t count);
   void DrainLimbo(ThreadCtx* c, bool force);
