@@ -86,14 +86,9 @@ Status OpenPerFile(int host_fd, const std::string& path, bool create, Consistenc
   if (fd < 0) fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno("open " + path + " for mapping");
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    Status s = Status::FromErrno("fstat " + path);
+  if (Status s = StatRegular(fd, path, &st); !s.ok()) {
     close(fd);
     return s;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return Status::Error(EINVAL, path + ": not a regular file");
   }
   std::unique_ptr<Medium> medium;
   {

@@ -32,14 +32,9 @@ Status InspectFile(const std::string& path, bool full_check, FileReport* out) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno("open " + path);
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    Status s = Status::FromErrno("fstat " + path);
+  if (Status s = StatRegular(fd, path, &st); !s.ok()) {
     close(fd);
     return s;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return Status::Error(EINVAL, path + ": not a regular file");
   }
   if (!LooksLikeUpfs(fd)) {
     close(fd);

@@ -86,6 +86,12 @@ const char* MediumDurability(MediumKind k) {
   return "unknown";
 }
 
+Status StatRegular(int fd, const std::string& path, struct stat* st) {
+  if (fstat(fd, st) != 0) return Status::FromErrno("fstat " + path);
+  if (!S_ISREG(st->st_mode)) return Status::Error(EINVAL, path + ": not a regular file");
+  return Status::OK();
+}
+
 Status DetectMedium(int fd, MediumKind* kind) {
   struct statfs sfs;
   if (fstatfs(fd, &sfs) != 0) return Status::FromErrno("fstatfs");

@@ -8,6 +8,8 @@
 // valid (readers holding an old base keep working) until Close.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <atomic>
 #include <cstdint>
 #include <chrono>
@@ -125,6 +127,9 @@ class Medium {
   std::atomic<bool> growing_{false};
   uint64_t collapsed_ = 0;  // extents below this offset were collapsed (or tried)
 };
+
+// fstat of an open host file, which must be a regular file (EINVAL if not).
+Status StatRegular(int fd, const std::string& path, struct stat* st);
 
 // Detects the medium kind of an open file.
 Status DetectMedium(int fd, MediumKind* kind);

@@ -71,10 +71,6 @@ inline bool Cas64(std::atomic<uint64_t>* dst, uint64_t& expected, uint64_t desir
   return ok;
 }
 
-// Plain stores of a small structure into media that is not yet reachable
-// (e.g. a new header before the file is published). Ordered by Fence().
-inline void StoreBytes(void* dst, const void* src, size_t n) { CopyNT(dst, src, n); }
-
 // Persists one 8-byte word that was stored with Store64/Cas64.
 inline void PersistWord(const void* addr) {
   Flush(addr, 8);
