@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything upfs needs to build, test and benchmark on Debian 12:
 # compilers (GCC 12, clang-14 with its sanitizer runtimes), CMake, Ninja,
-# libpmem, GoogleTest, Google Benchmark and Python 3.
+# libpmem, GoogleTest, Google Benchmark and Python 3, and the real
+# applications the preload tests and the application benchmark run (SQLite,
+# RocksDB's tools, LevelDB through plyvel, Redis, fio).
 #
 # Idempotent and non-interactive: when every package is already installed it
 # changes nothing and needs no network. Uses sudo only when not root.
@@ -14,7 +16,12 @@ PACKAGES=(
   libbenchmark-dev
   clang-14 libclang-rt-14-dev llvm-14
   python3
-  sqlite3
+  sqlite3 libsqlite3-dev tcl
+  rocksdb-tools
+  python3-plyvel
+  redis-server redis-tools
+  fio
+  xz-utils
 )
 
 missing=()

@@ -88,10 +88,41 @@ extern "C" {
 #endif
 
 /* newfd is a kernel duplicate (dup, dup2, F_DUPFD) of the upfs descriptor
- * oldfd: registers it as a upfs descriptor of the same file, with the same
- * access mode, O_APPEND and current offset. The two descriptors keep
- * separate offsets from then on. Returns newfd or -1. */
+ * oldfd: registers it as a upfs descriptor of the same open file
+ * description, which the two share from then on as in the kernel: offset,
+ * access mode and O_APPEND, flock locks. Returns newfd or -1. */
 int upfs_adopt_dup(int oldfd, int newfd);
+
+/* Makes host_fd, an open descriptor of a regular host file, a upfs
+ * descriptor with the same number: the file must be a upfs file, or empty
+ * with O_CREAT in flags (it is then formatted). flags gives the access mode,
+ * O_APPEND, O_TRUNC and O_CREAT. Returns host_fd, or -1 with host_fd left
+ * open and unchanged. Unlike upfs_open, no other descriptor of the file is
+ * opened and closed, so the process's POSIX record locks on it survive. */
+int upfs_open_host_fd(int host_fd, int flags, enum upfs_consistency consistency);
+
+/* If this process has the upfs file with the host attributes *host (from
+ * stat) open, fills *out (may be NULL) with its upfs attributes and
+ * returns 1; else returns 0 without touching the file. */
+int upfs_stat_if_open(const struct stat *host, struct stat *out);
+
+/* flock(2) on a upfs descriptor. The lock belongs to the open file
+ * description, as in the kernel; it is taken on the file's shared-state
+ * object, so it excludes flock through upfs in every process, not flock
+ * of the host file by programs that bypass upfs. Returns 0 or -1. */
+int upfs_flock(int fd, int op);
+
+/* For a shared writable map of a upfs file: returns a new descriptor that
+ * holds, until closed, the file's map lock, which one process at a time
+ * may hold; -1 with EAGAIN if another process holds it. */
+int upfs_map_guard(int fd);
+
+/* unlinkat(2) (without AT_REMOVEDIR) and renameat2(2) that also remove the
+ * shared state of a upfs file whose last link goes, once no process has
+ * it open. Return 0 or -1. */
+int upfs_unlinkat(int dirfd, const char *path);
+int upfs_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
+                   unsigned int flags);
 
 /* Sets (on != 0) or clears O_APPEND on a upfs descriptor. Returns 0 or -1. */
 int upfs_set_append(int fd, int on);

@@ -1,5 +1,7 @@
 #include "engine/file.h"
 
+#include <sys/stat.h>
+
 #include <immintrin.h>
 #include <x86intrin.h>
 #include <linux/falloc.h>
@@ -97,6 +99,12 @@ File::~File() {
     shared_->ReleaseSlot(c->slot);
     delete c;
   }
+  // The last user of an unlinked file removes its shared state.
+  struct stat st;
+  bool unlinked = fstat(medium_->fd(), &st) == 0 && st.st_nlink == 0;
+  SharedState::Identity id = shared_->identity();
+  shared_.reset();
+  if (unlinked) SharedState::RemoveIfUnused(id);
 }
 
 Status File::Open(std::unique_ptr<Medium> medium, std::unique_ptr<SharedState> shared,

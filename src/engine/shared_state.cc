@@ -26,6 +26,7 @@ constexpr uint64_t kShmBytes = kBitmapOffset + kBitmapBytes;
 // Lock bytes live far beyond the data so they never overlap it.
 constexpr off_t kOpenLockByte = off_t{1} << 40;
 constexpr off_t kSlotLockBase = kOpenLockByte + 1;
+constexpr off_t kMapLockByte = kOpenLockByte - 1;
 
 int OfdLock(int fd, short type, off_t start, bool wait) {
   struct flock fl;
@@ -41,6 +42,18 @@ int OfdLock(int fd, short type, off_t start, bool wait) {
   return rc;
 }
 
+// Whether slot i's liveness lock is held through another open file
+// description than fd (unknown counts as held).
+bool SlotLockHeldElsewhere(int fd, uint32_t i) {
+  struct flock fl;
+  std::memset(&fl, 0, sizeof(fl));
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = kSlotLockBase + i;
+  fl.l_len = 1;
+  return fcntl(fd, F_OFD_GETLK, &fl) != 0 || fl.l_type != F_UNLCK;
+}
+
 }  // namespace
 
 std::string SharedState::NameFor(const Identity& id) {
@@ -50,7 +63,36 @@ std::string SharedState::NameFor(const Identity& id) {
   return buf;
 }
 
-void SharedState::Remove(const Identity& id) { shm_unlink(NameFor(id).c_str()); }
+bool SharedState::TryLockMapByte(int lock_fd) {
+  return OfdLock(lock_fd, F_WRLCK, kMapLockByte, false) == 0;
+}
+
+void SharedState::RemoveIfUnused(const Identity& id) {
+  std::string name = NameFor(id);
+  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) return;
+  // Under the open lock nobody can be half-way through opening the file.
+  if (OfdLock(fd, F_WRLCK, kOpenLockByte, true) != 0) {
+    close(fd);
+    return;
+  }
+  bool live = true;
+  void* p = mmap(nullptr, kShmBytes, PROT_READ, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  if (p != MAP_FAILED) {
+    auto* h = static_cast<const ShmHeader*>(p);
+    auto* slots = reinterpret_cast<const ShmSlot*>(static_cast<char*>(p) + kSlotsOffset);
+    live = false;
+    uint64_t hi = std::min<uint64_t>(h->slots_high.load(), kMaxSlots);
+    for (uint32_t i = 0; i < hi && !live; ++i) {
+      // Every holder, this process included, holds its slot locks through
+      // another open file description than fd: all of them conflict.
+      live = slots[i].in_use.load() && SlotLockHeldElsewhere(fd, i);
+    }
+    munmap(p, kShmBytes);
+  }
+  if (!live) shm_unlink(name.c_str());
+  close(fd);
+}
 
 SharedState::~SharedState() {
   if (map_) munmap(map_, map_len_);
@@ -61,6 +103,7 @@ Status SharedState::Open(const Identity& id, uint32_t host_mode, std::unique_ptr
                          bool* needs_rebuild) {
   std::unique_ptr<SharedState> s(new SharedState());
   s->name_ = NameFor(id);
+  s->id_ = id;
   // Same permission bits as the host file: who may write the file may
   // coordinate on it.
   mode_t mode = host_mode & 0666;
@@ -137,14 +180,7 @@ bool SharedState::SlotOwnerAlive(uint32_t s) {
   // A conflicting lock held by another open file description means a live
   // owner. Our own slots are held through fd_, which does not conflict with
   // itself, so check those through in_use alone.
-  struct flock fl;
-  std::memset(&fl, 0, sizeof(fl));
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = kSlotLockBase + s;
-  fl.l_len = 1;
-  if (fcntl(fd_, F_OFD_GETLK, &fl) != 0) return true;  // unknown: assume alive
-  if (fl.l_type != F_UNLCK) return true;
+  if (SlotLockHeldElsewhere(fd_, s)) return true;
   return slots_[s].owner_pid.load(std::memory_order_relaxed) == uint32_t(getpid()) &&
          slots_[s].in_use.load(std::memory_order_relaxed) == 1;
 }
@@ -248,14 +284,7 @@ Status InspectSharedState(const SharedState::Identity& id, uint64_t capacity_blo
     std::vector<uint32_t> pids;
     uint64_t hi = std::min<uint64_t>(h->slots_high.load(), kMaxSlots);
     for (uint32_t i = 0; i < hi; ++i) {
-      if (!slots[i].in_use.load()) continue;
-      struct flock fl;
-      std::memset(&fl, 0, sizeof(fl));
-      fl.l_type = F_WRLCK;
-      fl.l_whence = SEEK_SET;
-      fl.l_start = kSlotLockBase + i;
-      fl.l_len = 1;
-      if (fcntl(fd, F_OFD_GETLK, &fl) != 0 || fl.l_type == F_UNLCK) continue;
+      if (!slots[i].in_use.load() || !SlotLockHeldElsewhere(fd, i)) continue;
       uint32_t pid = slots[i].owner_pid.load();
       if (std::find(pids.begin(), pids.end(), pid) == pids.end()) pids.push_back(pid);
     }

@@ -101,8 +101,17 @@ class SharedState {
   void SetBit(uint64_t b);
   void ClearBit(uint64_t b);
 
-  // Removes the shared-memory file of a upfs file (after its last unlink).
-  static void Remove(const Identity& id);
+  // Removes the shared-memory file of a upfs file whose last link is gone,
+  // unless a process still has the file open: then the last one to close
+  // it removes it (File's destructor). Removing it under a live user would
+  // let a later opener of the same inode (a fork child, /proc/PID/fd)
+  // rebuild a second, conflicting allocation state.
+  static void RemoveIfUnused(const Identity& id);
+  const Identity& identity() const { return id_; }
+  // Takes, through lock_fd (a descriptor of the shared-state file), the
+  // lock that one process at a time holds while it has a shared writable
+  // map of the file. False if another process holds it.
+  static bool TryLockMapByte(int lock_fd);
   // Named by file id and host inode: a copy of a file (same id, other
   // inode) must not share its allocation state.
   static std::string NameFor(const Identity& id);
@@ -111,6 +120,7 @@ class SharedState {
   SharedState() = default;
   int fd_ = -1;
   std::string name_;
+  Identity id_{};
   char* map_ = nullptr;
   uint64_t map_len_ = 0;
   ShmHeader* hdr_ = nullptr;

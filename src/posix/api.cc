@@ -10,11 +10,14 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <pthread.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -59,12 +62,23 @@ struct FileKey {
 std::mutex g_files_mu;
 std::map<FileKey, std::weak_ptr<File>> g_files;
 
-struct OpenFile {
-  int fd;
-  int flags;  // O_ACCMODE | O_APPEND
+// An open file description: what descriptors made by dup share, as in the
+// kernel (offset, access mode and O_APPEND, flock locks).
+struct Description {
+  std::atomic<int> flags;  // O_ACCMODE | O_APPEND (F_SETFL may change it)
   std::shared_ptr<File> file;
   std::mutex pos_mu;  // serializes offset-dependent calls, like f_pos_lock
   uint64_t pos = 0;
+  std::mutex flock_mu;
+  int flock_fd = -1;  // our own description of the shared-state file (flock)
+  ~Description() {
+    if (flock_fd >= 0) close(flock_fd);
+  }
+};
+
+struct OpenFile {
+  int fd;  // the host file's kernel descriptor: this descriptor's number
+  std::shared_ptr<Description> d;
 };
 
 // Descriptor table: two levels of atomic pointers, so lookups take no lock.
@@ -98,22 +112,20 @@ OpenFile* Lookup(int fd) {
   return s ? s->load(std::memory_order_acquire) : nullptr;
 }
 
-int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consistency) {
-  if (!path) return FailErrno(EFAULT, "null path");
-  int acc = flags & O_ACCMODE;
-  if (acc == O_ACCMODE) return FailErrno(EINVAL, "bad access mode");
+int CheckOpenFlags(int flags) {
+  if ((flags & O_ACCMODE) == O_ACCMODE) return FailErrno(EINVAL, "bad access mode");
   if (flags & O_DIRECTORY) return FailErrno(EISDIR, "upfs files are regular files");
-  // O_TRUNC must not reach the kernel: it would drop the upfs metadata.
-  // O_DIRECT is meaningless for a mapped file; durability is already given.
-  int kflags = flags & ~(O_TRUNC | O_DIRECT | O_APPEND);
-  int fd = open(path, kflags, mode);
-  if (fd < 0) {
-    t_last_error = std::string("open ") + path + ": " + strerror(errno);
-    return -1;
-  }
+  return 0;
+}
+
+// Makes the open host file fd (named path in messages) a upfs descriptor;
+// on failure fd is closed if `close_on_failure`, else left as it was.
+int OpenOnHostFd(int fd, const char* path, int flags, format::Consistency consistency,
+                 bool close_on_failure) {
+  int acc = flags & O_ACCMODE;
   bool create = flags & O_CREAT;
   auto fail = [&](const Status& st) {
-    close(fd);
+    if (close_on_failure) close(fd);
     return Fail(st);
   };
   struct stat st;
@@ -152,8 +164,9 @@ int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consi
   }
   auto* of = new OpenFile();
   of->fd = fd;
-  of->flags = acc | (flags & O_APPEND);
-  of->file = std::move(file);
+  of->d = std::make_shared<Description>();
+  of->d->flags = acc | (flags & O_APPEND);
+  of->d->file = std::move(file);
   std::atomic<OpenFile*>* slot = FdSlot(fd, true);
   if (!slot) {
     delete of;
@@ -163,6 +176,50 @@ int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consi
   return fd;
 }
 
+int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consistency) {
+  if (!path) return FailErrno(EFAULT, "null path");
+  if (CheckOpenFlags(flags) != 0) return -1;
+  // O_TRUNC must not reach the kernel: it would drop the upfs metadata.
+  // O_DIRECT is meaningless for a mapped file; durability is already given.
+  int kflags = flags & ~(O_TRUNC | O_DIRECT | O_APPEND);
+  int fd = open(path, kflags, mode);
+  if (fd < 0) {
+    t_last_error = std::string("open ") + path + ": " + strerror(errno);
+    return -1;
+  }
+  return OpenOnHostFd(fd, path, flags, consistency, true);
+}
+
+// The engine File of (dev, ino) if this process has it open.
+std::shared_ptr<File> OpenFileOf(dev_t dev, ino_t ino) {
+  std::lock_guard<std::mutex> g(g_files_mu);
+  auto it = g_files.find(FileKey{dev, ino});
+  return it == g_files.end() ? nullptr : it->second.lock();
+}
+
+// The identity of the upfs file at dirfd/path if it is a upfs file with a
+// single link (its shared state goes with that link), read from the open
+// File if there is one: opening and closing the file here would drop the
+// process's POSIX record locks on it.
+bool LastLinkIdentity(int dirfd, const char* path, SharedState::Identity* id) {
+  struct stat st;
+  if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_nlink != 1 || st.st_size < off_t(format::kBlockSize) ||
+      st.st_size % off_t(format::kBlockSize) != 0)
+    return false;
+  if (std::shared_ptr<File> f = OpenFileOf(st.st_dev, st.st_ino)) {
+    *id = f->shared()->identity();
+    return true;
+  }
+  int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return false;
+  bool ok = ReadFileId(fd, &id->file_id).ok();
+  close(fd);
+  id->dev = st.st_dev;
+  id->ino = st.st_ino;
+  return ok;
+}
+
 // After fork the child must not use the parent's engine state: its
 // per-thread free lists and reclamation slots belong to the parent, and
 // using them from two processes would hand out the same blocks twice. The
@@ -170,25 +227,31 @@ int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consi
 // (destroying them would return the parent's blocks to the shared bitmap).
 void ReopenAfterFork() {
   std::map<const File*, std::shared_ptr<File>> fresh;
+  std::map<const Description*, bool> done;  // dup'ed descriptors share one
   for (int p = 0; p < kPages; ++p) {
     FdPage* pg = g_fd_pages[p].load(std::memory_order_relaxed);
     if (!pg) continue;
     for (int i = 0; i < (1 << kPageBits); ++i) {
       OpenFile* of = pg->e[i].load(std::memory_order_relaxed);
       if (!of) continue;
-      const File* old = of->file.get();
+      if (auto seen = done.find(of->d.get()); seen != done.end()) {
+        if (!seen->second) pg->e[i].store(nullptr, std::memory_order_relaxed);
+        continue;
+      }
+      const File* old = of->d->file.get();
       auto it = fresh.find(old);
       if (it == fresh.end()) {
         std::unique_ptr<File> f;
         std::string self = "/proc/self/fd/" + std::to_string(of->fd);
-        Status st = OpenPerFile(of->fd, self, false, of->file->consistency(), &f);
+        Status st = OpenPerFile(of->fd, self, false, of->d->file->consistency(), &f);
         std::shared_ptr<File> nf(f.release());
         it = fresh.emplace(old, nf).first;
       }
-      of->file->shared()->DetachAfterFork();
-      new std::shared_ptr<File>(of->file);  // intentionally leaked, see above
-      of->file = it->second;
-      if (!of->file) {
+      of->d->file->shared()->DetachAfterFork();
+      new std::shared_ptr<File>(of->d->file);  // intentionally leaked, see above
+      of->d->file = it->second;
+      done[of->d.get()] = of->d->file != nullptr;
+      if (!of->d->file) {
         // Could not re-open (e.g. the file was damaged): the descriptor
         // stays valid for close but fails every call with EIO.
         pg->e[i].store(nullptr, std::memory_order_relaxed);
@@ -215,8 +278,8 @@ struct AtForkRegistration {
   }
 } g_atfork_registration;
 
-bool CanRead(const OpenFile* of) { return (of->flags & O_ACCMODE) != O_WRONLY; }
-bool CanWrite(const OpenFile* of) { return (of->flags & O_ACCMODE) != O_RDONLY; }
+bool CanRead(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_WRONLY; }
+bool CanWrite(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_RDONLY; }
 
 }  // namespace
 }  // namespace upfs
@@ -278,7 +341,7 @@ ssize_t upfs_pread(int fd, void* buf, size_t count, off_t offset) {
   if (!CanRead(of)) return FailErrno(EBADF, "descriptor not open for reading");
   if (offset < 0) return FailErrno(EINVAL, "negative offset");
   size_t done = 0;
-  Status st = of->file->Read(buf, count, uint64_t(offset), &done);
+  Status st = of->d->file->Read(buf, count, uint64_t(offset), &done);
   if (!st.ok()) return Fail(st);
   return ssize_t(done);
 }
@@ -291,7 +354,7 @@ ssize_t upfs_pwrite(int fd, const void* buf, size_t count, off_t offset) {
   if (offset < 0) return FailErrno(EINVAL, "negative offset");
   uint64_t at = 0;
   // Linux appends pwrite data on O_APPEND descriptors too.
-  Status st = of->file->Write(buf, count, uint64_t(offset), of->flags & O_APPEND, &at);
+  Status st = of->d->file->Write(buf, count, uint64_t(offset), of->d->flags & O_APPEND, &at);
   if (!st.ok()) return Fail(st);
   return ssize_t(count);
 }
@@ -301,11 +364,11 @@ ssize_t upfs_read(int fd, void* buf, size_t count) {
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (!CanRead(of)) return FailErrno(EBADF, "descriptor not open for reading");
-  std::lock_guard<std::mutex> pl(of->pos_mu);
+  std::lock_guard<std::mutex> pl(of->d->pos_mu);
   size_t done = 0;
-  Status st = of->file->Read(buf, count, of->pos, &done);
+  Status st = of->d->file->Read(buf, count, of->d->pos, &done);
   if (!st.ok()) return Fail(st);
-  of->pos += done;
+  of->d->pos += done;
   return ssize_t(done);
 }
 
@@ -314,11 +377,11 @@ ssize_t upfs_write(int fd, const void* buf, size_t count) {
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (!CanWrite(of)) return FailErrno(EBADF, "descriptor not open for writing");
-  std::lock_guard<std::mutex> pl(of->pos_mu);
+  std::lock_guard<std::mutex> pl(of->d->pos_mu);
   uint64_t at = 0;
-  Status st = of->file->Write(buf, count, of->pos, of->flags & O_APPEND, &at);
+  Status st = of->d->file->Write(buf, count, of->d->pos, of->d->flags & O_APPEND, &at);
   if (!st.ok()) return Fail(st);
-  of->pos = at + count;
+  of->d->pos = at + count;
   return ssize_t(count);
 }
 
@@ -326,18 +389,18 @@ off_t upfs_lseek(int fd, off_t offset, int whence) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
-  std::lock_guard<std::mutex> pl(of->pos_mu);
+  std::lock_guard<std::mutex> pl(of->d->pos_mu);
   int64_t base = 0;
   switch (whence) {
     case SEEK_SET:
       base = 0;
       break;
     case SEEK_CUR:
-      base = int64_t(of->pos);
+      base = int64_t(of->d->pos);
       break;
     case SEEK_END: {
       uint64_t size;
-      Status st = of->file->Size(&size);
+      Status st = of->d->file->Size(&size);
       if (!st.ok()) return Fail(st);
       base = int64_t(size);
       break;
@@ -346,9 +409,9 @@ off_t upfs_lseek(int fd, off_t offset, int whence) {
     case SEEK_HOLE: {
       if (offset < 0) return FailErrno(ENXIO, "negative offset");
       uint64_t r;
-      Status st = of->file->SeekDataHole(uint64_t(offset), whence == SEEK_DATA, &r);
+      Status st = of->d->file->SeekDataHole(uint64_t(offset), whence == SEEK_DATA, &r);
       if (!st.ok()) return Fail(st);
-      of->pos = r;
+      of->d->pos = r;
       return off_t(r);
     }
     default:
@@ -357,7 +420,7 @@ off_t upfs_lseek(int fd, off_t offset, int whence) {
   int64_t np;
   if (__builtin_add_overflow(base, int64_t(offset), &np) || np < 0)
     return FailErrno(EINVAL, "resulting offset is negative or overflows");
-  of->pos = uint64_t(np);
+  of->d->pos = uint64_t(np);
   return off_t(np);
 }
 
@@ -367,7 +430,7 @@ int upfs_ftruncate(int fd, off_t length) {
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (!CanWrite(of)) return FailErrno(EINVAL, "descriptor not open for writing");
   if (length < 0) return FailErrno(EINVAL, "negative length");
-  Status st = of->file->Truncate(uint64_t(length));
+  Status st = of->d->file->Truncate(uint64_t(length));
   return st.ok() ? 0 : Fail(st);
 }
 
@@ -377,7 +440,7 @@ int upfs_fallocate(int fd, int mode, off_t offset, off_t len) {
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (!CanWrite(of)) return FailErrno(EBADF, "descriptor not open for writing");
   if (offset < 0 || len <= 0) return FailErrno(EINVAL, "bad offset or length");
-  Status st = of->file->Fallocate(mode, uint64_t(offset), uint64_t(len));
+  Status st = of->d->file->Fallocate(mode, uint64_t(offset), uint64_t(len));
   return st.ok() ? 0 : Fail(st);
 }
 
@@ -385,7 +448,7 @@ int upfs_fsync(int fd) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
-  Status st = of->file->Sync();
+  Status st = of->d->file->Sync();
   return st.ok() ? 0 : Fail(st);
 }
 
@@ -395,7 +458,7 @@ int upfs_settle(int fd) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
-  of->file->Settle();
+  of->d->file->Settle();
   return 0;
 }
 
@@ -405,7 +468,7 @@ int upfs_fstat(int fd, struct stat* out) {
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (fstat(of->fd, out) != 0) return FailErrno(errno, "fstat of host file failed");
   FileStat fs;
-  Status st = of->file->Stat(&fs);
+  Status st = of->d->file->Stat(&fs);
   if (!st.ok()) return Fail(st);
   out->st_size = off_t(fs.size);
   out->st_blocks = blkcnt_t(fs.blocks * (format::kBlockSize / 512));
@@ -427,19 +490,97 @@ int upfs_is_upfs_file(const char* path) {
   return r;
 }
 
-int upfs_unlink(const char* path) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+int upfs_unlinkat(int dirfd, const char* path) {
+  if (!path) return FailErrno(EFAULT, "null path");
   SharedState::Identity id{};
-  struct stat st;
-  bool last_link = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
-                   ReadFileId(fd, &id.file_id).ok();
-  if (fd >= 0) close(fd);
-  if (unlink(path) != 0) return FailErrno(errno, "unlink failed");
-  if (last_link) {
-    id.dev = st.st_dev;
-    id.ino = st.st_ino;
-    SharedState::Remove(id);
+  bool last_link = LastLinkIdentity(dirfd, path, &id);
+  if (unlinkat(dirfd, path, 0) != 0) return FailErrno(errno, "unlink failed");
+  if (last_link) SharedState::RemoveIfUnused(id);
+  return 0;
+}
+
+int upfs_unlink(const char* path) { return upfs_unlinkat(AT_FDCWD, path); }
+
+int upfs_renameat2(int olddirfd, const char* oldpath, int newdirfd, const char* newpath,
+                   unsigned int flags) {
+  if (!oldpath || !newpath) return FailErrno(EFAULT, "null path");
+  // The file replaced by the rename loses its last link, unless it is the
+  // renamed file itself (two links to one inode) or they are exchanged.
+  SharedState::Identity id{};
+  bool replaced = !(flags & RENAME_EXCHANGE) && LastLinkIdentity(newdirfd, newpath, &id);
+  if (replaced) {
+    struct stat src;
+    if (fstatat(olddirfd, oldpath, &src, AT_SYMLINK_NOFOLLOW) == 0 && src.st_dev == id.dev &&
+        src.st_ino == id.ino)
+      replaced = false;
   }
+  if (renameat2(olddirfd, oldpath, newdirfd, newpath, flags) != 0)
+    return FailErrno(errno, "rename failed");
+  if (replaced) SharedState::RemoveIfUnused(id);
+  return 0;
+}
+
+int upfs_stat_if_open(const struct stat* host, struct stat* out) {
+  if (!host) return FailErrno(EFAULT, "null stat");
+  std::shared_ptr<File> f = OpenFileOf(host->st_dev, host->st_ino);
+  if (!f) return 0;
+  if (!out) return 1;
+  OpGuard g;
+  FileStat fs;
+  if (!f->Stat(&fs).ok()) return 0;
+  *out = *host;
+  out->st_size = off_t(fs.size);
+  out->st_blocks = blkcnt_t(fs.blocks * (format::kBlockSize / 512));
+  out->st_blksize = format::kBlockSize;
+  out->st_mtim.tv_sec = time_t(fs.mtime_ns / 1000000000ull);
+  out->st_mtim.tv_nsec = long(fs.mtime_ns % 1000000000ull);
+  out->st_ctim = out->st_mtim;
+  return 1;
+}
+
+int upfs_open_host_fd(int host_fd, int flags, enum upfs_consistency c) {
+  int v;
+  if (!ValidConsistency(c, &v)) return FailErrno(EINVAL, "bad consistency mode");
+  if (CheckOpenFlags(flags) != 0) return -1;
+  std::string path = "/proc/self/fd/" + std::to_string(host_fd);
+  return OpenOnHostFd(host_fd, path.c_str(), flags, format::Consistency(v), false);
+}
+
+int upfs_map_guard(int fd) {
+  OpGuard g;
+  OpenFile* of = Lookup(fd);
+  if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  int lock_fd = shm_open(of->d->file->shared()->name().c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (lock_fd < 0) return FailErrno(errno, "open shared state for a map");
+  if (!SharedState::TryLockMapByte(lock_fd)) {
+    close(lock_fd);
+    return FailErrno(EAGAIN, "another process has a shared writable map of the file");
+  }
+  return lock_fd;
+}
+
+int upfs_flock(int fd, int op) {
+  std::shared_ptr<Description> d;
+  {
+    OpGuard g;
+    OpenFile* of = Lookup(fd);
+    if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+    d = of->d;
+  }
+  int lock_fd;
+  {
+    // flock locks belong to the open file description: each description
+    // locks through a description of its own of the file's shared-state
+    // file, which every process using the file opens by the same name.
+    std::lock_guard<std::mutex> g(d->flock_mu);
+    if (d->flock_fd < 0) {
+      d->flock_fd = shm_open(d->file->shared()->name().c_str(), O_RDWR | O_CLOEXEC, 0);
+      if (d->flock_fd < 0) return FailErrno(errno, "open shared state for flock");
+    }
+    lock_fd = d->flock_fd;
+  }
+  // d keeps lock_fd open while we may block on it.
+  if (flock(lock_fd, op) != 0) return FailErrno(errno, "flock failed");
   return 0;
 }
 
@@ -466,12 +607,7 @@ int ApiAdoptDuplicate(int oldfd, int newfd) {
   if (!slot) return FailErrno(EMFILE, "descriptor number too large for upfs");
   auto* of = new OpenFile();
   of->fd = newfd;
-  of->flags = old->flags;
-  of->file = old->file;
-  {
-    std::lock_guard<std::mutex> pl(old->pos_mu);
-    of->pos = old->pos;
-  }
+  of->d = old->d;
   OpenFile* prev = slot->exchange(of, std::memory_order_acq_rel);
   if (prev) RetireAfterOps([prev] { delete prev; });
   return newfd;
@@ -481,8 +617,8 @@ int ApiSetAppend(int fd, bool on) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
-  std::lock_guard<std::mutex> pl(of->pos_mu);
-  of->flags = (of->flags & ~O_APPEND) | (on ? O_APPEND : 0);
+  std::lock_guard<std::mutex> pl(of->d->pos_mu);
+  of->d->flags = (of->d->flags & ~O_APPEND) | (on ? O_APPEND : 0);
   return 0;
 }
 
@@ -490,7 +626,7 @@ int ApiGetFlags(int fd) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
-  return of->flags;
+  return of->d->flags;
 }
 
 }  // namespace upfs

@@ -28,6 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
@@ -90,7 +93,18 @@
   X(int, execve, (const char *, char *const[], char *const[]))               \
   X(int, execv, (const char *, char *const[]))                               \
   X(int, execvp, (const char *, char *const[]))                              \
-  X(int, execvpe, (const char *, char *const[], char *const[]))
+  X(int, execvpe, (const char *, char *const[], char *const[]))             \
+  X(int, flock, (int, int))                                                  \
+  X(int, rename, (const char *, const char *))                               \
+  X(int, renameat, (int, const char *, int, const char *))                   \
+  X(int, renameat2, (int, const char *, int, const char *, unsigned int))    \
+  X(int, munmap, (void *, size_t))                                           \
+  X(int, msync, (void *, size_t, int))                                       \
+  X(void *, mremap, (void *, size_t, size_t, int, ...))                      \
+  X(int, posix_spawn, (pid_t *, const char *, const posix_spawn_file_actions_t *, \
+                       const posix_spawnattr_t *, char *const[], char *const[]))  \
+  X(int, posix_spawnp, (pid_t *, const char *, const posix_spawn_file_actions_t *, \
+                        const posix_spawnattr_t *, char *const[], char *const[]))
 
 #define DECLARE_REAL(ret, name, args) static ret(*real_##name) args;
 REAL_FUNCS(DECLARE_REAL)
@@ -173,6 +187,13 @@ HIDDEN int upfs_real_dup(int fd) { return REAL(dup)(fd); }
 HIDDEN void *upfs_real_mmap(void *a, size_t l, int p, int f, int fd, off_t o) {
   return REAL(mmap)(a, l, p, f, fd, o);
 }
+HIDDEN int upfs_real_munmap(void *a, size_t l) { return REAL(munmap)(a, l); }
+HIDDEN int upfs_real_msync(void *a, size_t l, int f) { return REAL(msync)(a, l, f); }
+HIDDEN int upfs_real_flock(int fd, int op) { return REAL(flock)(fd, op); }
+HIDDEN int upfs_real_unlinkat(int d, const char *p, int f) { return REAL(unlinkat)(d, p, f); }
+HIDDEN int upfs_real_renameat2(int od, const char *op, int nd, const char *np, unsigned f) {
+  return REAL(renameat2)(od, op, nd, np, f);
+}
 
 /* ------------------------------------------------------------ configuration */
 
@@ -237,20 +258,16 @@ static int under_dir(int kfd) {
          target[g_dir_len] == '/';
 }
 
-/* Opens the already open host file kfd as a upfs descriptor. */
-static int upfs_from_kfd(int kfd, int flags, mode_t mode) {
-  char p[64];
-  proc_path(p, sizeof(p), kfd);
-  int u = upfs_open_mode(p, flags & ~(O_EXCL | O_NOCTTY | O_NOFOLLOW), mode, g_mode);
-  if (u < 0) return -1;
-  /* Mirror O_APPEND on the kernel descriptor (upfs never writes through it):
-   * F_GETFL then reports it, and it survives execve. */
-  if (flags & O_APPEND) {
-    int kf = REAL(fcntl)(u, F_GETFL);
-    if (kf >= 0) REAL(fcntl)(u, F_SETFL, kf | O_APPEND);
-  }
-  mark(u, 1);
-  return u;
+/* Makes the open host file kfd a upfs descriptor, in place: no other
+ * descriptor of the file is opened and closed, which would drop the
+ * process's POSIX record locks on it. kfd carries the caller's O_APPEND
+ * (upfs never writes through it), so F_GETFL reports it and it survives
+ * execve. */
+static int upfs_from_kfd(int kfd, int flags) {
+  if (upfs_open_host_fd(kfd, flags & (O_ACCMODE | O_APPEND | O_TRUNC | O_CREAT), g_mode) < 0)
+    return -1;
+  mark(kfd, 1);
+  return kfd;
 }
 
 /* The open protocol shared by every open variant. */
@@ -258,7 +275,9 @@ static int do_open(int dirfd, const char *path, int flags, mode_t mode) {
   if (!path || (flags & (O_PATH | O_DIRECTORY)) || (flags & __O_TMPFILE) == __O_TMPFILE)
     return REAL(openat)(dirfd, path, flags, mode);
   int saved = errno;
-  int kflags = flags & ~O_TRUNC;
+  /* O_TRUNC would drop a upfs file's metadata; O_DIRECT would make the
+   * magic unreadable. Both are applied below once the file is known. */
+  int kflags = flags & ~(O_TRUNC | O_DIRECT);
   int created = 0;
   int kfd;
   if ((flags & O_CREAT) && g_dir_len) {
@@ -286,27 +305,32 @@ static int do_open(int dirfd, const char *path, int flags, mode_t mode) {
   }
   int acc = flags & O_ACCMODE;
   if (created && st.st_size == 0 && under_dir(kfd)) {
-    int u = upfs_from_kfd(kfd, (flags & ~O_TRUNC) | O_CREAT, mode);
-    int err = errno;
-    REAL(close)(kfd);
-    if (u < 0) {
+    if (upfs_from_kfd(kfd, (flags & ~O_TRUNC) | O_CREAT) < 0) {
+      int err = errno;
+      REAL(close)(kfd);
       REAL(unlinkat)(dirfd, path, 0);
       errno = err;
       return -1;
     }
     errno = saved;
-    return u;
+    return kfd;
   }
-  if (size_candidate(&st) && has_magic(kfd, acc != O_WRONLY)) {
-    int u = upfs_from_kfd(kfd, flags & ~O_CREAT, mode);
-    int err = errno;
-    REAL(close)(kfd);
-    if (u < 0) {
+  if (size_candidate(&st) &&
+      (upfs_stat_if_open(&st, NULL) == 1 || has_magic(kfd, acc != O_WRONLY))) {
+    if (upfs_from_kfd(kfd, flags & ~O_CREAT) < 0) {
+      int err = errno;
+      REAL(close)(kfd);
       errno = err;
       return -1;
     }
     errno = saved;
-    return u;
+    return kfd;
+  }
+  if ((flags & O_DIRECT) && REAL(fcntl)(kfd, F_SETFL, REAL(fcntl)(kfd, F_GETFL) | O_DIRECT) != 0) {
+    int err = errno;
+    REAL(close)(kfd);
+    errno = err;
+    return -1;
   }
   if ((flags & O_TRUNC) && st.st_size > 0) {
     if (acc != O_RDONLY) {
@@ -332,6 +356,9 @@ static mode_t va_mode(int flags, va_list ap) {
 /* stat of a path that names a upfs file: the upfs size and times. */
 static int fix_path_stat(int dirfd, const char *path, int nofollow, struct stat *st) {
   if (!size_candidate(st)) return 0;
+  /* Open in this process: ask it (opening and closing the file here would
+   * drop the process's POSIX record locks on it). */
+  if (upfs_stat_if_open(st, st) == 1) return 1;
   int saved = errno, fixed = 0;
   int kfd = REAL(openat)(dirfd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0));
   if (kfd < 0) {
@@ -746,19 +773,28 @@ EXPORT int statx(int dirfd, const char *path, int flags, unsigned int mask, stru
 /* ---------------------------------------------------------- unlink, remove */
 
 /* unlink that also removes the shared state of a upfs file's last link. */
+/* upfs_unlinkat and upfs_renameat2 act like the kernel calls and also
+ * remove the shared state of a upfs file that loses its last link. */
 static int do_unlinkat(int dirfd, const char *path) {
-  struct stat st;
   int saved = errno;
-  if (path && REAL(fstatat)(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 && size_candidate(&st) &&
-      st.st_nlink == 1) {
-    errno = saved;
-    if (dirfd == AT_FDCWD || path[0] == '/') return upfs_unlink(path);
-    char p[PATH_MAX];
-    if ((size_t)snprintf(p, sizeof(p), "/proc/self/fd/%d/%s", dirfd, path) < sizeof(p))
-      return upfs_unlink(p);
-  }
+  if (upfs_unlinkat(dirfd, path) != 0) return -1;
   errno = saved;
-  return REAL(unlinkat)(dirfd, path, 0);
+  return 0;
+}
+static int do_renameat2(int od, const char *op, int nd, const char *np, unsigned int flags) {
+  int saved = errno;
+  if (upfs_renameat2(od, op, nd, np, flags) != 0) return -1;
+  errno = saved;
+  return 0;
+}
+EXPORT int rename(const char *op, const char *np) {
+  return do_renameat2(AT_FDCWD, op, AT_FDCWD, np, 0);
+}
+EXPORT int renameat(int od, const char *op, int nd, const char *np) {
+  return do_renameat2(od, op, nd, np, 0);
+}
+EXPORT int renameat2(int od, const char *op, int nd, const char *np, unsigned int flags) {
+  return do_renameat2(od, op, nd, np, flags);
 }
 EXPORT int unlink(const char *path) { return do_unlinkat(AT_FDCWD, path); }
 EXPORT int unlinkat(int dirfd, const char *path, int flags) {
@@ -847,6 +883,16 @@ EXPORT int fcntl64(int fd, int cmd, ...) {
   return do_fcntl(fd, cmd, arg);
 }
 
+EXPORT int flock(int fd, int op) {
+  if (UNLIKELY(is_upfs(fd))) {
+    int saved = errno;
+    if (upfs_flock(fd, op) != 0) return -1;
+    errno = saved;
+    return 0;
+  }
+  return REAL(flock)(fd, op);
+}
+
 /* ------------------------------------------------------- kernel copy calls */
 
 /* The kernel would copy the host bytes, metadata log included: refuse, so
@@ -880,40 +926,300 @@ EXPORT ssize_t splice(int in, off64_t *inoff, int out, off64_t *outoff, size_t n
 
 /* ------------------------------------------------------------------- mmap */
 
-/* A read-only (or private) map of a upfs file is a snapshot taken at map
- * time in anonymous memory; a writable shared map fails with ENODEV. */
-EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
-  if (LIKELY(!is_upfs(fd)) || (flags & MAP_ANONYMOUS))
-    return REAL(mmap)(addr, len, prot, flags, fd, off);
-  if ((flags & MAP_SHARED) && (prot & PROT_WRITE)) {
-    errno = ENODEV;
+/*
+ * A map of a upfs file is anonymous memory filled with the file's bytes at
+ * mmap time (the file's blocks move on every copy-on-write, so the host
+ * file cannot be mapped directly). Semantics, documented in the README:
+ *  - read-only and private maps show the file as of mmap time;
+ *  - a shared writable map (fd open O_RDWR) also keeps a pristine copy,
+ *    and msync and munmap (and mremap shrinking it) write back the bytes
+ *    the program changed, within the file's size at that moment, as one
+ *    upfs write per changed run; unchanged bytes are never written, so
+ *    writes made meanwhile through write() survive unless the map changed
+ *    the same bytes. Changes not written back are lost at exit, as if the
+ *    process had crashed before msync.
+ *  - one process at a time may have shared writable maps of a file, and
+ *    they may not overlap (EAGAIN): maps are not coherent with each other.
+ */
+struct upfs_map {
+  char *addr;
+  size_t len;
+  off_t off;
+  int wfd;       /* shared writable: private upfs duplicate for write-back, else -1 */
+  int guard_fd;  /* shared writable: holds the file's map lock */
+  char *base;    /* shared writable: the bytes as last written back */
+  dev_t dev;
+  ino_t ino;
+  int prot;
+};
+#define MAX_MAPS 16384
+static struct upfs_map g_maps[MAX_MAPS];
+static int g_nmaps; /* > 0: munmap/msync/mremap look in g_maps */
+static pthread_mutex_t g_maps_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+static size_t page_round(size_t n) { return (n + page_size() - 1) & ~(page_size() - 1); }
+
+/* Fills [p, p+len) from the upfs file at off; bytes past the end read 0. */
+static int fill_from_file(int fd, char *p, size_t len, off_t off) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t r = upfs_pread(fd, p + done, len - done, off + (off_t)done);
+    if (r < 0) return -1;
+    if (r == 0) break;
+    done += (size_t)r;
+  }
+  return 0;
+}
+
+/* Writes back the changed bytes of [from, to) of a shared writable map. */
+static int write_back(struct upfs_map *m, size_t from, size_t to) {
+  struct stat st;
+  if (upfs_fstat(m->wfd, &st) != 0) return -1;
+  size_t in_file = st.st_size > m->off ? (size_t)(st.st_size - m->off) : 0;
+  if (to > in_file) to = in_file; /* as the kernel: bytes past EOF are not written */
+  size_t i = from;
+  while (i < to) {
+    if (m->addr[i] == m->base[i]) {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < to && m->addr[j] != m->base[j]) ++j;
+    if (upfs_pwrite(m->wfd, m->addr + i, j - i, m->off + (off_t)i) != (ssize_t)(j - i)) return -1;
+    memcpy(m->base + i, m->addr + i, j - i);
+    i = j;
+  }
+  return 0;
+}
+
+static void drop_map(struct upfs_map *m) {
+  if (m->wfd >= 0) {
+    upfs_close(m->wfd);
+    REAL(close)(m->guard_fd);
+    REAL(munmap)(m->base, m->len);
+  }
+  *m = g_maps[--g_nmaps];
+}
+
+static struct upfs_map *find_map(const void *addr) {
+  for (int i = 0; i < g_nmaps; ++i)
+    if ((const char *)addr >= g_maps[i].addr && (const char *)addr < g_maps[i].addr + g_maps[i].len)
+      return &g_maps[i];
+  return NULL;
+}
+
+static void *map_upfs(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+  if (len == 0 || off < 0 || (off & (off_t)(page_size() - 1))) {
+    errno = EINVAL;
     return MAP_FAILED;
   }
-  if (off < 0 || (off & (sysconf(_SC_PAGESIZE) - 1))) {
-    errno = EINVAL;
+  int shared_write = (flags & (MAP_SHARED | MAP_SHARED_VALIDATE)) && (prot & PROT_WRITE);
+  int fl = upfs_get_flags(fd);
+  if (fl < 0 || (fl & O_ACCMODE) == O_WRONLY || (shared_write && (fl & O_ACCMODE) != O_RDWR)) {
+    errno = EACCES;
+    return MAP_FAILED;
+  }
+  struct stat st;
+  if (upfs_fstat(fd, &st) != 0) return MAP_FAILED;
+  size_t mlen = page_round(len);
+  struct upfs_map m = {NULL, mlen, off, -1, -1, NULL, st.st_dev, st.st_ino, prot};
+  pthread_mutex_lock(&g_maps_mu);
+  int err = 0;
+  if (g_nmaps == MAX_MAPS) err = ENOMEM;
+  for (int i = 0; shared_write && !err && i < g_nmaps; ++i)
+    if (g_maps[i].wfd >= 0 && g_maps[i].dev == m.dev && g_maps[i].ino == m.ino &&
+        g_maps[i].off < off + (off_t)mlen && off < g_maps[i].off + (off_t)g_maps[i].len)
+      err = EAGAIN;
+  if (!err && shared_write) {
+    m.guard_fd = upfs_map_guard(fd);
+    if (m.guard_fd < 0) err = errno;
+  }
+  if (!err && shared_write) {
+    m.wfd = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 0);
+    if (m.wfd < 0 || upfs_adopt_dup(fd, m.wfd) < 0) {
+      err = errno;
+      if (m.wfd >= 0) REAL(close)(m.wfd);
+      m.wfd = -1;
+      REAL(close)(m.guard_fd);
+    }
+  }
+  if (err) {
+    pthread_mutex_unlock(&g_maps_mu);
+    errno = err;
     return MAP_FAILED;
   }
   int aflags = (flags & ~(MAP_SHARED | MAP_PRIVATE | MAP_SHARED_VALIDATE | MAP_SYNC)) |
                MAP_PRIVATE | MAP_ANONYMOUS;
-  void *p = REAL(mmap)(addr, len, prot | PROT_WRITE, aflags, -1, 0);
-  if (p == MAP_FAILED) return p;
-  size_t done = 0;
-  while (done < len) {
-    ssize_t r = upfs_pread(fd, (char *)p + done, len - done, off + (off_t)done);
-    if (r < 0) {
-      int err = errno == EBADF ? EACCES : errno;
-      munmap(p, len);
-      errno = err;
-      return MAP_FAILED;
-    }
-    if (r == 0) break;
-    done += (size_t)r;
+  char *p = REAL(mmap)(addr, mlen, prot | PROT_WRITE, aflags, -1, 0);
+  if (p != MAP_FAILED && fill_from_file(fd, p, mlen, off) != 0) {
+    err = errno == EBADF ? EACCES : errno;
+    REAL(munmap)(p, mlen);
+    p = MAP_FAILED;
   }
-  if (!(prot & PROT_WRITE)) mprotect(p, len, prot);
+  if (p != MAP_FAILED && shared_write) {
+    m.base = REAL(mmap)(NULL, mlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m.base == MAP_FAILED) {
+      err = errno;
+      REAL(munmap)(p, mlen);
+      p = MAP_FAILED;
+    } else {
+      memcpy(m.base, p, mlen);
+    }
+  }
+  if (p == MAP_FAILED) {
+    if (!err) err = errno;
+    if (m.wfd >= 0) {
+      upfs_close(m.wfd);
+      REAL(close)(m.guard_fd);
+    }
+    pthread_mutex_unlock(&g_maps_mu);
+    errno = err;
+    return MAP_FAILED;
+  }
+  if (!(prot & PROT_WRITE)) mprotect(p, mlen, prot);
+  /* Displacing one of our maps (MAP_FIXED) ends it without write-back, as
+   * the kernel drops a shared map's pages it replaces. */
+  for (int i = 0; i < g_nmaps; ++i)
+    if (g_maps[i].addr < p + mlen && p < g_maps[i].addr + g_maps[i].len) drop_map(&g_maps[i--]);
+  m.addr = p;
+  g_maps[g_nmaps++] = m;
+  __atomic_store_n(&g_nmaps, g_nmaps, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&g_maps_mu);
   return p;
+}
+
+EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+  if (LIKELY(!is_upfs(fd)) || (flags & MAP_ANONYMOUS))
+    return REAL(mmap)(addr, len, prot, flags, fd, off);
+  return map_upfs(addr, len, prot, flags, fd, off);
 }
 EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off) {
   return mmap(addr, len, prot, flags, fd, off);
+}
+
+/* Partial munmap/msync/mremap of one of our maps act on whole maps of
+ * ours only: a range that splits one fails with EINVAL rather than leave
+ * part of a map untracked. */
+EXPORT int munmap(void *addr, size_t len) {
+  if (LIKELY(__atomic_load_n(&g_nmaps, __ATOMIC_ACQUIRE) == 0)) return REAL(munmap)(addr, len);
+  pthread_mutex_lock(&g_maps_mu);
+  int rc = 0, err = 0;
+  char *lo = addr, *hi = (char *)addr + page_round(len);
+  for (int i = 0; i < g_nmaps; ++i) {
+    struct upfs_map *m = &g_maps[i];
+    if (m->addr >= hi || m->addr + m->len <= lo) continue;
+    if (m->addr < lo || m->addr + m->len > hi) {
+      pthread_mutex_unlock(&g_maps_mu);
+      errno = EINVAL;
+      return -1;
+    }
+    if (m->wfd >= 0 && write_back(m, 0, m->len) != 0 && !err) err = errno;
+    drop_map(m);
+    --i;
+  }
+  rc = REAL(munmap)(addr, len);
+  pthread_mutex_unlock(&g_maps_mu);
+  if (rc == 0 && err) {
+    errno = err; /* unmapped, but the write-back failed */
+    return -1;
+  }
+  return rc;
+}
+
+EXPORT int msync(void *addr, size_t len, int flags) {
+  if (LIKELY(__atomic_load_n(&g_nmaps, __ATOMIC_ACQUIRE) == 0)) return REAL(msync)(addr, len, flags);
+  pthread_mutex_lock(&g_maps_mu);
+  int err = 0, ours = 0;
+  char *lo = addr, *hi = (char *)addr + len;
+  for (int i = 0; i < g_nmaps; ++i) {
+    struct upfs_map *m = &g_maps[i];
+    if (m->addr >= hi || m->addr + m->len <= lo) continue;
+    ours = 1;
+    size_t from = lo > m->addr ? (size_t)(lo - m->addr) : 0;
+    size_t to = hi < m->addr + m->len ? (size_t)(hi - m->addr) : m->len;
+    if (m->wfd >= 0 && write_back(m, from, to) != 0 && !err) err = errno;
+  }
+  pthread_mutex_unlock(&g_maps_mu);
+  if (!ours) return REAL(msync)(addr, len, flags);
+  if ((uintptr_t)addr & (page_size() - 1) ||
+      (flags & ~(MS_ASYNC | MS_SYNC | MS_INVALIDATE)) || ((flags & MS_ASYNC) && (flags & MS_SYNC)))
+    err = EINVAL;
+  if (err) {
+    errno = err;
+    return -1;
+  }
+  return 0; /* every upfs write is durable when it returns */
+}
+
+EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
+  void *want = NULL;
+  if (flags & MREMAP_FIXED) {
+    va_list ap;
+    va_start(ap, flags);
+    want = va_arg(ap, void *);
+    va_end(ap);
+  }
+  if (LIKELY(__atomic_load_n(&g_nmaps, __ATOMIC_ACQUIRE) == 0))
+    return REAL(mremap)(old, old_len, new_len, flags, want);
+  pthread_mutex_lock(&g_maps_mu);
+  struct upfs_map *m = find_map(old);
+  if (!m) {
+    pthread_mutex_unlock(&g_maps_mu);
+    return REAL(mremap)(old, old_len, new_len, flags, want);
+  }
+  if (m->addr != (char *)old || page_round(old_len) != m->len || new_len == 0 ||
+      (flags & MREMAP_DONTUNMAP)) {
+    pthread_mutex_unlock(&g_maps_mu);
+    errno = EINVAL;
+    return MAP_FAILED;
+  }
+  size_t nlen = page_round(new_len);
+  /* The grown tail must show the file too (the kernel maps the file
+   * there): a read-only map keeps no descriptor, so one of the process's
+   * readable descriptors of the file is needed. */
+  int fill_fd = m->wfd;
+  for (int f = 0; nlen > m->len && fill_fd < 0 && f < 4096; ++f) {
+    struct stat st;
+    if (is_upfs(f) && (upfs_get_flags(f) & O_ACCMODE) != O_WRONLY && upfs_fstat(f, &st) == 0 &&
+        st.st_dev == m->dev && st.st_ino == m->ino)
+      fill_fd = f;
+  }
+  if (nlen > m->len && fill_fd < 0) {
+    pthread_mutex_unlock(&g_maps_mu);
+    errno = EINVAL;
+    return MAP_FAILED;
+  }
+  if (nlen < m->len && m->wfd >= 0 && write_back(m, nlen, m->len) != 0) {
+    pthread_mutex_unlock(&g_maps_mu);
+    return MAP_FAILED;
+  }
+  if (m->wfd >= 0) {
+    char *nb = REAL(mremap)(m->base, m->len, nlen, MREMAP_MAYMOVE);
+    if (nb == MAP_FAILED) {
+      pthread_mutex_unlock(&g_maps_mu);
+      return MAP_FAILED;
+    }
+    m->base = nb;
+  }
+  char *p = REAL(mremap)(old, old_len, nlen, flags, want);
+  if (p == MAP_FAILED) {
+    int err = errno;
+    if (m->wfd >= 0) m->base = REAL(mremap)(m->base, nlen, m->len, MREMAP_MAYMOVE);
+    pthread_mutex_unlock(&g_maps_mu);
+    errno = err;
+    return MAP_FAILED;
+  }
+  if (nlen > m->len) {
+    mprotect(p + m->len, nlen - m->len, PROT_READ | PROT_WRITE);
+    fill_from_file(fill_fd, p + m->len, nlen - m->len, m->off + (off_t)m->len);
+    if (m->wfd >= 0) memcpy(m->base + m->len, p + m->len, nlen - m->len);
+    if (!(m->prot & PROT_WRITE)) mprotect(p + m->len, nlen - m->len, m->prot);
+  }
+  m->addr = p;
+  m->len = nlen;
+  pthread_mutex_unlock(&g_maps_mu);
+  return p;
 }
 
 /* ------------------------------------------------------------------ stdio */
@@ -986,26 +1292,49 @@ EXPORT FILE *fdopen(int fd, const char *mode) {
   }
   return upfs_stream(fd, mode);
 }
-/* freopen onto a upfs file cannot reuse the FILE object: it fails with
- * EOPNOTSUPP (and closes the stream, as a failed freopen does). */
+/* freopen onto a upfs file needs a upfs stream, a different FILE object.
+ * For stdin, stdout and stderr (the usual targets) the new stream takes
+ * the old one's descriptor number and replaces the standard stream
+ * variable, so later stdio on stdout (printf...) reaches the file; the
+ * returned pointer is the new stream. Any other stream fails with
+ * EOPNOTSUPP (and is closed, as a failed freopen closes it). */
 EXPORT FILE *freopen(const char *path, const char *mode, FILE *stream) {
-  if (path) {
-    char plain[16];
-    int flags = stdio_flags(mode, plain, sizeof(plain));
-    if (flags >= 0) {
-      int saved = errno;
-      int fd = do_open(AT_FDCWD, path, flags & ~(O_TRUNC | O_CREAT | O_EXCL), 0666);
-      if (fd >= 0 && is_upfs(fd)) {
-        close_upfs(fd);
-        fclose(stream);
-        errno = EOPNOTSUPP;
-        return NULL;
-      }
-      if (fd >= 0) REAL(close)(fd);
-      errno = saved;
-    }
+  if (!path) return REAL(freopen)(path, mode, stream);
+  char plain[16];
+  int flags = stdio_flags(mode, plain, sizeof(plain));
+  if (flags < 0) return REAL(freopen)(path, mode, stream);
+  int saved = errno;
+  int fd = do_open(AT_FDCWD, path, flags, 0666);
+  if (fd < 0) {
+    int err = errno;
+    fclose(stream);
+    errno = err;
+    return NULL;
   }
-  return REAL(freopen)(path, mode, stream);
+  if (!is_upfs(fd)) {
+    REAL(close)(fd);
+    errno = saved;
+    return REAL(freopen)(path, mode, stream);
+  }
+  int std = stream == stdin ? 0 : stream == stdout ? 1 : stream == stderr ? 2 : -1;
+  int target = std >= 0 ? fileno(stream) : -1;
+  fclose(stream);
+  if (std < 0 || target < 0 || do_dup3(fd, target, 0, 1) != target) {
+    close(fd);
+    errno = EOPNOTSUPP;
+    return NULL;
+  }
+  close(fd);
+  FILE *f = upfs_stream(target, plain);
+  if (!f) return NULL;
+  if (std == 0) stdin = f;
+  if (std == 1) stdout = f;
+  if (std == 2) {
+    setvbuf(f, NULL, _IONBF, 0);
+    stderr = f;
+  }
+  errno = saved;
+  return f;
 }
 EXPORT FILE *freopen64(const char *path, const char *mode, FILE *stream) {
   return freopen(path, mode, stream);
@@ -1042,6 +1371,16 @@ EXPORT int execvp(const char *file, char *const argv[]) {
 EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
   sync_offsets_for_exec();
   return REAL(execvpe)(file, argv, envp);
+}
+EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+                       const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
+  sync_offsets_for_exec();
+  return REAL(posix_spawn)(pid, path, fa, attr, argv, envp);
+}
+EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+                        const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
+  sync_offsets_for_exec();
+  return REAL(posix_spawnp)(pid, file, fa, attr, argv, envp);
 }
 
 /* glibc's own stdin/stdout/stderr do their I/O inside libc, out of our
