@@ -957,6 +957,9 @@ static struct upfs_map g_maps[MAX_MAPS];
 static int g_nmaps; /* > 0: munmap/msync/mremap look in g_maps */
 static pthread_mutex_t g_maps_mu = PTHREAD_MUTEX_INITIALIZER;
 
+static void maps_lock(void) { pthread_mutex_lock(&g_maps_mu); }
+static void maps_unlock(void) { pthread_mutex_unlock(&g_maps_mu); }
+
 static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
 static size_t page_round(size_t n) { return (n + page_size() - 1) & ~(page_size() - 1); }
 
@@ -1450,6 +1453,9 @@ __attribute__((constructor)) static void upfs_preload_init(void) {
   }
   const char *mode = getenv("UPFS_MODE");
   if (mode && strcmp(mode, "sync") == 0) g_mode = UPFS_SYNC;
+  /* A fork while another thread holds the map table must not leave the
+   * child's copy of the lock taken. */
+  pthread_atfork(maps_lock, maps_unlock, maps_unlock);
 }
 
 /* Called by the constructor in preload_late.c, which is linked after
