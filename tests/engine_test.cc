@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "engine/inspect.h"
 #include "engine/log.h"
 #include "format/format.h"
+#include "medium/medium.h"
 #include "upfs/upfs.h"
 
 namespace upfs {
@@ -338,6 +340,173 @@ TEST(Regression, HugeHoleRunsAndSeeksOnSparseFiles) {
   EXPECT_EQ(of.file->SeekDataHole(0, true, &r).err(), ENXIO);
   ASSERT_TRUE(of.file->SeekDataHole(4096, false, &r).ok());
   EXPECT_EQ(r, 4096u);
+}
+
+// Appends in place (File::AppendInPlace): the bytes past the end of file in
+// the tail block may hold an uncommitted append. Every operation that raises
+// the size over them must show zeros there, not those bytes.
+char* TailBlockHolding(OpenedFile* of, const char* marker, size_t len) {
+  Medium* m = of->file->medium();
+  for (uint64_t b = 1; b < m->capacity() / kBlockSize; ++b) {
+    char* a = m->base() + b * kBlockSize;
+    if (std::memcmp(a, marker, len) == 0) return a;
+  }
+  return nullptr;
+}
+
+void ReportIsClean(const std::string& path) {
+  FileReport r;
+  Status st = InspectFile(path, true, &r);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(r.problems.empty()) << r.problems.front();
+  EXPECT_EQ(r.leaked_blocks, 0u);
+}
+
+TEST(AppendInPlace, UncommittedBytesPastTheEndNeverShow) {
+  TempDir d;
+  const char marker[] = "tail-block-marker";
+  const uint64_t n = sizeof(marker) - 1;
+  struct Case {
+    const char* name;
+    std::function<Status(upfs::File*)> op;
+    uint64_t new_size;
+  };
+  std::vector<Case> cases = {
+      {"truncate up", [](upfs::File* f) { return f->Truncate(3 * kBlockSize + 5); },
+       3 * kBlockSize + 5},
+      {"fallocate up", [](upfs::File* f) { return f->Fallocate(0, 0, 2 * kBlockSize); },
+       2 * kBlockSize},
+      {"write past the tail block",
+       [](upfs::File* f) {
+         uint64_t at;
+         return f->Write("Z", 1, 2 * kBlockSize + 7, false, &at);
+       },
+       2 * kBlockSize + 8},
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const Case& c = cases[k];
+    SCOPED_TRACE(c.name);
+    std::string path = d.File("tail-" + std::to_string(k));
+    {
+      OpenedFile of;
+      OpenEngine(path, &of);
+      uint64_t at;
+      ASSERT_TRUE(of.file->Write(marker, n, 0, true, &at).ok());
+      char* tail = TailBlockHolding(&of, marker, n);
+      ASSERT_NE(tail, nullptr);
+      // What an interrupted in-place append leaves behind.
+      std::memset(tail + n, 0x77, kBlockSize - n);
+      ASSERT_TRUE(c.op(of.file.get()).ok());
+      uint64_t size;
+      ASSERT_TRUE(of.file->Size(&size).ok());
+      ASSERT_EQ(size, c.new_size);
+      std::vector<char> got(size);
+      size_t done;
+      ASSERT_TRUE(of.file->Read(got.data(), size, 0, &done).ok());
+      ASSERT_EQ(done, size);
+      EXPECT_EQ(std::memcmp(got.data(), marker, n), 0);
+      for (uint64_t i = n; i < size; ++i) {
+        if (got[i] == 'Z') continue;  // the written byte
+        ASSERT_EQ(got[i], 0) << "byte " << i << " past the old end of file";
+      }
+    }
+    ReportIsClean(path);
+  }
+}
+
+TEST(AppendInPlace, AppendsAfterLeftoverBytesAndDeadClaimsAreExact) {
+  TempDir d;
+  std::string path = d.File("appends");
+  std::string expect = "first-record;";
+  {
+    OpenedFile of;
+    OpenEngine(path, &of);
+    uint64_t at;
+    ASSERT_TRUE(of.file->Write(expect.data(), expect.size(), 0, true, &at).ok());
+    char* tail = TailBlockHolding(&of, expect.data(), expect.size());
+    ASSERT_NE(tail, nullptr);
+    std::memset(tail + expect.size(), 0x77, 100);  // leftover of an interrupted append
+    // A claim left by a thread that died holding it is taken over.
+    of.file->shared()->header()->tail_claim.store((uint64_t{0x7ffffffe} << 32) | 7);
+    for (int i = 0; i < 3000; ++i) {  // crosses into new blocks many times
+      std::string rec = "rec" + std::to_string(i) + ";";
+      ASSERT_TRUE(of.file->Write(rec.data(), rec.size(), 0, true, &at).ok());
+      ASSERT_EQ(at, expect.size());
+      expect += rec;
+    }
+    // A positional write at the end of file takes the same path.
+    ASSERT_TRUE(of.file->Write("END", 3, expect.size(), false, &at).ok());
+    expect += "END";
+    EXPECT_EQ(of.file->shared()->header()->tail_claim.load(), 0u);
+    std::vector<char> got(expect.size() + 10);
+    size_t done;
+    ASSERT_TRUE(of.file->Read(got.data(), got.size(), 0, &done).ok());
+    EXPECT_EQ(std::string(got.data(), done), expect);
+  }
+  ReportIsClean(path);
+  // Replay from the media gives the same bytes.
+  OpenedFile again;
+  OpenEngine(path, &again);
+  std::vector<char> got(expect.size() + 10);
+  size_t done;
+  ASSERT_TRUE(again.file->Read(got.data(), got.size(), 0, &done).ok());
+  EXPECT_EQ(std::string(got.data(), done), expect);
+}
+
+TEST(AppendInPlace, ConcurrentAppendersAndGrowers) {
+  TempDir d;
+  std::string path = d.File("race");
+  OpenedFile of;
+  OpenEngine(path, &of);
+  constexpr int kThreads = 3, kRecords = 2000;
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < kRecords; ++i) {
+        char rec[24];
+        int len = snprintf(rec, sizeof(rec), "<%d:%05d>", t, i);
+        uint64_t at;
+        if (!of.file->Write(rec, size_t(len), 0, true, &at).ok()) ++failures;
+      }
+    });
+  }
+  // Growing the file (fallocate past the end: it never shrinks, unlike a
+  // truncate to a size read earlier) exposes zeros, never an appender's
+  // bytes in flight.
+  std::thread grower([&] {
+    while (!stop.load()) {
+      uint64_t size;
+      if (!of.file->Size(&size).ok() || !of.file->Fallocate(0, size, 3).ok()) ++failures;
+      std::this_thread::yield();
+    }
+  });
+  for (auto& t : ts) t.join();
+  stop = true;
+  grower.join();
+  ASSERT_EQ(failures.load(), 0);
+  uint64_t size;
+  ASSERT_TRUE(of.file->Size(&size).ok());
+  std::vector<char> got(size + 1, 0);
+  size_t done;
+  ASSERT_TRUE(of.file->Read(got.data(), size, 0, &done).ok());
+  // Every record appears exactly once, whole; everything else is zero.
+  std::vector<int> seen(kThreads * kRecords, 0);
+  for (uint64_t i = 0; i < size;) {
+    if (got[i] == 0) {
+      ++i;
+      continue;
+    }
+    ASSERT_EQ(got[i], '<') << "stray byte at " << i;
+    int t = -1, r = -1;
+    ASSERT_EQ(sscanf(&got[i], "<%d:%05d>", &t, &r), 2)
+        << "torn record at " << i << ": " << ::testing::PrintToString(std::string(&got[i > 20 ? i - 20 : 0], 50));
+    ASSERT_TRUE(t >= 0 && t < kThreads && r >= 0 && r < kRecords);
+    ++seen[t * kRecords + r];
+    i += 9;
+  }
+  for (int v : seen) ASSERT_EQ(v, 1);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <immintrin.h>
+#include <sched.h>
 #include <x86intrin.h>
 #include <linux/falloc.h>
 #include <time.h>
@@ -176,6 +177,9 @@ Status File::Ctx(ThreadCtx** out) {
     auto fresh = std::make_unique<ThreadCtx>();
     fresh->slot = shared_->ClaimSlot();
     if (fresh->slot >= kMaxSlots) return Status::Error(EAGAIN, "no free thread slot in shared state");
+    fresh->tail_claim_id =
+        (uint64_t(shared_->slot(fresh->slot)->owner_pid.load(std::memory_order_relaxed)) << 32) |
+        (uint64_t(fresh->slot) + 1);
     c = fresh.release();
     ctx_[tid].store(c, std::memory_order_release);
   }
@@ -440,8 +444,12 @@ void File::DrainLimbo(ThreadCtx* c, bool force) {
 void File::ReleaseDisplaced(ThreadCtx* c, const uint32_t* blocks, size_t n) {
   // Strict mode: readers validate against the log, so a displaced block may
   // be reused at once. Sync mode writes in place, so a displaced block may
-  // still be a target of an in-place write: retire it through EBR.
-  bool immediate = consistency_ == Consistency::kStrict;
+  // still be a target of an in-place write: retire it through EBR. So must
+  // strict mode while someone holds the tail claim: the displaced block may
+  // be the tail block it writes past the end of file (see TryClaimTail).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  bool immediate = consistency_ == Consistency::kStrict &&
+                   shared_->header()->tail_claim.load(std::memory_order_relaxed) == 0;
   for (size_t i = 0; i < n; ++i) {
     if (!blocks[i]) continue;
     if (immediate)
@@ -606,6 +614,163 @@ Status File::WriteInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n
   return Status::OK();
 }
 
+// ---------------------------------------------------------------------------
+// The tail claim and appends in place
+//
+// The bytes past the end of file in the tail block (the block holding the
+// size, when the size is not block-aligned) are read by nobody: reads stop
+// at the size, and copy-on-write copies only the bytes below it. An append
+// at the size therefore writes its first bytes there in place and commits
+// only the size change (AppendInPlace): no copy of the block, no new block.
+// Two such appenders would write the same bytes, so a thread must hold the
+// tail claim (ShmHeader::tail_claim) to write past the end of file in
+// place; the claim is never waited for by an appender (it copies on write
+// instead), and a dead owner's claim is taken over.
+//
+// Those bytes may therefore hold an uncommitted append (in flight, or cut
+// short by a crash): they are not zero. Operations that raise the size
+// over them without rewriting the tail block (a growing truncate or
+// fallocate, a write that starts past the tail block) take the claim,
+// waiting for it, and zero them first (ZeroTailForGap).
+
+bool File::TryClaimTail(ThreadCtx* c) {
+  std::atomic<uint64_t>& claim = shared_->header()->tail_claim;
+  uint64_t cur = 0;
+  if (!claim.compare_exchange_strong(cur, c->tail_claim_id)) {
+    uint64_t slot = (cur & 0xffffffffu) - 1;
+    uint32_t pid = uint32_t(cur >> 32);
+    bool dead = slot >= kMaxSlots || !shared_->SlotOwnerAlive(uint32_t(slot)) ||
+                shared_->slot(uint32_t(slot))->owner_pid.load(std::memory_order_relaxed) != pid;
+    if (!dead || !claim.compare_exchange_strong(cur, c->tail_claim_id)) return false;
+  }
+  // Pairs with the fence in ReleaseDisplaced: either a committer that
+  // displaces the tail block sees this claim (and retires the block through
+  // EBR instead of reusing it at once), or the claimant's check of the log
+  // sees that commit (and writes nothing).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return true;
+}
+
+void File::ClaimTail(ThreadCtx* c) {
+  for (uint32_t spins = 0; !TryClaimTail(c); ++spins) {
+    if (spins < 64)
+      _mm_pause();
+    else
+      sched_yield();
+  }
+}
+
+void File::ReleaseTail(ThreadCtx* c) {
+  uint64_t mine = c->tail_claim_id;
+  shared_->header()->tail_claim.compare_exchange_strong(mine, 0, std::memory_order_release);
+}
+
+// Before an operation commits a size above the snapshot's size S without
+// rewriting the tail block: with the claim held (kept until the caller
+// releases it), and the snapshot still current, zero the bytes past S in
+// the tail block. *stale: something was committed since p; nothing done.
+Status File::ZeroTailForGap(ThreadCtx* c, BlockTable* t, const LogPos& p, bool* claimed,
+                            bool* stale) {
+  *stale = false;
+  uint64_t size = t->size();
+  uint64_t in_block = size & (kBlockSize - 1);
+  uint32_t last = in_block ? t->Get(size >> kBlockShift) : 0;
+  if (!last) return Status::OK();
+  if (!*claimed) {
+    ClaimTail(c);
+    *claimed = true;
+  }
+  LogPos q = p;
+  UPFS_RETURN_IF_ERROR(ScanCommitted(access_, &q, &c->scratch, [&](const Effect&) {
+    *stale = true;
+    return false;
+  }));
+  if (*stale) return Status::OK();
+  char* a;
+  UPFS_RETURN_IF_ERROR(access_.Addr(last, &a));
+  const char* past = a + in_block;
+  bool zero = true;
+  for (uint64_t i = 0; zero && i < kBlockSize - in_block; ++i) zero = past[i] == 0;
+  if (!zero) {
+    pm::ZeroNT(a + in_block, kBlockSize - in_block);
+    pm::Fence();
+  }
+  return Status::OK();
+}
+
+Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
+                           bool append, uint64_t* at, bool* done) {
+  *done = false;
+  LogPos p = t->cursor();
+  const uint64_t size = t->size();
+  const uint64_t in_block = size & (kBlockSize - 1);
+  if ((!append && off != size) || in_block == 0) return Status::OK();
+  const uint64_t end = size + n;
+  if (end > kMaxFileSize || end < size) return Status::OK();  // WriteOnce reports it
+  const uint64_t vt = size >> kBlockShift;
+  const uint32_t last = t->Get(vt);
+  if (!last || !TryClaimTail(c)) return Status::OK();
+  TailClaimGuard claim{this, c, true};
+  // Under the claim no other in-place append can commit; an append that
+  // committed before we took it would be overwritten: the snapshot must
+  // still be current.
+  bool stale = false;
+  LogPos q = p;
+  UPFS_RETURN_IF_ERROR(ScanCommitted(access_, &q, &c->scratch, [&](const Effect&) {
+    stale = true;
+    return false;
+  }));
+  if (stale) return Status::OK();
+
+  char* tail;
+  UPFS_RETURN_IF_ERROR(access_.Addr(last, &tail));
+  const uint64_t first = std::min<uint64_t>(n, kBlockSize - in_block);
+  pm::CopyNT(tail + in_block, buf, first);
+  // What does not fit goes to new blocks, as a copy-on-write write would.
+  const uint64_t vb0 = vt + 1, vb1 = CeilBlocks(end), nb = vb1 > vb0 ? vb1 - vb0 : 0;
+  c->runs.clear();
+  c->old.assign(nb, 0);
+  if (nb) {
+    UPFS_RETURN_IF_ERROR(alloc_.Alloc(&c->blocks, nb, &c->runs));
+    for (uint64_t i = 0; i < nb; ++i) c->old[i] = t->Get(vb0 + i);
+    Status st = CopyIntoNewBlocks(c, static_cast<const char*>(buf) + first, n - first,
+                                  vb0 << kBlockShift, size, vb0);
+    if (!st.ok()) {
+      for (const Run& r : c->runs) alloc_.Free(&c->blocks, r.lblock, r.count);
+      return st;
+    }
+  }
+  // Filling the tail block exactly is an inline map of it onto itself with
+  // the size raised to its end (the data must be durable before its CAS);
+  // anything else is a payload, whose commit fences before the payload
+  // can count.
+  uint64_t entry = 0;
+  Status st;
+  if (nb == 0 && (end & (kBlockSize - 1)) == 0 && FitsInline(vt, last, 1)) {
+    pm::Fence();
+    entry = EncodeInline({uint32_t(vt), last, 1, true});
+  } else {
+    st = BuildPayload(c, uint32_t(nb ? vb0 : 0), c->runs, Effect::kMax, end);
+  }
+  bool conflicted = false;
+  if (st.ok()) {
+    st = Commit(
+        c, &p, entry,
+        [&](const Effect& e) { return e.ChangesSize() || e.TouchesBlocks(vt, std::max(vb1, vt + 1)); },
+        &conflicted);
+  }
+  if (!st.ok() || conflicted) {
+    for (const Run& r : c->runs) alloc_.Free(&c->blocks, r.lblock, r.count);
+    DropPayload(c);
+    return st;
+  }
+  c->overflow.clear();
+  if (nb) ReleaseDisplaced(c, c->old.data(), nb);
+  *at = size;
+  *done = true;
+  return Status::OK();
+}
+
 Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
                        bool append, uint64_t* at, bool* conflicted) {
   LogPos p = t->cursor();
@@ -613,6 +778,16 @@ Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
   if (append) off = size;
   uint64_t end = off + n;
   if (end > kMaxFileSize || end < off) return Status::Error(EFBIG, "write past the upfs limit");
+  // A write starting past the tail block exposes the bytes past the size.
+  TailClaimGuard claim{this, c};
+  if ((off >> kBlockShift) > (size >> kBlockShift)) {
+    bool stale = false;
+    UPFS_RETURN_IF_ERROR(ZeroTailForGap(c, t, p, &claim.held, &stale));
+    if (stale) {
+      *conflicted = true;
+      return Status::OK();
+    }
+  }
   uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end), nb = vb1 - vb0;
   c->runs.clear();
   UPFS_RETURN_IF_ERROR(alloc_.Alloc(&c->blocks, nb, &c->runs));
@@ -670,6 +845,9 @@ Status File::Write(const void* buf, size_t n, uint64_t off, bool append, uint64_
     }
     bool in_place = consistency_ == Consistency::kSync && !append;
     for (;;) {
+      bool appended = false;
+      UPFS_RETURN_IF_ERROR(AppendInPlace(c, t, buf, n, off, append, at, &appended));
+      if (appended) break;
       if (in_place) {
         bool done = false;
         UPFS_RETURN_IF_ERROR(WriteInPlace(c, t, buf, n, off, &done));
@@ -708,6 +886,15 @@ Status File::Truncate(uint64_t len) {
     uint64_t keep = CeilBlocks(len);
     c->runs.clear();
     c->old.clear();
+    TailClaimGuard claim{this, c};
+    if (len > size) {
+      bool stale = false;
+      UPFS_RETURN_IF_ERROR(ZeroTailForGap(c, t, p, &claim.held, &stale));
+      if (stale) {
+        UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+        continue;
+      }
+    }
     uint32_t last = 0;
     if (len < size && (len & (kBlockSize - 1)) && (last = t->Get(len >> kBlockShift)) != 0) {
       // The new last block keeps [0, len % 4096) and is zero beyond.
@@ -907,6 +1094,17 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
     if (!changes && !grows) {
       release_fresh();
       break;
+    }
+    TailClaimGuard claim{this, c};
+    if (grows) {
+      bool stale = false;
+      st = ZeroTailForGap(c, t, p, &claim.held, &stale);
+      if (!st.ok() || stale) {
+        release_fresh();
+        UPFS_RETURN_IF_ERROR(st);
+        UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+        continue;
+      }
     }
     bool retry = false;
     UPFS_RETURN_IF_ERROR(CommitRangeChange(c, &t, &p, vb0, vb1, c->runs,

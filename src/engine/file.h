@@ -42,6 +42,7 @@ struct FileStat {
 // State of one thread for one file.
 struct ThreadCtx {
   uint32_t slot = kMaxSlots;  // EBR slot in the shared state
+  uint64_t tail_claim_id = 0;  // this thread's value of ShmHeader::tail_claim
   ThreadBlocks blocks;
   struct Retired {
     uint64_t epoch;
@@ -117,6 +118,21 @@ class File {
                       Effect::SizeOp op, uint64_t new_size);
   void DropPayload(ThreadCtx* c);
 
+  Status AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
+                       bool append, uint64_t* at, bool* done);
+  // Releases the tail claim, if held, at the end of a scope.
+  struct TailClaimGuard {
+    File* f;
+    ThreadCtx* c;
+    bool held = false;
+    ~TailClaimGuard() {
+      if (held) f->ReleaseTail(c);
+    }
+  };
+  bool TryClaimTail(ThreadCtx* c);
+  void ClaimTail(ThreadCtx* c);
+  void ReleaseTail(ThreadCtx* c);
+  Status ZeroTailForGap(ThreadCtx* c, BlockTable* t, const LogPos& p, bool* claimed, bool* stale);
   Status WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
                    bool append, uint64_t* at, bool* conflicted);
   Status WriteInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,

@@ -146,17 +146,17 @@ Status BlockAccess::CheckRange(uint64_t l, uint64_t count, const char* what) con
 }
 
 Status CheckLogBlock(const BlockAccess& ba, uint32_t lblock, uint64_t seq, LogBlock** out) {
-  std::string name = "log block " + std::to_string(lblock);
-  if (lblock == 0) return Status::Corrupt(name, "points at the file header");
+  auto name = [&] { return "log block " + std::to_string(lblock); };
+  if (lblock == 0) return Status::Corrupt(name(), "points at the file header");
   Status st = ba.CheckRange(lblock, 1, "log chain");
-  if (!st.ok()) return Status::Corrupt(name, "lies past the end of the file");
+  if (!st.ok()) return Status::Corrupt(name(), "lies past the end of the file");
   char* a;
   UPFS_RETURN_IF_ERROR(ba.Addr(lblock, &a));
   auto* b = reinterpret_cast<LogBlock*>(a);
   uint64_t w = b->next.load(std::memory_order_acquire);
-  if (!NextWordValid(w)) return Status::Corrupt(name, "bad magic");
+  if (!NextWordValid(w)) return Status::Corrupt(name(), "bad magic");
   if (b->seq != seq)
-    return Status::Corrupt(name, "sequence number " + std::to_string(b->seq) + ", expected " +
+    return Status::Corrupt(name(), "sequence number " + std::to_string(b->seq) + ", expected " +
                                      std::to_string(seq));
   *out = b;
   return Status::OK();
@@ -164,53 +164,56 @@ Status CheckLogBlock(const BlockAccess& ba, uint32_t lblock, uint64_t seq, LogBl
 
 namespace {
 
-Status DecodePayload(const BlockAccess& ba, const LogBlock* b, const std::string& where,
-                     uint32_t rs, uint32_t count, uint32_t crc, Effect* eff) {
+// `where` names the entry in error messages; it is only called on error
+// (decoding is on every reader's and writer's path).
+template <typename Where>
+Status DecodePayload(const BlockAccess& ba, const LogBlock* b, const Where& where, uint32_t rs,
+                     uint32_t count, uint32_t crc, Effect* eff) {
   const std::atomic<uint64_t>* w = &b->slots[rs + 1];
   uint64_t words[kPayloadHeaderWords + kMaxInlineRuns];
   if (count < kPayloadHeaderWords || count > kPayloadHeaderWords + kMaxInlineRuns)
-    return Status::Corrupt(where, "payload of " + std::to_string(count) + " words");
+    return Status::Corrupt(where(), "payload of " + std::to_string(count) + " words");
   for (uint32_t i = 0; i < count; ++i) words[i] = w[i].load(std::memory_order_relaxed);
-  if (Crc32c(words, count * 8) != crc) return Status::Corrupt(where, "payload checksum mismatch");
+  if (Crc32c(words, count * 8) != crc) return Status::Corrupt(where(), "payload checksum mismatch");
   eff->Clear();
   uint64_t new_size = words[0];
   uint32_t vblock = uint32_t(words[1]);
   uint32_t nruns = uint32_t((words[1] >> 32) & 0xffff);
   uint16_t flags = uint16_t(words[1] >> 48);
-  if (flags & ~kKnownPayloadFlags) return Status::Corrupt(where, "unknown payload flags");
+  if (flags & ~kKnownPayloadFlags) return Status::Corrupt(where(), "unknown payload flags");
   if ((flags & kSizeMax) && (flags & kSizeSet))
-    return Status::Corrupt(where, "payload sets size two ways");
-  if (new_size > kMaxFileSize) return Status::Corrupt(where, "size beyond the upfs limit");
+    return Status::Corrupt(where(), "payload sets size two ways");
+  if (new_size > kMaxFileSize) return Status::Corrupt(where(), "size beyond the upfs limit");
   eff->vblock = vblock;
   eff->new_size = new_size;
   eff->size_op = (flags & kSizeSet) ? Effect::kSet : (flags & kSizeMax) ? Effect::kMax : Effect::kNone;
   const uint64_t* runw = nullptr;
   std::vector<uint64_t> overflow;
   if (flags & kPayloadOverflow) {
-    if (count != kPayloadHeaderWords + 2) return Status::Corrupt(where, "bad overflow payload");
+    if (count != kPayloadHeaderWords + 2) return Status::Corrupt(where(), "bad overflow payload");
     Run ov = DecodeRun(words[2]);
     UPFS_RETURN_IF_ERROR(ba.CheckRange(ov.lblock, ov.count, "overflow block run"));
     if (uint64_t(nruns) * 8 > uint64_t(ov.count) * kBlockSize)
-      return Status::Corrupt(where, "overflow runs exceed their blocks");
+      return Status::Corrupt(where(), "overflow runs exceed their blocks");
     overflow.resize(nruns);
     if (nruns) std::memcpy(overflow.data(), ba.AddrUnchecked(ov.lblock), nruns * 8);
     if (Crc32c(overflow.data(), nruns * 8) != uint32_t(words[3]))
-      return Status::Corrupt(where, "overflow checksum mismatch");
+      return Status::Corrupt(where(), "overflow checksum mismatch");
     runw = overflow.data();
   } else {
-    if (count != kPayloadHeaderWords + nruns) return Status::Corrupt(where, "payload length");
+    if (count != kPayloadHeaderWords + nruns) return Status::Corrupt(where(), "payload length");
     runw = &words[kPayloadHeaderWords];
   }
   uint64_t total = 0;
   for (uint32_t i = 0; i < nruns; ++i) {
     Run r = DecodeRun(runw[i]);
-    if (r.count == 0) return Status::Corrupt(where, "empty run");
+    if (r.count == 0) return Status::Corrupt(where(), "empty run");
     if (r.lblock != 0 && r.lblock != kKeepBlock)
       UPFS_RETURN_IF_ERROR(ba.CheckRange(r.lblock, r.count, "payload run"));
     total += r.count;
     eff->runs.push_back(r);
   }
-  if (uint64_t(vblock) + total > kMaxBlocks) return Status::Corrupt(where, "runs beyond upfs limit");
+  if (uint64_t(vblock) + total > kMaxBlocks) return Status::Corrupt(where(), "runs beyond upfs limit");
   eff->nblocks = total;
   return Status::OK();
 }
@@ -259,7 +262,7 @@ Status DecodeEntry(const BlockAccess& ba, const LogBlock* b, uint32_t b_lblock, 
         return Status::Corrupt(where(), "applies a slot that is not a reservation");
       uint32_t n = ReserveCount(r);
       if (rs + 1 + n > slot) return Status::Corrupt(where(), "reservation overlaps its apply");
-      UPFS_RETURN_IF_ERROR(DecodePayload(ba, b, where(), rs, n, ApplyCrc(e), eff));
+      UPFS_RETURN_IF_ERROR(DecodePayload(ba, b, where, rs, n, ApplyCrc(e), eff));
       *has_effect = true;
       *next_slot = slot + 1;
       return Status::OK();

@@ -18,7 +18,7 @@ namespace upfs {
 namespace {
 
 constexpr uint64_t kShmMagic = 0x4d48535346505555ULL;  // "UUPFSSHM"
-constexpr uint32_t kShmVersion = 1;
+constexpr uint32_t kShmVersion = 2;  // 2: tail_claim
 constexpr uint64_t kSlotsOffset = 4096;  // the header page
 constexpr uint64_t kBitmapOffset = kSlotsOffset + uint64_t(kMaxSlots) * sizeof(ShmSlot);
 constexpr uint64_t kBitmapBytes = format::kMaxBlocks / 8;
@@ -158,6 +158,7 @@ void SharedState::ResetForRebuild(uint64_t capacity_blocks) {
   hdr_->gc_last_blocks.store(0, std::memory_order_relaxed);
   hdr_->alloc_hint.store(0, std::memory_order_relaxed);
   hdr_->slots_high.store(0, std::memory_order_relaxed);
+  hdr_->tail_claim.store(0, std::memory_order_relaxed);
   // Clear the whole bitmap by dropping its pages (they read back as zero).
   madvise(reinterpret_cast<char*>(bitmap_), kBitmapBytes, MADV_REMOVE);
   hdr_->capacity_blocks.store(capacity_blocks, std::memory_order_relaxed);

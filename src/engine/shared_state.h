@@ -7,7 +7,7 @@
 //  - the epoch and per-thread slots of epoch-based reclamation (EBR), which
 //    decide when a log block retired by GC (or a data block retired by a
 //    sync-mode write) can no longer be read by anybody and may be reused;
-//  - GC coordination words.
+//  - GC coordination words and the tail claim.
 // Liveness of a slot's owner is an OFD lock on one byte of the shm file,
 // which the kernel drops when the owning process dies, so a crashed process
 // never blocks anybody.
@@ -50,6 +50,10 @@ struct ShmHeader {
   alignas(64) std::atomic<uint64_t> capacity_blocks;  // bitmap valid below this
   std::atomic<uint64_t> alloc_hint;                   // bitmap word to start scanning at
   std::atomic<uint64_t> slots_high;                   // slots at or above are unused
+  // Who may write the bytes past the end of file in the tail block (an
+  // in-place append, or an operation about to expose them): owner pid << 32
+  // | slot + 1, 0 = nobody. See File::AppendInPlace.
+  alignas(64) std::atomic<uint64_t> tail_claim;
 };
 static_assert(sizeof(ShmHeader) <= 4096);
 
