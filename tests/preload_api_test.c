@@ -285,6 +285,54 @@ static void test_stdio(void) {
   if (f) fclose(f);
 }
 
+/* stdio on descriptors 0..2 that become upfs descriptors after start-up:
+ * glibc's stdout would write to the host file behind upfs's back. */
+static void test_std_streams(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    printf("pending before dup2;");  /* buffered: goes where fd 1 points at flush */
+    int fd = open(path_of("stdout-dup2"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    if (fd < 0 || dup2(fd, 1) != 1) _exit(1);
+    close(fd);
+    for (int i = 0; i < 2000; ++i) printf("line %d\n", i);
+    fflush(stdout);
+    close(1);
+    if (open(path_of("stdout-open"), O_CREAT | O_WRONLY | O_TRUNC, 0644) != 1) _exit(2);
+    printf("after close and open\n");
+    exit(0); /* exit flushes stdio */
+  }
+  int ws;
+  waitpid(pid, &ws, 0);
+  CHECK("child with stdout on upfs files exits 0", WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+  CHECK("dup2 onto stdout: still a upfs file", host_is_upfs(path_of("stdout-dup2")));
+  FILE *f = fopen(path_of("stdout-dup2"), "r");
+  char line[64];
+  int good = f && fgets(line, sizeof(line), f) && strcmp(line, "pending before dup2;line 0\n") == 0;
+  for (int i = 1; good && i < 2000; ++i) {
+    char want[32];
+    snprintf(want, sizeof(want), "line %d\n", i);
+    good = fgets(line, sizeof(line), f) && strcmp(line, want) == 0;
+  }
+  CHECK("dup2 onto stdout: printf output intact", good && fgetc(f) == EOF);
+  if (f) fclose(f);
+  f = fopen(path_of("stdout-open"), "r");
+  CHECK("close(1) + open: printf reaches the upfs file",
+        host_is_upfs(path_of("stdout-open")) && f && fgets(line, sizeof(line), f) &&
+            strcmp(line, "after close and open\n") == 0);
+  if (f) fclose(f);
+  char tmpl[4096];
+  snprintf(tmpl, sizeof(tmpl), "%s/tmp.XXXXXX", g_dir);
+  int t = mkstemp(tmpl);
+  CHECK("mkstemp under the directory makes a upfs file",
+        t >= 0 && write(t, "t", 1) == 1 && host_is_upfs(tmpl));
+  if (t >= 0) close(t);
+  snprintf(tmpl, sizeof(tmpl), "%s/tmp.XXXXXX.sfx", g_dir);
+  t = mkostemps(tmpl, 4, O_CLOEXEC);
+  CHECK("mkostemps keeps the suffix and sets O_CLOEXEC",
+        t >= 0 && strcmp(tmpl + strlen(tmpl) - 4, ".sfx") == 0 && (fcntl(t, F_GETFD) & FD_CLOEXEC));
+  if (t >= 0) close(t);
+}
+
 static void test_fork_exec_spawn(void) {
   int fd = make_file("fork", NULL);
   pid_t pid = fork();
@@ -334,6 +382,7 @@ int main(int argc, char **argv) {
   test_copy_calls();
   test_vectored_and_stat();
   test_stdio();
+  test_std_streams();
   test_fork_exec_spawn();
   if (g_failures) {
     printf("preload_api_test: %d failure(s)\n", g_failures);

@@ -26,12 +26,14 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
 #include <spawn.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -215,6 +217,13 @@ static inline void mark(int fd, int on) {
 
 /* ------------------------------------------------------------------ helpers */
 
+/* Standard streams on upfs descriptors (defined with stdio, below). */
+static void std_streams_follow(int fd);
+static inline int follow_std(int fd) {
+  if ((unsigned)fd <= 2) std_streams_follow(fd);
+  return fd;
+}
+
 static const unsigned char kMagic[8] = {'U', 'P', 'F', 'S', 0x01, '\r', '\n', 0x1a};
 
 static void proc_path(char *buf, size_t n, int fd) { snprintf(buf, n, "/proc/self/fd/%d", fd); }
@@ -270,8 +279,12 @@ static int upfs_from_kfd(int kfd, int flags) {
   return kfd;
 }
 
+static int do_open_fd(int dirfd, const char *path, int flags, mode_t mode);
 /* The open protocol shared by every open variant. */
 static int do_open(int dirfd, const char *path, int flags, mode_t mode) {
+  return follow_std(do_open_fd(dirfd, path, flags, mode));
+}
+static int do_open_fd(int dirfd, const char *path, int flags, mode_t mode) {
   if (!path || (flags & (O_PATH | O_DIRECTORY)) || (flags & __O_TMPFILE) == __O_TMPFILE)
     return REAL(openat)(dirfd, path, flags, mode);
   int saved = errno;
@@ -428,6 +441,44 @@ EXPORT int creat(const char *path, mode_t mode) {
 }
 EXPORT int creat64(const char *path, mode_t mode) {
   return do_open(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC | O_LARGEFILE, mode);
+}
+
+/* glibc's mkstemp family opens its file from inside libc, past the
+ * interposers: done here instead, so a temporary file made under UPFS_DIR
+ * (sed -i, sort, editors' atomic saves) is a upfs file like any other. */
+static int do_mkstemp(char *tmpl, int suffixlen, int flags) {
+  static const char letters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  size_t len = tmpl ? strlen(tmpl) : 0;
+  if (suffixlen < 0 || len < (size_t)suffixlen + 6 ||
+      memcmp(tmpl + len - (size_t)suffixlen - 6, "XXXXXX", 6) != 0 ||
+      (flags & ~(O_APPEND | O_CLOEXEC | O_DIRECT | O_DSYNC | O_LARGEFILE | O_NOATIME | O_NOCTTY |
+                 O_NONBLOCK | O_SYNC))) {
+    errno = EINVAL;
+    return -1;
+  }
+  char *x = tmpl + len - (size_t)suffixlen - 6;
+  for (int attempt = 0; attempt < 62 * 62 * 62; ++attempt) {
+    uint64_t r;
+    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
+      r = __builtin_ia32_rdtsc() * 0x9e3779b97f4a7c15ull + (uint64_t)attempt;
+    for (int i = 0; i < 6; ++i, r /= 62) x[i] = letters[r % 62];
+    int fd = do_open(AT_FDCWD, tmpl, O_RDWR | O_CREAT | O_EXCL | flags, 0600);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  errno = EEXIST;
+  return -1;
+}
+EXPORT int mkstemp(char *tmpl) { return do_mkstemp(tmpl, 0, 0); }
+EXPORT int mkstemp64(char *tmpl) { return do_mkstemp(tmpl, 0, 0); }
+EXPORT int mkostemp(char *tmpl, int flags) { return do_mkstemp(tmpl, 0, flags); }
+EXPORT int mkostemp64(char *tmpl, int flags) { return do_mkstemp(tmpl, 0, flags); }
+EXPORT int mkstemps(char *tmpl, int suffixlen) { return do_mkstemp(tmpl, suffixlen, 0); }
+EXPORT int mkstemps64(char *tmpl, int suffixlen) { return do_mkstemp(tmpl, suffixlen, 0); }
+EXPORT int mkostemps(char *tmpl, int suffixlen, int flags) {
+  return do_mkstemp(tmpl, suffixlen, flags);
+}
+EXPORT int mkostemps64(char *tmpl, int suffixlen, int flags) {
+  return do_mkstemp(tmpl, suffixlen, flags);
 }
 
 /* ------------------------------------------------------------------ close */
@@ -827,12 +878,12 @@ static int adopt(int oldfd, int newfd) {
     return -1;
   }
   mark(newfd, 1);
-  return newfd;
+  return follow_std(newfd);
 }
 
 EXPORT int dup(int fd) {
   if (UNLIKELY(is_upfs(fd))) return adopt(fd, REAL(dup)(fd));
-  return REAL(dup)(fd);
+  return follow_std(REAL(dup)(fd));
 }
 /* dup2/dup3 onto a upfs descriptor close it the upfs way first. */
 static int do_dup3(int oldfd, int newfd, int flags, int is_dup2) {
@@ -843,7 +894,7 @@ static int do_dup3(int oldfd, int newfd, int flags, int is_dup2) {
   }
   int r = is_dup2 ? REAL(dup2)(oldfd, newfd) : REAL(dup3)(oldfd, newfd, flags);
   if (r >= 0 && UNLIKELY(is_upfs(oldfd))) return adopt(oldfd, r);
-  return r;
+  return follow_std(r);
 }
 EXPORT int dup2(int oldfd, int newfd) { return do_dup3(oldfd, newfd, 0, 1); }
 EXPORT int dup3(int oldfd, int newfd, int flags) { return do_dup3(oldfd, newfd, flags, 0); }
@@ -1251,6 +1302,52 @@ static FILE *upfs_stream(int fd, const char *mode) {
   return f;
 }
 
+/* glibc's stdin, stdout and stderr do their I/O inside libc, out of our
+ * reach. Whenever descriptor 0, 1 or 2 becomes a upfs descriptor (opened,
+ * dup2'ed onto, inherited, freopen'ed), its standard stream is replaced by
+ * a upfs stream on that descriptor; when it stops being one, by a plain
+ * stream again. Output the old stream still buffers goes to the new file,
+ * as its next flush would have sent it. */
+static FILE *g_std_upfs[3]; /* the upfs stream we installed, or NULL */
+
+static FILE **std_slot(int fd) { return fd == 0 ? &stdin : fd == 1 ? &stdout : &stderr; }
+
+static const char *stream_mode(int fl) {
+  int acc = fl & O_ACCMODE;
+  return acc == O_RDONLY ? "r" : acc == O_RDWR ? "r+" : (fl & O_APPEND) ? "a" : "w";
+}
+
+static void move_pending_output(FILE *f, int fd, int to_upfs) {
+  if (!f || f->_IO_write_ptr <= f->_IO_write_base) return;
+  size_t n = (size_t)(f->_IO_write_ptr - f->_IO_write_base);
+  ssize_t w = to_upfs ? upfs_write(fd, f->_IO_write_base, n) : REAL(write)(fd, f->_IO_write_base, n);
+  (void)w;
+  __fpurge(f);
+}
+
+static void install_std_stream(int fd, FILE *f, int ours) {
+  if (fd == 2) setvbuf(f, NULL, _IONBF, 0);
+  *std_slot(fd) = f;
+  g_std_upfs[fd] = ours ? f : NULL;
+}
+
+static void std_streams_follow(int fd) {
+  int saved = errno;
+  FILE **slot = std_slot(fd);
+  int ours = *slot != NULL && *slot == g_std_upfs[fd];
+  int fl = REAL(fcntl)(fd, F_GETFL);
+  if (fl >= 0 && is_upfs(fd) && !ours) {
+    move_pending_output(*slot, fd, 1);
+    FILE *f = upfs_stream(fd, stream_mode(fl));
+    if (f) install_std_stream(fd, f, 1);
+  } else if (fl >= 0 && !is_upfs(fd) && ours) {
+    move_pending_output(*slot, fd, 0);
+    FILE *f = REAL(fdopen)(fd, stream_mode(fl));
+    if (f) install_std_stream(fd, f, 0);
+  }
+  errno = saved;
+}
+
 static int stdio_flags(const char *mode, char *plain, size_t plain_len) {
   int flags, acc;
   switch (mode[0]) {
@@ -1328,13 +1425,12 @@ EXPORT FILE *freopen(const char *path, const char *mode, FILE *stream) {
     return NULL;
   }
   close(fd);
-  FILE *f = upfs_stream(target, plain);
-  if (!f) return NULL;
-  if (std == 0) stdin = f;
-  if (std == 1) stdout = f;
-  if (std == 2) {
-    setvbuf(f, NULL, _IONBF, 0);
-    stderr = f;
+  /* do_dup3 installed a upfs stream on target; freopen returns it. */
+  FILE *f = *std_slot(target);
+  if (f != g_std_upfs[target]) {
+    f = upfs_stream(target, plain);
+    if (!f) return NULL;
+    install_std_stream(target, f, 1);
   }
   errno = saved;
   return f;
@@ -1386,21 +1482,6 @@ EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_act
   return REAL(posix_spawnp)(pid, file, fa, attr, argv, envp);
 }
 
-/* glibc's own stdin/stdout/stderr do their I/O inside libc, out of our
- * reach: when one of them is an inherited upfs descriptor, the stream is
- * replaced by a upfs stream on the same descriptor. */
-static void replace_std_stream(int fd, int fl) {
-  int acc = fl & O_ACCMODE;
-  const char *mode = acc == O_RDONLY ? "r" : acc == O_RDWR ? "r+" : (fl & O_APPEND) ? "a" : "w";
-  FILE *f = upfs_stream(fd, mode);
-  if (!f) return;
-  if (fd == 0) stdin = f;
-  if (fd == 1) stdout = f;
-  if (fd == 2) {
-    setvbuf(f, NULL, _IONBF, 0);
-    stderr = f;
-  }
-}
 
 static void adopt_inherited(void) {
   DIR *d = opendir("/proc/self/fd");
@@ -1421,14 +1502,11 @@ static void adopt_inherited(void) {
     int fl = REAL(fcntl)(fd, F_GETFL);
     if (fl < 0 || !has_magic(fd, (fl & O_ACCMODE) != O_WRONLY)) continue;
     off_t pos = REAL(lseek)(fd, 0, SEEK_CUR);
-    char p[64];
-    proc_path(p, sizeof(p), fd);
-    int u = upfs_open_mode(p, (fl & (O_ACCMODE | O_APPEND)) | O_CLOEXEC, 0, g_mode);
-    if (u < 0) continue;
-    if (pos > 0) upfs_lseek(u, pos, SEEK_SET);
-    if (upfs_adopt_dup(u, fd) >= 0) mark(fd, 1);
-    upfs_close(u);
-    if (fd <= 2 && is_upfs(fd)) replace_std_stream(fd, fl);
+    /* In place, so the record locks the process inherited survive. */
+    if (upfs_open_host_fd(fd, fl & (O_ACCMODE | O_APPEND), g_mode) < 0) continue;
+    mark(fd, 1);
+    if (pos > 0) upfs_lseek(fd, pos, SEEK_SET);
+    follow_std(fd);
   }
 }
 
