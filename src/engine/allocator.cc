@@ -13,6 +13,12 @@ using format::Run;
 namespace {
 constexpr size_t kMaxLocalFree = 4096;
 constexpr uint64_t kChunkBlocks = 64;
+// Files smaller than this (4 extents, 8 MiB) do not grow ahead.
+constexpr uint64_t kGrowAheadFromBlocks = 4 * (kExtentSize >> kBlockShift);
+// Requests up to this many blocks take the thread's freed blocks first:
+// reusing them keeps the file from growing under steady overwrites, which
+// displace as many blocks as they take.
+constexpr uint64_t kFreeFirstBlocks = 16;
 }  // namespace
 
 bool Allocator::TryClaim(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count) {
@@ -73,10 +79,12 @@ Status Allocator::ClaimChunk(ThreadBlocks* t, uint64_t want) {
       if (t->chunk_next < t->chunk_end) ReturnRange(t->chunk_next, t->chunk_end - t->chunk_next);
       t->chunk_next = first;
       t->chunk_end = first + count;
-      // Close to the end of the file: grow it in the background now, so
-      // that appends do not wait for the kernel later.
-      uint64_t headroom = std::max<uint64_t>(4 * (kExtentSize >> kBlockShift), cap / 4);
-      if (first + count + headroom > cap)
+      // Close to the end of a file of some size: grow it in the background
+      // now, so that appends do not wait for the kernel later. Small files
+      // grow on demand, an extent at a time: growing ahead would multiply
+      // a journal's size and start a thread for it.
+      uint64_t headroom = cap / 4;
+      if (cap >= kGrowAheadFromBlocks && first + count + headroom > cap)
         m_->GrowAhead((cap + 2 * headroom) << kBlockShift, [this] { PublishCapacity(); });
       return Status::OK();
     }
@@ -106,6 +114,23 @@ void Allocator::PublishCapacity() {
 }
 
 Status Allocator::Alloc(ThreadBlocks* t, uint64_t n, std::vector<Run>* runs) {
+  if (n <= kFreeFirstBlocks && n <= t->free.size()) {
+    // Blocks displaced together were usually contiguous: sorted, they
+    // often form one run again (one inline log entry).
+    uint32_t take[kFreeFirstBlocks];
+    for (uint64_t i = 0; i < n; ++i) {
+      take[i] = t->free.back();
+      t->free.pop_back();
+    }
+    std::sort(take, take + n);
+    for (uint64_t i = 0; i < n; ++i) {
+      if (!runs->empty() && uint64_t(runs->back().lblock) + runs->back().count == take[i])
+        ++runs->back().count;
+      else
+        runs->push_back(Run{take[i], 1});
+    }
+    return Status::OK();
+  }
   while (n > 0) {
     if (t->chunk_next == t->chunk_end) {
       if (n == 1 && !t->free.empty()) {

@@ -135,8 +135,12 @@ Status Medium::Open(int fd, const std::string& path, std::unique_ptr<Medium>* ou
     std::lock_guard<std::mutex> g(m->grow_mu_);
     UPFS_RETURN_IF_ERROR(m->MapLocked(m->capacity()));
   }
+  // Existing extents of a large file are collapsed into huge pages in the
+  // background. Not for small files: they gain little, and the thread
+  // would cost more than the open (journals are opened and closed per
+  // transaction).
   if (m->kind_ == MediumKind::kTmpfs && !read_only && HugePagesWanted() &&
-      m->capacity() >= 3 * kExtentSize) {
+      m->capacity() >= kCollapseAtOpenBytes) {
     std::lock_guard<std::mutex> g(m->work_mu_);
     m->StartWorkerLocked();
   }

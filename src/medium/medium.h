@@ -36,6 +36,9 @@ const char* MediumKindName(MediumKind k);
 const char* MediumDurability(MediumKind k);
 
 inline constexpr uint64_t kExtentSize = 2u << 20;  // 2 MiB
+// Files at least this large have their existing extents collapsed into huge
+// pages by a background thread when opened.
+inline constexpr uint64_t kCollapseAtOpenBytes = 32 * kExtentSize;  // 64 MiB
 inline constexpr uint64_t kPageSize = 4096;
 // Largest host file upfs maps: 16 TiB of blocks plus slack for one extent.
 inline constexpr uint64_t kMaxMediumBytes = (uint64_t{1} << 44) + kExtentSize;
