@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The full test suite, as CI runs it (.ci/run):
 #
-#   1. deps  scripts/install-deps.sh
-#   2. main  RelWithDebInfo build in build/ (GCC), every test:
+#   1. deps  scripts/install-deps.sh, and speedtest1 from Debian's sqlite3
+#            source (scripts/build-speedtest1.sh build/apps)
+#   2. main  RelWithDebInfo build in build/ (GCC), every test, the real
+#            applications (label apps) included:
 #            ctest --output-on-failure
 #   3. asan  ASan+UBSan build in build-asan/ (clang-14):
 #            ctest -L 'unit|corruption|differential', UPFS_TEST_SCALE=0.2
@@ -76,7 +78,11 @@ stage_wanted() { [[ " $STAGES " == *" $1 "* ]]; }
 # -- 1. dependencies ----------------------------------------------------------
 if [ "${SKIP_DEPS:-0}" != 1 ]; then
   banner "deps: scripts/install-deps.sh"
-  if bash scripts/install-deps.sh; then record deps ok; else record deps FAILED; fi
+  if bash scripts/install-deps.sh && bash scripts/build-speedtest1.sh build/apps; then
+    record deps ok
+  else
+    record deps FAILED
+  fi
 fi
 
 # -- 2. main build, every test ---------------------------------------------------

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# LevelDB on upfs through Python's plyvel (Debian's python3-plyvel, run with
+# /usr/bin/python3): the deterministic workload of leveldb_check.py, which
+# checks itself against an in-memory model, compared with the same run on a
+# plain /dev/shm directory (same pair count and digest).
+# Usage: leveldb.sh PATH/TO/upfs     (ctest label "apps")
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+apps_init leveldb "${1:-}"
+PY=/usr/bin/python3
+need "$PY"
+"$PY" -c 'import plyvel' 2>/dev/null || die "python3-plyvel is not installed for $PY (scripts/install-deps.sh)"
+
+n=250000
+[ "$LONG" = 1 ] && n=1500000
+
+workload() {
+  step "leveldb workload on upfs (n=$n, paranoid_checks, verify_checksums)" \
+    run "$PY" "$HERE/leveldb_check.py" "$UP/db" $n
+  local got
+  got=$(grep '^pairs ' "$OUT/last.log")
+  step "leveldb workload on plain (n=$n)" "$PY" "$HERE/leveldb_check.py" "$PL/db" $n
+  check "leveldb: pairs and digest as on plain" same "$got" "$(grep '^pairs ' "$OUT/last.log")"
+  WL=$(awk '{print $2, $4}' <<<"$got")
+}
+WL=
+timed "leveldb workload" workload
+
+# Reopen once more in a new process: digest of every pair; on a mismatch,
+# the first differing keys (listings of key, value length, value hash).
+cat >"$OUT/digest.py" <<'PY'
+import hashlib, sys, plyvel
+db = plyvel.DB(sys.argv[1], paranoid_checks=True)
+h, n = hashlib.sha256(), 0
+with open(sys.argv[2], "w") as listing:
+    for k, v in db.iterator(verify_checksums=True, fill_cache=False):
+        h.update(b"%d:" % len(k) + k + b"%d:" % len(v) + v)
+        n += 1
+        listing.write("%s %d %s\n" % (k.decode(), len(v), hashlib.sha1(v).hexdigest()))
+db.close()
+print(n, h.hexdigest())
+PY
+reopen() {
+  local a b
+  a=$(run "$PY" "$OUT/digest.py" "$UP/db" "$OUT/list.up" 2>&1)
+  b=$("$PY" "$OUT/digest.py" "$PL/db" "$OUT/list.pl" 2>&1)
+  echo "workload's final state: $WL"
+  echo "new process, upfs:      $a"
+  echo "new process, plain:     $b"
+  [ "$a" = "$WL" ] && [ "$b" = "$WL" ] || { diff "$OUT/list.up" "$OUT/list.pl" | head -n 20; return 1; }
+}
+check "leveldb: reopened in a new process (upfs and plain): the workload's pairs" reopen
+check "leveldb: table files were made" test "$(find "$UP/db" -name '*.ldb' | wc -l)" -ge 5
+
+# Table files (*.ldb), MANIFEST, CURRENT, the log and LOG are upfs files.
+upfs_files "leveldb files under UPFS_DIR" "$UP" 8
+finish
