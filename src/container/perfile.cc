@@ -20,8 +20,12 @@ using namespace format;
 
 namespace {
 
-// Initial size of a new file: header, first log block, and room for data.
-constexpr uint64_t kInitialBytes = kExtentSize;
+// Initial size of a new file: header, first log block, and room for a few
+// data blocks; it grows from there (Medium::Grow).
+constexpr uint64_t kInitialBytes = 64 * 1024;
+// An interrupted creation never grew past its initial size, which was one
+// extent in earlier versions.
+constexpr uint64_t kMaxInterruptedCreationBytes = kExtentSize;
 constexpr uint32_t kFirstLogBlock = 1;
 
 class FlockGuard {
@@ -100,7 +104,8 @@ Status OpenPerFile(int host_fd, const std::string& path, bool create, Consistenc
       return Status::FromErrno("fstat " + path);
     }
     bool fresh = st.st_size == 0;
-    if (!fresh && !LooksLikeUpfs(fd) && create && uint64_t(st.st_size) <= kInitialBytes) {
+    if (!fresh && !LooksLikeUpfs(fd) && create &&
+        uint64_t(st.st_size) <= kMaxInterruptedCreationBytes) {
       char buf[2 * kBlockSize];
       ssize_t r = pread(fd, buf, sizeof(buf), 0);
       fresh = r == ssize_t(sizeof(buf)) && IsInterruptedCreation(buf);

@@ -42,9 +42,14 @@ uint64_t NextPow2(uint64_t v) {
   return p;
 }
 
-// Growth step: at least one extent, and an eighth of the file beyond that,
-// so that the number of fallocate calls grows with log(size).
+// Growth step: below one extent a file doubles (in small pages: a journal
+// or a lock file needs kilobytes, not a zeroed 2 MiB huge page) up to the
+// extent boundary; from there at least one extent, and an eighth of the
+// file beyond that, so that the number of fallocate calls grows with
+// log(size).
 uint64_t GrowthTarget(uint64_t current, uint64_t wanted) {
+  if (current < kExtentSize && wanted <= kExtentSize)
+    return std::min(kExtentSize, RoundUp(std::max(wanted, 2 * current), kPageSize));
   uint64_t step = std::max<uint64_t>(kExtentSize, RoundUp(current / 8, kExtentSize));
   return RoundUp(std::max(wanted, current + step), kExtentSize);
 }
