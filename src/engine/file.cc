@@ -633,6 +633,15 @@ Status File::WriteInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n
 // fallocate, a write that starts past the tail block) take the claim,
 // waiting for it, and zero them first (ZeroTailForGap).
 
+Status File::CommittedSince(ThreadCtx* c, const LogPos& p, bool* any) {
+  *any = false;
+  LogPos q = p;
+  return ScanCommitted(access_, &q, &c->scratch, [&](const Effect&) {
+    *any = true;
+    return false;
+  });
+}
+
 bool File::TryClaimTail(ThreadCtx* c) {
   std::atomic<uint64_t>& claim = shared_->header()->tail_claim;
   uint64_t cur = 0;
@@ -680,11 +689,7 @@ Status File::ZeroTailForGap(ThreadCtx* c, BlockTable* t, const LogPos& p, bool* 
     ClaimTail(c);
     *claimed = true;
   }
-  LogPos q = p;
-  UPFS_RETURN_IF_ERROR(ScanCommitted(access_, &q, &c->scratch, [&](const Effect&) {
-    *stale = true;
-    return false;
-  }));
+  UPFS_RETURN_IF_ERROR(CommittedSince(c, p, stale));
   if (*stale) return Status::OK();
   char* a;
   UPFS_RETURN_IF_ERROR(access_.Addr(last, &a));
@@ -715,11 +720,7 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   // committed before we took it would be overwritten: the snapshot must
   // still be current.
   bool stale = false;
-  LogPos q = p;
-  UPFS_RETURN_IF_ERROR(ScanCommitted(access_, &q, &c->scratch, [&](const Effect&) {
-    stale = true;
-    return false;
-  }));
+  UPFS_RETURN_IF_ERROR(CommittedSince(c, p, &stale));
   if (stale) return Status::OK();
 
   char* tail;

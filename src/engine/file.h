@@ -130,6 +130,8 @@ class File {
     }
   };
   bool TryClaimTail(ThreadCtx* c);
+  // *any: an entry was committed after p.
+  Status CommittedSince(ThreadCtx* c, const LogPos& p, bool* any);
   void ClaimTail(ThreadCtx* c);
   void ReleaseTail(ThreadCtx* c);
   Status ZeroTailForGap(ThreadCtx* c, BlockTable* t, const LogPos& p, bool* claimed, bool* stale);
