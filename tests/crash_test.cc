@@ -419,7 +419,9 @@ void RunSingleChild(upfs_consistency mode, uint64_t iterations, uint64_t default
     ASSERT_EQ(problems, "") << "InspectFile after the crash (" << ctx << ")";
     model.swap(got);
   }
-  if (live >= 0) EXPECT_EQ(upfs_close(live), 0);
+  if (live >= 0) {
+    EXPECT_EQ(upfs_close(live), 0);
+  }
   std::printf("acknowledged ops: %" PRIu64 "; in-flight op present %" PRIu64 ", absent %" PRIu64
               ", partial %" PRIu64 "; final size %zu\n",
               total_acked, inflight_present, inflight_absent, partial, model.size());

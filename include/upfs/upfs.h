@@ -97,7 +97,8 @@ int upfs_adopt_dup(int oldfd, int newfd);
  * descriptor with the same number: the file must be a upfs file, or empty
  * with O_CREAT in flags (it is then formatted). flags gives the access mode,
  * O_APPEND, O_TRUNC and O_CREAT. Returns host_fd, or -1 with host_fd left
- * open and unchanged. Unlike upfs_open, no other descriptor of the file is
+ * open (a non-empty plain file opened with O_CREAT | O_TRUNC has been
+ * truncated to become a upfs file, as with upfs_open). Unlike upfs_open, no other descriptor of the file is
  * opened and closed, so the process's POSIX record locks on it survive. */
 int upfs_open_host_fd(int host_fd, int flags, enum upfs_consistency consistency);
 

@@ -63,6 +63,10 @@ std::string SharedState::NameFor(const Identity& id) {
   return buf;
 }
 
+int SharedState::OpenAnotherDescription() const {
+  return shm_open(name_.c_str(), O_RDWR | O_CLOEXEC, 0);
+}
+
 bool SharedState::TryLockMapByte(int lock_fd) {
   return OfdLock(lock_fd, F_WRLCK, kMapLockByte, false) == 0;
 }

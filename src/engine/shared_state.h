@@ -116,6 +116,10 @@ class SharedState {
   // lock that one process at a time holds while it has a shared writable
   // map of the file. False if another process holds it.
   static bool TryLockMapByte(int lock_fd);
+  // A new descriptor (open file description) of this shared-state file,
+  // for locks that belong to a description of the user's (flock, the map
+  // lock); -1 with errno on failure.
+  int OpenAnotherDescription() const;
   // Named by file id and host inode: a copy of a file (same id, other
   // inode) must not share its allocation state.
   static std::string NameFor(const Identity& id);

@@ -11,7 +11,6 @@
 #include <linux/falloc.h>
 #include <pthread.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -278,6 +277,16 @@ struct AtForkRegistration {
   }
 } g_atfork_registration;
 
+// The attributes upfs keeps itself, over the host file's (from fstat).
+void SetUpfsAttributes(const FileStat& fs, struct stat* out) {
+  out->st_size = off_t(fs.size);
+  out->st_blocks = blkcnt_t(fs.blocks * (format::kBlockSize / 512));
+  out->st_blksize = format::kBlockSize;
+  out->st_mtim.tv_sec = time_t(fs.mtime_ns / 1000000000ull);
+  out->st_mtim.tv_nsec = long(fs.mtime_ns % 1000000000ull);
+  out->st_ctim = out->st_mtim;
+}
+
 bool CanRead(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_WRONLY; }
 bool CanWrite(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_RDONLY; }
 
@@ -470,14 +479,7 @@ int upfs_fstat(int fd, struct stat* out) {
   FileStat fs;
   Status st = of->d->file->Stat(&fs);
   if (!st.ok()) return Fail(st);
-  out->st_size = off_t(fs.size);
-  out->st_blocks = blkcnt_t(fs.blocks * (format::kBlockSize / 512));
-  out->st_blksize = format::kBlockSize;
-  struct timespec t;
-  t.tv_sec = time_t(fs.mtime_ns / 1000000000ull);
-  t.tv_nsec = long(fs.mtime_ns % 1000000000ull);
-  out->st_mtim = t;
-  out->st_ctim = t;
+  SetUpfsAttributes(fs, out);
   return 0;
 }
 
@@ -529,12 +531,7 @@ int upfs_stat_if_open(const struct stat* host, struct stat* out) {
   FileStat fs;
   if (!f->Stat(&fs).ok()) return 0;
   *out = *host;
-  out->st_size = off_t(fs.size);
-  out->st_blocks = blkcnt_t(fs.blocks * (format::kBlockSize / 512));
-  out->st_blksize = format::kBlockSize;
-  out->st_mtim.tv_sec = time_t(fs.mtime_ns / 1000000000ull);
-  out->st_mtim.tv_nsec = long(fs.mtime_ns % 1000000000ull);
-  out->st_ctim = out->st_mtim;
+  SetUpfsAttributes(fs, out);
   return 1;
 }
 
@@ -550,7 +547,7 @@ int upfs_map_guard(int fd) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
-  int lock_fd = shm_open(of->d->file->shared()->name().c_str(), O_RDWR | O_CLOEXEC, 0);
+  int lock_fd = of->d->file->shared()->OpenAnotherDescription();
   if (lock_fd < 0) return FailErrno(errno, "open shared state for a map");
   if (!SharedState::TryLockMapByte(lock_fd)) {
     close(lock_fd);
@@ -574,7 +571,7 @@ int upfs_flock(int fd, int op) {
     // file, which every process using the file opens by the same name.
     std::lock_guard<std::mutex> g(d->flock_mu);
     if (d->flock_fd < 0) {
-      d->flock_fd = shm_open(d->file->shared()->name().c_str(), O_RDWR | O_CLOEXEC, 0);
+      d->flock_fd = d->file->shared()->OpenAnotherDescription();
       if (d->flock_fd < 0) return FailErrno(errno, "open shared state for flock");
     }
     lock_fd = d->flock_fd;
