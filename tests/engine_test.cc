@@ -509,5 +509,57 @@ TEST(AppendInPlace, ConcurrentAppendersAndGrowers) {
   for (int v : seen) ASSERT_EQ(v, 1);
 }
 
+// An append in place changes the tail block's bytes without copying it, so
+// its commit must count as touching that block: a copy-on-write writer that
+// composed the tail block from an older size would otherwise commit zeros
+// over the appended bytes.
+TEST(AppendInPlace, RewritesOfTheTailBlockNeverLoseAppends) {
+  TempDir d;
+  std::string path = d.File("rewrite");
+  OpenedFile of;
+  OpenEngine(path, &of);
+  constexpr int kRecords = 20000;
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0};
+  std::thread appender([&] {
+    for (int i = 0; i < kRecords; ++i) {
+      char rec[16];
+      int len = snprintf(rec, sizeof(rec), "<%06d>", i);
+      uint64_t at;
+      if (!of.file->Write(rec, size_t(len), 0, true, &at).ok()) ++failures;
+    }
+    done = true;
+  });
+  // Rewrites the last bytes below the size with what they already hold: the
+  // content must not change, whatever the interleaving.
+  std::thread rewriter([&] {
+    char buf[64];
+    while (!done.load()) {
+      uint64_t size;
+      if (!of.file->Size(&size).ok()) ++failures;
+      if (size < sizeof(buf)) continue;
+      size_t got;
+      uint64_t off = size - sizeof(buf);
+      if (!of.file->Read(buf, sizeof(buf), off, &got).ok() || got != sizeof(buf)) ++failures;
+      uint64_t at;
+      if (!of.file->Write(buf, sizeof(buf), off, false, &at).ok()) ++failures;
+    }
+  });
+  appender.join();
+  rewriter.join();
+  ASSERT_EQ(failures.load(), 0);
+  uint64_t size;
+  ASSERT_TRUE(of.file->Size(&size).ok());
+  ASSERT_EQ(size, uint64_t(kRecords) * 8);
+  std::vector<char> got(size);
+  size_t n;
+  ASSERT_TRUE(of.file->Read(got.data(), size, 0, &n).ok());
+  for (int i = 0; i < kRecords; ++i) {
+    char rec[16];
+    snprintf(rec, sizeof(rec), "<%06d>", i);
+    ASSERT_EQ(std::memcmp(&got[size_t(i) * 8], rec, 8), 0) << "record " << i << " lost";
+  }
+}
+
 }  // namespace
 }  // namespace upfs

@@ -741,17 +741,22 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
       return st;
     }
   }
-  // Filling the tail block exactly is an inline map of it onto itself with
-  // the size raised to its end (the data must be durable before its CAS);
-  // anything else is a payload, whose commit fences before the payload
-  // can count.
+  // The entry must touch the tail block (a copy-on-write writer that
+  // composed it from the older size conflicts with it, instead of
+  // committing zeros over the appended bytes). Filling the block exactly is
+  // an inline map of it onto itself with the size raised to its end (the
+  // data must be durable before its CAS); anything else is a payload whose
+  // first run keeps the tail block's mapping, and whose commit fences
+  // before the payload can count.
   uint64_t entry = 0;
   Status st;
   if (nb == 0 && (end & (kBlockSize - 1)) == 0 && FitsInline(vt, last, 1)) {
     pm::Fence();
     entry = EncodeInline({uint32_t(vt), last, 1, true});
   } else {
-    st = BuildPayload(c, uint32_t(nb ? vb0 : 0), c->runs, Effect::kMax, end);
+    c->runs.insert(c->runs.begin(), Run{kKeepBlock, 1});
+    st = BuildPayload(c, uint32_t(vt), c->runs, Effect::kMax, end);
+    c->runs.erase(c->runs.begin());  // only the new blocks are ours to free
   }
   bool conflicted = false;
   if (st.ok()) {
