@@ -131,25 +131,26 @@ static void *resolve(const char *name) {
                            __ATOMIC_RELAXED),                                       \
           real_##name))
 
-/* The engine's libc calls, renamed by objcopy (src/preload/CMakeLists.txt). */
+/* The mode argument of an open variant, present only when it creates. */
+static mode_t va_mode(int flags, va_list ap) {
+  return (flags & (O_CREAT | __O_TMPFILE)) ? va_arg(ap, mode_t) : 0;
+}
+
+/* The engine's libc calls, renamed by objcopy (src/preload/renames.txt;
+ * check_renames.sh fails the build if the engine calls anything else this
+ * library interposes). */
 HIDDEN int upfs_real_open(const char *p, int f, ...) {
-  mode_t m = 0;
-  if (f & (O_CREAT | __O_TMPFILE)) {
-    va_list ap;
-    va_start(ap, f);
-    m = va_arg(ap, mode_t);
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, f);
+  mode_t m = va_mode(f, ap);
+  va_end(ap);
   return REAL(open)(p, f, m);
 }
 HIDDEN int upfs_real_openat(int d, const char *p, int f, ...) {
-  mode_t m = 0;
-  if (f & (O_CREAT | __O_TMPFILE)) {
-    va_list ap;
-    va_start(ap, f);
-    m = va_arg(ap, mode_t);
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, f);
+  mode_t m = va_mode(f, ap);
+  va_end(ap);
   return REAL(openat)(d, p, f, m);
 }
 HIDDEN int upfs_real_fcntl(int fd, int cmd, ...) {
@@ -160,32 +161,17 @@ HIDDEN int upfs_real_fcntl(int fd, int cmd, ...) {
   return REAL(fcntl)(fd, cmd, arg);
 }
 HIDDEN int upfs_real_close(int fd) { return REAL(close)(fd); }
-HIDDEN ssize_t upfs_real_read(int fd, void *b, size_t n) { return REAL(read)(fd, b, n); }
-HIDDEN ssize_t upfs_real_write(int fd, const void *b, size_t n) { return REAL(write)(fd, b, n); }
 HIDDEN ssize_t upfs_real_pread(int fd, void *b, size_t n, off_t o) {
   return REAL(pread)(fd, b, n, o);
 }
-HIDDEN ssize_t upfs_real_pwrite(int fd, const void *b, size_t n, off_t o) {
-  return REAL(pwrite)(fd, b, n, o);
-}
-HIDDEN off_t upfs_real_lseek(int fd, off_t o, int w) { return REAL(lseek)(fd, o, w); }
-HIDDEN int upfs_real_fsync(int fd) { return REAL(fsync)(fd); }
-HIDDEN int upfs_real_fdatasync(int fd) { return REAL(fdatasync)(fd); }
 HIDDEN int upfs_real_ftruncate(int fd, off_t l) { return REAL(ftruncate)(fd, l); }
-HIDDEN int upfs_real_fallocate(int fd, int m, off_t o, off_t l) {
-  return REAL(fallocate)(fd, m, o, l);
-}
 HIDDEN int upfs_real_posix_fallocate(int fd, off_t o, off_t l) {
   return REAL(posix_fallocate)(fd, o, l);
 }
 HIDDEN int upfs_real_fstat(int fd, struct stat *st) { return REAL(fstat)(fd, st); }
-HIDDEN int upfs_real_stat(const char *p, struct stat *st) { return REAL(stat)(p, st); }
-HIDDEN int upfs_real_lstat(const char *p, struct stat *st) { return REAL(lstat)(p, st); }
 HIDDEN int upfs_real_fstatat(int d, const char *p, struct stat *st, int f) {
   return REAL(fstatat)(d, p, st, f);
 }
-HIDDEN int upfs_real_unlink(const char *p) { return REAL(unlink)(p); }
-HIDDEN int upfs_real_dup(int fd) { return REAL(dup)(fd); }
 HIDDEN void *upfs_real_mmap(void *a, size_t l, int p, int f, int fd, off_t o) {
   return REAL(mmap)(a, l, p, f, fd, o);
 }
@@ -362,9 +348,6 @@ static int do_open_fd(int dirfd, const char *path, int flags, mode_t mode) {
   return kfd;
 }
 
-static mode_t va_mode(int flags, va_list ap) {
-  return (flags & (O_CREAT | __O_TMPFILE)) ? va_arg(ap, mode_t) : 0;
-}
 
 /* stat of a path that names a upfs file: the upfs size and times. */
 static int fix_path_stat(int dirfd, const char *path, int nofollow, struct stat *st) {
@@ -1005,7 +988,9 @@ struct upfs_map {
 };
 #define MAX_MAPS 16384
 static struct upfs_map g_maps[MAX_MAPS];
-static int g_nmaps; /* > 0: munmap/msync/mremap look in g_maps */
+/* > 0: munmap/msync/mremap look in g_maps. Changed under g_maps_mu with
+ * atomic stores, read without it on every munmap/msync/mremap. */
+static int g_nmaps;
 static pthread_mutex_t g_maps_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void maps_lock(void) { pthread_mutex_lock(&g_maps_mu); }
@@ -1053,7 +1038,8 @@ static void drop_map(struct upfs_map *m) {
     REAL(close)(m->guard_fd);
     REAL(munmap)(m->base, m->len);
   }
-  *m = g_maps[--g_nmaps];
+  *m = g_maps[g_nmaps - 1];
+  __atomic_store_n(&g_nmaps, g_nmaps - 1, __ATOMIC_RELEASE);
 }
 
 static struct upfs_map *find_map(const void *addr) {
@@ -1137,8 +1123,8 @@ static void *map_upfs(void *addr, size_t len, int prot, int flags, int fd, off_t
   for (int i = 0; i < g_nmaps; ++i)
     if (g_maps[i].addr < p + mlen && p < g_maps[i].addr + g_maps[i].len) drop_map(&g_maps[i--]);
   m.addr = p;
-  g_maps[g_nmaps++] = m;
-  __atomic_store_n(&g_nmaps, g_nmaps, __ATOMIC_RELEASE);
+  g_maps[g_nmaps] = m;
+  __atomic_store_n(&g_nmaps, g_nmaps + 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&g_maps_mu);
   return p;
 }
