@@ -15,10 +15,6 @@ constexpr size_t kMaxLocalFree = 4096;
 constexpr uint64_t kChunkBlocks = 64;
 // Files smaller than this (4 extents, 8 MiB) do not grow ahead.
 constexpr uint64_t kGrowAheadFromBlocks = 4 * (kExtentSize >> kBlockShift);
-// Requests up to this many blocks take the thread's freed blocks first:
-// reusing them keeps the file from growing under steady overwrites, which
-// displace as many blocks as they take.
-constexpr uint64_t kFreeFirstBlocks = 16;
 }  // namespace
 
 bool Allocator::TryClaim(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count) {
@@ -114,23 +110,6 @@ void Allocator::PublishCapacity() {
 }
 
 Status Allocator::Alloc(ThreadBlocks* t, uint64_t n, std::vector<Run>* runs) {
-  if (n <= kFreeFirstBlocks && n <= t->free.size()) {
-    // Blocks displaced together were usually contiguous: sorted, they
-    // often form one run again (one inline log entry).
-    uint32_t take[kFreeFirstBlocks];
-    for (uint64_t i = 0; i < n; ++i) {
-      take[i] = t->free.back();
-      t->free.pop_back();
-    }
-    std::sort(take, take + n);
-    for (uint64_t i = 0; i < n; ++i) {
-      if (!runs->empty() && uint64_t(runs->back().lblock) + runs->back().count == take[i])
-        ++runs->back().count;
-      else
-        runs->push_back(Run{take[i], 1});
-    }
-    return Status::OK();
-  }
   while (n > 0) {
     if (t->chunk_next == t->chunk_end) {
       if (n == 1 && !t->free.empty()) {
