@@ -447,9 +447,11 @@ void File::ReleaseDisplaced(ThreadCtx* c, const uint32_t* blocks, size_t n) {
   // still be a target of an in-place write: retire it through EBR. So must
   // strict mode while someone holds the tail claim: the displaced block may
   // be the tail block it writes past the end of file (see TryClaimTail).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  bool immediate = consistency_ == Consistency::kStrict &&
-                   shared_->header()->tail_claim.load(std::memory_order_relaxed) == 0;
+  bool immediate = consistency_ == Consistency::kStrict;
+  if (immediate) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    immediate = shared_->header()->tail_claim.load(std::memory_order_relaxed) == 0;
+  }
   for (size_t i = 0; i < n; ++i) {
     if (!blocks[i]) continue;
     if (immediate)
