@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "engine/file.h"
 #include "engine/inspect.h"
 #include "engine/log.h"
+#include "engine/shared_state.h"
 #include "format/format.h"
 #include "medium/medium.h"
 #include "upfs/upfs.h"
@@ -182,6 +184,41 @@ TEST(Allocator, ClaimsContiguousRunsReusesAndGrows) {
   alloc.ReturnAll(&tb);
   for (const format::Run& r : big)
     for (uint32_t i = 0; i < r.count; ++i) EXPECT_FALSE(of.file->shared()->TestBit(r.lblock + i));
+}
+
+// Regression: threads of one process share the open file description that
+// holds the slot locks, so the lock alone cannot keep two of them from
+// claiming the same slot. Two threads on one slot share its epoch pin: one
+// unpins while the other still reads a log block that GC then frees.
+TEST(SharedState, ThreadsOfOneProcessNeverShareASlot) {
+  const SharedState::Identity id{0x5107c1a1c0ffeeull ^ uint64_t(getpid()), 1, 2, 3};
+  std::unique_ptr<SharedState> sh;
+  bool rebuild = false;
+  ASSERT_TRUE(SharedState::Open(id, 0600, &sh, &rebuild).ok());
+  sh->ResetForRebuild(16);
+  sh->MarkReady();
+  sh->ReleaseOpenLock();
+  constexpr int kThreads = 8;
+  for (int round = 0; round < 200; ++round) {
+    std::atomic<int> ready{0};
+    std::vector<uint32_t> got(kThreads, kMaxSlots);
+    std::vector<std::thread> ts;
+    for (int i = 0; i < kThreads; ++i)
+      ts.emplace_back([&, i] {
+        ready.fetch_add(1);
+        while (ready.load() < kThreads) std::this_thread::yield();
+        got[i] = sh->ClaimSlot();
+      });
+    for (auto& t : ts) t.join();
+    std::vector<uint32_t> sorted = got;
+    std::sort(sorted.begin(), sorted.end());
+    ASSERT_EQ(sorted.back() < kMaxSlots, true) << "round " << round << ": out of slots";
+    ASSERT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end())
+        << "round " << round << ": two threads claimed one slot";
+    for (uint32_t s : got) sh->ReleaseSlot(s);
+  }
+  sh.reset();
+  SharedState::RemoveIfUnused(id);
 }
 
 TEST(Gc, TenThousandsOfOverwritesKeepTheLogBounded) {

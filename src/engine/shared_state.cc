@@ -212,6 +212,9 @@ uint32_t SharedState::ClaimSlot() {
   // The liveness byte is locked first: holding its write lock proves that
   // no live thread of another process owns the slot, so a slot is never
   // owned twice, and one whose owner died is simply taken over.
+  // The lock keeps threads of this process apart (for them the byte lock
+  // always succeeds).
+  std::lock_guard<std::mutex> g(slot_mu_);
   uint32_t me = uint32_t(getpid());
   for (uint32_t i = 0; i < kMaxSlots; ++i) {
     ShmSlot& sl = slots_[i];
@@ -231,6 +234,7 @@ uint32_t SharedState::ClaimSlot() {
 }
 
 void SharedState::ReleaseSlot(uint32_t s) {
+  std::lock_guard<std::mutex> g(slot_mu_);
   slots_[s].pinned.store(0, std::memory_order_release);
   slots_[s].owner_pid.store(0, std::memory_order_relaxed);
   slots_[s].in_use.store(0, std::memory_order_release);

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -135,6 +136,9 @@ class SharedState {
   ShmSlot* slots_ = nullptr;
   std::atomic<uint64_t>* bitmap_ = nullptr;
   bool open_locked_ = false;
+  // Threads of this process lock slots through one open file description,
+  // where the locks do not conflict: claims within the process serialize here.
+  std::mutex slot_mu_;
 };
 
 // What `upfs info`/`fsck` can tell about a file's shared state without
