@@ -211,6 +211,24 @@ TEST(FormatEntries, TouchEncoding) {
   EXPECT_FALSE(TouchWellFormed(EncodeTouch(1, 1) | (uint64_t{1} << 63)));
 }
 
+TEST(FormatEntries, GrowTailEncoding) {
+  const uint64_t sizes[] = {1, 100, 4095, 4096, 4097, uint64_t{1} << 32, kMaxFileSize - 1,
+                            kMaxFileSize};
+  for (uint64_t sz : sizes) {
+    uint64_t e = EncodeGrowTail(sz);
+    ASSERT_NE(e, 0u);
+    ASSERT_EQ(KindOf(e), EntryKind::kGrowTail);
+    ASSERT_TRUE(GrowTailWellFormed(e)) << sz;
+    ASSERT_EQ(GrowTailSize(e), sz);
+  }
+  // A size of zero (nothing appended), one past the limit, or a set bit in
+  // the zero field is damage.
+  EXPECT_FALSE(GrowTailWellFormed(EncodeGrowTail(0)));
+  EXPECT_FALSE(GrowTailWellFormed(EncodeGrowTail(kMaxFileSize + 1)));
+  for (int bit = 3; bit < 8; ++bit)
+    EXPECT_FALSE(GrowTailWellFormed(EncodeGrowTail(100) | (uint64_t{1} << bit))) << bit;
+}
+
 TEST(FormatEntries, PayloadWord1) {
   uint64_t w = EncodePayloadWord1(0xfffffffeu, 256, kSizeMax | kPayloadOverflow);
   EXPECT_EQ(uint32_t(w), 0xfffffffeu);

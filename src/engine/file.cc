@@ -745,16 +745,17 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   }
   // The entry must touch the tail block (a copy-on-write writer that
   // composed it from the older size conflicts with it, instead of
-  // committing zeros over the appended bytes). Filling the block exactly is
-  // an inline map of it onto itself with the size raised to its end (the
-  // data must be durable before its CAS); anything else is a payload whose
-  // first run keeps the tail block's mapping, and whose commit fences
-  // before the payload can count.
+  // committing zeros over the appended bytes). An append that stays in the
+  // tail block is one kGrowTail word, which touches that block and raises
+  // the size (the data must be durable before its CAS: one fence, one
+  // commit, nothing to decode). Anything longer is a payload whose first
+  // run keeps the tail block's mapping, and whose commit fences before the
+  // payload can count.
   uint64_t entry = 0;
   Status st;
-  if (nb == 0 && (end & (kBlockSize - 1)) == 0 && FitsInline(vt, last, 1)) {
+  if (nb == 0) {
     pm::Fence();
-    entry = EncodeInline({uint32_t(vt), last, 1, true});
+    entry = EncodeGrowTail(end);
   } else {
     c->runs.insert(c->runs.begin(), Run{kKeepBlock, 1});
     st = BuildPayload(c, uint32_t(vt), c->runs, Effect::kMax, end);

@@ -245,6 +245,18 @@ Status DecodeEntry(const BlockAccess& ba, const LogBlock* b, uint32_t b_lblock, 
       *next_slot = slot + 1;
       return Status::OK();
     }
+    case EntryKind::kGrowTail: {
+      if (!GrowTailWellFormed(e)) return Status::Corrupt(where(), "malformed grow-tail entry");
+      eff->Clear();
+      eff->new_size = GrowTailSize(e);
+      eff->size_op = Effect::kMax;
+      eff->vblock = uint32_t((eff->new_size - 1) >> kBlockShift);
+      eff->nblocks = 1;
+      eff->runs.push_back(Run{kKeepBlock, 1});
+      *has_effect = true;
+      *next_slot = slot + 1;
+      return Status::OK();
+    }
     case EntryKind::kReserve: {
       if (!ReserveWellFormed(e)) return Status::Corrupt(where(), "malformed reservation");
       uint32_t n = ReserveCount(e);

@@ -97,6 +97,8 @@ enum class EntryKind : uint8_t {
   kReserve = 3,    // claims the following `count` slots for a payload
   kApply = 4,      // applies the payload reserved at `slot` of this block
   kTouch = 5,      // sync mode: blocks were overwritten in place (no map change)
+  kGrowTail = 6,   // bytes past the size, inside its block, were written in place;
+                   // size = max(size, new_size)
 };
 
 // kMap / kMapExtend: kind:3 | (count-1):6 | vblock:28 | lblock:27
@@ -137,6 +139,19 @@ inline InlineMap DecodeInline(uint64_t e) {
   m.vblock = uint32_t((e >> 9) & kInlineMaxVblock);
   m.lblock = uint32_t(e >> 37);
   return m;
+}
+
+// kGrowTail: kind:3 | zero:5 | new_size:56. An append that stays inside the
+// tail block (the block holding byte new_size - 1, already mapped): its
+// bytes were written in place past the old size, and one entry commits
+// them by raising the size. Its effect touches that block (a stale copy of
+// it conflicts) and changes no mapping.
+inline uint64_t EncodeGrowTail(uint64_t new_size) {
+  return uint64_t(EntryKind::kGrowTail) | (new_size << 8);
+}
+inline uint64_t GrowTailSize(uint64_t e) { return e >> 8; }
+inline bool GrowTailWellFormed(uint64_t e) {
+  return ((e >> 3) & 31) == 0 && GrowTailSize(e) != 0 && GrowTailSize(e) <= kMaxFileSize;
 }
 
 // kReserve: kind:3 | count:9 | zero:52. The next `count` slots hold a
