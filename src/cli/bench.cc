@@ -61,6 +61,8 @@ const char kBenchHelp[] =
     "  overwrite-seq-4k   sequential 4 KiB pwrites over existing data\n"
     "  overwrite-rand-4k  random block-aligned 4 KiB pwrites over existing data\n"
     "  append-4k          4 KiB writes at the end of a new, empty file\n"
+    "  append-100         100-byte writes at the end of a new, empty file (a\n"
+    "                     write-ahead log's records)\n"
     "  overwrite-128      128-byte pwrites inside random blocks\n"
     "  overwrite-1k       1 KiB pwrites inside random blocks\n"
     "  overwrite-2k       2 KiB pwrites inside random blocks\n"
@@ -263,7 +265,8 @@ const std::vector<Workload>& AllWorkloads() {
   static const std::vector<Workload> w = {
       {"read-seq-4k", Kind::kReadSeq, 4096},       {"read-rand-4k", Kind::kReadRand, 4096},
       {"overwrite-seq-4k", Kind::kWriteSeq, 4096}, {"overwrite-rand-4k", Kind::kWriteRand, 4096},
-      {"append-4k", Kind::kAppend, 4096},          {"overwrite-128", Kind::kWriteSub, 128},
+      {"append-4k", Kind::kAppend, 4096},          {"append-100", Kind::kAppend, 100},
+      {"overwrite-128", Kind::kWriteSub, 128},
       {"overwrite-1k", Kind::kWriteSub, 1024},     {"overwrite-2k", Kind::kWriteSub, 2048},
       {"mixed-2t-4k", Kind::kMixed, 4096},
   };
