@@ -4,9 +4,14 @@
 
 namespace upfs {
 
+const std::string& Status::message() const {
+  static const std::string kEmpty;
+  return msg_ ? *msg_ : kEmpty;
+}
+
 std::string Status::ToString() const {
   if (ok()) return "OK";
-  std::string s = msg_;
+  std::string s = message();
   s += " (";
   s += std::strerror(err_);
   s += ")";

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cerrno>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -19,15 +20,25 @@ class Status {
   }
   static Status FromErrno(const std::string& what) { return Status(errno, what); }
 
+  Status(const Status& o) : err_(o.err_), msg_(o.msg_ ? new std::string(*o.msg_) : nullptr) {}
+  Status& operator=(const Status& o) {
+    if (this != &o) *this = Status(o);
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
+
   bool ok() const { return err_ == 0; }
   int err() const { return err_; }
-  const std::string& message() const { return msg_; }
+  const std::string& message() const;
   std::string ToString() const;
 
  private:
-  Status(int err, std::string msg) : err_(err), msg_(std::move(msg)) {}
+  Status(int err, std::string msg) : err_(err), msg_(new std::string(std::move(msg))) {}
   int err_ = 0;
-  std::string msg_;
+  // Null when OK: an OK status, returned by every call on every hot path,
+  // is two words with nothing to construct or destroy out of line.
+  std::unique_ptr<std::string> msg_;
 };
 
 }  // namespace upfs
