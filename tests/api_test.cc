@@ -482,6 +482,47 @@ TEST_P(ApiTest, WritePastEofLeavesZeroGap) {
   upfs_close(fd);
 }
 
+// Regression: RocksDB preallocates every table file with KEEP_SIZE and then
+// appends into it. Mapped zero blocks would each be displaced by the first
+// write (copy on write), so each file took its size twice (12 MiB host
+// files for 4 MiB tables). A preallocation grows the host file and maps
+// nothing; sync mode maps holes below the size for its in-place writes.
+TEST_P(ApiTest, FallocateReservesRoomWithoutDoublingSpace) {
+  int fd = Create();
+  ASSERT_GE(fd, 0);
+  const uint64_t kLen = 8u << 20;
+  ASSERT_EQ(upfs_fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(kLen)), 0) << upfs_last_error();
+  struct stat host;
+  ASSERT_EQ(::stat(Path().c_str(), &host), 0);
+  EXPECT_GE(static_cast<uint64_t>(host.st_size), kLen) << "the room is reserved in the host file";
+  struct stat st;
+  ASSERT_EQ(upfs_fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_size, 0);
+  EXPECT_EQ(st.st_blocks, 0) << "nothing is mapped past the size";
+  Bytes model;
+  for (uint64_t off = 0; off < kLen; off += 65536) {
+    Bytes chunk = Pattern(65536, static_cast<int>(off >> 16));
+    ASSERT_EQ(upfs_write(fd, chunk.data(), chunk.size()), 65536);
+    model.insert(model.end(), chunk.begin(), chunk.end());
+  }
+  ExpectContent(fd, model, "appends into the preallocated range");
+  ASSERT_EQ(::stat(Path().c_str(), &host), 0);
+  EXPECT_LT(static_cast<uint64_t>(host.st_size), kLen + (4u << 20))
+      << "the appends reused the reserved room instead of doubling the file";
+
+  // Mode 0 over a hole inside the size: zeros either way; mapped only in sync mode.
+  int g = Create("g");
+  ASSERT_GE(g, 0);
+  ASSERT_EQ(upfs_ftruncate(g, 1 << 20), 0);
+  ASSERT_EQ(upfs_fallocate(g, 0, 0, 65536), 0) << upfs_last_error();
+  ASSERT_EQ(upfs_fstat(g, &st), 0);
+  EXPECT_EQ(st.st_size, 1 << 20);
+  EXPECT_EQ(st.st_blocks, GetParam() == UPFS_SYNC ? 128 : 0);
+  ExpectContent(g, Bytes(1 << 20, 0), "fallocate over a hole");
+  EXPECT_EQ(upfs_close(g), 0);
+  EXPECT_EQ(upfs_close(fd), 0);
+}
+
 TEST_P(ApiTest, FallocateModes) {
   int fd = Create();
   ASSERT_GE(fd, 0);

@@ -28,6 +28,9 @@ class Allocator {
   // Appends runs totalling `n` blocks to *runs, as contiguous as possible.
   Status Alloc(ThreadBlocks* t, uint64_t n, std::vector<format::Run>* runs);
   Status AllocOne(ThreadBlocks* t, uint32_t* l);
+  // Grows the host file, if needed, so that it has room for `blocks` blocks
+  // in all (fallocate's reservation: see docs/design.md).
+  Status EnsureCapacity(uint64_t blocks);
   // Gives blocks back to the thread (they must be unreachable by readers,
   // see docs/design.md on reuse).
   void Free(ThreadBlocks* t, uint32_t l, uint32_t count);

@@ -1047,27 +1047,42 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
   EpochPin pin(shared_.get(), c->slot);
   BlockTable* t;
   UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
-  const uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end), nb = vb1 - vb0;
+  const uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end);
   if (punch) {
     UPFS_RETURN_IF_ERROR(PunchHole(c, t, off, end));
     TouchMtime();
     MaybeCollectGarbage(c);
     return Status::OK();
   }
+  // Allocation reserves room in the host file for every hole in the range
+  // and maps nothing: the first write into a mapped zero block would copy
+  // on write and displace it, so a mapped preallocation only doubles the
+  // space (RocksDB preallocates every table file). Holes read as zeros.
+  // Sync mode is the exception: its in-place overwrites need mapped blocks,
+  // so there holes below the (new) size get zeroed blocks.
   for (;;) {
     LogPos p = t->cursor();
     uint64_t size = t->size();
+    const bool grows = !keep_size && end > size;
+    uint64_t holes = 0;
+    for (uint64_t v = vb0; v < vb1;) {
+      uint64_t m = t->NextMapped(v, vb1, true);
+      holes += m - v;
+      v = m < vb1 ? t->NextMapped(m, vb1, false) : vb1;
+    }
+    UPFS_RETURN_IF_ERROR(alloc_.EnsureCapacity(t->mapped_blocks() + holes + 2));
+    const uint64_t map_end = consistency_ == Consistency::kSync
+                                 ? std::min(vb1, CeilBlocks(grows ? end : size))
+                                 : vb0;
     c->runs.clear();
-    c->old.assign(nb, 0);
+    c->old.assign(map_end > vb0 ? map_end - vb0 : 0, 0);
     std::vector<Run> fresh;  // blocks this call allocates
     auto push = [&](uint32_t l, uint32_t count) {
       if (!c->runs.empty()) {
         Run& b = c->runs.back();
         bool both_keep = b.lblock == kKeepBlock && l == kKeepBlock;
-        bool both_hole = b.lblock == 0 && l == 0;
-        bool contiguous = b.lblock && l && b.lblock != kKeepBlock && l != kKeepBlock &&
-                          b.lblock + b.count == l;
-        if (both_keep || both_hole || contiguous) {
+        bool contiguous = b.lblock != kKeepBlock && l != kKeepBlock && b.lblock + b.count == l;
+        if (both_keep || contiguous) {
           b.count += count;
           return;
         }
@@ -1076,7 +1091,7 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
     };
     bool changes = false;
     Status st;
-    for (uint64_t v = vb0; v < vb1 && st.ok(); ++v) {
+    for (uint64_t v = vb0; v < map_end && st.ok(); ++v) {
       if (t->Get(v)) {
         push(kKeepBlock, 1);
       } else {
@@ -1099,11 +1114,12 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
       release_fresh();
       return st;
     }
-    bool grows = !keep_size && end > size;
     if (!changes && !grows) {
       release_fresh();
       break;
     }
+    if (!changes) c->runs.clear();  // only the size: a payload without runs
+    const uint64_t range_end = changes ? map_end : vb0;
     TailClaimGuard claim{this, c};
     if (grows) {
       bool stale = false;
@@ -1116,9 +1132,10 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
       }
     }
     bool retry = false;
-    UPFS_RETURN_IF_ERROR(CommitRangeChange(c, &t, &p, vb0, vb1, c->runs,
+    UPFS_RETURN_IF_ERROR(CommitRangeChange(c, &t, &p, vb0, range_end, c->runs,
                                            grows ? Effect::kMax : Effect::kNone, grows ? end : 0,
-                                           fresh, c->old.data(), c->old.size(), &retry));
+                                           fresh, c->old.data(), changes ? c->old.size() : 0,
+                                           &retry));
     if (!retry) break;
   }
   TouchMtime();

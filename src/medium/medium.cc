@@ -248,19 +248,22 @@ Status Medium::Grow(uint64_t bytes) {
   // small pages (fallocate + faults), and the extent is a huge page at once.
   // (Collapsing an extent with very few or all pages present costs 5-7 ms
   // on the machines measured, hence the seed size.)
+  // Whole extents from `huge_from` on become huge pages; the part of a
+  // small file's first extent below it stays in ordinary pages (a small
+  // file jumping far, e.g. by fallocate, still gets huge pages above).
   const bool huge = kind_ == MediumKind::kTmpfs && HugePagesWanted() &&
-                    cur % kExtentSize == 0 && target % kExtentSize == 0;
+                    target % kExtentSize == 0 && RoundUp(cur, kExtentSize) < target;
+  const uint64_t huge_from = huge ? RoundUp(cur, kExtentSize) : target;
   constexpr uint64_t kSeed = 64 * 1024;
   constexpr auto kSlowCollapse = std::chrono::milliseconds(20);
   // fallocate (never ftruncate, which could shrink a file another process
   // has grown further) is idempotent, so racing growers are fine.
   int rc = 0;
+  if (cur < huge_from) rc = posix_fallocate(fd_, off_t(cur), off_t(huge_from - cur));
   if (huge) {
-    for (uint64_t e = cur; e < target && rc == 0; e += kExtentSize)
+    for (uint64_t e = huge_from; e < target && rc == 0; e += kExtentSize)
       rc = posix_fallocate(fd_, off_t(e), off_t(kSeed));
     if (rc == 0) rc = posix_fallocate(fd_, off_t(target - kPageSize), off_t(kPageSize));
-  } else {
-    rc = posix_fallocate(fd_, off_t(cur), off_t(target - cur));
   }
   if (rc != 0) return Status::Error(rc, "grow " + path_);
   UPFS_RETURN_IF_ERROR(RefreshCapacity());
@@ -273,7 +276,7 @@ Status Medium::Grow(uint64_t bytes) {
     // (Allocator::ClaimChunk).
     char* b = base();
     bool slow = false;
-    for (uint64_t e = cur; e < target; e += kExtentSize) {
+    for (uint64_t e = huge_from; e < target; e += kExtentSize) {
       if (!slow) {
         madvise(b + e, kSeed, MADV_POPULATE_WRITE);
         auto t0 = std::chrono::steady_clock::now();
@@ -288,7 +291,7 @@ Status Medium::Grow(uint64_t bytes) {
       madvise(b + e, kExtentSize, MADV_POPULATE_WRITE);
     }
     std::lock_guard<std::mutex> wg(work_mu_);
-    if (!slow && collapsed_ >= cur) collapsed_ = target;  // nothing left to collapse there
+    if (!slow && collapsed_ >= huge_from) collapsed_ = target;  // nothing left to collapse there
   }
   return Status::OK();
 }
