@@ -280,6 +280,19 @@ std::vector<Workload> MakeWorkloads() {
                {W(1000, 300000, 1), W(0, 270336, 2)}});
   w.push_back({"extend-and-append", format::Consistency::kStrict, {},
                {W(0, 100, 1), A(5000, 2), A(4096, 3), W(30000, 10, 4), A(1, 5)}});
+  {
+    // Appends that stay inside the tail block commit as one kGrowTail word;
+    // one fills the block exactly, and one races another small append.
+    Workload g{"small-appends", format::Consistency::kStrict, {W(0, 100, 9)},
+               {A(100, 1), A(1000, 2), A(2896, 3), A(50, 4)}};
+    for (int k = 1; k <= 2; ++k) {
+      Op a = A(100, 10 + k);
+      a.race = std::make_shared<Op>(A(200, 20 + k));
+      a.race_fence = k;
+      g.ops.push_back(a);
+    }
+    w.push_back(g);
+  }
   w.push_back({"truncate", format::Consistency::kStrict, {W(0, 50000, 9)},
                {T(30000), T(10001), T(40000), T(0), W(0, 5000, 1), T(4096)}});
   w.push_back({"fallocate", format::Consistency::kStrict, {W(0, 20000, 9)},
