@@ -221,6 +221,81 @@ TEST(SharedState, ThreadsOfOneProcessNeverShareASlot) {
   SharedState::RemoveIfUnused(id);
 }
 
+// Writes `entry` into the first empty slot of the last log block of the
+// (closed) upfs file at path.
+void AppendRawLogEntry(const std::string& path, uint64_t entry) {
+  int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint64_t l = 0;
+  ASSERT_EQ(pread(fd, &l, 8, offsetof(FileHeader, log_head)), 8);
+  for (;;) {
+    uint64_t next = 0;
+    ASSERT_EQ(pread(fd, &next, 8, off_t(l * kBlockSize)), 8);
+    ASSERT_TRUE(NextWordValid(next));
+    if (NextBlock(next) == 0) break;
+    l = NextBlock(next);
+  }
+  for (uint32_t s = 0; s < kSlotsPerLogBlock; ++s) {
+    off_t at = off_t(l * kBlockSize + offsetof(LogBlock, slots) + 8 * s);
+    uint64_t w = 0;
+    ASSERT_EQ(pread(fd, &w, 8, at), 8);
+    if (w != 0) continue;
+    ASSERT_EQ(pwrite(fd, &entry, 8, at), 8);
+    close(fd);
+    return;
+  }
+  close(fd);
+  FAIL() << "last log block is full";
+}
+
+// A kGrowTail entry is only ever written by an append that found the
+// current size inside a mapped tail block; one that does not continue the
+// tail block is damage, reported at open (not a silently grown file).
+TEST(Corruption, GrowTailThatDoesNotContinueTheTailBlockIsRefused) {
+  TempDir dir;
+  struct Case {
+    const char* what;
+    uint64_t size_before;  // written first
+    uint64_t grow_to;
+    bool valid;
+  };
+  const Case cases[] = {
+      {"continues the tail block", 10000, 10100, true},
+      {"fills the tail block exactly", 10000, 12288, true},
+      {"crosses into the next block", 10000, 12289, false},
+      {"shrinks", 10000, 9000, false},
+      {"from a block-aligned size", 8192, 8200, false},
+      {"far past the end", 10000, uint64_t(1) << 40, false},
+  };
+  int n = 0;
+  for (const Case& k : cases) {
+    std::string path = dir.File("g" + std::to_string(n++));
+    int fd = upfs_open(path.c_str(), O_CREAT | O_RDWR, 0644);
+    ASSERT_GE(fd, 0) << upfs_last_error();
+    std::vector<char> data(k.size_before, 'x');
+    ASSERT_EQ(upfs_write(fd, data.data(), data.size()), ssize_t(data.size()));
+    ASSERT_EQ(upfs_close(fd), 0);
+    AppendRawLogEntry(path, EncodeGrowTail(k.grow_to));
+    fd = upfs_open(path.c_str(), O_RDONLY);
+    if (k.valid) {
+      ASSERT_GE(fd, 0) << k.what << ": " << upfs_last_error();
+      struct stat st;
+      ASSERT_EQ(upfs_fstat(fd, &st), 0);
+      EXPECT_EQ(uint64_t(st.st_size), k.grow_to) << k.what;
+      upfs_close(fd);
+    } else {
+      EXPECT_LT(fd, 0) << k.what << ": opened a file whose log is damaged";
+      if (fd >= 0) {
+        upfs_close(fd);
+      } else {
+        EXPECT_EQ(errno, EUCLEAN) << k.what;
+        EXPECT_NE(std::string(upfs_last_error()).find("tail block"), std::string::npos)
+            << k.what << ": " << upfs_last_error();
+      }
+    }
+  }
+}
+
 TEST(Gc, TenThousandsOfOverwritesKeepTheLogBounded) {
   TempDir d;
   OpenedFile of;

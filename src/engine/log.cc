@@ -302,6 +302,18 @@ Status ApplyLogBlock(const BlockAccess& ba, const LogBlock* b, uint32_t lblock, 
       if (uint16_t(w1 >> 48) & kPayloadOverflow)
         overflow->push_back(DecodeRun(b->slots[rs + 3].load(std::memory_order_relaxed)));
     }
+    if (KindOf(e) == EntryKind::kGrowTail) {
+      // Written only by an append that found this exact size and a mapped
+      // tail block, with nothing committed in between (File::AppendInPlace).
+      const uint64_t size = table->size(), vt = size >> kBlockShift;
+      if ((size & (kBlockSize - 1)) == 0 || eff.new_size <= size ||
+          ((eff.new_size - 1) >> kBlockShift) != vt || table->Get(vt) == 0)
+        return Status::Corrupt("log entry " + std::to_string(slot) + " of log block " +
+                                   std::to_string(lblock),
+                               "in-place append to " + std::to_string(eff.new_size) +
+                                   " does not continue the tail block at size " +
+                                   std::to_string(size));
+    }
     if (has) {
       UPFS_RETURN_IF_ERROR(table->Apply(eff));
       ++*entries;
