@@ -5,7 +5,9 @@
 
 #include <fcntl.h>
 #include <linux/falloc.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -521,6 +523,94 @@ TEST_P(ApiTest, FallocateReservesRoomWithoutDoublingSpace) {
   ExpectContent(g, Bytes(1 << 20, 0), "fallocate over a hole");
   EXPECT_EQ(upfs_close(g), 0);
   EXPECT_EQ(upfs_close(fd), 0);
+}
+
+// stat of a upfs file the process does not have open reads the log without
+// opening it (no shared state, no locks): same answer as an open, plain
+// files refused, damage reported.
+TEST_P(ApiTest, StatHostFdWithoutOpening) {
+  int fd = Create();
+  ASSERT_GE(fd, 0);
+  Bytes p = Pattern(50001, 3);
+  ASSERT_EQ(upfs_pwrite(fd, p.data(), p.size(), 0), 50001);
+  ASSERT_EQ(upfs_fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 8192, 8192), 0);
+  struct stat want;
+  ASSERT_EQ(upfs_fstat(fd, &want), 0);
+  // Open in this process: answered from the open file.
+  int k = open(Path().c_str(), O_RDONLY);
+  ASSERT_GE(k, 0);
+  struct stat got;
+  ASSERT_EQ(upfs_stat_host_fd(k, &got), 0) << upfs_last_error();
+  EXPECT_EQ(got.st_size, 50001);
+  EXPECT_EQ(got.st_blocks, want.st_blocks);
+  ASSERT_EQ(upfs_close(fd), 0);
+  // Not open: read from the log.
+  ASSERT_EQ(upfs_stat_if_open(&got, nullptr), 0) << "the file is still open";
+  std::memset(&got, 0, sizeof(got));
+  ASSERT_EQ(upfs_stat_host_fd(k, &got), 0) << upfs_last_error();
+  EXPECT_EQ(got.st_size, want.st_size);
+  EXPECT_EQ(got.st_blocks, want.st_blocks);
+  EXPECT_EQ(got.st_mtim.tv_sec, want.st_mtim.tv_sec);
+  EXPECT_EQ(got.st_mtim.tv_nsec, want.st_mtim.tv_nsec);
+  EXPECT_EQ(got.st_ino, want.st_ino);
+  close(k);
+  // A plain file is not a upfs file.
+  std::string plain = Path("plain");
+  int q = open(plain.c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(q, 0);
+  ASSERT_EQ(write(q, "hello", 5), 5);
+  errno = 0;
+  EXPECT_EQ(upfs_stat_host_fd(q, &got), -1);
+  EXPECT_EQ(errno, EMEDIUMTYPE);
+  close(q);
+  EXPECT_EQ(upfs_stat_host_fd(-1, &got), -1);
+  EXPECT_EQ(errno, EBADF);
+}
+
+// The light stat walks the log unpinned while another process writes and
+// compacts it: every answer is the true size (or the call fails), never a
+// size read from a reused block.
+TEST_P(ApiTest, StatHostFdWhileAnotherProcessCompactsTheLog) {
+  const off_t kSize = 300000;
+  int fd = Create();
+  ASSERT_GE(fd, 0);
+  Bytes p = Pattern(size_t(kSize), 5);
+  ASSERT_EQ(upfs_pwrite(fd, p.data(), p.size(), 0), kSize);
+  ASSERT_EQ(upfs_close(fd), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int w = upfs_open(Path().c_str(), O_RDWR);
+    if (w < 0) _exit(2);
+    std::mt19937_64 rng(7);
+    char buf[700];
+    std::memset(buf, 'w', sizeof(buf));
+    for (;;) {  // overwrites inside the size: a long log, compacted again and again
+      off_t off = off_t(rng() % uint64_t(kSize - sizeof(buf)));
+      if (upfs_pwrite(w, buf, sizeof(buf), off) != ssize_t(sizeof(buf))) _exit(3);
+    }
+  }
+  int k = open(Path().c_str(), O_RDONLY);
+  ASSERT_GE(k, 0);
+  int ok = 0, failed = 0;
+  std::string first_error;
+  for (int i = 0; i < upfs_test::Scaled(3000, 300); ++i) {
+    struct stat st;
+    if (upfs_stat_host_fd(k, &st) != 0) {
+      if (first_error.empty()) first_error = upfs_last_error();
+      ++failed;
+      continue;
+    }
+    ASSERT_EQ(st.st_size, kSize) << "stat " << i << " read a wrong size";
+    ++ok;
+  }
+  close(k);
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status)) << "writer child failed early, status " << status;
+  EXPECT_EQ(failed, 0) << first_error;
+  EXPECT_GT(ok, 0);
 }
 
 TEST_P(ApiTest, FallocateModes) {

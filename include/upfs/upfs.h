@@ -107,6 +107,14 @@ int upfs_open_host_fd(int host_fd, int flags, enum upfs_consistency consistency)
  * returns 1; else returns 0 without touching the file. */
 int upfs_stat_if_open(const struct stat *host, struct stat *out);
 
+/* Fills *out with the attributes of the upfs file open as the kernel
+ * descriptor host_fd (not consumed, not made a upfs descriptor): the host
+ * file's, with the upfs size, blocks and times. If this process does not
+ * have the file open, the log is read without opening the file as a upfs
+ * file (no shared state, no locks, nothing written). Returns 0, or -1 with
+ * errno (EMEDIUMTYPE: not a upfs file; EUCLEAN: damaged). */
+int upfs_stat_host_fd(int host_fd, struct stat *out);
+
 /* flock(2) on a upfs descriptor. The lock belongs to the open file
  * description, as in the kernel; it is taken on the file's shared-state
  * object, so it excludes flock through upfs in every process, not flock

@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "engine/file.h"
 #include "engine/log.h"
 #include "engine/shared_state.h"
 #include "format/format.h"
@@ -123,6 +124,40 @@ Status InspectFile(const std::string& path, bool full_check, FileReport* out) {
     }
   }
   if (!out->problems.empty()) return Status::Error(EUCLEAN, out->problems.front());
+  return Status::OK();
+}
+
+Status PeekStat(int fd, const std::string& path, FileStat* out) {
+  int dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (dfd < 0) return Status::FromErrno("dup " + path);
+  std::unique_ptr<Medium> m;
+  UPFS_RETURN_IF_ERROR(Medium::Open(dfd, path, &m, /*read_only=*/true));
+  UPFS_RETURN_IF_ERROR(ValidateHeader(m->base(), m->capacity()));
+  const auto* h = reinterpret_cast<const FileHeader*>(m->base());
+  BlockAccess ba(m.get());
+  // GC publishes a new chain by swapping the head, and gives the old blocks
+  // back only after that: an unchanged head means the walk read live blocks.
+  // (A reused block as a later head has a later sequence number.)
+  auto head_now = [&](uint64_t* head, uint64_t* seq) {
+    *head = h->log_head.load(std::memory_order_acquire);
+    if (*head == 0 || *head >= kMaxBlocks) return Status::Corrupt("file header", "bad log head");
+    UPFS_RETURN_IF_ERROR(ba.CheckRange(*head, 1, "log head"));
+    *seq = reinterpret_cast<const LogBlock*>(ba.AddrUnchecked(uint32_t(*head)))->seq;
+    return Status::OK();
+  };
+  uint64_t head, seq, head2, seq2;
+  UPFS_RETURN_IF_ERROR(head_now(&head, &seq));
+  BlockTable table;
+  ReplayResult res;
+  Status rs = ReplayChain(ba, uint32_t(head), &table, &res, /*check_tail=*/false);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  UPFS_RETURN_IF_ERROR(head_now(&head2, &seq2));
+  if (head2 != head || seq2 != seq) return Status::Error(EAGAIN, path + ": log compacted meanwhile");
+  UPFS_RETURN_IF_ERROR(rs);
+  out->size = table.size();
+  out->blocks = table.mapped_blocks();
+  out->mtime_ns = h->mtime_ns.load(std::memory_order_relaxed);
+  if (out->mtime_ns == 0) out->mtime_ns = h->created_ns;
   return Status::OK();
 }
 

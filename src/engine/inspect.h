@@ -41,4 +41,14 @@ struct FileReport {
 // the returned status EUCLEAN with the first problem as message.
 Status InspectFile(const std::string& path, bool full_check, FileReport* out);
 
+struct FileStat;
+// The size, mapped blocks and mtime of the upfs file open as `fd` (not
+// consumed), read without joining its shared state: no slot, no lock,
+// nothing written. For stat of a file the process does not have open (a
+// full open costs ~100 us). Nothing pins the log against a GC in another
+// process, so the log head (block and sequence number) is read before and
+// after the walk: EAGAIN if it moved (retry, or open the file); damage is
+// reported as an open would report it.
+Status PeekStat(int fd, const std::string& path, FileStat* out);
+
 }  // namespace upfs

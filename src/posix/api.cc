@@ -27,6 +27,7 @@
 #include "container/perfile.h"
 #include "format/header.h"
 #include "engine/file.h"
+#include "engine/inspect.h"
 #include "engine/shared_state.h"
 #include "posix/op_guard.h"
 
@@ -533,6 +534,33 @@ int upfs_stat_if_open(const struct stat* host, struct stat* out) {
   *out = *host;
   SetUpfsAttributes(fs, out);
   return 1;
+}
+
+int upfs_stat_host_fd(int host_fd, struct stat* out) {
+  if (!out) return FailErrno(EFAULT, "null stat");
+  struct stat host;
+  if (fstat(host_fd, &host) != 0) return FailErrno(errno, "fstat of host file failed");
+  if (upfs_stat_if_open(&host, out) == 1) return 0;
+  if (!S_ISREG(host.st_mode) || !LooksLikeUpfs(host_fd))
+    return FailErrno(EMEDIUMTYPE, "not a upfs file");
+  FileStat fs;
+  Status st;
+  // A GC in another process compacting the log under the walk is rare and
+  // brief: a few tries, then a real open, which pins the log.
+  for (int i = 0; i < 3; ++i) {
+    st = PeekStat(host_fd, "/proc/self/fd/" + std::to_string(host_fd), &fs);
+    if (st.err() != EAGAIN) break;
+  }
+  if (st.err() == EAGAIN) {
+    std::unique_ptr<File> f;
+    st = OpenPerFile(host_fd, "/proc/self/fd/" + std::to_string(host_fd), false,
+                     format::Consistency::kStrict, &f);
+    if (st.ok()) st = f->Stat(&fs);
+  }
+  if (!st.ok()) return Fail(st);
+  *out = host;
+  SetUpfsAttributes(fs, out);
+  return 0;
 }
 
 int upfs_open_host_fd(int host_fd, int flags, enum upfs_consistency c) {

@@ -362,16 +362,11 @@ static int fix_path_stat(int dirfd, const char *path, int nofollow, struct stat 
     return 0;
   }
   if (has_magic(kfd, 1)) {
-    char p[64];
-    proc_path(p, sizeof(p), kfd);
-    int u = upfs_open_mode(p, O_RDONLY | O_CLOEXEC, 0, g_mode);
-    if (u >= 0) {
-      struct stat ust;
-      if (upfs_fstat(u, &ust) == 0) {
-        *st = ust;
-        fixed = 1;
-      }
-      upfs_close(u);
+    /* Read from the log without opening the file as a upfs file. */
+    struct stat ust;
+    if (upfs_stat_host_fd(kfd, &ust) == 0) {
+      *st = ust;
+      fixed = 1;
     }
   }
   REAL(close)(kfd);
