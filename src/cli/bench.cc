@@ -67,6 +67,9 @@ const char kBenchHelp[] =
     "  overwrite-1k       1 KiB pwrites inside random blocks\n"
     "  overwrite-2k       2 KiB pwrites inside random blocks\n"
     "  mixed-2t-4k        2 threads on one file, random 4 KiB, half reads\n"
+    "  create-512         create a file, write 512 bytes, close it, remove it (a\n"
+    "                     rollback journal's life)\n"
+    "  open-close         open and close a 4 KiB file not otherwise open\n"
     "\n"
     "options:\n"
     "  --dir D            where the files go (default /dev/shm); a private\n"
@@ -253,7 +256,17 @@ class File {
 };
 
 // ---------------------------------------------------------------------------
-enum class Kind { kReadSeq, kReadRand, kWriteSeq, kWriteRand, kAppend, kWriteSub, kMixed };
+enum class Kind {
+  kReadSeq,
+  kReadRand,
+  kWriteSeq,
+  kWriteRand,
+  kAppend,
+  kWriteSub,
+  kMixed,
+  kCreate,     // create, write `io` bytes, (kernel: fsync,) close, remove
+  kOpenClose,  // open and close a small existing file
+};
 
 struct Workload {
   const char* name;
@@ -269,6 +282,7 @@ const std::vector<Workload>& AllWorkloads() {
       {"overwrite-128", Kind::kWriteSub, 128},
       {"overwrite-1k", Kind::kWriteSub, 1024},     {"overwrite-2k", Kind::kWriteSub, 2048},
       {"mixed-2t-4k", Kind::kMixed, 4096},
+      {"create-512", Kind::kCreate, 512},          {"open-close", Kind::kOpenClose, 4096},
   };
   return w;
 }
@@ -335,6 +349,7 @@ class Bench {
   Status EnsureData(SideState* s);
   Status RunRound(size_t wi, const Workload& w, SideState* s, int round, double* ops_per_s);
   Status RunMixed(size_t wi, SideState* s, int round, double* ops_per_s);
+  Status RunMetadata(const Workload& w, SideState* s, double* ops_per_s);
   void PrintTable(const std::vector<Result>& results) const;
   Status WriteJson(const std::vector<Result>& results) const;
 
@@ -508,6 +523,7 @@ Status TimedLoop(double seconds, Op&& op, uint64_t* ops, double* elapsed) {
 
 Status Bench::RunRound(size_t wi, const Workload& w, SideState* s, int round, double* ops_per_s) {
   if (w.kind == Kind::kMixed) return RunMixed(wi, s, round, ops_per_s);
+  if (w.kind == Kind::kCreate || w.kind == Kind::kOpenClose) return RunMetadata(w, s, ops_per_s);
   const uint64_t size = cfg_.file_size;
   const uint64_t nblocks = size / kBlock;
   const size_t io = w.io;
@@ -595,6 +611,45 @@ Status Bench::RunRound(size_t wi, const Workload& w, SideState* s, int round, do
   }
   if (!st.ok()) {
     if (st.err() == EINTR && g_interrupted) return st;
+    errno = st.err();
+    return f.Error(w.name);
+  }
+  *ops_per_s = double(ops) / elapsed;
+  return Status::OK();
+}
+
+// Whole-file operations on small files: what a program that keeps its
+// files open never pays, and a rollback journal pays per transaction.
+Status Bench::RunMetadata(const Workload& w, SideState* s, double* ops_per_s) {
+  const std::string path = s->append_path + ".small";
+  auto remove = [&] { return s->upfs ? upfs_unlink(path.c_str()) : unlink(path.c_str()); };
+  if (w.kind == Kind::kOpenClose) {
+    File f;
+    UPFS_RETURN_IF_ERROR(f.Open(s->upfs, path, true, cfg_.mode, s->fsync_writes));
+    if (!f.Append(wbuf_.get(), w.io)) return f.Error(w.name);
+  }
+  File f;
+  Status opened;
+  uint64_t ops = 0;
+  double elapsed = 0;
+  Status st = TimedLoop(
+      cfg_.seconds,
+      [&](uint64_t) {
+        opened = f.Open(s->upfs, path, w.kind == Kind::kCreate, cfg_.mode, s->fsync_writes);
+        if (!opened.ok()) {
+          errno = opened.err();
+          return false;
+        }
+        if (w.kind == Kind::kCreate && !f.Append(wbuf_.get(), w.io)) return false;
+        f.Close();
+        return w.kind != Kind::kCreate || remove() == 0;
+      },
+      &ops, &elapsed);
+  f.Close();
+  if (w.kind == Kind::kOpenClose) remove();
+  if (!st.ok()) {
+    if (st.err() == EINTR && g_interrupted) return st;
+    if (!opened.ok()) return opened;
     errno = st.err();
     return f.Error(w.name);
   }

@@ -130,6 +130,11 @@ for r in rows:
 EOF
 then ok "bench JSON is well formed"; else bad "bench JSON"; fi
 if ls -d "$DIR"/upfs-bench.* >/dev/null 2>&1; then bad "bench left its directory"; else ok "bench cleaned up"; fi
+expect 0 "tiny metadata bench" "$UPFS" bench --dir "$DIR" --size 8M --seconds 0.02 --rounds 1 \
+  --filter create-512,open-close
+contains "create-512" "bench runs create-512"
+contains "open-close" "bench runs open-close"
+if ls -d "$DIR"/upfs-bench.* >/dev/null 2>&1; then bad "metadata bench left its directory"; else ok "metadata bench cleaned up"; fi
 
 echo
 echo "$passes passed, $failures failed"
