@@ -594,7 +594,7 @@ TEST_P(ApiTest, StatHostFdWhileAnotherProcessCompactsTheLog) {
   ASSERT_GE(k, 0);
   int ok = 0, failed = 0;
   std::string first_error;
-  for (int i = 0; i < upfs_test::Scaled(3000, 300); ++i) {
+  for (uint64_t i = 0; i < upfs_test::Scaled(3000, 300); ++i) {
     struct stat st;
     if (upfs_stat_host_fd(k, &st) != 0) {
       if (first_error.empty()) first_error = upfs_last_error();
