@@ -71,6 +71,18 @@ def check_all(db, label):
     return seen, h.hexdigest()
 
 
+def mutate(put, delete, delete_share, gen):
+    """One put or delete of a random key through put/delete, kept in the model."""
+    i = rng.randrange(n)
+    if rng.random() < delete_share:
+        delete(key(i))
+        model.pop(key(i), None)
+    else:
+        v = value(i, gen)
+        put(key(i), v)
+        model[key(i)] = v
+
+
 db = plyvel.DB(path, create_if_missing=True, error_if_exists=True, **opts)
 gen = 0
 # Phase 1: batched puts of random keys (with overwrites), some deletes in
@@ -79,28 +91,14 @@ for b in range(n // 500):
     gen += 1
     with db.write_batch(sync=(b % 16 == 0)) as wb:
         for _ in range(500):
-            i = rng.randrange(n)
-            if rng.random() < 0.1:
-                wb.delete(key(i))
-                model.pop(key(i), None)
-            else:
-                v = value(i, gen)
-                wb.put(key(i), v)
-                model[key(i)] = v
+            mutate(wb.put, wb.delete, 0.1, gen)
 # Phase 2: a snapshot, then single overwrites and deletes; the snapshot
 # must still see the old state.
 snap_model = dict(model)
 snap = db.snapshot()
 for _ in range(n // 4):
     gen += 1
-    i = rng.randrange(n)
-    if rng.random() < 0.3:
-        db.delete(key(i))
-        model.pop(key(i), None)
-    else:
-        v = value(i, gen)
-        db.put(key(i), v, sync=(gen % 1000 == 0))
-        model[key(i)] = v
+    mutate(lambda k, v: db.put(k, v, sync=(gen % 1000 == 0)), db.delete, 0.3, gen)
 snap_seen = dict(snap.iterator(verify_checksums=True))
 if snap_seen != snap_model:
     err("snapshot view differs from the model at snapshot time")
