@@ -97,14 +97,13 @@ Status Allocator::ClaimChunk(ThreadBlocks* t, uint64_t want) {
       continue;
     }
     // Full: grow the host file now and publish the new capacity.
-    UPFS_RETURN_IF_ERROR(m_->Grow((cap + want) << kBlockShift));
-    PublishCapacity();
+    UPFS_RETURN_IF_ERROR(EnsureCapacity(cap + want));
   }
   return Status::Error(ENOSPC, "no free blocks after growing the file");
 }
 
 Status Allocator::EnsureCapacity(uint64_t blocks) {
-  if (blocks > format::kMaxBlocks - 1) return Status::Error(ENOSPC, "reservation past the upfs limit");
+  if (blocks > format::kMaxBlocks - 1) return Status::Error(EFBIG, "file would exceed upfs limit");
   if (sh_->header()->capacity_blocks.load(std::memory_order_acquire) >= blocks) return Status::OK();
   UPFS_RETURN_IF_ERROR(m_->Grow(blocks << kBlockShift));
   PublishCapacity();

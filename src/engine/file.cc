@@ -1075,7 +1075,6 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
                                  ? std::min(vb1, CeilBlocks(grows ? end : size))
                                  : vb0;
     c->runs.clear();
-    c->old.assign(map_end > vb0 ? map_end - vb0 : 0, 0);
     std::vector<Run> fresh;  // blocks this call allocates
     auto push = [&](uint32_t l, uint32_t count) {
       if (!c->runs.empty()) {
@@ -1132,10 +1131,10 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
       }
     }
     bool retry = false;
+    // Mapped blocks are kept and holes get fresh ones: nothing is displaced.
     UPFS_RETURN_IF_ERROR(CommitRangeChange(c, &t, &p, vb0, range_end, c->runs,
                                            grows ? Effect::kMax : Effect::kNone, grows ? end : 0,
-                                           fresh, c->old.data(), changes ? c->old.size() : 0,
-                                           &retry));
+                                           fresh, nullptr, 0, &retry));
     if (!retry) break;
   }
   TouchMtime();
@@ -1171,8 +1170,7 @@ Status File::Stat(FileStat* st) {
 Status File::StatLocked(BlockTable* t, FileStat* st) {
   st->size = t->size();
   st->blocks = t->mapped_blocks();
-  st->mtime_ns = hdr_->mtime_ns.load(std::memory_order_relaxed);
-  if (st->mtime_ns == 0) st->mtime_ns = hdr_->created_ns;
+  st->mtime_ns = ReportedMtime(*hdr_);
   return Status::OK();
 }
 

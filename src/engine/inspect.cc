@@ -156,8 +156,7 @@ Status PeekStat(int fd, const std::string& path, FileStat* out) {
   UPFS_RETURN_IF_ERROR(rs);
   out->size = table.size();
   out->blocks = table.mapped_blocks();
-  out->mtime_ns = h->mtime_ns.load(std::memory_order_relaxed);
-  if (out->mtime_ns == 0) out->mtime_ns = h->created_ns;
+  out->mtime_ns = ReportedMtime(*h);
   return Status::OK();
 }
 

@@ -54,6 +54,12 @@ struct FileHeader {
   unsigned char pad2[kBlockSize - 2 * kCacheLine - 8];
 };
 static_assert(sizeof(FileHeader) == kBlockSize);
+
+// The modification time to report: the creation time until the first write.
+inline uint64_t ReportedMtime(const FileHeader& h) {
+  uint64_t m = h.mtime_ns.load(std::memory_order_relaxed);
+  return m ? m : h.created_ns;
+}
 static_assert(offsetof(FileHeader, format_version) == 8);
 static_assert(offsetof(FileHeader, consistency) == 16);
 static_assert(offsetof(FileHeader, file_id) == 24);

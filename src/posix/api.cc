@@ -543,18 +543,18 @@ int upfs_stat_host_fd(int host_fd, struct stat* out) {
   if (upfs_stat_if_open(&host, out) == 1) return 0;
   if (!S_ISREG(host.st_mode) || !LooksLikeUpfs(host_fd))
     return FailErrno(EMEDIUMTYPE, "not a upfs file");
+  const std::string name = "/proc/self/fd/" + std::to_string(host_fd);
   FileStat fs;
   Status st;
   // A GC in another process compacting the log under the walk is rare and
   // brief: a few tries, then a real open, which pins the log.
   for (int i = 0; i < 3; ++i) {
-    st = PeekStat(host_fd, "/proc/self/fd/" + std::to_string(host_fd), &fs);
+    st = PeekStat(host_fd, name, &fs);
     if (st.err() != EAGAIN) break;
   }
   if (st.err() == EAGAIN) {
     std::unique_ptr<File> f;
-    st = OpenPerFile(host_fd, "/proc/self/fd/" + std::to_string(host_fd), false,
-                     format::Consistency::kStrict, &f);
+    st = OpenPerFile(host_fd, name, false, format::Consistency::kStrict, &f);
     if (st.ok()) st = f->Stat(&fs);
   }
   if (!st.ok()) return Fail(st);
