@@ -309,7 +309,7 @@ struct Result {
 struct SideState {
   bool upfs = false;
   bool fsync_writes = false;
-  std::string data_path, append_path;
+  std::string data_path, append_path, small_path;
   File data;
   File append;
 };
@@ -394,6 +394,7 @@ Status Bench::Setup() {
     std::string tag = side.upfs ? "upfs" : "kernel";
     side.data_path = bench_dir_ + "/data." + tag;
     side.append_path = bench_dir_ + "/append." + tag;
+    side.small_path = bench_dir_ + "/small." + tag;
   }
   wbuf_ = RandomBuffer(4096, kSeed + 1);
   rbuf_[0] = RandomBuffer(4096, kSeed + 2);
@@ -411,6 +412,7 @@ void Bench::Cleanup() {
     if (s.upfs && !bench_dir_.empty()) {
       upfs_unlink(s.data_path.c_str());
       upfs_unlink(s.append_path.c_str());
+      upfs_unlink(s.small_path.c_str());  // left by a metadata round that failed
     }
   }
   if (!bench_dir_.empty()) {
@@ -621,7 +623,7 @@ Status Bench::RunRound(size_t wi, const Workload& w, SideState* s, int round, do
 // Whole-file operations on small files: what a program that keeps its
 // files open never pays, and a rollback journal pays per transaction.
 Status Bench::RunMetadata(const Workload& w, SideState* s, double* ops_per_s) {
-  const std::string path = s->append_path + ".small";
+  const std::string& path = s->small_path;
   auto remove = [&] { return s->upfs ? upfs_unlink(path.c_str()) : unlink(path.c_str()); };
   if (w.kind == Kind::kOpenClose) {
     File f;
