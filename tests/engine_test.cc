@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
@@ -184,6 +186,31 @@ TEST(Allocator, ClaimsContiguousRunsReusesAndGrows) {
   alloc.ReturnAll(&tb);
   for (const format::Run& r : big)
     for (uint32_t i = 0; i < r.count; ++i) EXPECT_FALSE(of.file->shared()->TestBit(r.lblock + i));
+}
+
+// Regression (CI, ASan): the background grow's completion callback captured
+// the Allocator that asked for it, and ran after that Allocator was gone.
+TEST(Allocator, BackgroundGrowOutlivesTheAllocatorThatAskedForIt) {
+  TempDir d;
+  OpenedFile of;
+  OpenEngine(d.File("a"), &of);
+  Medium* m = of.file->medium();
+  {
+    auto alloc = std::make_unique<Allocator>(m, of.file->shared());
+    ThreadBlocks tb;
+    std::vector<format::Run> runs;
+    // Claim until the allocator asks the worker to grow ahead, then drop
+    // the allocator while that grow is (most likely) still running.
+    for (int i = 0; i < 4096 && !m->GrowInFlight(); ++i) {
+      runs.clear();
+      ASSERT_TRUE(alloc->Alloc(&tb, 64, &runs).ok());
+    }
+    EXPECT_TRUE(m->GrowInFlight() || m->capacity() > (uint64_t{8} << 20));
+  }
+  while (m->GrowInFlight()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // The grow still reached the shared state's published capacity.
+  EXPECT_EQ(of.file->shared()->header()->capacity_blocks.load(),
+            std::min<uint64_t>(m->capacity() >> kBlockShift, format::kMaxBlocks - 1));
 }
 
 // Regression: threads of one process share the open file description that

@@ -83,7 +83,11 @@ Status Allocator::ClaimChunk(ThreadBlocks* t, uint64_t want) {
       // tables and logs half again their size.
       uint64_t headroom = cap / 8;
       if (cap >= kGrowAheadFromBlocks && first + count + headroom > cap)
-        m_->GrowAhead((cap + 2 * headroom) << kBlockShift, [this] { PublishCapacity(); });
+        // The callback runs on the medium's worker, which may outlive this
+        // Allocator but never the medium and shared state (their owner
+        // joins the worker first): it must not capture `this`.
+        m_->GrowAhead((cap + 2 * headroom) << kBlockShift,
+                      [m = m_, sh = sh_] { PublishCapacity(m, sh); });
       return Status::OK();
     }
     if (m_->GrowInFlight()) {
@@ -106,15 +110,15 @@ Status Allocator::EnsureCapacity(uint64_t blocks) {
   if (blocks > format::kMaxBlocks - 1) return Status::Error(EFBIG, "file would exceed upfs limit");
   if (sh_->header()->capacity_blocks.load(std::memory_order_acquire) >= blocks) return Status::OK();
   UPFS_RETURN_IF_ERROR(m_->Grow(blocks << kBlockShift));
-  PublishCapacity();
+  PublishCapacity(m_, sh_);
   return Status::OK();
 }
 
-void Allocator::PublishCapacity() {
+void Allocator::PublishCapacity(const Medium* m, SharedState* sh) {
   // Block 0xffffffff would read as kKeepBlock in a payload run: never hand it out.
-  uint64_t newcap = std::min<uint64_t>(m_->capacity() >> kBlockShift, format::kMaxBlocks - 1);
-  uint64_t c = sh_->header()->capacity_blocks.load();
-  while (newcap > c && !sh_->header()->capacity_blocks.compare_exchange_weak(c, newcap)) {
+  uint64_t newcap = std::min<uint64_t>(m->capacity() >> kBlockShift, format::kMaxBlocks - 1);
+  uint64_t c = sh->header()->capacity_blocks.load();
+  while (newcap > c && !sh->header()->capacity_blocks.compare_exchange_weak(c, newcap)) {
   }
 }
 

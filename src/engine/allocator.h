@@ -43,7 +43,7 @@ class Allocator {
   Status ClaimChunk(ThreadBlocks* t, uint64_t want);
   bool TryClaim(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count);
   void ReturnRange(uint64_t l, uint64_t count);
-  void PublishCapacity();
+  static void PublishCapacity(const Medium* m, SharedState* sh);
 
   Medium* m_;
   SharedState* sh_;
