@@ -213,6 +213,33 @@ TEST(Allocator, BackgroundGrowOutlivesTheAllocatorThatAskedForIt) {
             std::min<uint64_t>(m->capacity() >> kBlockShift, format::kMaxBlocks - 1));
 }
 
+// A rebuild (nobody else has the file open) frees blocks that the shared
+// bitmap still shows taken by a process gone without returning them. It
+// clears up to the high marks of a valid shared state, everything of an
+// invalid one: both must leave no leaked bit behind.
+void CheckRebuildFreesLeakedBlocks(bool invalidate_shared_state) {
+  TempDir d;
+  std::vector<format::Run> leaked;
+  {
+    OpenedFile of;
+    OpenEngine(d.File("a"), &of);
+    Allocator alloc(of.file->medium(), of.file->shared());
+    ThreadBlocks tb;  // never returned, as after a crash
+    ASSERT_TRUE(alloc.Alloc(&tb, 700, &leaked).ok());
+    for (const format::Run& r : leaked)
+      for (uint32_t i = 0; i < r.count; ++i) ASSERT_TRUE(of.file->shared()->TestBit(r.lblock + i));
+    if (invalidate_shared_state) of.file->shared()->header()->ready.store(0);
+  }
+  OpenedFile of;
+  OpenEngine(d.File("a"), &of);
+  for (const format::Run& r : leaked)
+    for (uint32_t i = 0; i < r.count; ++i)
+      EXPECT_FALSE(of.file->shared()->TestBit(r.lblock + i)) << "block " << r.lblock + i;
+}
+
+TEST(SharedState, RebuildFreesLeakedBlocksOfAValidState) { CheckRebuildFreesLeakedBlocks(false); }
+TEST(SharedState, RebuildFreesLeakedBlocksOfAnInvalidState) { CheckRebuildFreesLeakedBlocks(true); }
+
 // Regression: threads of one process share the open file description that
 // holds the slot locks, so the lock alone cannot keep two of them from
 // claiming the same slot. Two threads on one slot share its epoch pin: one

@@ -22,7 +22,7 @@ namespace {
 
 // Initial size of a new file: header, first log block, and room for a few
 // data blocks; it grows from there (Medium::Grow).
-constexpr uint64_t kInitialBytes = 64 * 1024;
+constexpr uint64_t kInitialBytes = 16 * 1024;
 // An interrupted creation never grew past its initial size, which was one
 // extent in earlier versions.
 constexpr uint64_t kMaxInterruptedCreationBytes = kExtentSize;
@@ -34,7 +34,15 @@ class FlockGuard {
     while (flock(fd_, op) != 0 && errno == EINTR) {
     }
   }
-  ~FlockGuard() { flock(fd_, LOCK_UN); }
+  ~FlockGuard() { Unlock(); }
+  // Before the descriptor is closed: unlocking a closed number could
+  // unlock a file another thread has just opened under it.
+  void Unlock() {
+    if (fd_ >= 0) flock(fd_, LOCK_UN);
+    fd_ = -1;
+  }
+  // The descriptor was closed by someone else (which dropped the lock).
+  void Forget() { fd_ = -1; }
 
  private:
   int fd_;
@@ -90,39 +98,35 @@ Status OpenPerFile(int host_fd, const std::string& path, bool create, Consistenc
   if (fd < 0) fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno("open " + path + " for mapping");
   struct stat st;
-  if (Status s = StatRegular(fd, path, &st); !s.ok()) {
-    close(fd);
-    return s;
-  }
   std::unique_ptr<Medium> medium;
   {
     // Creation holds the file exclusively; everybody else waits for it
     // while checking the header.
     FlockGuard lock(fd, create ? LOCK_EX : LOCK_SH);
-    if (fstat(fd, &st) != 0) {
+    auto reject = [&](Status s) {
+      lock.Unlock();
       close(fd);
-      return Status::FromErrno("fstat " + path);
-    }
+      return s;
+    };
+    if (Status s = StatRegular(fd, path, &st); !s.ok()) return reject(s);
     bool fresh = st.st_size == 0;
-    if (!fresh && !LooksLikeUpfs(fd) && create &&
-        uint64_t(st.st_size) <= kMaxInterruptedCreationBytes) {
+    bool upfs = !fresh && LooksLikeUpfs(fd);
+    if (!fresh && !upfs && create && uint64_t(st.st_size) <= kMaxInterruptedCreationBytes) {
       char buf[2 * kBlockSize];
       ssize_t r = pread(fd, buf, sizeof(buf), 0);
       fresh = r == ssize_t(sizeof(buf)) && IsInterruptedCreation(buf);
     }
-    if (st.st_size == 0 && !create) {
-      close(fd);
-      return Status::Error(EMEDIUMTYPE, path + ": empty file, not a upfs file");
+    if (st.st_size == 0 && !create)
+      return reject(Status::Error(EMEDIUMTYPE, path + ": empty file, not a upfs file"));
+    if (!fresh && !upfs)
+      return reject(Status::Error(EMEDIUMTYPE, path + ": not a upfs file (no upfs magic)"));
+    if (Status s = Medium::Open(fd, path, &medium); !s.ok()) {
+      lock.Forget();  // Medium::Open closed fd
+      return s;
     }
-    if (!fresh && !LooksLikeUpfs(fd)) {
-      close(fd);
-      return Status::Error(EMEDIUMTYPE, path + ": not a upfs file (no upfs magic)");
-    }
-    UPFS_RETURN_IF_ERROR(Medium::Open(fd, path, &medium));
     if (fresh) {
       if (!create) return Status::Error(EMEDIUMTYPE, path + ": not a upfs file");
       UPFS_RETURN_IF_ERROR(InitNewFile(medium.get(), consistency));
-      UPFS_RETURN_IF_ERROR(medium->RefreshCapacity());
     }
     UPFS_RETURN_IF_ERROR(ValidateHeader(medium->base(), medium->capacity()));
   }

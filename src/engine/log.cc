@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <new>
 #include <string>
 
 #include "util/crc32c.h"
@@ -14,13 +16,24 @@ using namespace format;
 // ---------------------------------------------------------------------------
 // BlockTable
 
+// Small arrays (every file starts with one) come from the heap: a fresh
+// anonymous mapping costs a page fault and an munmap, several microseconds
+// of every open. Large ones are mapped, so untouched parts take no memory.
+constexpr uint64_t kHeapArrayMaxBytes = 64 * 1024;
+
 BlockTable::Array* BlockTable::NewArray(uint64_t cap) {
   uint64_t entries = (sizeof(Array) + cap * sizeof(uint32_t) + 7) / 8 * 8;
   uint64_t group_words = (cap / kGroup + 64) / 64;
   uint64_t bytes = entries + group_words * 8;
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
+  void* p;
+  if (bytes <= kHeapArrayMaxBytes) {
+    p = calloc(1, bytes);
+    if (!p) throw std::bad_alloc();
+  } else {
+    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+             -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+  }
   auto* a = static_cast<Array*>(p);
   a->cap = cap;
   a->bytes = bytes;
@@ -28,7 +41,12 @@ BlockTable::Array* BlockTable::NewArray(uint64_t cap) {
   return a;
 }
 
-void BlockTable::FreeArray(Array* a) { munmap(a, a->bytes); }
+void BlockTable::FreeArray(Array* a) {
+  if (a->bytes <= kHeapArrayMaxBytes)
+    free(a);
+  else
+    munmap(a, a->bytes);
+}
 
 BlockTable::BlockTable() : arr_(NewArray(4096)) {}
 

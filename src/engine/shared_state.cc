@@ -19,7 +19,8 @@ namespace {
 
 constexpr uint64_t kShmMagic = 0x4d48535346505555ULL;  // "UUPFSSHM"
 constexpr uint32_t kShmVersion = 2;  // 2: tail_claim
-constexpr uint64_t kSlotsOffset = 4096;  // the header page
+constexpr uint64_t kPageBytes = 4096;
+constexpr uint64_t kSlotsOffset = kPageBytes;  // the header page
 constexpr uint64_t kBitmapOffset = kSlotsOffset + uint64_t(kMaxSlots) * sizeof(ShmSlot);
 constexpr uint64_t kBitmapBytes = format::kMaxBlocks / 8;
 constexpr uint64_t kShmBytes = kBitmapOffset + kBitmapBytes;
@@ -80,19 +81,28 @@ void SharedState::RemoveIfUnused(const Identity& id) {
     close(fd);
     return;
   }
+  // Read, not mapped: mapping the whole region and tearing it down costs
+  // more than the few slots a file ever has.
   bool live = true;
-  void* p = mmap(nullptr, kShmBytes, PROT_READ, MAP_SHARED | MAP_NORESERVE, fd, 0);
-  if (p != MAP_FAILED) {
-    auto* h = static_cast<const ShmHeader*>(p);
-    auto* slots = reinterpret_cast<const ShmSlot*>(static_cast<char*>(p) + kSlotsOffset);
-    live = false;
+  alignas(ShmHeader) unsigned char hbuf[sizeof(ShmHeader)];
+  if (pread(fd, hbuf, sizeof(hbuf), 0) == ssize_t(sizeof(hbuf))) {
+    const auto* h = reinterpret_cast<const ShmHeader*>(hbuf);
     uint64_t hi = std::min<uint64_t>(h->slots_high.load(), kMaxSlots);
-    for (uint32_t i = 0; i < hi && !live; ++i) {
+    live = false;
+    alignas(ShmSlot) unsigned char sbuf[64 * sizeof(ShmSlot)];
+    for (uint64_t first = 0; first < hi && !live; first += 64) {
+      uint64_t n = std::min<uint64_t>(64, hi - first);
+      ssize_t want = ssize_t(n * sizeof(ShmSlot));
+      if (pread(fd, sbuf, size_t(want), off_t(kSlotsOffset + first * sizeof(ShmSlot))) != want) {
+        live = true;  // unknown counts as live
+        break;
+      }
+      const auto* slots = reinterpret_cast<const ShmSlot*>(sbuf);
       // Every holder, this process included, holds its slot locks through
       // another open file description than fd: all of them conflict.
-      live = slots[i].in_use.load() && SlotLockHeldElsewhere(fd, i);
+      for (uint64_t i = 0; i < n && !live; ++i)
+        live = slots[i].in_use.load() && SlotLockHeldElsewhere(fd, uint32_t(first + i));
     }
-    munmap(p, kShmBytes);
   }
   if (!live) shm_unlink(name.c_str());
   close(fd);
@@ -120,9 +130,12 @@ Status SharedState::Open(const Identity& id, uint32_t host_mode, std::unique_ptr
   struct stat st;
   if (fstat(s->fd_, &st) != 0) return Status::FromErrno("fstat " + s->name_);
   if (uint64_t(st.st_size) != kShmBytes) {
-    // Sparse: only touched pages of the bitmap take memory.
-    if (ftruncate(s->fd_, 0) != 0 || ftruncate(s->fd_, off_t(kShmBytes)) != 0)
+    // Sparse: only touched pages of the bitmap take memory. Sized from
+    // empty, it reads as zeros everywhere: a rebuild need not clear it.
+    if ((st.st_size != 0 && ftruncate(s->fd_, 0) != 0) || ftruncate(s->fd_, off_t(kShmBytes)) != 0)
       return Status::FromErrno("size shared state " + s->name_);
+    s->dirty_slots_ = 0;
+    s->dirty_bitmap_bytes_ = 0;
   }
   s->map_len_ = kShmBytes;
   void* p = mmap(nullptr, kShmBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, s->fd_, 0);
@@ -136,6 +149,13 @@ Status SharedState::Open(const Identity& id, uint32_t host_mode, std::unique_ptr
   bool valid = h->magic == kShmMagic && h->version == kShmVersion &&
                h->ready.load(std::memory_order_acquire) == 1 && h->file_id == id.file_id &&
                h->created_ns == id.created_ns && h->host_dev == id.dev && h->host_ino == id.ino;
+  if (valid && s->dirty_slots_ != 0) {
+    // Bits are only ever set below the capacity, which only grows until a
+    // rebuild: what a rebuild must clear is bounded by both high marks.
+    s->dirty_slots_ = std::min<uint64_t>(h->slots_high.load(), kMaxSlots);
+    s->dirty_bitmap_bytes_ =
+        std::min<uint64_t>((h->capacity_blocks.load() + 7) / 8 + sizeof(uint64_t), kBitmapBytes);
+  }
   if (!valid) {
     h->ready.store(0, std::memory_order_relaxed);
     h->magic = kShmMagic;
@@ -155,7 +175,10 @@ Status SharedState::Open(const Identity& id, uint32_t host_mode, std::unique_ptr
 void SharedState::ResetForRebuild(uint64_t capacity_blocks) {
   hdr_->ready.store(0, std::memory_order_relaxed);
   // Dropping the pages zeroes the slots without faulting them all in.
-  madvise(reinterpret_cast<char*>(slots_), uint64_t(kMaxSlots) * sizeof(ShmSlot), MADV_REMOVE);
+  auto drop = [](void* from, uint64_t bytes) {
+    if (bytes) madvise(from, (bytes + kPageBytes - 1) / kPageBytes * kPageBytes, MADV_REMOVE);
+  };
+  drop(slots_, dirty_slots_ * sizeof(ShmSlot));
   hdr_->epoch.store(1, std::memory_order_relaxed);
   hdr_->compact_seq.store(0, std::memory_order_relaxed);
   hdr_->gc_owner.store(0, std::memory_order_relaxed);
@@ -163,8 +186,10 @@ void SharedState::ResetForRebuild(uint64_t capacity_blocks) {
   hdr_->alloc_hint.store(0, std::memory_order_relaxed);
   hdr_->slots_high.store(0, std::memory_order_relaxed);
   hdr_->tail_claim.store(0, std::memory_order_relaxed);
-  // Clear the whole bitmap by dropping its pages (they read back as zero).
-  madvise(reinterpret_cast<char*>(bitmap_), kBitmapBytes, MADV_REMOVE);
+  // Clear the bitmap by dropping its pages (they read back as zero).
+  drop(bitmap_, std::min<uint64_t>(dirty_bitmap_bytes_, kBitmapBytes));
+  dirty_slots_ = kMaxSlots;
+  dirty_bitmap_bytes_ = kBitmapBytes;
   hdr_->capacity_blocks.store(capacity_blocks, std::memory_order_relaxed);
 }
 

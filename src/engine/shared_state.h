@@ -136,6 +136,10 @@ class SharedState {
   ShmSlot* slots_ = nullptr;
   std::atomic<uint64_t>* bitmap_ = nullptr;
   bool open_locked_ = false;
+  // How much of the slots and the bitmap may be nonzero: what a rebuild
+  // clears (zero for a region sized just now).
+  uint64_t dirty_slots_ = kMaxSlots;
+  uint64_t dirty_bitmap_bytes_ = UINT64_MAX;
   // Threads of this process lock slots through one open file description,
   // where the locks do not conflict: claims within the process serialize here.
   std::mutex slot_mu_;

@@ -156,11 +156,14 @@ Status Medium::Open(int fd, const std::string& path, std::unique_ptr<Medium>* ou
 Status Medium::RefreshCapacity() {
   struct stat st;
   if (fstat(fd_, &st) != 0) return Status::FromErrno("fstat " + path_);
-  uint64_t cur = capacity_.load();
-  while (uint64_t(st.st_size) > cur &&
-         !capacity_.compare_exchange_weak(cur, uint64_t(st.st_size))) {
-  }
+  RaiseCapacity(uint64_t(st.st_size));
   return Status::OK();
+}
+
+void Medium::RaiseCapacity(uint64_t bytes) {
+  uint64_t cur = capacity_.load();
+  while (bytes > cur && !capacity_.compare_exchange_weak(cur, bytes)) {
+  }
 }
 
 Status Medium::Reserve(uint64_t bytes, char** out, uint64_t* len_out) {
@@ -270,7 +273,9 @@ Status Medium::Grow(uint64_t bytes) {
     if (rc == 0) rc = posix_fallocate(fd_, off_t(target - kPageSize), off_t(kPageSize));
   }
   if (rc != 0) return Status::Error(rc, "grow " + path_);
-  UPFS_RETURN_IF_ERROR(RefreshCapacity());
+  // The file is now at least `target` long (others may have grown it
+  // further: the next RefreshCapacity sees that).
+  RaiseCapacity(target);
   UPFS_RETURN_IF_ERROR(MapLocked(capacity()));
   if (huge) {
     // A pathologically slow collapse (memory that must be compacted first)

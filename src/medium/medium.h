@@ -95,6 +95,7 @@ class Medium {
 
  private:
   Medium(int fd, std::string path, MediumKind kind, bool read_only);
+  void RaiseCapacity(uint64_t bytes);
   Status MapLocked(uint64_t bytes);
   Status Reserve(uint64_t bytes, char** out, uint64_t* len);
   Status MapRange(char* base, uint64_t from, uint64_t to);
