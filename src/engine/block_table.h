@@ -25,6 +25,7 @@ struct Effect {
   std::vector<format::Run> runs; // lblock 0 = hole, kKeepBlock = unchanged
   SizeOp size_op = kNone;
   uint64_t new_size = 0;
+  bool grow_tail = false;  // from a kGrowTail entry: valid only at one size
 
   void Clear() {
     vblock = 0;
@@ -32,6 +33,7 @@ struct Effect {
     runs.clear();
     size_op = kNone;
     new_size = 0;
+    grow_tail = false;
   }
   // True if the effect can change the mapping of any block in [v0, v1).
   bool TouchesBlocks(uint64_t v0, uint64_t v1) const {

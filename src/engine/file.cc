@@ -221,10 +221,19 @@ Status File::CatchUp(ThreadCtx* c, BlockTable** out) {
     t = table_.load(std::memory_order_acquire);
     p = t->cursor();
   }
+  // A damaged entry is refused here exactly as a replay refuses it, and
+  // the cursor stays before it (re-applying the entries before it again is
+  // harmless: effects assign or take a maximum), so it is refused again.
+  Status bad;
   Status st = ScanCommitted(access_, &p, &c->scratch, [&](const Effect& e) {
+    if (e.grow_tail) {
+      bad = CheckGrowTail(*t, e, p.lblock, p.last);  // the scan is past the entry
+      if (!bad.ok()) return false;
+    }
     t->Apply(e);
     return true;
   });
+  if (!bad.ok()) return bad;
   t->set_cursor(p);
   *out = t;
   return st;

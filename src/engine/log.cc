@@ -268,6 +268,7 @@ Status DecodeEntry(const BlockAccess& ba, const LogBlock* b, uint32_t b_lblock, 
       eff->Clear();
       eff->new_size = GrowTailSize(e);
       eff->size_op = Effect::kMax;
+      eff->grow_tail = true;
       eff->vblock = uint32_t((eff->new_size - 1) >> kBlockShift);
       eff->nblocks = 1;
       eff->runs.push_back(Run{kKeepBlock, 1});
@@ -302,6 +303,19 @@ Status DecodeEntry(const BlockAccess& ba, const LogBlock* b, uint32_t b_lblock, 
   }
 }
 
+Status CheckGrowTail(const BlockTable& table, const Effect& eff, uint32_t lblock, uint32_t slot) {
+  // Written only by an append that found this exact size and a mapped tail
+  // block, with nothing committed in between (File::AppendInPlace).
+  const uint64_t size = table.size(), vt = size >> kBlockShift;
+  if ((size & (kBlockSize - 1)) == 0 || eff.new_size <= size ||
+      ((eff.new_size - 1) >> kBlockShift) != vt || table.Get(vt) == 0)
+    return Status::Corrupt(
+        "log entry " + std::to_string(slot) + " of log block " + std::to_string(lblock),
+        "in-place append to " + std::to_string(eff.new_size) +
+            " does not continue the tail block at size " + std::to_string(size));
+  return Status::OK();
+}
+
 Status ApplyLogBlock(const BlockAccess& ba, const LogBlock* b, uint32_t lblock, BlockTable* table,
                      std::vector<Run>* overflow, uint32_t* end_slot, uint64_t* entries,
                      uint32_t start_slot) {
@@ -320,18 +334,7 @@ Status ApplyLogBlock(const BlockAccess& ba, const LogBlock* b, uint32_t lblock, 
       if (uint16_t(w1 >> 48) & kPayloadOverflow)
         overflow->push_back(DecodeRun(b->slots[rs + 3].load(std::memory_order_relaxed)));
     }
-    if (KindOf(e) == EntryKind::kGrowTail) {
-      // Written only by an append that found this exact size and a mapped
-      // tail block, with nothing committed in between (File::AppendInPlace).
-      const uint64_t size = table->size(), vt = size >> kBlockShift;
-      if ((size & (kBlockSize - 1)) == 0 || eff.new_size <= size ||
-          ((eff.new_size - 1) >> kBlockShift) != vt || table->Get(vt) == 0)
-        return Status::Corrupt("log entry " + std::to_string(slot) + " of log block " +
-                                   std::to_string(lblock),
-                               "in-place append to " + std::to_string(eff.new_size) +
-                                   " does not continue the tail block at size " +
-                                   std::to_string(size));
-    }
+    if (has && eff.grow_tail) UPFS_RETURN_IF_ERROR(CheckGrowTail(*table, eff, lblock, slot));
     if (has) {
       UPFS_RETURN_IF_ERROR(table->Apply(eff));
       ++*entries;

@@ -65,6 +65,10 @@ Status CheckLogBlock(const BlockAccess& ba, uint32_t lblock, uint64_t seq,
 // Applies every committed entry of one log block to `table`, collecting the
 // overflow runs its entries own; *end_slot receives the first empty slot
 // (kSlotsPerLogBlock if the block is full).
+// A kGrowTail effect continues the tail block of `table` (which has every
+// entry before it applied); EUCLEAN naming the entry otherwise.
+Status CheckGrowTail(const BlockTable& table, const Effect& eff, uint32_t lblock, uint32_t slot);
+
 Status ApplyLogBlock(const BlockAccess& ba, const format::LogBlock* b, uint32_t lblock,
                      BlockTable* table, std::vector<format::Run>* overflow, uint32_t* end_slot,
                      uint64_t* entries, uint32_t start_slot = 0);
