@@ -3,6 +3,7 @@
 // modes (strict and sync), which have the same single-thread semantics.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <signal.h>
@@ -10,9 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/inspect.h"
@@ -544,6 +547,7 @@ TEST_P(ApiTest, StatHostFdWithoutOpening) {
   EXPECT_EQ(got.st_size, 50001);
   EXPECT_EQ(got.st_blocks, want.st_blocks);
   ASSERT_EQ(upfs_close(fd), 0);
+  upfs_drop_closed_files();  // not even parked
   // Not open: read from the log.
   ASSERT_EQ(upfs_stat_if_open(&got, nullptr), 0) << "the file is still open";
   std::memset(&got, 0, sizeof(got));
@@ -1118,6 +1122,169 @@ TEST_F(ApiPlainTest, CreateHonoursMode) {
   struct stat st;
   ASSERT_EQ(::stat(a.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0640u);
+}
+
+
+// ---------------------------------------------------------------------------
+// Parked files: the last close keeps the File for reuse (posix/parked_files.h).
+
+// Whether the shared-state object of the file with this host identity exists
+// (/dev/shm/upfs-<file id>-<dev>-<ino>).
+bool SharedStateExists(const struct stat& host) {
+  char suffix[64];
+  std::snprintf(suffix, sizeof(suffix), "-%lx-%lx", (unsigned long)host.st_dev,
+                (unsigned long)host.st_ino);
+  DIR* d = opendir("/dev/shm");
+  if (!d) return false;
+  bool found = false;
+  const size_t n = std::strlen(suffix);
+  while (struct dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.rfind("upfs-", 0) == 0 && name.size() > n && name.compare(name.size() - n, n, suffix) == 0)
+      found = true;
+  }
+  closedir(d);
+  return found;
+}
+
+// Descriptors of this process on files under dir (deleted ones included).
+int DescriptorsUnder(const std::string& dir) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int n = 0;
+  while (struct dirent* e = readdir(d)) {
+    char link[4096];
+    std::string p = std::string("/proc/self/fd/") + e->d_name;
+    ssize_t len = readlink(p.c_str(), link, sizeof(link) - 1);
+    if (len <= 0) continue;
+    link[len] = '\0';
+    if (std::string(link).rfind(dir + "/", 0) == 0) ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+// Parking on (the default): these tests are about it.
+bool ParkingOff() {
+  const char* v = getenv("UPFS_PARKED_FILES");
+  return v && std::string(v) == "0";
+}
+
+int WriteAndClose(const std::string& path, const Bytes& data) {
+  int fd = upfs_open(path.c_str(), O_CREAT | O_RDWR, 0644);
+  if (fd < 0) return -1;
+  if (upfs_pwrite(fd, data.data(), data.size(), 0) != ssize_t(data.size())) return -1;
+  return upfs_close(fd);
+}
+
+// Runs fn in a forked child; true if it returned true there.
+template <typename Fn>
+bool InChild(Fn fn) {
+  pid_t pid = fork();
+  if (pid < 0) return false;
+  if (pid == 0) _exit(fn() ? 0 : 1);
+  int status = 0;
+  return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// A parked file of the test's (the test would prove nothing without one).
+void ExpectParked(const std::string& path, struct stat* host) {
+  ASSERT_EQ(::stat(path.c_str(), host), 0);
+  ASSERT_EQ(upfs_stat_if_open(host, nullptr), 1) << "not parked";
+}
+
+TEST(ParkedFiles, ReopenSeesWhatAnotherProcessWroteMeanwhile) {
+  if (ParkingOff()) GTEST_SKIP() << "UPFS_PARKED_FILES=0";
+  TempDir d;
+  const std::string path = d.File("p");
+  ASSERT_EQ(WriteAndClose(path, Pattern(10000, 1)), 0) << upfs_last_error();
+  struct stat host;
+  ExpectParked(path, &host);
+  Bytes other = Pattern(30000, 2);
+  ASSERT_TRUE(InChild([&] { return WriteAndClose(path, other) == 0; }));
+  int fd = upfs_open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0) << upfs_last_error();
+  Bytes got;
+  ASSERT_TRUE(upfs_test::UpfsReadAll(fd, &got));
+  EXPECT_TRUE(got == other) << "reopened parked file shows stale content (" << got.size() << " bytes)";
+  EXPECT_EQ(upfs_close(fd), 0);
+}
+
+TEST(ParkedFiles, UnlinkAndRenameByThisProcessRemoveSharedStateAtOnce) {
+  TempDir d;
+  const std::string a = d.File("a"), b = d.File("b");
+  for (bool rename_over : {false, true}) {
+    ASSERT_EQ(WriteAndClose(a, Pattern(5000, 3)), 0) << upfs_last_error();
+    struct stat host;
+    ASSERT_EQ(::stat(a.c_str(), &host), 0);
+    ASSERT_TRUE(SharedStateExists(host));
+    if (rename_over) {
+      ASSERT_EQ(WriteAndClose(b, Pattern(100, 4)), 0);
+      ASSERT_EQ(upfs_renameat2(AT_FDCWD, b.c_str(), AT_FDCWD, a.c_str(), 0), 0) << upfs_last_error();
+    } else {
+      ASSERT_EQ(upfs_unlink(a.c_str()), 0) << upfs_last_error();
+    }
+    EXPECT_FALSE(SharedStateExists(host)) << (rename_over ? "rename over" : "unlink");
+    if (rename_over) {
+      ASSERT_EQ(upfs_unlink(a.c_str()), 0);
+    }
+    EXPECT_EQ(DescriptorsUnder(d.path()), 0) << "the removed file is still held";
+  }
+}
+
+TEST(ParkedFiles, UnlinkByAnotherProcessFreesTheFileSoon) {
+  if (ParkingOff()) GTEST_SKIP() << "UPFS_PARKED_FILES=0";
+  TempDir d;
+  const std::string path = d.File("u");
+  ASSERT_EQ(WriteAndClose(path, Pattern(200000, 5)), 0) << upfs_last_error();
+  struct stat host;
+  ExpectParked(path, &host);
+  ASSERT_EQ(DescriptorsUnder(d.path()), 1);
+  ASSERT_TRUE(InChild([&] { return upfs_unlink(path.c_str()) == 0; }));
+  // Parked for at most a second: then space and shared state go, without
+  // this process calling upfs again. (The bound below is generous: the
+  // test checks that it happens, not how fast.)
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((DescriptorsUnder(d.path()) != 0 || SharedStateExists(host)) &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(DescriptorsUnder(d.path()), 0) << "the unlinked file is still held open";
+  EXPECT_FALSE(SharedStateExists(host)) << "its shared state was left behind";
+}
+
+TEST(ParkedFiles, AtMostTheLimitAreKeptAndDropReleasesThem) {
+  if (ParkingOff()) GTEST_SKIP() << "UPFS_PARKED_FILES=0";
+  TempDir d;
+  for (int i = 0; i < 40; ++i)
+    ASSERT_EQ(WriteAndClose(d.File("f" + std::to_string(i)), Pattern(100, 6)), 0) << upfs_last_error();
+  int held = DescriptorsUnder(d.path());
+  EXPECT_GT(held, 0);
+  EXPECT_LE(held, 16);
+  EXPECT_EQ(upfs_drop_closed_files(), 0);
+  EXPECT_EQ(DescriptorsUnder(d.path()), 0);
+  // Every file reopens (freshly) with its content.
+  for (int i = 0; i < 40; ++i) {
+    int fd = upfs_open(d.File("f" + std::to_string(i)).c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0) << upfs_last_error();
+    Bytes got;
+    ASSERT_TRUE(upfs_test::UpfsReadAll(fd, &got));
+    EXPECT_TRUE(got == Pattern(100, 6));
+    upfs_close(fd);
+  }
+}
+
+// A file changed behind upfs's back while parked is judged by a fresh open,
+// not served from the parked state.
+TEST(ParkedFiles, ReopenOfAFileOverwrittenByOtherMeansIsRefused) {
+  TempDir d;
+  const std::string path = d.File("o");
+  ASSERT_EQ(WriteAndClose(path, Pattern(9000, 7)), 0) << upfs_last_error();
+  int h = open(path.c_str(), O_WRONLY | O_TRUNC);
+  ASSERT_GE(h, 0);
+  ASSERT_EQ(write(h, "plain text\n", 11), 11);
+  close(h);
+  EXPECT_EQ(upfs_open(path.c_str(), O_RDWR), -1);
+  EXPECT_EQ(errno, EMEDIUMTYPE) << upfs_last_error();
 }
 
 }  // namespace

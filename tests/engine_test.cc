@@ -304,7 +304,9 @@ void AppendRawLogEntry(const std::string& path, uint64_t entry) {
 
 // A kGrowTail entry is only ever written by an append that found the
 // current size inside a mapped tail block; one that does not continue the
-// tail block is damage, reported at open (not a silently grown file).
+// tail block is damage, reported at open (not a silently grown file): by a
+// fresh open, by the reopen of a file this process parked at close, and by
+// the next operation on a file open while the entry appears.
 TEST(Corruption, GrowTailThatDoesNotContinueTheTailBlockIsRefused) {
   TempDir dir;
   struct Case {
@@ -321,30 +323,49 @@ TEST(Corruption, GrowTailThatDoesNotContinueTheTailBlockIsRefused) {
       {"from a block-aligned size", 8192, 8200, false},
       {"far past the end", 10000, uint64_t(1) << 40, false},
   };
+  enum class When { kFreshOpen, kReopenParked, kWhileOpen };
   int n = 0;
-  for (const Case& k : cases) {
-    std::string path = dir.File("g" + std::to_string(n++));
-    int fd = upfs_open(path.c_str(), O_CREAT | O_RDWR, 0644);
-    ASSERT_GE(fd, 0) << upfs_last_error();
-    std::vector<char> data(k.size_before, 'x');
-    ASSERT_EQ(upfs_write(fd, data.data(), data.size()), ssize_t(data.size()));
-    ASSERT_EQ(upfs_close(fd), 0);
-    AppendRawLogEntry(path, EncodeGrowTail(k.grow_to));
-    fd = upfs_open(path.c_str(), O_RDONLY);
-    if (k.valid) {
-      ASSERT_GE(fd, 0) << k.what << ": " << upfs_last_error();
+  for (When when : {When::kFreshOpen, When::kReopenParked, When::kWhileOpen}) {
+    for (const Case& k : cases) {
+      const std::string what = std::string(k.what) + (when == When::kFreshOpen      ? " (fresh open)"
+                                                      : when == When::kReopenParked ? " (parked)"
+                                                                                    : " (while open)");
+      std::string path = dir.File("g" + std::to_string(n++));
+      int fd = upfs_open(path.c_str(), O_CREAT | O_RDWR, 0644);
+      ASSERT_GE(fd, 0) << upfs_last_error();
+      std::vector<char> data(k.size_before, 'x');
+      ASSERT_EQ(upfs_write(fd, data.data(), data.size()), ssize_t(data.size()));
+      if (when != When::kWhileOpen) {
+        ASSERT_EQ(upfs_close(fd), 0);
+        if (when == When::kFreshOpen) upfs_drop_closed_files();
+      }
+      AppendRawLogEntry(path, EncodeGrowTail(k.grow_to));
+      if (when != When::kWhileOpen) fd = upfs_open(path.c_str(), O_RDONLY);
       struct stat st;
-      ASSERT_EQ(upfs_fstat(fd, &st), 0);
-      EXPECT_EQ(uint64_t(st.st_size), k.grow_to) << k.what;
-      upfs_close(fd);
-    } else {
-      EXPECT_LT(fd, 0) << k.what << ": opened a file whose log is damaged";
+      if (k.valid) {
+        ASSERT_GE(fd, 0) << what << ": " << upfs_last_error();
+        ASSERT_EQ(upfs_fstat(fd, &st), 0) << what << ": " << upfs_last_error();
+        EXPECT_EQ(uint64_t(st.st_size), k.grow_to) << what;
+        upfs_close(fd);
+        continue;
+      }
+      if (when == When::kWhileOpen) {
+        for (int again = 0; again < 2; ++again) {  // refused every time, not skipped
+          EXPECT_EQ(upfs_fstat(fd, &st), -1) << what << ": grew the file to " << st.st_size;
+          EXPECT_EQ(errno, EUCLEAN) << what;
+          EXPECT_NE(std::string(upfs_last_error()).find("tail block"), std::string::npos)
+              << what << ": " << upfs_last_error();
+        }
+        upfs_close(fd);
+        continue;
+      }
+      EXPECT_LT(fd, 0) << what << ": opened a file whose log is damaged";
       if (fd >= 0) {
         upfs_close(fd);
       } else {
-        EXPECT_EQ(errno, EUCLEAN) << k.what;
+        EXPECT_EQ(errno, EUCLEAN) << what;
         EXPECT_NE(std::string(upfs_last_error()).find("tail block"), std::string::npos)
-            << k.what << ": " << upfs_last_error();
+            << what << ": " << upfs_last_error();
       }
     }
   }

@@ -1233,11 +1233,16 @@ class Torture {
       err(Fmt("InspectFile before reopening: %u live processes, all workers are dead", before.live_processes));
 
     Bytes data;
+    // A fresh open, which rebuilds the shared state (nobody else is alive),
+    // not the File this process parked when it last closed the file; and
+    // after the close, no user left.
+    upfs_drop_closed_files();
     int fd = upfs_open(c_.path.c_str(), O_RDONLY);
     if (fd < 0) return label + ": reopen failed: " + upfs_last_error() + " " + upfs_test::ErrnoText(errno);
     bool ok = upfs_test::UpfsReadAll(fd, &data);
     std::string rerr = ok ? "" : std::string("read failed: ") + upfs_last_error();
     if (upfs_close(fd) != 0 && ok) rerr = std::string("close failed: ") + upfs_last_error();
+    upfs_drop_closed_files();
     if (!rerr.empty()) return label + ": " + rerr;
 
     uint64_t size = data.size();

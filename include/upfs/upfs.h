@@ -64,6 +64,14 @@ int upfs_fstat(int fd, struct stat *st);
  * needed for correctness; benchmarks call it after filling a file. */
 int upfs_settle(int fd);
 
+/* The last close of a upfs file keeps its mapping and state in the process
+ * for up to a second (at most UPFS_PARKED_FILES files, default 16; 0 turns
+ * this off), so that reopening it costs what the kernel's open does. This
+ * lets them go now: for a caller that is about to change the file by other
+ * means than upfs (a damaged-file test, say) or needs no user of it left.
+ * Returns 0. */
+int upfs_drop_closed_files(void);
+
 /* unlink(2) that also removes the file's shared allocation state. */
 int upfs_unlink(const char *path);
 

@@ -30,6 +30,7 @@
 #include "engine/inspect.h"
 #include "engine/shared_state.h"
 #include "posix/op_guard.h"
+#include "posix/file_registry.h"
 
 namespace upfs {
 namespace {
@@ -52,15 +53,6 @@ int FailErrno(int err, const char* msg) {
 }
 
 std::atomic<int> g_default_consistency{int(format::Consistency::kStrict)};
-
-// One engine File per (device, inode) in this process.
-struct FileKey {
-  dev_t dev;
-  ino_t ino;
-  bool operator<(const FileKey& o) const { return dev != o.dev ? dev < o.dev : ino < o.ino; }
-};
-std::mutex g_files_mu;
-std::map<FileKey, std::weak_ptr<File>> g_files;
 
 // An open file description: what descriptors made by dup share, as in the
 // kernel (offset, access mode and O_APPEND, flock locks).
@@ -136,30 +128,12 @@ int OpenOnHostFd(int fd, const char* path, int flags, format::Consistency consis
     if (ftruncate(fd, 0) != 0) return fail(Status::FromErrno("truncate"));
   }
   std::shared_ptr<File> file;
-  {
-    std::lock_guard<std::mutex> g(g_files_mu);
-    FileKey key{st.st_dev, st.st_ino};
-    auto it = g_files.find(key);
-    if (it != g_files.end()) {
-      file = it->second.lock();
-      if (!file) g_files.erase(it);
-    }
-    // Drop entries of files closed since (amortized: when the map doubled).
-    static size_t sweep_at = 64;
-    if (g_files.size() >= sweep_at) {
-      std::erase_if(g_files, [](const auto& kv) { return kv.second.expired(); });
-      sweep_at = std::max<size_t>(64, 2 * g_files.size());
-    }
-    if (!file) {
-      std::unique_ptr<File> f;
-      Status s = OpenPerFile(fd, path, create, consistency, &f);
-      if (!s.ok()) return fail(s);
-      file = std::shared_ptr<File>(f.release());
-      g_files[key] = file;
-    }
-  }
+  Status s = AcquireFile(st, [&](std::unique_ptr<File>* f) {
+    return OpenPerFile(fd, path, create, consistency, f);
+  }, &file);
+  if (!s.ok()) return fail(s);
   if ((flags & O_TRUNC) && acc != O_RDONLY) {
-    Status s = file->Truncate(0);
+    s = file->Truncate(0);
     if (!s.ok()) return fail(s);
   }
   auto* of = new OpenFile();
@@ -190,13 +164,6 @@ int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consi
   return OpenOnHostFd(fd, path, flags, consistency, true);
 }
 
-// The engine File of (dev, ino) if this process has it open.
-std::shared_ptr<File> OpenFileOf(dev_t dev, ino_t ino) {
-  std::lock_guard<std::mutex> g(g_files_mu);
-  auto it = g_files.find(FileKey{dev, ino});
-  return it == g_files.end() ? nullptr : it->second.lock();
-}
-
 // The identity of the upfs file at dirfd/path if it is a upfs file with a
 // single link (its shared state goes with that link), read from the open
 // File if there is one: opening and closing the file here would drop the
@@ -207,7 +174,7 @@ bool LastLinkIdentity(int dirfd, const char* path, SharedState::Identity* id) {
       st.st_nlink != 1 || st.st_size < off_t(format::kBlockSize) ||
       st.st_size % off_t(format::kBlockSize) != 0)
     return false;
-  if (std::shared_ptr<File> f = OpenFileOf(st.st_dev, st.st_ino)) {
+  if (std::shared_ptr<File> f = FindFile(st)) {
     *id = f->shared()->identity();
     return true;
   }
@@ -226,6 +193,7 @@ bool LastLinkIdentity(int dirfd, const char* path, SharedState::Identity* id) {
 // child re-opens every inherited upfs file and leaks the inherited objects
 // (destroying them would return the parent's blocks to the shared bitmap).
 void ReopenAfterFork() {
+  ForgetRegistryInChild();
   std::map<const File*, std::shared_ptr<File>> fresh;
   std::map<const Description*, bool> done;  // dup'ed descriptors share one
   for (int p = 0; p < kPages; ++p) {
@@ -244,7 +212,7 @@ void ReopenAfterFork() {
         std::unique_ptr<File> f;
         std::string self = "/proc/self/fd/" + std::to_string(of->fd);
         Status st = OpenPerFile(of->fd, self, false, of->d->file->consistency(), &f);
-        std::shared_ptr<File> nf(f.release());
+        std::shared_ptr<File> nf = f ? AdoptFileInChild(std::move(f)) : nullptr;
         it = fresh.emplace(old, nf).first;
       }
       of->d->file->shared()->DetachAfterFork();
@@ -258,23 +226,11 @@ void ReopenAfterFork() {
       }
     }
   }
-  // The parent's registry entries point at leaked objects.
-  new std::map<FileKey, std::weak_ptr<File>>(std::move(g_files));
-  g_files.clear();
-  for (auto& [old, nf] : fresh) {
-    if (!nf) continue;
-    struct stat st;
-    if (fstat(nf->medium()->fd(), &st) == 0) g_files[FileKey{st.st_dev, st.st_ino}] = nf;
-  }
 }
 
 struct AtForkRegistration {
   AtForkRegistration() {
-    pthread_atfork([] { g_files_mu.lock(); }, [] { g_files_mu.unlock(); },
-                   [] {
-                     new (&g_files_mu) std::mutex();
-                     ReopenAfterFork();
-                   });
+    pthread_atfork(LockRegistryForFork, UnlockRegistryInParent, ReopenAfterFork);
   }
 } g_atfork_registration;
 
@@ -498,11 +454,20 @@ int upfs_unlinkat(int dirfd, const char* path) {
   SharedState::Identity id{};
   bool last_link = LastLinkIdentity(dirfd, path, &id);
   if (unlinkat(dirfd, path, 0) != 0) return FailErrno(errno, "unlink failed");
-  if (last_link) SharedState::RemoveIfUnused(id);
+  if (last_link) {
+    // A parked File of it would keep its space and shared state.
+    DropParkedFile(dev_t(id.dev), ino_t(id.ino));
+    SharedState::RemoveIfUnused(id);
+  }
   return 0;
 }
 
 int upfs_unlink(const char* path) { return upfs_unlinkat(AT_FDCWD, path); }
+
+int upfs_drop_closed_files(void) {
+  DropAllParkedFiles();
+  return 0;
+}
 
 int upfs_renameat2(int olddirfd, const char* oldpath, int newdirfd, const char* newpath,
                    unsigned int flags) {
@@ -519,13 +484,16 @@ int upfs_renameat2(int olddirfd, const char* oldpath, int newdirfd, const char* 
   }
   if (renameat2(olddirfd, oldpath, newdirfd, newpath, flags) != 0)
     return FailErrno(errno, "rename failed");
-  if (replaced) SharedState::RemoveIfUnused(id);
+  if (replaced) {
+    DropParkedFile(dev_t(id.dev), ino_t(id.ino));
+    SharedState::RemoveIfUnused(id);
+  }
   return 0;
 }
 
 int upfs_stat_if_open(const struct stat* host, struct stat* out) {
   if (!host) return FailErrno(EFAULT, "null stat");
-  std::shared_ptr<File> f = OpenFileOf(host->st_dev, host->st_ino);
+  std::shared_ptr<File> f = FindFile(*host);
   if (!f) return 0;
   if (!out) return 1;
   OpGuard g;
