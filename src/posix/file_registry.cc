@@ -21,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 
 // Long enough to cover a program's reopen of a file it just closed, short
 // enough that a closed file is soon closed for other processes too (their
-// unlink frees its space, upfs convert finds it unused).
+// unlink frees its space, their next open may rebuild the shared state).
 constexpr auto kParkFor = std::chrono::seconds(1);
 constexpr size_t kDefaultParked = 16;
 constexpr size_t kMaxParked = 1024;
