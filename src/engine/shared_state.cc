@@ -18,10 +18,14 @@ namespace upfs {
 namespace {
 
 constexpr uint64_t kShmMagic = 0x4d48535346505555ULL;  // "UUPFSSHM"
-constexpr uint32_t kShmVersion = 2;  // 2: tail_claim
+constexpr uint32_t kShmVersion = 3;  // 2: tail_claim; 3: slots in the header's page
 constexpr uint64_t kPageBytes = 4096;
-constexpr uint64_t kSlotsOffset = kPageBytes;  // the header page
-constexpr uint64_t kBitmapOffset = kSlotsOffset + uint64_t(kMaxSlots) * sizeof(ShmSlot);
+// The first slots share the header's page: every new file touches (and the
+// kernel allocates and zeroes) one shared page less.
+constexpr uint64_t kSlotsOffset = 512;
+static_assert(sizeof(ShmHeader) <= kSlotsOffset);
+constexpr uint64_t kBitmapOffset =
+    (kSlotsOffset + uint64_t(kMaxSlots) * sizeof(ShmSlot) + kPageBytes - 1) / kPageBytes * kPageBytes;
 constexpr uint64_t kBitmapBytes = format::kMaxBlocks / 8;
 constexpr uint64_t kShmBytes = kBitmapOffset + kBitmapBytes;
 // Lock bytes live far beyond the data so they never overlap it.
@@ -178,7 +182,12 @@ void SharedState::ResetForRebuild(uint64_t capacity_blocks) {
   auto drop = [](void* from, uint64_t bytes) {
     if (bytes) madvise(from, (bytes + kPageBytes - 1) / kPageBytes * kPageBytes, MADV_REMOVE);
   };
-  drop(slots_, dirty_slots_ * sizeof(ShmSlot));
+  // The slots in the header's page are cleared by hand (dropping that page
+  // would drop the header), the others by dropping their pages.
+  const uint64_t slot_bytes = dirty_slots_ * sizeof(ShmSlot);
+  const uint64_t in_header_page = std::min<uint64_t>(slot_bytes, kPageBytes - kSlotsOffset);
+  std::memset(static_cast<void*>(slots_), 0, in_header_page);
+  drop(reinterpret_cast<char*>(slots_) + (kPageBytes - kSlotsOffset), slot_bytes - in_header_page);
   hdr_->epoch.store(1, std::memory_order_relaxed);
   hdr_->compact_seq.store(0, std::memory_order_relaxed);
   hdr_->gc_owner.store(0, std::memory_order_relaxed);

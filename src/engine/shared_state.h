@@ -56,7 +56,7 @@ struct ShmHeader {
   // | slot + 1, 0 = nobody. See File::AppendInPlace.
   alignas(64) std::atomic<uint64_t> tail_claim;
 };
-static_assert(sizeof(ShmHeader) <= 4096);
+static_assert(sizeof(ShmHeader) <= 512);  // the slots follow at 512
 
 class SharedState {
  public:
