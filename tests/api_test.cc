@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -1285,6 +1286,36 @@ TEST(ParkedFiles, ReopenOfAFileOverwrittenByOtherMeansIsRefused) {
   close(h);
   EXPECT_EQ(upfs_open(path.c_str(), O_RDWR), -1);
   EXPECT_EQ(errno, EMEDIUMTYPE) << upfs_last_error();
+}
+
+
+// A descriptor closed while another thread's call is using it is freed when
+// that call ends, not at some later close: until then the file stays open
+// (other processes see a user; an unlinked file keeps its space).
+TEST(ParkedFiles, CloseDuringAnotherThreadsCallFreesTheFileWhenTheCallEnds) {
+  TempDir d;
+  for (int round = 0; round < 20; ++round) {
+    const std::string path = d.File("c" + std::to_string(round));
+    int fd = upfs_open(path.c_str(), O_CREAT | O_RDWR, 0644);
+    ASSERT_GE(fd, 0) << upfs_last_error();
+    Bytes data = Pattern(1 << 20, 9);
+    ASSERT_EQ(upfs_pwrite(fd, data.data(), data.size(), 0), ssize_t(data.size()));
+    std::atomic<bool> stop{false};
+    std::atomic<int> reads{0};
+    std::thread reader([&] {
+      Bytes buf(1 << 20);
+      // Reads until the descriptor is gone (EBADF) and told to stop.
+      while (upfs_pread(fd, buf.data(), buf.size(), 0) >= 0 || !stop.load()) ++reads;
+    });
+    while (reads.load() < 3) std::this_thread::yield();
+    ASSERT_EQ(upfs_close(fd), 0);
+    stop = true;
+    reader.join();
+    // No upfs_close since: only the end of the reader's calls can have
+    // freed the descriptor, and with it the File (parked, then dropped).
+    upfs_drop_closed_files();
+    ASSERT_EQ(DescriptorsUnder(d.path()), 0) << "round " << round << ": the closed file is still open";
+  }
 }
 
 }  // namespace

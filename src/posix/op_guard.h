@@ -20,8 +20,8 @@ class OpGuard {
   OpThreadRecord* rec_;  // null when nested in another guard
 };
 
-// Runs `free_fn` once every call that began before this one has ended
-// (at once if none is running).
+// Runs `free_fn` once every call that began before this one has ended:
+// at once if none is running, else at the end of the last of them.
 void RetireAfterOps(std::function<void()> free_fn);
 
 }  // namespace upfs
