@@ -1231,6 +1231,21 @@ TEST(ParkedFiles, UnlinkAndRenameByThisProcessRemoveSharedStateAtOnce) {
     }
     EXPECT_EQ(DescriptorsUnder(d.path()), 0) << "the removed file is still held";
   }
+  // Unlinked while open: the shared state stays while the file is open and
+  // goes with the last close (which does not park a file without links).
+  int fd = upfs_open(a.c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(fd, 0) << upfs_last_error();
+  ASSERT_EQ(upfs_pwrite(fd, "x", 1, 0), 1);
+  struct stat host;
+  ASSERT_EQ(::stat(a.c_str(), &host), 0);
+  ASSERT_EQ(upfs_unlink(a.c_str()), 0) << upfs_last_error();
+  EXPECT_TRUE(SharedStateExists(host)) << "removed under a user";
+  char c = 0;
+  EXPECT_EQ(upfs_pread(fd, &c, 1, 0), 1);
+  EXPECT_EQ(c, 'x');
+  ASSERT_EQ(upfs_close(fd), 0);
+  EXPECT_FALSE(SharedStateExists(host)) << "left behind by the last close";
+  EXPECT_EQ(DescriptorsUnder(d.path()), 0);
 }
 
 TEST(ParkedFiles, UnlinkByAnotherProcessFreesTheFileSoon) {

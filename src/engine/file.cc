@@ -102,10 +102,8 @@ File::~File() {
   }
   // The last user of an unlinked file removes its shared state.
   struct stat st;
-  bool unlinked = fstat(medium_->fd(), &st) == 0 && st.st_nlink == 0;
-  SharedState::Identity id = shared_->identity();
+  if (fstat(medium_->fd(), &st) == 0 && st.st_nlink == 0) shared_->RemoveIfNoOtherUser();
   shared_.reset();
-  if (unlinked) SharedState::RemoveIfUnused(id);
 }
 
 Status File::Open(std::unique_ptr<Medium> medium, std::unique_ptr<SharedState> shared,

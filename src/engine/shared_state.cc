@@ -112,6 +112,17 @@ void SharedState::RemoveIfUnused(const Identity& id) {
   close(fd);
 }
 
+void SharedState::RemoveIfNoOtherUser() {
+  if (fd_ < 0) return;  // a fork child's copy: the state is the parent's
+  if (OfdLock(fd_, F_WRLCK, kOpenLockByte, true) != 0) return;
+  bool live = false;
+  uint64_t hi = std::min<uint64_t>(hdr_->slots_high.load(), kMaxSlots);
+  for (uint32_t i = 0; i < hi && !live; ++i)
+    live = slots_[i].in_use.load() && SlotLockHeldElsewhere(fd_, i);
+  if (!live) shm_unlink(name_.c_str());
+  OfdLock(fd_, F_UNLCK, kOpenLockByte, false);
+}
+
 SharedState::~SharedState() {
   if (map_) munmap(map_, map_len_);
   if (fd_ >= 0) close(fd_);  // drops every OFD lock of this process

@@ -112,6 +112,10 @@ class SharedState {
   // let a later opener of the same inode (a fork child, /proc/PID/fd)
   // rebuild a second, conflicting allocation state.
   static void RemoveIfUnused(const Identity& id);
+  // The same, by this process's last user of the file, after it released
+  // its slots: through the descriptor it already has (no open), and only
+  // other processes' slots count.
+  void RemoveIfNoOtherUser();
   const Identity& identity() const { return id_; }
   // Takes, through lock_fd (a descriptor of the shared-state file), the
   // lock that one process at a time holds while it has a shared writable

@@ -454,11 +454,9 @@ int upfs_unlinkat(int dirfd, const char* path) {
   SharedState::Identity id{};
   bool last_link = LastLinkIdentity(dirfd, path, &id);
   if (unlinkat(dirfd, path, 0) != 0) return FailErrno(errno, "unlink failed");
-  if (last_link) {
-    // A parked File of it would keep its space and shared state.
-    DropParkedFile(dev_t(id.dev), ino_t(id.ino));
-    SharedState::RemoveIfUnused(id);
-  }
+  // A parked File of it would keep its space and shared state; destroying
+  // it removes the shared state if nobody else uses the file.
+  if (last_link && !DropParkedFile(dev_t(id.dev), ino_t(id.ino))) SharedState::RemoveIfUnused(id);
   return 0;
 }
 
@@ -484,10 +482,7 @@ int upfs_renameat2(int olddirfd, const char* oldpath, int newdirfd, const char* 
   }
   if (renameat2(olddirfd, oldpath, newdirfd, newpath, flags) != 0)
     return FailErrno(errno, "rename failed");
-  if (replaced) {
-    DropParkedFile(dev_t(id.dev), ino_t(id.ino));
-    SharedState::RemoveIfUnused(id);
-  }
+  if (replaced && !DropParkedFile(dev_t(id.dev), ino_t(id.ino))) SharedState::RemoveIfUnused(id);
   return 0;
 }
 

@@ -194,10 +194,13 @@ std::shared_ptr<File> FindFile(const struct stat& host) {
   return out;
 }
 
-void DropParkedFile(dev_t dev, ino_t ino) {
+bool DropParkedFile(dev_t dev, ino_t ino) {
   Registry* r = Reg();
   std::lock_guard<std::mutex> g(r->mu);
-  TakeParkedLocked(r, FileKey{dev, ino}).reset();
+  std::unique_ptr<File> f = TakeParkedLocked(r, FileKey{dev, ino});
+  bool found = f != nullptr;
+  f.reset();  // under the lock, as every File's destruction
+  return found;
 }
 
 void DropAllParkedFiles() {

@@ -46,8 +46,8 @@ Status AcquireFile(const struct stat& host,
 // The File of the inode if this process has it open or parked; null if not.
 std::shared_ptr<File> FindFile(const struct stat& host);
 
-// Destroys the parked File of the inode, if there is one.
-void DropParkedFile(dev_t dev, ino_t ino);
+// Destroys the parked File of the inode, if there is one (true then).
+bool DropParkedFile(dev_t dev, ino_t ino);
 
 // Destroys every parked File.
 void DropAllParkedFiles();
