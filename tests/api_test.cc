@@ -1178,14 +1178,14 @@ int WriteAndClose(const std::string& path, const Bytes& data) {
   return upfs_close(fd);
 }
 
-// Runs fn in a forked child; true if it returned true there.
+// Runs fn in a forked child; how the child ended ("exit 0" if fn returned
+// true there).
 template <typename Fn>
-bool InChild(Fn fn) {
+std::string InChild(Fn fn) {
   pid_t pid = fork();
-  if (pid < 0) return false;
+  if (pid < 0) return std::string("fork: ") + std::strerror(errno);
   if (pid == 0) _exit(fn() ? 0 : 1);
-  int status = 0;
-  return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  return upfs_test::WaitChild(pid);
 }
 
 // A parked file of the test's (the test would prove nothing without one).
@@ -1200,9 +1200,9 @@ TEST(ParkedFiles, ReopenSeesWhatAnotherProcessWroteMeanwhile) {
   const std::string path = d.File("p");
   ASSERT_EQ(WriteAndClose(path, Pattern(10000, 1)), 0) << upfs_last_error();
   struct stat host;
-  ExpectParked(path, &host);
+  ASSERT_NO_FATAL_FAILURE(ExpectParked(path, &host));
   Bytes other = Pattern(30000, 2);
-  ASSERT_TRUE(InChild([&] { return WriteAndClose(path, other) == 0; }));
+  ASSERT_EQ(InChild([&] { return WriteAndClose(path, other) == 0; }), "exit 0");
   int fd = upfs_open(path.c_str(), O_RDONLY);
   ASSERT_GE(fd, 0) << upfs_last_error();
   Bytes got;
@@ -1254,9 +1254,9 @@ TEST(ParkedFiles, UnlinkByAnotherProcessFreesTheFileSoon) {
   const std::string path = d.File("u");
   ASSERT_EQ(WriteAndClose(path, Pattern(200000, 5)), 0) << upfs_last_error();
   struct stat host;
-  ExpectParked(path, &host);
+  ASSERT_NO_FATAL_FAILURE(ExpectParked(path, &host));
   ASSERT_EQ(DescriptorsUnder(d.path()), 1);
-  ASSERT_TRUE(InChild([&] { return upfs_unlink(path.c_str()) == 0; }));
+  ASSERT_EQ(InChild([&] { return upfs_unlink(path.c_str()) == 0; }), "exit 0");
   // Parked for at most a second: then space and shared state go, without
   // this process calling upfs again. (The bound below is generous: the
   // test checks that it happens, not how fast.)
