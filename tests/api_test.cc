@@ -1304,6 +1304,30 @@ TEST(ParkedFiles, ReopenOfAFileOverwrittenByOtherMeansIsRefused) {
 }
 
 
+// A program that bypasses upfs and writes over a upfs file's header leaves
+// a file that still carries the marker: open, stat and fsck report damage
+// (EUCLEAN, naming the header), not "not a upfs file".
+TEST(Damage, HeaderOverwrittenBehindUpfsIsReportedAsDamage) {
+  TempDir d;
+  const std::string path = d.File("h");
+  ASSERT_EQ(WriteAndClose(path, Pattern(9000, 7)), 0) << upfs_last_error();
+  ASSERT_EQ(upfs_drop_closed_files(), 0);
+  int h = open(path.c_str(), O_WRONLY);
+  ASSERT_GE(h, 0);
+  ASSERT_EQ(pwrite(h, "XYZS", 4, 0), 4);  // the write-only program
+  close(h);
+  EXPECT_EQ(upfs_is_upfs_file(path.c_str()), 1) << "the marker still says upfs";
+  EXPECT_EQ(upfs_open(path.c_str(), O_RDWR), -1);
+  EXPECT_EQ(errno, EUCLEAN) << upfs_last_error();
+  EXPECT_NE(std::string(upfs_last_error()).find("marked as a upfs file"), std::string::npos)
+      << upfs_last_error();
+  upfs::FileReport r;
+  upfs::Status st = upfs::InspectFile(path, true, &r);
+  EXPECT_EQ(st.err(), EUCLEAN) << st.ToString();
+  ASSERT_FALSE(r.problems.empty());
+  EXPECT_NE(r.problems.front().find("file header"), std::string::npos) << r.problems.front();
+}
+
 // A descriptor closed while another thread's call is using it is freed when
 // that call ends, not at some later close: until then the file stays open
 // (other processes see a user; an unlinked file keeps its space).

@@ -381,7 +381,7 @@ class Explorer {
     upfs_unlink(path.c_str());
     int host = open(path.c_str(), O_RDWR | O_CREAT, 0644);
     std::unique_ptr<File> f;
-    Status st = OpenPerFile(host, path, true, w.mode, &f);
+    Status st = OpenPerFile(host, path, true, w.mode, nullptr, &f);
     if (!st.ok()) {
       std::printf("%s: cannot create: %s\n", w.name.c_str(), st.ToString().c_str());
       return 1;
@@ -527,7 +527,7 @@ class Explorer {
     std::string err;
     {
       std::unique_ptr<File> f;
-      Status st = OpenPerFile(fd, ipath, false, w.mode, &f);
+      Status st = OpenPerFile(fd, ipath, false, w.mode, nullptr, &f);
       if (!st.ok()) {
         err = "recovery (open) failed: " + st.ToString();
       } else {

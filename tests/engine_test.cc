@@ -60,7 +60,7 @@ struct OpenedFile {
 void OpenEngine(const std::string& path, OpenedFile* of, Consistency c = Consistency::kStrict) {
   of->host = open(path.c_str(), O_RDWR | O_CREAT, 0644);
   ASSERT_GE(of->host, 0);
-  Status st = OpenPerFile(of->host, path, true, c, &of->file);
+  Status st = OpenPerFile(of->host, path, true, c, nullptr, &of->file);
   ASSERT_TRUE(st.ok()) << st.ToString();
 }
 
@@ -245,10 +245,15 @@ TEST(SharedState, RebuildFreesLeakedBlocksOfAnInvalidState) { CheckRebuildFreesL
 // claiming the same slot. Two threads on one slot share its epoch pin: one
 // unpins while the other still reads a log block that GC then frees.
 TEST(SharedState, ThreadsOfOneProcessNeverShareASlot) {
-  const SharedState::Identity id{0x5107c1a1c0ffeeull ^ uint64_t(getpid()), 1, 2, 3};
+  // The state is named by the inode alone: one of its own per process.
+  const SharedState::Identity id{0x5107c1a1c0ffeeull, 1, 0x5107c1a1ull ^ uint64_t(getpid()), 3};
+  struct stat host{};
+  host.st_mode = S_IFREG | 0600;
+  host.st_uid = geteuid();
+  host.st_gid = getegid();
   std::unique_ptr<SharedState> sh;
   bool rebuild = false;
-  ASSERT_TRUE(SharedState::Open(id, 0600, &sh, &rebuild).ok());
+  ASSERT_TRUE(SharedState::Open(id, host, &sh, &rebuild).ok());
   sh->ResetForRebuild(16);
   sh->MarkReady();
   sh->ReleaseOpenLock();
@@ -393,6 +398,24 @@ TEST(Gc, TenThousandsOfOverwritesKeepTheLogBounded) {
   EXPECT_EQ(r[0], char(199999 & 0xff));
 }
 
+// The allocation state of an open, idle file matches its log exactly.
+void ExpectAllocationExact(File* f) {
+  uint64_t leaked = 0, unmarked = 0;
+  Status st = f->AuditAllocation(&leaked, &unmarked);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(leaked, 0u) << "blocks taken that nothing references or holds";
+  EXPECT_EQ(unmarked, 0u) << "referenced blocks marked free";
+}
+
+// A closed file checks clean, and its last user removed its shared state.
+void ReportIsClean(const std::string& path) {
+  FileReport r;
+  Status st = InspectFile(path, true, &r);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(r.problems.empty()) << r.problems.front();
+  EXPECT_FALSE(r.shared_state_present) << "the last user removes the shared state";
+}
+
 TEST(Gc, ForcedCompactionPreservesContentAndIsClean) {
   TempDir d;
   std::string path = d.File("c");
@@ -420,11 +443,9 @@ TEST(Gc, ForcedCompactionPreservesContentAndIsClean) {
     uint64_t size;
     ASSERT_TRUE(of.file->Size(&size).ok());
     ASSERT_EQ(std::memcmp(got.data(), expect.data(), size), 0);
+    ExpectAllocationExact(of.file.get());
   }
-  FileReport r;
-  Status st = InspectFile(path, true, &r);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  EXPECT_EQ(r.leaked_blocks, 0);
+  ReportIsClean(path);
 }
 
 TEST(Gc, ConcurrentWithWritersAndReaders) {
@@ -479,10 +500,12 @@ TEST(Create, InterruptedCreationIsRedoneOnlyWithOCreat) {
   int fd = upfs_open(path.c_str(), O_CREAT | O_RDWR, 0644);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(upfs_close(fd), 0);
-  // Wipe the magic: what a crash between header body and magic leaves.
+  // Wipe the magic and the marker: what a crash between header body and
+  // magic leaves (the marker is set after the magic).
   int h = open(path.c_str(), O_RDWR);
   char zero[8] = {};
   ASSERT_EQ(pwrite(h, zero, 8, 0), 8);
+  ASSERT_EQ(fchmod(h, 0644), 0);
   close(h);
   EXPECT_EQ(upfs_open(path.c_str(), O_RDWR), -1);
   EXPECT_EQ(errno, EMEDIUMTYPE);
@@ -541,13 +564,6 @@ char* TailBlockHolding(OpenedFile* of, const char* marker, size_t len) {
   return nullptr;
 }
 
-void ReportIsClean(const std::string& path) {
-  FileReport r;
-  Status st = InspectFile(path, true, &r);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  EXPECT_TRUE(r.problems.empty()) << r.problems.front();
-  EXPECT_EQ(r.leaked_blocks, 0u);
-}
 
 TEST(AppendInPlace, UncommittedBytesPastTheEndNeverShow) {
   TempDir d;
@@ -596,6 +612,7 @@ TEST(AppendInPlace, UncommittedBytesPastTheEndNeverShow) {
         if (got[i] == 'Z') continue;  // the written byte
         ASSERT_EQ(got[i], 0) << "byte " << i << " past the old end of file";
       }
+      ExpectAllocationExact(of.file.get());
     }
     ReportIsClean(path);
   }
@@ -629,6 +646,7 @@ TEST(AppendInPlace, AppendsAfterLeftoverBytesAndDeadClaimsAreExact) {
     size_t done;
     ASSERT_TRUE(of.file->Read(got.data(), got.size(), 0, &done).ok());
     EXPECT_EQ(std::string(got.data(), done), expect);
+    ExpectAllocationExact(of.file.get());
   }
   ReportIsClean(path);
   // Replay from the media gives the same bytes.

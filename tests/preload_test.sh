@@ -79,6 +79,65 @@ run sh -c "echo short > '$UP/sh.txt'"
 check "O_TRUNC of a upfs file" same "$(run cat "$UP/sh.txt")" "short"
 check "truncate(1)" same "$(run truncate -s 100 "$UP/sh.txt"; run stat -c %s "$UP/sh.txt")" "100"
 
+# --- attributes as the kernel's (chmod, chown, utimensat/futimens through
+# touch and cp -p): the same as on a plain file made outside upfs; times
+# compared to the nanosecond, ctime checked to advance
+ns() { local t=${1/./}; echo $((10#$t)); }  # "S.NNNNNNNNN" as one integer
+later() { [ "$(ns "$2")" -gt "$(ns "$1")" ] || { echo "  not later: $2 <= $1"; return 1; }; }
+near_now() {  # $2 within [$1 - 0.1 s, now]: the kernel's coarse clock lags a little
+  local now; now=$(date +%s.%N)
+  [ "$(ns "$2")" -ge $(($(ns "$1") - 100000000)) ] && [ "$(ns "$2")" -le "$(ns "$now")" ] ||
+    { echo "  not between $1 and $now: $2"; return 1; }
+}
+ustat() { run stat -c "$1" "$UP/attr"; }
+pstat() { stat -c "$1" "$PL/attr"; }
+run sh -c "echo attr > '$UP/attr'"
+echo attr > "$PL/attr"
+check "attr: file is upfs" is_upfs "$UP/attr"
+c0=$(ustat %.9Z); sleep 0.05
+run chmod 640 "$UP/attr"; chmod 640 "$PL/attr"
+check "chmod 640: mode as the plain file's" same "$(ustat '%a %A')" "$(pstat '%a %A')"
+check "chmod through upfs keeps the host file's marker (S_ISVTX)" same "$(stat -c %a "$UP/attr")" "1640"
+c1=$(ustat %.9Z)
+check "chmod advances ctime" later "$c0" "$c1"
+D1='2001-02-03 04:05:06.123456789' D2='2003-04-05 06:07:08.987654321'
+sleep 0.05
+run touch -d "$D1" "$UP/attr"; touch -d "$D1" "$PL/attr"
+check "touch -d: mode, atime, mtime as the plain file's" same "$(ustat '%a %.9X %.9Y')" "$(pstat '%a %.9X %.9Y')"
+c2=$(ustat %.9Z)
+check "touch -d advances ctime" later "$c1" "$c2"
+sleep 0.05
+run touch -m -d "$D2" "$UP/attr"; touch -m -d "$D2" "$PL/attr"
+check "touch -m -d: atime kept, mtime set, as the plain file's" same "$(ustat '%a %.9X %.9Y')" "$(pstat '%a %.9X %.9Y')"
+check "touch -m -d advances ctime" later "$c2" "$(ustat %.9Z)"
+check "stat in whole seconds (%a %X %Y) as the plain file's" same "$(ustat '%a %X %Y')" "$(pstat '%a %X %Y')"
+want=$(pstat '%a %.9X %.9Y')
+run cat "$UP/attr" >/dev/null
+check "times kept across reopen and read" same "$(ustat '%a %.9X %.9Y')" "$want"
+check "contents intact after chmod and touch" same "$(run cat "$UP/attr")" "attr"
+if [ "$(id -u)" = 0 ]; then owner=12345:23456; else owner=$(id -u):$(id -g); fi
+c3=$(ustat %.9Z); sleep 0.05
+run chown "$owner" "$UP/attr"; chown "$owner" "$PL/attr"
+check "chown: owner and group as the plain file's" same "$(ustat '%u %g %a')" "$(pstat '%u %g %a')"
+check "chown advances ctime" later "$c3" "$(ustat %.9Z)"
+t0=$(date +%s.%N)
+run touch "$UP/attr"
+check "touch (now): atime and mtime now" bash -c "$(declare -f ns near_now); near_now $t0 $(ustat %.9X) && near_now $t0 $(ustat %.9Y)"
+run touch -d "$D1" "$UP/attr"
+t0=$(date +%s.%N)
+run sh -c "echo more >> '$UP/attr'"
+check "a write sets mtime and ctime to now" bash -c "$(declare -f ns near_now); near_now $t0 $(ustat %.9Y) && near_now $t0 $(ustat %.9Z)"
+check "a write keeps atime" same "$(ustat %.9X)" "$(date -d "$D1" +%s.%N)"
+check "fsck after chmod, chown, touch" fsck_clean "$UP/attr"
+want=$(pstat '%a %.9X %.9Y')  # before cp reads the source (its atime moves)
+run cp -p "$PL/attr" "$UP/cp-p"
+check "cp -p: the source's mode and times (fchmod, futimens on a upfs descriptor)" \
+  same "$(run stat -c '%a %.9X %.9Y' "$UP/cp-p")" "$want"
+check "cp -p makes a upfs file" is_upfs "$UP/cp-p"  # (reads the host file: after the times)
+check "fsck after cp -p" fsck_clean "$UP/cp-p"
+check "tar x: extracted upfs file has the archived mode and mtime" \
+  same "$(run stat -c '%a %.9Y' "$UP/ex/preload/preload.c")" "$(stat -c '%a %.9Y' "$PL/ex/preload/preload.c")"
+
 # --- an existing upfs file is recognised outside DIR
 mv "$UP/cp.bin" "$OUT/moved.bin"
 check "upfs file opened outside DIR" same "$("$UPFS" run --dir "$T/none" -- md5sum < /dev/null >/dev/null; "$UPFS" run --dir "$T/none" -- cat "$OUT/moved.bin" | md5sum)" "$SUM"

@@ -75,8 +75,48 @@ int upfs_drop_closed_files(void);
 /* unlink(2) that also removes the file's shared allocation state. */
 int upfs_unlink(const char *path);
 
-/* 1 if path names a upfs file, 0 if it names something else, -1 on error. */
+/* A upfs file's shared state (a POSIX shared-memory object,
+ * /dev/shm/upfs-DEV-INO) lives while some process has the file open; a
+ * process killed with upfs files open leaves it behind. This removes every
+ * such object that no process uses. *removed and *in_use (either may be
+ * NULL) receive the counts. Returns 0, or -1 with errno. */
+int upfs_sweep(unsigned *removed, unsigned *in_use);
+
+/* 1 if path names a upfs file, 0 if it names something else, -1 on error.
+ * A upfs file the caller may not read is still recognised (by its marker,
+ * the S_ISVTX bit of the host file, which upfs reports as clear). */
 int upfs_is_upfs_file(const char *path);
+
+/* ------------------------------------------------ attributes, as the kernel's
+ *
+ * These work on any path or descriptor: for a upfs file they give or change
+ * the upfs attributes (size, blocks, times) with the kernel's permission
+ * checks and time rules; for anything else they are the kernel's call.
+ * Times: mtime changes on every write and truncate through upfs, and on
+ * utimensat; ctime on those and on every change the kernel makes to the
+ * host inode (chmod, chown, link, unlink, rename). atime is the host file's:
+ * upfs reads do not update it (the noatime policy), upfs's own bookkeeping
+ * never changes it, and utimensat sets it. A write or truncate by a caller
+ * without CAP_FSETID clears S_ISUID and S_ISGID as the kernel does. */
+int upfs_stat(const char *path, struct stat *st);
+int upfs_lstat(const char *path, struct stat *st);
+/* flags: AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH (dirfd may then be a upfs
+ * descriptor). */
+int upfs_fstatat(int dirfd, const char *path, struct stat *st, int flags);
+/* S_ISVTX is not kept for a upfs file (the host file's bit is its marker). */
+int upfs_chmod(const char *path, mode_t mode);
+int upfs_fchmod(int fd, mode_t mode);
+int upfs_fchmodat(int dirfd, const char *path, mode_t mode, int flags);
+int upfs_chown(const char *path, uid_t owner, gid_t group);
+int upfs_lchown(const char *path, uid_t owner, gid_t group);
+int upfs_fchown(int fd, uid_t owner, gid_t group);
+int upfs_fchownat(int dirfd, const char *path, uid_t owner, gid_t group, int flags);
+/* times may be NULL (both now), and either may be UTIME_NOW or UTIME_OMIT;
+ * flags: AT_SYMLINK_NOFOLLOW. */
+int upfs_utimensat(int dirfd, const char *path, const struct timespec times[2], int flags);
+int upfs_futimens(int fd, const struct timespec times[2]);
+/* truncate(2) of a path: a upfs file is truncated through upfs. */
+int upfs_truncate(const char *path, off_t length);
 
 /* The host file descriptor behind a upfs descriptor (for fcntl locks,
  * fchmod and the like), or -1 with errno EBADF. */

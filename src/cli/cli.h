@@ -49,6 +49,7 @@ int RunFsck(const std::vector<std::string>& args);
 int RunConvert(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
 int RunRm(const std::vector<std::string>& args);
+int RunSweep(const std::vector<std::string>& args);
 int RunRun(const std::vector<std::string>& args);
 
 extern const char kInfoHelp[];
@@ -56,6 +57,7 @@ extern const char kFsckHelp[];
 extern const char kConvertHelp[];
 extern const char kBenchHelp[];
 extern const char kRmHelp[];
+extern const char kSweepHelp[];
 extern const char kRunHelp[];
 
 // ---------------------------------------------------------------------------

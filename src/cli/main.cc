@@ -24,6 +24,8 @@ const std::vector<Verb>& Verbs() {
       {"bench", "benchmark upfs against the kernel file system on the same medium", kBenchHelp,
        RunBench},
       {"rm", "remove upfs files together with their shared state in /dev/shm", kRmHelp, RunRm},
+      {"sweep", "remove shared state in /dev/shm that no process uses (left by killed ones)",
+       kSweepHelp, RunSweep},
       {"run", "run a program with the LD_PRELOAD library: its new files under DIR are upfs",
        kRunHelp, RunRun},
   };

@@ -13,8 +13,9 @@ namespace upfs::cli {
 const char kRmHelp[] =
     "usage: upfs rm [--force] FILE...\n"
     "\n"
-    "Removes upfs files together with their shared allocation state (a small\n"
-    "file named /dev/shm/upfs-<file id>, which plain rm(1) leaves behind).\n"
+    "Removes upfs files together with their shared allocation state\n"
+    "(/dev/shm/upfs-DEV-INO, which exists while some process has the file\n"
+    "open; a damaged file's too), unless a process still uses it.\n"
     "Removing a file that a process still has open works as with rm(1): that\n"
     "process keeps using it. Other files are removed like rm(1) would.\n"
     "\n"

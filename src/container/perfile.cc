@@ -54,6 +54,12 @@ uint64_t NowNs() {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
+uint64_t CoarseNowNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
 // Writes header and first log block. The magic goes last, in its own
 // persisted store, so an interrupted creation leaves a file whose first
 // blocks are zero (recognised and initialized again by the next creator).
@@ -79,7 +85,10 @@ Status InitNewFile(Medium* m, Consistency consistency) {
   h->created_ns = NowNs();
   h->header_crc = Crc32c(img, offsetof(FileHeader, header_crc));
   h->log_head.store(kFirstLogBlock, std::memory_order_relaxed);
-  h->mtime_ns.store(h->created_ns, std::memory_order_relaxed);
+  // The times from the clock the kernel and later writes use (coarse, a
+  // few ms behind created_ns), so that they never go back.
+  h->mtime_ns.store(CoarseNowNs(), std::memory_order_relaxed);
+  h->data_ctime_ns.store(h->mtime_ns.load(std::memory_order_relaxed), std::memory_order_relaxed);
   pm::CopyNT(base + sizeof(kMagic), img + sizeof(kMagic), kBlockSize - sizeof(kMagic));
   pm::Fence();
   pm::CopyNT(base, img, sizeof(kMagic));
@@ -87,46 +96,97 @@ Status InitNewFile(Medium* m, Consistency consistency) {
   return m->Sync();
 }
 
+// Our own description of the file behind host_fd, with `access` (O_RDWR to
+// write: the caller's may be write-only, and a writable mapping needs
+// both; O_RDONLY for a read-only File). O_NOATIME
+// where the kernel allows it (the owner, or CAP_FOWNER), so that mapping
+// and reading the header never change the file's atime.
+int OpenForMapping(int host_fd, const std::string& path, int access) {
+  std::string self = "/proc/self/fd/" + std::to_string(host_fd);
+  for (const std::string& name : {self, path}) {
+    int fd = open(name.c_str(), access | O_CLOEXEC | O_NOATIME);
+    if (fd < 0 && errno == EPERM) fd = open(name.c_str(), access | O_CLOEXEC);
+    if (fd >= 0 || errno == EACCES) return fd;
+  }
+  return -1;
+}
+
+Status MappingRefused(const std::string& path) {
+  if (errno != EACCES) return Status::FromErrno("open " + path + " for mapping");
+  return Status::Error(EACCES, path +
+                                   ": upfs needs read and write permission on a upfs file to "
+                                   "write it (it reads its own metadata to write)");
+}
+
+// A new upfs file gets its marker, and the mode it was created with if the
+// caller gave one (the host file was created with owner read and write
+// added, so that it could be opened for mapping).
+void MarkNewFile(int fd, struct stat* st, const mode_t* new_mode) {
+  mode_t mode = (new_mode ? *new_mode : st->st_mode & 07777) | kMarkerBit;
+  if (fchmod(fd, mode) == 0) st->st_mode = (st->st_mode & S_IFMT) | mode;
+}
+
+}  // namespace
+
+Status MarkedWithoutMagic(const std::string& path) {
+  return Status::Corrupt("file header", path +
+                                            ": marked as a upfs file but the upfs magic is gone "
+                                            "(overwritten by a program that bypassed upfs?)");
+}
+
+bool IsMarkedUpfs(const struct stat& st) {
+  // Block-sized too: a plain file that someone gave S_ISVTX is almost
+  // never a whole number of blocks, and stays a plain file.
+  return S_ISREG(st.st_mode) && (st.st_mode & kMarkerBit) != 0 &&
+         st.st_size >= off_t(kBlockSize) && st.st_size % off_t(kBlockSize) == 0;
+}
+
+namespace {
+
+// Judges the host file behind fd, under its open lock: a upfs file, or
+// (with create) one to initialize (*fresh), or refused with the reason.
+Status JudgeHostFile(int fd, const std::string& path, bool create, struct stat* st, bool* fresh) {
+  UPFS_RETURN_IF_ERROR(StatRegular(fd, path, st));
+  *fresh = st->st_size == 0;
+  bool upfs = !*fresh && LooksLikeUpfs(fd);
+  if (!*fresh && !upfs && create && uint64_t(st->st_size) <= kMaxInterruptedCreationBytes) {
+    char buf[2 * kBlockSize];
+    ssize_t r = pread(fd, buf, sizeof(buf), 0);
+    *fresh = r == ssize_t(sizeof(buf)) && IsInterruptedCreation(buf);
+  }
+  if (st->st_size == 0 && !create)
+    return Status::Error(EMEDIUMTYPE, path + ": empty file, not a upfs file");
+  if (!*fresh && !upfs && IsMarkedUpfs(*st)) return MarkedWithoutMagic(path);
+  if (!*fresh && !upfs)
+    return Status::Error(EMEDIUMTYPE, path + ": not a upfs file (no upfs magic)");
+  return Status::OK();
+}
+
 }  // namespace
 
 Status OpenPerFile(int host_fd, const std::string& path, bool create, Consistency consistency,
-                   std::unique_ptr<File>* out) {
-  // Our own read/write description of the file: the caller's may be
-  // read-only or write-only, and the mapping needs both.
-  std::string self = "/proc/self/fd/" + std::to_string(host_fd);
-  int fd = open(self.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("open " + path + " for mapping");
+                   const mode_t* new_mode, std::unique_ptr<File>* out) {
+  int fd = OpenForMapping(host_fd, path, O_RDWR);
+  if (fd < 0) return MappingRefused(path);
   struct stat st;
   std::unique_ptr<Medium> medium;
   {
     // Creation holds the file exclusively; everybody else waits for it
     // while checking the header.
     FlockGuard lock(fd, create ? LOCK_EX : LOCK_SH);
-    auto reject = [&](Status s) {
+    bool fresh;
+    if (Status s = JudgeHostFile(fd, path, create, &st, &fresh); !s.ok()) {
       lock.Unlock();
       close(fd);
       return s;
-    };
-    if (Status s = StatRegular(fd, path, &st); !s.ok()) return reject(s);
-    bool fresh = st.st_size == 0;
-    bool upfs = !fresh && LooksLikeUpfs(fd);
-    if (!fresh && !upfs && create && uint64_t(st.st_size) <= kMaxInterruptedCreationBytes) {
-      char buf[2 * kBlockSize];
-      ssize_t r = pread(fd, buf, sizeof(buf), 0);
-      fresh = r == ssize_t(sizeof(buf)) && IsInterruptedCreation(buf);
     }
-    if (st.st_size == 0 && !create)
-      return reject(Status::Error(EMEDIUMTYPE, path + ": empty file, not a upfs file"));
-    if (!fresh && !upfs)
-      return reject(Status::Error(EMEDIUMTYPE, path + ": not a upfs file (no upfs magic)"));
     if (Status s = Medium::Open(fd, path, &medium); !s.ok()) {
       lock.Forget();  // Medium::Open closed fd
       return s;
     }
     if (fresh) {
-      if (!create) return Status::Error(EMEDIUMTYPE, path + ": not a upfs file");
       UPFS_RETURN_IF_ERROR(InitNewFile(medium.get(), consistency));
+      MarkNewFile(medium->fd(), &st, new_mode);
     }
     UPFS_RETURN_IF_ERROR(ValidateHeader(medium->base(), medium->capacity()));
   }
@@ -134,8 +194,30 @@ Status OpenPerFile(int host_fd, const std::string& path, bool create, Consistenc
   SharedState::Identity id{h->file_id, h->created_ns, uint64_t(st.st_dev), uint64_t(st.st_ino)};
   std::unique_ptr<SharedState> shared;
   bool rebuild = false;
-  UPFS_RETURN_IF_ERROR(SharedState::Open(id, st.st_mode, &shared, &rebuild));
+  UPFS_RETURN_IF_ERROR(SharedState::Open(id, st, &shared, &rebuild));
   return File::Open(std::move(medium), std::move(shared), rebuild, out);
+}
+
+Status OpenPerFileReadOnly(int host_fd, const std::string& path, std::unique_ptr<File>* out) {
+  int fd = OpenForMapping(host_fd, path, O_RDONLY);
+  if (fd < 0) return Status::FromErrno("open " + path + " for mapping");
+  struct stat st;
+  std::unique_ptr<Medium> medium;
+  {
+    FlockGuard lock(fd, LOCK_SH);  // a creation in progress finishes first
+    bool fresh;
+    if (Status s = JudgeHostFile(fd, path, false, &st, &fresh); !s.ok()) {
+      lock.Unlock();
+      close(fd);
+      return s;
+    }
+    if (Status s = Medium::Open(fd, path, &medium, /*read_only=*/true); !s.ok()) {
+      lock.Forget();  // Medium::Open closed fd
+      return s;
+    }
+    UPFS_RETURN_IF_ERROR(ValidateHeader(medium->base(), medium->capacity()));
+  }
+  return File::OpenReadOnly(std::move(medium), out);
 }
 
 }  // namespace upfs

@@ -3,6 +3,7 @@
 // carries its own header, log and data blocks.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <memory>
@@ -14,11 +15,28 @@
 
 namespace upfs {
 
+// The marker of a upfs host file: its S_ISVTX bit, which Linux ignores on
+// regular files. Set at creation, kept by chmod through upfs, and reported
+// as clear. It tells a upfs file from a plain one through stat alone, for
+// callers that may not read the file (who must not write it as plain bytes).
+inline constexpr mode_t kMarkerBit = format::kHostMarkerBit;
+static_assert(kMarkerBit == S_ISVTX);
+// A regular, block-sized host file with the marker.
+bool IsMarkedUpfs(const struct stat& st);
+// EUCLEAN for a marked file whose header lost its magic: damage, reported
+// as such rather than as "not a upfs file".
+Status MarkedWithoutMagic(const std::string& path);
+
 // Opens the upfs file behind host descriptor `host_fd` (which the caller
 // keeps). With `create`, an empty host file (or one whose creation was
 // interrupted before its header was written) becomes a new upfs file in
-// `consistency` mode. Not a upfs file: EMEDIUMTYPE. Damaged: EUCLEAN.
+// `consistency` mode, marked, with mode *new_mode if given. Not a upfs
+// file: EMEDIUMTYPE. Damaged: EUCLEAN. No read and write permission: EACCES.
 Status OpenPerFile(int host_fd, const std::string& path, bool create,
-                   format::Consistency consistency, std::unique_ptr<File>* out);
+                   format::Consistency consistency, const mode_t* new_mode,
+                   std::unique_ptr<File>* out);
+// Opens it for reading only, for a caller who may not write it: a
+// read-only mapping, no shared state, nothing written (File::OpenReadOnly).
+Status OpenPerFileReadOnly(int host_fd, const std::string& path, std::unique_ptr<File>* out);
 
 }  // namespace upfs

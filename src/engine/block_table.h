@@ -105,6 +105,16 @@ class BlockTable {
     cver_.fetch_add(1, std::memory_order_acq_rel);
   }
 
+  // The chain this table was replayed from: its head block and that
+  // block's sequence number (set before the table is published). A
+  // read-only File compares them with the file header's to notice a GC.
+  uint32_t chain_head() const { return chain_head_; }
+  uint64_t chain_seq() const { return chain_seq_; }
+  void set_chain(uint32_t head, uint64_t seq) {
+    chain_head_ = head;
+    chain_seq_ = seq;
+  }
+
   // Calls fn(vblock, lblock) for every mapped block at or after `from`, in
   // order. Stretches of kGroup entries that were never mapped are skipped,
   // so a sparse file with a block at a huge offset costs little.
@@ -145,6 +155,8 @@ class BlockTable {
   std::atomic<uint64_t> cpos_{0};
   std::atomic<uint64_t> cseq_{0};
   std::atomic<uint64_t> cprev_{0};
+  uint32_t chain_head_ = 0;
+  uint64_t chain_seq_ = 0;
 };
 
 }  // namespace upfs

@@ -11,7 +11,10 @@ namespace upfs {
 
 class EpochPin {
  public:
-  EpochPin(SharedState* sh, uint32_t slot) : slot_(sh->slot(slot)) {
+  // A read-only File has no shared state (sh null): it validates instead
+  // (File::HeadMoved).
+  EpochPin(SharedState* sh, uint32_t slot) : slot_(sh ? sh->slot(slot) : nullptr) {
+    if (!slot_) return;
     if (slot_->pinned.load(std::memory_order_relaxed) != 0) {
       slot_ = nullptr;
       return;

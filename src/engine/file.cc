@@ -64,6 +64,8 @@ class SpinGuard {
   std::atomic_flag& f_;
 };
 
+Status ReadOnlyRefusal() { return Status::Error(EBADF, "upfs file opened read-only"); }
+
 uint64_t CeilBlocks(uint64_t bytes) { return (bytes + kBlockSize - 1) >> kBlockShift; }
 
 // Applies effect `e` to `old`, the mapping of virtual blocks [v0, v0+n), so
@@ -95,14 +97,17 @@ File::~File() {
   for (auto& slot : ctx_) {
     ThreadCtx* c = slot.load();
     if (!c) continue;
-    DrainLimbo(c, true);
-    alloc_.ReturnAll(&c->blocks);
-    shared_->ReleaseSlot(c->slot);
+    if (shared_) {
+      DrainLimbo(c, true);
+      alloc_.ReturnAll(&c->blocks);
+      shared_->ReleaseSlot(c->slot);
+    }
     delete c;
   }
-  // The last user of an unlinked file removes its shared state.
-  struct stat st;
-  if (fstat(medium_->fd(), &st) == 0 && st.st_nlink == 0) shared_->RemoveIfNoOtherUser();
+  if (!shared_) return;
+  // The shared state lives while some process has the file open: the last
+  // one removes it (the next opener rebuilds it from the log anyway).
+  shared_->RemoveIfNoOtherUser();
   shared_.reset();
 }
 
@@ -112,6 +117,13 @@ Status File::Open(std::unique_ptr<Medium> medium, std::unique_ptr<SharedState> s
   Status st = f->Init(rebuild);
   f->shared_->ReleaseOpenLock();
   if (!st.ok()) return st;
+  *out = std::move(f);
+  return Status::OK();
+}
+
+Status File::OpenReadOnly(std::unique_ptr<Medium> medium, std::unique_ptr<File>* out) {
+  std::unique_ptr<File> f(new File(std::move(medium), nullptr));
+  UPFS_RETURN_IF_ERROR(f->Init(false));
   *out = std::move(f);
   return Status::OK();
 }
@@ -149,7 +161,9 @@ Status File::Init(bool rebuild) {
   // concurrent opener sees this process alive and does not rebuild under it.
   ThreadCtx* c;
   UPFS_RETURN_IF_ERROR(Ctx(&c));
-  if (!rebuild) {
+  if (read_only()) {
+    UPFS_RETURN_IF_ERROR(ReplayValidated(&table, &res));
+  } else if (!rebuild) {
     // Other processes are live and may compact the log meanwhile: walk it
     // pinned, so that no block of the chain read here is reused under us.
     EpochPin pin(shared_.get(), c->slot);
@@ -164,7 +178,53 @@ Status File::Init(bool rebuild) {
 Status File::ReplayHead(BlockTable* table, ReplayResult* res, bool check_tail) {
   uint64_t head = hdr_->log_head.load(std::memory_order_acquire);
   if (head == 0 || head >= kMaxBlocks) return Status::Corrupt("file header", "log head out of range");
-  return ReplayChain(access_, uint32_t(head), table, res, check_tail);
+  UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), table, res, check_tail));
+  table->set_chain(uint32_t(head), res->head_seq);
+  return Status::OK();
+}
+
+Status File::ChainHeadNow(uint32_t* head, uint64_t* seq) const {
+  std::atomic_thread_fence(std::memory_order_acquire);
+  uint64_t h = hdr_->log_head.load(std::memory_order_acquire);
+  if (h == 0 || h >= kMaxBlocks) return Status::Corrupt("file header", "log head out of range");
+  char* addr;
+  UPFS_RETURN_IF_ERROR(access_.Addr(h, &addr));
+  *head = uint32_t(h);
+  *seq = reinterpret_cast<const LogBlock*>(addr)->seq;
+  return Status::OK();
+}
+
+bool File::HeadMoved(const BlockTable* t) const {
+  // The same block as head again is a later chain only if its sequence
+  // number moved on (GC starts a new chain past the old one's numbers).
+  uint32_t head;
+  uint64_t seq;
+  if (!ChainHeadNow(&head, &seq).ok()) return true;  // the replay will say what is wrong
+  return head != t->chain_head() || seq != t->chain_seq();
+}
+
+Status File::ReplayValidated(std::unique_ptr<BlockTable>* table, ReplayResult* res) {
+  // Each try walks a chain that a GC may retire and reuse under the walk;
+  // a walk is trusted only if the head did not move during it (and one
+  // that failed, only then reports damage). A GC runs once the log has
+  // grown by dozens of blocks, so a few tries suffice.
+  constexpr int kTries = 64;
+  for (int i = 0;; ++i) {
+    uint32_t head;
+    uint64_t seq;
+    UPFS_RETURN_IF_ERROR(ChainHeadNow(&head, &seq));
+    auto fresh = std::make_unique<BlockTable>();
+    ReplayResult r;
+    Status st = ReplayChain(access_, head, fresh.get(), &r, false);
+    fresh->set_chain(head, seq);
+    if (!HeadMoved(fresh.get())) {
+      UPFS_RETURN_IF_ERROR(st);
+      *table = std::move(fresh);
+      *res = std::move(r);
+      return Status::OK();
+    }
+    if (i == kTries) return Status::Error(EAGAIN, "log compacted during every replay");
+  }
 }
 
 Status File::Ctx(ThreadCtx** out) {
@@ -173,6 +233,12 @@ Status File::Ctx(ThreadCtx** out) {
   ThreadCtx* c = ctx_[tid].load(std::memory_order_acquire);
   if (!c) {
     auto fresh = std::make_unique<ThreadCtx>();
+    if (read_only()) {
+      c = fresh.release();  // no slot: a read-only File pins nothing
+      ctx_[tid].store(c, std::memory_order_release);
+      *out = c;
+      return Status::OK();
+    }
     fresh->slot = shared_->ClaimSlot();
     if (fresh->slot >= kMaxSlots) return Status::Error(EAGAIN, "no free thread slot in shared state");
     fresh->tail_claim_id =
@@ -186,17 +252,57 @@ Status File::Ctx(ThreadCtx** out) {
 }
 
 Status File::RebuildTableLocked() {
-  // Called pinned (from CatchUp).
+  // Called pinned (from CatchUp), or validating (read-only).
   auto table = std::make_unique<BlockTable>();
   ReplayResult res;
-  UPFS_RETURN_IF_ERROR(ReplayHead(table.get(), &res, false));
+  if (read_only())
+    UPFS_RETURN_IF_ERROR(ReplayValidated(&table, &res));
+  else
+    UPFS_RETURN_IF_ERROR(ReplayHead(table.get(), &res, false));
   std::lock_guard<std::mutex> g(tables_mu_);
   tables_.push_back(std::move(table));
   table_.store(tables_.back().get(), std::memory_order_release);
   return Status::OK();
 }
 
+Status File::CatchUpReadOnly(ThreadCtx* c, BlockTable** out) {
+  // Without a pin, the blocks past the cursor may be reused by the time
+  // they are read: what a scan finds is applied only if the head did not
+  // move meanwhile (then nothing of the chain was retired).
+  struct Found {
+    Effect effect;
+    uint32_t lblock, slot;  // where its entry is, for messages
+  };
+  std::vector<Found> found;
+  for (int tries = 0;; ++tries) {
+    SpinGuard g(apply_lock_);
+    BlockTable* t = table_.load(std::memory_order_acquire);
+    if (HeadMoved(t)) {
+      if (tries == 64) return Status::Error(EAGAIN, "log compacted during every catch-up");
+      UPFS_RETURN_IF_ERROR(RebuildTableLocked());
+      continue;
+    }
+    LogPos p = t->cursor();
+    found.clear();
+    Status st = ScanCommitted(access_, &p, &c->scratch, [&](const Effect& e) {
+      found.push_back(Found{e, p.lblock, p.last});  // the scan is past the entry
+      return true;
+    });
+    if (HeadMoved(t)) continue;
+    UPFS_RETURN_IF_ERROR(st);
+    // As in CatchUp: a damaged entry is refused with the cursor before it.
+    for (const Found& f : found) {
+      if (f.effect.grow_tail) UPFS_RETURN_IF_ERROR(CheckGrowTail(*t, f.effect, f.lblock, f.slot));
+      UPFS_RETURN_IF_ERROR(t->Apply(f.effect));
+    }
+    t->set_cursor(p);
+    *out = t;
+    return Status::OK();
+  }
+}
+
 Status File::CatchUp(ThreadCtx* c, BlockTable** out) {
+  if (read_only()) return CatchUpReadOnly(c, out);
   BlockTable* t = table_.load(std::memory_order_acquire);
   LogPos p = t->cursor();
   uint64_t compact = shared_->header()->compact_seq.load(std::memory_order_acquire);
@@ -471,15 +577,35 @@ void File::ReleaseDisplaced(ThreadCtx* c, const uint32_t* blocks, size_t n) {
 void File::TouchMtime() {
   // The clock is read at most every ~2^20 cycles (about 0.3 ms): mtime
   // needs no finer grain than the coarse clock gives, and this keeps the
-  // shared header line out of the write path.
+  // shared header line out of the write path. A value this process did not
+  // store (utimensat, here or elsewhere) is replaced at once, as the
+  // kernel's write replaces any mtime by the current time.
   uint64_t tsc = __rdtsc();
   uint64_t last = last_mtime_tick_.load(std::memory_order_relaxed);
-  if (tsc - last < (uint64_t{1} << 20)) return;
+  uint64_t m = hdr_->mtime_ns.load(std::memory_order_relaxed);
+  if (tsc - last < (uint64_t{1} << 20) && m == last_mtime_stored_.load(std::memory_order_relaxed))
+    return;
   last_mtime_tick_.store(tsc, std::memory_order_relaxed);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME_COARSE, &ts);
   uint64_t now = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-  if (hdr_->mtime_ns.load(std::memory_order_relaxed) < now) pm::Store64(&hdr_->mtime_ns, now);
+  if (m != now) pm::Store64(&hdr_->mtime_ns, now);
+  if (hdr_->data_ctime_ns.load(std::memory_order_relaxed) != now)
+    pm::Store64(&hdr_->data_ctime_ns, now);
+  last_mtime_stored_.store(now, std::memory_order_relaxed);
+}
+
+Status File::SetMtime(int64_t mtime_ns) {
+  if (read_only()) return ReadOnlyRefusal();
+  // A zero data_ctime_ns marks a file from before it existed, where a zero
+  // mtime means "never written": give it a value so that an mtime of
+  // exactly the epoch is reported as such.
+  if (hdr_->data_ctime_ns.load(std::memory_order_relaxed) == 0)
+    pm::Store64(&hdr_->data_ctime_ns, std::max<uint64_t>(uint64_t(ReportedDataCtime(*hdr_)), 1));
+  pm::Store64(&hdr_->mtime_ns, uint64_t(mtime_ns));
+  pm::Flush(&hdr_->mtime_ns, 16);
+  pm::Fence();
+  return Status::OK();
 }
 
 void File::MaybeCollectGarbage(ThreadCtx* c) {
@@ -520,13 +646,20 @@ Status File::Read(void* buf, size_t n, uint64_t off, size_t* done) {
     // Validate: nothing committed since the snapshot may touch what we read.
     bool stale = false;
     std::atomic_thread_fence(std::memory_order_acquire);
-    UPFS_RETURN_IF_ERROR(ScanCommitted(access_, &p, &c->scratch, [&](const Effect& e) {
+    Status scan = ScanCommitted(access_, &p, &c->scratch, [&](const Effect& e) {
       if (e.TouchesBlocks(vb0, vb1)) {
         stale = true;
         return false;
       }
       return true;
-    }));
+    });
+    // Read-only: the blocks read (log and data) were live only if no GC
+    // retired them; if one did, what the scan found does not count either.
+    if (read_only() && HeadMoved(t)) {
+      stale = true;
+    } else {
+      UPFS_RETURN_IF_ERROR(scan);
+    }
     if (!stale) {
       *done = len;
       return Status::OK();
@@ -849,6 +982,7 @@ Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
 }
 
 Status File::Write(const void* buf, size_t n, uint64_t off, bool append, uint64_t* at) {
+  if (read_only()) return ReadOnlyRefusal();
   ThreadCtx* c;
   UPFS_RETURN_IF_ERROR(Ctx(&c));
   {
@@ -889,6 +1023,7 @@ Status File::Write(const void* buf, size_t n, uint64_t off, bool append, uint64_
 // Truncate, fallocate
 
 Status File::Truncate(uint64_t len) {
+  if (read_only()) return ReadOnlyRefusal();
   if (len > kMaxFileSize) return Status::Error(EFBIG, "length past the upfs limit");
   ThreadCtx* c;
   UPFS_RETURN_IF_ERROR(Ctx(&c));
@@ -1041,6 +1176,7 @@ Status File::PunchHole(ThreadCtx* c, BlockTable* t, uint64_t off, uint64_t end) 
 }
 
 Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
+  if (read_only()) return ReadOnlyRefusal();
   const bool keep_size = mode & FALLOC_FL_KEEP_SIZE;
   const bool punch = mode & FALLOC_FL_PUNCH_HOLE;
   if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE))
@@ -1158,9 +1294,14 @@ Status File::WithTable(Fn fn) {
   ThreadCtx* c;
   UPFS_RETURN_IF_ERROR(Ctx(&c));
   EpochPin pin(shared_.get(), c->slot);
-  BlockTable* t;
-  UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
-  return fn(t);
+  for (;;) {
+    BlockTable* t;
+    UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+    Status st = fn(t);
+    // Read-only: fn read the log (LogLength) or a table that a GC may have
+    // made stale meanwhile; do it again on the new chain.
+    if (!read_only() || !HeadMoved(t)) return st;
+  }
 }
 
 Status File::Size(uint64_t* size) {
@@ -1178,6 +1319,7 @@ Status File::StatLocked(BlockTable* t, FileStat* st) {
   st->size = t->size();
   st->blocks = t->mapped_blocks();
   st->mtime_ns = ReportedMtime(*hdr_);
+  st->data_ctime_ns = ReportedDataCtime(*hdr_);
   return Status::OK();
 }
 
@@ -1200,7 +1342,8 @@ Status File::SeekLocked(BlockTable* t, uint64_t off, bool data, uint64_t* result
 }
 
 Status File::Sync() {
-  pm::Flush(&hdr_->mtime_ns, 8);
+  if (read_only()) return Status::OK();  // it wrote nothing
+  pm::Flush(&hdr_->mtime_ns, 16);
   pm::Fence();
   return medium_->Sync();
 }

@@ -36,7 +36,8 @@ inline constexpr uint64_t kGcSlackBlocks = 32;
 struct FileStat {
   uint64_t size = 0;
   uint64_t blocks = 0;  // 4 KiB blocks mapped (data, including preallocated)
-  uint64_t mtime_ns = 0;
+  int64_t mtime_ns = 0;       // ns since the epoch
+  int64_t data_ctime_ns = 0;  // last change of data or size through upfs
 };
 
 // State of one thread for one file.
@@ -63,6 +64,13 @@ class File {
   // `rebuild`, recomputes the shared allocation state from the log.
   static Status Open(std::unique_ptr<Medium> medium, std::unique_ptr<SharedState> shared,
                      bool rebuild, std::unique_ptr<File>* out);
+  // Builds a read-only engine over a medium mapped read-only, for a caller
+  // who may read the file but not write it: no shared state is opened and
+  // nothing is written. With no epoch to pin, every read is validated
+  // against compaction by the log head instead (docs/design.md, "Read-only
+  // opens").
+  static Status OpenReadOnly(std::unique_ptr<Medium> medium, std::unique_ptr<File>* out);
+  bool read_only() const { return shared_ == nullptr; }
   ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -77,6 +85,8 @@ class File {
   // Waits for background work on the file (growth, huge pages).
   void Settle() { medium_->Settle(); }
   Status Stat(FileStat* st);
+  // Sets the modification time (utimensat), durably.
+  Status SetMtime(int64_t mtime_ns);
   Status Size(uint64_t* size);
   // SEEK_DATA (data = true) / SEEK_HOLE semantics of lseek(2).
   Status SeekDataHole(uint64_t off, bool data, uint64_t* result);
@@ -86,6 +96,12 @@ class File {
   Status CollectGarbage(bool force);
   // Number of log blocks in the chain from the head to the tail.
   Status LogLength(uint64_t* blocks);
+  // Compares the shared allocation bitmap with the blocks the log
+  // references and this process's threads hold: *leaked counts blocks taken
+  // but neither (lost until the next rebuild), *unmarked blocks referenced
+  // but free (damage to the allocation state). Exact when no thread of this
+  // process is inside a call and no other process uses the file (engine/audit.cc).
+  Status AuditAllocation(uint64_t* leaked, uint64_t* unmarked);
 
   format::Consistency consistency() const { return consistency_; }
   Medium* medium() const { return medium_.get(); }
@@ -103,6 +119,14 @@ class File {
   Status SeekLocked(BlockTable* t, uint64_t off, bool data, uint64_t* result);
   Status LogLengthLocked(BlockTable* t, uint64_t* blocks);
   Status CatchUp(ThreadCtx* c, BlockTable** out);
+  // Read-only Files: the log head (block, sequence) differs from the one t
+  // was replayed from, so a GC may have reused the blocks t was read from.
+  bool HeadMoved(const BlockTable* t) const;
+  Status ChainHeadNow(uint32_t* head, uint64_t* seq) const;
+  Status CatchUpReadOnly(ThreadCtx* c, BlockTable** out);
+  // Replays the current chain into a new table, again until the head did
+  // not move during the walk (a read-only File reads without a pin).
+  Status ReplayValidated(std::unique_ptr<BlockTable>* table, ReplayResult* res);
   Status RebuildTableLocked();
   Status ReplayHead(BlockTable* table, ReplayResult* res, bool check_tail);
   format::LogBlock* LogAt(uint32_t lblock) const {
@@ -168,6 +192,7 @@ class File {
   std::array<std::atomic<ThreadCtx*>, kMaxThreads> ctx_{};
   std::atomic<bool> gc_wanted_{false};
   std::atomic<uint64_t> last_mtime_tick_{0};
+  std::atomic<uint64_t> last_mtime_stored_{0};  // the mtime this process last stored
 };
 
 }  // namespace upfs

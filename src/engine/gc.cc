@@ -72,6 +72,7 @@ class CompactWriter {
 }  // namespace
 
 Status File::CollectGarbage(bool force) {
+  if (read_only()) return Status::Error(EBADF, "upfs file opened read-only");
   ThreadCtx* c;
   UPFS_RETURN_IF_ERROR(Ctx(&c));
   EpochPin pin(shared_.get(), c->slot);

@@ -30,7 +30,9 @@ bool AllZero(const char* p, size_t n) {
 Status InspectFile(const std::string& path, bool full_check, FileReport* out) {
   *out = FileReport();
   out->path = path;
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NOATIME where allowed: looking at a file does not change its atime.
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOATIME);
+  if (fd < 0 && errno == EPERM) fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno("open " + path);
   struct stat st;
   if (Status s = StatRegular(fd, path, &st); !s.ok()) {
@@ -39,7 +41,16 @@ Status InspectFile(const std::string& path, bool full_check, FileReport* out) {
   }
   if (!LooksLikeUpfs(fd)) {
     close(fd);
-    return Status::Error(EMEDIUMTYPE, path + ": not a upfs file (no upfs magic)");
+    if (!(st.st_mode & kHostMarkerBit) || st.st_size < off_t(kBlockSize) ||
+        st.st_size % off_t(kBlockSize) != 0)
+      return Status::Error(EMEDIUMTYPE, path + ": not a upfs file (no upfs magic)");
+    // Marked as a upfs file: something wrote over its header.
+    Status s = Status::Corrupt("file header", path +
+                                                  ": marked as a upfs file but the upfs magic is "
+                                                  "gone (overwritten by a program that bypassed "
+                                                  "upfs?)");
+    out->problems.push_back(s.message());
+    return s;
   }
   std::unique_ptr<Medium> m;
   UPFS_RETURN_IF_ERROR(Medium::Open(fd, path, &m, /*read_only=*/true));
@@ -157,6 +168,7 @@ Status PeekStat(int fd, const std::string& path, FileStat* out) {
   out->size = table.size();
   out->blocks = table.mapped_blocks();
   out->mtime_ns = ReportedMtime(*h);
+  out->data_ctime_ns = ReportedDataCtime(*h);
   return Status::OK();
 }
 

@@ -1,11 +1,13 @@
 #include "engine/shared_state.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cinttypes>
+#include <cstdlib>
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
@@ -18,7 +20,13 @@ namespace upfs {
 namespace {
 
 constexpr uint64_t kShmMagic = 0x4d48535346505555ULL;  // "UUPFSSHM"
-constexpr uint32_t kShmVersion = 3;  // 2: tail_claim; 3: slots in the header's page
+constexpr char kNamePrefix[] = "/upfs-";
+// Where glibc's shm_open keeps its objects (for calls shm_open lacks:
+// chmod and chown by name, listing).
+constexpr char kShmDir[] = "/dev/shm";
+// 2: tail_claim; 3: slots in the header's page; 4: named by inode alone,
+// attr_seq, removed by the last user.
+constexpr uint32_t kShmVersion = 4;
 constexpr uint64_t kPageBytes = 4096;
 // The first slots share the header's page: every new file touches (and the
 // kernel allocates and zeroes) one shared page less.
@@ -59,12 +67,30 @@ bool SlotLockHeldElsewhere(int fd, uint32_t i) {
   return fcntl(fd, F_OFD_GETLK, &fl) != 0 || fl.l_type != F_UNLCK;
 }
 
+// Bumps the attribute sequence of the shared state `name`, if this user
+// may write it.
+void BumpAttrSeq(const std::string& name) {
+  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) return;
+  struct stat st;
+  if (fstat(fd, &st) == 0 && uint64_t(st.st_size) >= kPageBytes) {
+    void* p = mmap(nullptr, kPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) {
+      static_cast<ShmHeader*>(p)->attr_seq.fetch_add(1, std::memory_order_release);
+      munmap(p, kPageBytes);
+    }
+  }
+  close(fd);
+}
+
 }  // namespace
 
 std::string SharedState::NameFor(const Identity& id) {
-  char buf[96];
-  std::snprintf(buf, sizeof(buf), "/upfs-%016" PRIx64 "-%" PRIx64 "-%" PRIx64, id.file_id, id.dev,
-                id.ino);
+  // By host inode alone, so that the state of a file whose header is
+  // damaged can still be found and removed; the identity inside the state
+  // tells a stale object of an earlier file on a reused inode apart.
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%s%" PRIx64 "-%" PRIx64, kNamePrefix, id.dev, id.ino);
   return buf;
 }
 
@@ -76,23 +102,31 @@ bool SharedState::TryLockMapByte(int lock_fd) {
   return OfdLock(lock_fd, F_WRLCK, kMapLockByte, false) == 0;
 }
 
-void SharedState::RemoveIfUnused(const Identity& id) {
+bool SharedState::RemoveIfUnused(const Identity& id) {
   std::string name = NameFor(id);
+  // Whoever removes a file need not be able to write its shared state: a
+  // read lock on the open byte excludes openers just as well.
+  short lock = F_WRLCK;
   int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) return;
+  if (fd < 0 && errno == EACCES) {
+    fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+    lock = F_RDLCK;
+  }
+  if (fd < 0) return false;
   // Under the open lock nobody can be half-way through opening the file.
-  if (OfdLock(fd, F_WRLCK, kOpenLockByte, true) != 0) {
+  if (OfdLock(fd, lock, kOpenLockByte, true) != 0) {
     close(fd);
-    return;
+    return false;
   }
   // Read, not mapped: mapping the whole region and tearing it down costs
-  // more than the few slots a file ever has.
-  bool live = true;
+  // more than the few slots a file ever has. An object too short to hold
+  // a header was left by a creator that died before sizing it (a live one
+  // would hold the open lock).
+  bool live = false;
   alignas(ShmHeader) unsigned char hbuf[sizeof(ShmHeader)];
   if (pread(fd, hbuf, sizeof(hbuf), 0) == ssize_t(sizeof(hbuf))) {
     const auto* h = reinterpret_cast<const ShmHeader*>(hbuf);
     uint64_t hi = std::min<uint64_t>(h->slots_high.load(), kMaxSlots);
-    live = false;
     alignas(ShmSlot) unsigned char sbuf[64 * sizeof(ShmSlot)];
     for (uint64_t first = 0; first < hi && !live; first += 64) {
       uint64_t n = std::min<uint64_t>(64, hi - first);
@@ -108,8 +142,52 @@ void SharedState::RemoveIfUnused(const Identity& id) {
         live = slots[i].in_use.load() && SlotLockHeldElsewhere(fd, uint32_t(first + i));
     }
   }
-  if (!live) shm_unlink(name.c_str());
+  bool removed = !live && shm_unlink(name.c_str()) == 0;
   close(fd);
+  return removed;
+}
+
+Status SharedState::MirrorAttributes(const Identity& id, const struct stat& host) {
+  std::string path = std::string(kShmDir) + NameFor(id);
+  struct stat st;
+  if (fstatat(AT_FDCWD, path.c_str(), &st, 0) != 0) return Status::OK();  // nobody has the file open
+  const uid_t me = geteuid();
+  if (me != 0 && me != st.st_uid) return Status::OK();  // not ours to change
+  if (me == 0 && (st.st_uid != host.st_uid || st.st_gid != host.st_gid) &&
+      chown(path.c_str(), host.st_uid, host.st_gid) != 0)
+    return Status::FromErrno("chown " + path);
+  if (me != 0 && st.st_gid != host.st_gid) (void)chown(path.c_str(), uid_t(-1), host.st_gid);
+  mode_t rw = host.st_mode & 0666;
+  if (me != 0 && me != host.st_uid) rw = (rw & 0066) | 0600;
+  if (chmod(path.c_str(), rw) != 0) return Status::FromErrno("chmod " + path);
+  BumpAttrSeq(NameFor(id));
+  return Status::OK();
+}
+
+Status SharedState::SweepUnused(uint32_t* removed, uint32_t* in_use) {
+  *removed = *in_use = 0;
+  DIR* d = opendir(kShmDir);
+  if (!d) return Status::FromErrno(std::string("opendir ") + kShmDir);
+  std::vector<std::string> names;
+  while (struct dirent* e = readdir(d)) {
+    if (std::strncmp(e->d_name, kNamePrefix + 1, sizeof(kNamePrefix) - 2) == 0)
+      names.push_back(std::string("/") + e->d_name);
+  }
+  closedir(d);
+  for (const std::string& name : names) {
+    // Only objects of our shape: "upfs-" HEX "-" HEX.
+    uint64_t dev, ino;
+    char tail;
+    if (std::sscanf(name.c_str() + sizeof(kNamePrefix) - 1, "%" SCNx64 "-%" SCNx64 "%c", &dev, &ino,
+                    &tail) != 2)
+      continue;
+    Identity id{0, 0, dev, ino};
+    if (RemoveIfUnused(id))
+      ++*removed;
+    else
+      ++*in_use;
+  }
+  return Status::OK();
 }
 
 void SharedState::RemoveIfNoOtherUser() {
@@ -128,22 +206,85 @@ SharedState::~SharedState() {
   if (fd_ >= 0) close(fd_);  // drops every OFD lock of this process
 }
 
-Status SharedState::Open(const Identity& id, uint32_t host_mode, std::unique_ptr<SharedState>* out,
-                         bool* needs_rebuild) {
+namespace {
+
+// The kernel decides who may use the shared state as it decides who may
+// use the host file only if the object has the host file's owner, group
+// and read/write bits. Root and the owner can give it those (the owner's
+// group only if it is one of theirs); any other creator keeps its own
+// write access and mirrors the group and other bits.
+void MirrorHostAttributes(int fd, const struct stat& host) {
+  const mode_t rw = host.st_mode & 0666;
+  const uid_t me = geteuid();
+  if (me == 0) {
+    if (fchown(fd, host.st_uid, host.st_gid) != 0) return;
+    fchmod(fd, rw);
+  } else if (me == host.st_uid) {
+    (void)fchown(fd, uid_t(-1), host.st_gid);
+    fchmod(fd, rw);
+  } else {
+    (void)fchown(fd, uid_t(-1), host.st_gid);
+    fchmod(fd, (rw & 0066) | 0600);
+  }
+}
+
+// Opens the shared-state object `name`, creating it (with the host file's
+// attributes) if there is none. *created tells which.
+int OpenOrCreate(const std::string& name, const struct stat& host, bool* created) {
+  for (;;) {
+    *created = false;
+    int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      *created = true;
+      MirrorHostAttributes(fd, host);
+      return fd;
+    }
+    if (errno != EEXIST) return -1;
+    fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd >= 0 || errno != ENOENT) return fd;
+    // Removed between the two calls by its last user: create it.
+  }
+}
+
+Status RefusedAccess(const std::string& name) {
+  int err = errno;
+  struct stat st;
+  std::string who;
+  if (fstatat(AT_FDCWD, (std::string(kShmDir) + name).c_str(), &st, 0) == 0) {
+    char buf[128];
+    std::snprintf(buf, sizeof(buf), " (owner uid %u, group %u, mode %03o)", unsigned(st.st_uid),
+                  unsigned(st.st_gid), unsigned(st.st_mode & 0777));
+    who = buf;
+  }
+  return Status::Error(err, "shared state " + std::string(kShmDir) + name + who +
+                                " does not admit this user (uid " + std::to_string(geteuid()) +
+                                "); it was made by another user of the file and goes when the "
+                                "last process using the file closes it");
+}
+
+}  // namespace
+
+Status SharedState::Open(const Identity& id, const struct stat& host,
+                         std::unique_ptr<SharedState>* out, bool* needs_rebuild) {
   std::unique_ptr<SharedState> s(new SharedState());
   s->name_ = NameFor(id);
   s->id_ = id;
-  // Same permission bits as the host file: who may write the file may
-  // coordinate on it.
-  mode_t mode = host_mode & 0666;
-  s->fd_ = shm_open(s->name_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, mode | 0600);
-  if (s->fd_ < 0) return Status::FromErrno("shm_open " + s->name_);
-  if (OfdLock(s->fd_, F_WRLCK, kOpenLockByte, true) != 0)
-    return Status::FromErrno("lock shared state " + s->name_);
+  struct stat st;
+  for (;;) {
+    bool created;
+    s->fd_ = OpenOrCreate(s->name_, host, &created);
+    if (s->fd_ < 0) return RefusedAccess(s->name_);
+    if (OfdLock(s->fd_, F_WRLCK, kOpenLockByte, true) != 0)
+      return Status::FromErrno("lock shared state " + s->name_);
+    // The last user of the file may have removed the object while we
+    // waited for its lock: a state nobody else can find is no state.
+    if (fstat(s->fd_, &st) != 0) return Status::FromErrno("fstat " + s->name_);
+    if (st.st_nlink > 0) break;
+    close(s->fd_);
+    s->fd_ = -1;
+  }
   s->open_locked_ = true;
 
-  struct stat st;
-  if (fstat(s->fd_, &st) != 0) return Status::FromErrno("fstat " + s->name_);
   if (uint64_t(st.st_size) != kShmBytes) {
     // Sparse: only touched pages of the bitmap take memory. Sized from
     // empty, it reads as zeros everywhere: a rebuild need not clear it.

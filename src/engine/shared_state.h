@@ -13,7 +13,10 @@
 // never blocks anybody.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -42,7 +45,10 @@ struct ShmHeader {
   uint64_t created_ns;
   uint64_t host_dev;
   uint64_t host_ino;
-  unsigned char pad0[16];
+  // Bumped by every chmod and chown through upfs: writers then look at the
+  // host file's mode again (S_ISUID/S_ISGID clearing).
+  std::atomic<uint64_t> attr_seq;
+  unsigned char pad0[8];
 
   alignas(64) std::atomic<uint64_t> epoch;
   alignas(64) std::atomic<uint64_t> compact_seq;  // blocks with seq below were compacted
@@ -57,17 +63,21 @@ struct ShmHeader {
   alignas(64) std::atomic<uint64_t> tail_claim;
 };
 static_assert(sizeof(ShmHeader) <= 512);  // the slots follow at 512
+static_assert(offsetof(ShmHeader, attr_seq) == 48);
 
 class SharedState {
  public:
   struct Identity {
     uint64_t file_id, created_ns, dev, ino;
   };
-  // Opens (creating if needed) the shared state of a file and takes the open
-  // lock (exclusive, blocking). `*needs_rebuild` tells whether the caller must
-  // rebuild the allocation state (then call Rebuilt()). Call ReleaseOpenLock
-  // when done with open-time work.
-  static Status Open(const Identity& id, uint32_t host_mode, std::unique_ptr<SharedState>* out,
+  // Opens (creating if needed, with the owner, group and read/write bits
+  // of the host file `host` as far as this user may give them) the shared
+  // state of a file and takes the open lock (exclusive, blocking).
+  // `*needs_rebuild` tells whether the caller must rebuild the allocation
+  // state (then call MarkReady()). Call ReleaseOpenLock when done with
+  // open-time work. The state lives while some process has the file open:
+  // its last user removes it (RemoveIfNoOtherUser).
+  static Status Open(const Identity& id, const struct stat& host, std::unique_ptr<SharedState>* out,
                      bool* needs_rebuild);
   ~SharedState();
 
@@ -106,16 +116,22 @@ class SharedState {
   void SetBit(uint64_t b);
   void ClearBit(uint64_t b);
 
-  // Removes the shared-memory file of a upfs file whose last link is gone,
-  // unless a process still has the file open: then the last one to close
-  // it removes it (File's destructor). Removing it under a live user would
-  // let a later opener of the same inode (a fork child, /proc/PID/fd)
-  // rebuild a second, conflicting allocation state.
-  static void RemoveIfUnused(const Identity& id);
+  // Removes the shared state of a file unless a process has the file open
+  // (then its last user removes it). Removing it under a live user would
+  // let a later opener rebuild a second, conflicting allocation state.
+  // Only the inode of `id` is used. True if it was removed.
+  static bool RemoveIfUnused(const Identity& id);
   // The same, by this process's last user of the file, after it released
   // its slots: through the descriptor it already has (no open), and only
   // other processes' slots count.
   void RemoveIfNoOtherUser();
+  // After chmod or chown of the host file: gives its shared state, if any,
+  // the host file's owner, group and read/write bits, as far as this user
+  // may (see Open), and bumps its attribute sequence.
+  static Status MirrorAttributes(const Identity& id, const struct stat& host);
+  // Removes every shared-state object that no process uses (left by
+  // processes that were killed): `upfs sweep`.
+  static Status SweepUnused(uint32_t* removed, uint32_t* in_use);
   const Identity& identity() const { return id_; }
   // Takes, through lock_fd (a descriptor of the shared-state file), the
   // lock that one process at a time holds while it has a shared writable
@@ -125,8 +141,8 @@ class SharedState {
   // for locks that belong to a description of the user's (flock, the map
   // lock); -1 with errno on failure.
   int OpenAnotherDescription() const;
-  // Named by file id and host inode: a copy of a file (same id, other
-  // inode) must not share its allocation state.
+  // Named by host inode ("/upfs-DEV-INO", hexadecimal): a copy of a file
+  // (same id, other inode) must not share its allocation state.
   static std::string NameFor(const Identity& id);
 
  private:

@@ -24,19 +24,17 @@
 #include <string>
 #include <vector>
 
+#include "container/lock_object.h"
 #include "container/perfile.h"
 #include "format/header.h"
 #include "engine/file.h"
 #include "engine/inspect.h"
 #include "engine/shared_state.h"
+#include "posix/api_internal.h"
 #include "posix/op_guard.h"
 #include "posix/file_registry.h"
 
 namespace upfs {
-namespace {
-
-using format::LooksLikeUpfs;
-using format::ReadFileId;
 
 thread_local std::string t_last_error = "no error";
 
@@ -52,6 +50,10 @@ int FailErrno(int err, const char* msg) {
   return -1;
 }
 
+namespace {
+
+using format::LooksLikeUpfs;
+
 std::atomic<int> g_default_consistency{int(format::Consistency::kStrict)};
 
 // An open file description: what descriptors made by dup share, as in the
@@ -61,10 +63,15 @@ struct Description {
   std::shared_ptr<File> file;
   std::mutex pos_mu;  // serializes offset-dependent calls, like f_pos_lock
   uint64_t pos = 0;
+  dev_t dev = 0;  // the host inode
+  ino_t ino = 0;
   std::mutex flock_mu;
-  int flock_fd = -1;  // our own description of the shared-state file (flock)
+  int flock_fd = -1;  // our own description of the file's lock object (flock)
+  // The shared state's attribute sequence when this description last
+  // checked the host file for S_ISUID/S_ISGID (ClearPrivileges).
+  std::atomic<uint64_t> privileges_seen{~uint64_t{0}};
   ~Description() {
-    if (flock_fd >= 0) close(flock_fd);
+    ReleaseLockObject(dev, ino, flock_fd);
   }
 };
 
@@ -104,6 +111,28 @@ OpenFile* Lookup(int fd) {
   return s ? s->load(std::memory_order_acquire) : nullptr;
 }
 
+bool CanRead(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_WRONLY; }
+bool CanWrite(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_RDONLY; }
+
+// A write or truncate by a caller without CAP_FSETID clears S_ISUID and
+// S_ISGID, as the kernel's does; but the kernel never sees a upfs write.
+// So upfs has the kernel apply its own rule, with the caller's
+// credentials: it rewrites the header's first byte (immutable: the same
+// byte) through the kernel. Looked at once per description, and again
+// after a chmod or chown through upfs in any process (attr_seq): one
+// relaxed load per write otherwise.
+Status ClearPrivileges(const OpenFile* of) {
+  Description* d = of->d.get();
+  const uint64_t seq = d->file->shared()->header()->attr_seq.load(std::memory_order_acquire);
+  if (seq == d->privileges_seen.load(std::memory_order_relaxed)) return Status::OK();
+  struct stat st;
+  if (fstat(of->fd, &st) != 0) return Status::FromErrno("fstat of host file");
+  UPFS_RETURN_IF_ERROR(ClearPrivilegesOf(d->file.get(), st));
+  d->privileges_seen.store(seq, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+
 int CheckOpenFlags(int flags) {
   if ((flags & O_ACCMODE) == O_ACCMODE) return FailErrno(EINVAL, "bad access mode");
   if (flags & O_DIRECTORY) return FailErrno(EISDIR, "upfs files are regular files");
@@ -111,9 +140,10 @@ int CheckOpenFlags(int flags) {
 }
 
 // Makes the open host file fd (named path in messages) a upfs descriptor;
-// on failure fd is closed if `close_on_failure`, else left as it was.
+// on failure fd is closed if `close_on_failure`, else left as it was. A
+// file created empty just now becomes a upfs file with mode *new_mode.
 int OpenOnHostFd(int fd, const char* path, int flags, format::Consistency consistency,
-                 bool close_on_failure) {
+                 bool close_on_failure, const mode_t* new_mode = nullptr) {
   int acc = flags & O_ACCMODE;
   bool create = flags & O_CREAT;
   auto fail = [&](const Status& st) {
@@ -127,20 +157,30 @@ int OpenOnHostFd(int fd, const char* path, int flags, format::Consistency consis
     if (acc == O_RDONLY) return fail(Status::Error(EINVAL, "O_TRUNC with O_RDONLY"));
     if (ftruncate(fd, 0) != 0) return fail(Status::FromErrno("truncate"));
   }
+  // A caller who only reads gets a File that writes nothing (and needs no
+  // write permission), unless this process has a writing one already.
+  const bool writable = acc != O_RDONLY || create;
   std::shared_ptr<File> file;
-  Status s = AcquireFile(st, [&](std::unique_ptr<File>* f) {
-    return OpenPerFile(fd, path, create, consistency, f);
+  Status s = AcquireFile(st, writable, [&](std::unique_ptr<File>* f) {
+    return writable ? OpenPerFile(fd, path, create, consistency, new_mode, f)
+                    : OpenPerFileReadOnly(fd, path, f);
   }, &file);
   if (!s.ok()) return fail(s);
-  if ((flags & O_TRUNC) && acc != O_RDONLY) {
-    s = file->Truncate(0);
-    if (!s.ok()) return fail(s);
-  }
   auto* of = new OpenFile();
   of->fd = fd;
   of->d = std::make_shared<Description>();
   of->d->flags = acc | (flags & O_APPEND);
   of->d->file = std::move(file);
+  of->d->dev = st.st_dev;
+  of->d->ino = st.st_ino;
+  if ((flags & O_TRUNC) && acc != O_RDONLY) {
+    s = ClearPrivileges(of);
+    if (s.ok()) s = of->d->file->Truncate(0);
+    if (!s.ok()) {
+      delete of;
+      return fail(s);
+    }
+  }
   std::atomic<OpenFile*>* slot = FdSlot(fd, true);
   if (!slot) {
     delete of;
@@ -150,41 +190,71 @@ int OpenOnHostFd(int fd, const char* path, int flags, format::Consistency consis
   return fd;
 }
 
+// Opens path for OpenImpl; *created tells whether this call created it.
+// A file is created with owner read and write added to `mode` (its mode
+// once it is a upfs file, see OpenOnHostFd): a creator may write the file
+// whatever mode it asked for, and upfs must map it to do so.
+int OpenOrCreateHost(const char* path, int kflags, mode_t mode, bool* created) {
+  *created = false;
+  if (!(kflags & O_CREAT)) return open(path, kflags);
+  const mode_t create_mode = mode | S_IRUSR | S_IWUSR;
+  if (kflags & O_EXCL) {
+    int fd = open(path, kflags, create_mode);
+    *created = fd >= 0;
+    return fd;
+  }
+  for (int tries = 0;; ++tries) {
+    int fd = open(path, kflags & ~O_CREAT);
+    if (fd >= 0 || errno != ENOENT || tries == 8) return fd;
+    fd = open(path, kflags | O_EXCL, create_mode);
+    if (fd >= 0) {
+      *created = true;
+      return fd;
+    }
+    if (errno != EEXIST) return fd;  // else created meanwhile: open it
+  }
+}
+
 int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consistency) {
   if (!path) return FailErrno(EFAULT, "null path");
   if (CheckOpenFlags(flags) != 0) return -1;
   // O_TRUNC must not reach the kernel: it would drop the upfs metadata.
   // O_DIRECT is meaningless for a mapped file; durability is already given.
   int kflags = flags & ~(O_TRUNC | O_DIRECT | O_APPEND);
-  int fd = open(path, kflags, mode);
+  bool created;
+  int fd = OpenOrCreateHost(path, kflags, mode & 07777, &created);
   if (fd < 0) {
     t_last_error = std::string("open ") + path + ": " + strerror(errno);
     return -1;
   }
-  return OpenOnHostFd(fd, path, flags, consistency, true);
+  if (!created) return OpenOnHostFd(fd, path, flags, consistency, true);
+  // The mode the kernel would have given: what it gave, less the owner
+  // bits added for creation that `mode` lacks (umask and default ACLs
+  // already applied).
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    return FailErrno(errno, "fstat of a new file failed");
+  }
+  const mode_t new_mode = (st.st_mode & 07777) & ~((S_IRUSR | S_IWUSR) & ~mode);
+  int r = OpenOnHostFd(fd, path, flags, consistency, true, &new_mode);
+  if (r < 0) {
+    int err = errno;
+    unlinkat(AT_FDCWD, path, 0);
+    errno = err;
+  }
+  return r;
 }
 
-// The identity of the upfs file at dirfd/path if it is a upfs file with a
-// single link (its shared state goes with that link), read from the open
-// File if there is one: opening and closing the file here would drop the
-// process's POSIX record locks on it.
+// The identity of the file at dirfd/path if it may be a upfs file with a
+// single link (its shared state goes with that link). The shared state is
+// named by inode, so a file whose header is damaged is covered too.
 bool LastLinkIdentity(int dirfd, const char* path, SharedState::Identity* id) {
   struct stat st;
-  if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
-      st.st_nlink != 1 || st.st_size < off_t(format::kBlockSize) ||
-      st.st_size % off_t(format::kBlockSize) != 0)
+  if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) != 0 || !MaybeUpfs(st) || st.st_nlink != 1)
     return false;
-  if (std::shared_ptr<File> f = FindFile(st)) {
-    *id = f->shared()->identity();
-    return true;
-  }
-  int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) return false;
-  bool ok = ReadFileId(fd, &id->file_id).ok();
-  close(fd);
-  id->dev = st.st_dev;
-  id->ino = st.st_ino;
-  return ok;
+  *id = SharedState::Identity{0, 0, uint64_t(st.st_dev), uint64_t(st.st_ino)};
+  return true;
 }
 
 // After fork the child must not use the parent's engine state: its
@@ -211,11 +281,13 @@ void ReopenAfterFork() {
       if (it == fresh.end()) {
         std::unique_ptr<File> f;
         std::string self = "/proc/self/fd/" + std::to_string(of->fd);
-        Status st = OpenPerFile(of->fd, self, false, of->d->file->consistency(), &f);
+        Status st = of->d->file->read_only()
+                        ? OpenPerFileReadOnly(of->fd, self, &f)
+                        : OpenPerFile(of->fd, self, false, of->d->file->consistency(), nullptr, &f);
         std::shared_ptr<File> nf = f ? AdoptFileInChild(std::move(f)) : nullptr;
         it = fresh.emplace(old, nf).first;
       }
-      of->d->file->shared()->DetachAfterFork();
+      if (SharedState* sh = of->d->file->shared()) sh->DetachAfterFork();
       new std::shared_ptr<File>(of->d->file);  // intentionally leaked, see above
       of->d->file = it->second;
       done[of->d.get()] = of->d->file != nullptr;
@@ -233,19 +305,6 @@ struct AtForkRegistration {
     pthread_atfork(LockRegistryForFork, UnlockRegistryInParent, ReopenAfterFork);
   }
 } g_atfork_registration;
-
-// The attributes upfs keeps itself, over the host file's (from fstat).
-void SetUpfsAttributes(const FileStat& fs, struct stat* out) {
-  out->st_size = off_t(fs.size);
-  out->st_blocks = blkcnt_t(fs.blocks * (format::kBlockSize / 512));
-  out->st_blksize = format::kBlockSize;
-  out->st_mtim.tv_sec = time_t(fs.mtime_ns / 1000000000ull);
-  out->st_mtim.tv_nsec = long(fs.mtime_ns % 1000000000ull);
-  out->st_ctim = out->st_mtim;
-}
-
-bool CanRead(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_WRONLY; }
-bool CanWrite(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_RDONLY; }
 
 }  // namespace
 }  // namespace upfs
@@ -318,6 +377,7 @@ ssize_t upfs_pwrite(int fd, const void* buf, size_t count, off_t offset) {
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (!CanWrite(of)) return FailErrno(EBADF, "descriptor not open for writing");
   if (offset < 0) return FailErrno(EINVAL, "negative offset");
+  if (Status p = ClearPrivileges(of); !p.ok()) return Fail(p);
   uint64_t at = 0;
   // Linux appends pwrite data on O_APPEND descriptors too.
   Status st = of->d->file->Write(buf, count, uint64_t(offset), of->d->flags & O_APPEND, &at);
@@ -343,6 +403,7 @@ ssize_t upfs_write(int fd, const void* buf, size_t count) {
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (!CanWrite(of)) return FailErrno(EBADF, "descriptor not open for writing");
+  if (Status p = ClearPrivileges(of); !p.ok()) return Fail(p);
   std::lock_guard<std::mutex> pl(of->d->pos_mu);
   uint64_t at = 0;
   Status st = of->d->file->Write(buf, count, of->d->pos, of->d->flags & O_APPEND, &at);
@@ -396,6 +457,7 @@ int upfs_ftruncate(int fd, off_t length) {
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (!CanWrite(of)) return FailErrno(EINVAL, "descriptor not open for writing");
   if (length < 0) return FailErrno(EINVAL, "negative length");
+  if (Status p = ClearPrivileges(of); !p.ok()) return Fail(p);
   Status st = of->d->file->Truncate(uint64_t(length));
   return st.ok() ? 0 : Fail(st);
 }
@@ -406,6 +468,7 @@ int upfs_fallocate(int fd, int mode, off_t offset, off_t len) {
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (!CanWrite(of)) return FailErrno(EBADF, "descriptor not open for writing");
   if (offset < 0 || len <= 0) return FailErrno(EINVAL, "bad offset or length");
+  if (Status p = ClearPrivileges(of); !p.ok()) return Fail(p);
   Status st = of->d->file->Fallocate(mode, uint64_t(offset), uint64_t(len));
   return st.ok() ? 0 : Fail(st);
 }
@@ -441,10 +504,16 @@ int upfs_fstat(int fd, struct stat* out) {
 }
 
 int upfs_is_upfs_file(const char* path) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
   struct stat st;
-  int r = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && LooksLikeUpfs(fd) ? 1 : 0;
+  if (!path) return FailErrno(EFAULT, "null path");
+  if (fstatat(AT_FDCWD, path, &st, 0) != 0) return FailErrno(errno, "stat failed");
+  if (!S_ISREG(st.st_mode)) return 0;
+  // The marker answers for callers that may not read the file.
+  if (IsMarkedUpfs(st)) return 1;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOATIME);
+  if (fd < 0 && errno == EPERM) fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == EACCES ? 0 : FailErrno(errno, "open failed");
+  int r = LooksLikeUpfs(fd) ? 1 : 0;
   close(fd);
   return r;
 }
@@ -461,6 +530,16 @@ int upfs_unlinkat(int dirfd, const char* path) {
 }
 
 int upfs_unlink(const char* path) { return upfs_unlinkat(AT_FDCWD, path); }
+
+int upfs_sweep(unsigned* removed, unsigned* in_use) {
+  uint32_t r = 0, u = 0;
+  Status st = SharedState::SweepUnused(&r, &u);
+  if (st.ok()) st = SweepLockObjects(&r, &u);
+  if (!st.ok()) return Fail(st);
+  if (removed) *removed = r;
+  if (in_use) *in_use = u;
+  return 0;
+}
 
 int upfs_drop_closed_files(void) {
   DropAllParkedFiles();
@@ -504,8 +583,11 @@ int upfs_stat_host_fd(int host_fd, struct stat* out) {
   struct stat host;
   if (fstat(host_fd, &host) != 0) return FailErrno(errno, "fstat of host file failed");
   if (upfs_stat_if_open(&host, out) == 1) return 0;
-  if (!S_ISREG(host.st_mode) || !LooksLikeUpfs(host_fd))
+  if (!S_ISREG(host.st_mode)) return FailErrno(EMEDIUMTYPE, "not a upfs file");
+  if (!LooksLikeUpfs(host_fd)) {
+    if (IsMarkedUpfs(host)) return Fail(MarkedWithoutMagic("/proc/self/fd/" + std::to_string(host_fd)));
     return FailErrno(EMEDIUMTYPE, "not a upfs file");
+  }
   const std::string name = "/proc/self/fd/" + std::to_string(host_fd);
   FileStat fs;
   Status st;
@@ -516,9 +598,14 @@ int upfs_stat_host_fd(int host_fd, struct stat* out) {
     if (st.err() != EAGAIN) break;
   }
   if (st.err() == EAGAIN) {
-    std::unique_ptr<File> f;
-    st = OpenPerFile(host_fd, name, false, format::Consistency::kStrict, &f);
-    if (st.ok()) st = f->Stat(&fs);
+    std::shared_ptr<File> f;
+    st = AcquireFile(host, false, [&](std::unique_ptr<File>* nf) {
+      return OpenPerFileReadOnly(host_fd, name, nf);
+    }, &f);
+    if (st.ok()) {
+      OpGuard g;
+      st = f->Stat(&fs);
+    }
   }
   if (!st.ok()) return Fail(st);
   *out = host;
@@ -538,6 +625,7 @@ int upfs_map_guard(int fd) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  if (!CanWrite(of)) return FailErrno(EACCES, "a shared writable map needs a descriptor open for writing");
   int lock_fd = of->d->file->shared()->OpenAnotherDescription();
   if (lock_fd < 0) return FailErrno(errno, "open shared state for a map");
   if (!SharedState::TryLockMapByte(lock_fd)) {
@@ -555,20 +643,14 @@ int upfs_flock(int fd, int op) {
     if (!of) return FailErrno(EBADF, "not a upfs descriptor");
     d = of->d;
   }
-  int lock_fd;
-  {
-    // flock locks belong to the open file description: each description
-    // locks through a description of its own of the file's shared-state
-    // file, which every process using the file opens by the same name.
-    std::lock_guard<std::mutex> g(d->flock_mu);
-    if (d->flock_fd < 0) {
-      d->flock_fd = d->file->shared()->OpenAnotherDescription();
-      if (d->flock_fd < 0) return FailErrno(errno, "open shared state for flock");
-    }
-    lock_fd = d->flock_fd;
-  }
-  // d keeps lock_fd open while we may block on it.
-  if (flock(lock_fd, op) != 0) return FailErrno(errno, "flock failed");
+  // flock locks belong to the open file description: each description
+  // locks through a description of its own of the file's lock object
+  // (container/lock_object.h). The description's lock is held meanwhile:
+  // a blocking flock holds it while waiting, as the kernel holds the
+  // description's; d keeps everything alive.
+  std::lock_guard<std::mutex> g(d->flock_mu);
+  if (FlockLockObject(d->dev, d->ino, &d->flock_fd, op) != 0)
+    return FailErrno(errno, "flock failed");
   return 0;
 }
 
@@ -608,6 +690,14 @@ int ApiSetAppend(int fd, bool on) {
   std::lock_guard<std::mutex> pl(of->d->pos_mu);
   of->d->flags = (of->d->flags & ~O_APPEND) | (on ? O_APPEND : 0);
   return 0;
+}
+
+std::shared_ptr<File> ApiFileOf(int fd, int* flags) {
+  OpGuard g;
+  OpenFile* of = Lookup(fd);
+  if (!of) return nullptr;
+  if (flags) *flags = of->d->flags;
+  return of->d->file;
 }
 
 int ApiGetFlags(int fd) {

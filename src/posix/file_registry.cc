@@ -38,10 +38,21 @@ size_t ParkedLimit() {
   return limit;
 }
 
+// A process may have two Files of an inode: one that writes, and one that
+// only reads (File::OpenReadOnly), which has no allocation state and so
+// cannot conflict with the writer.
 struct FileKey {
   dev_t dev;
   ino_t ino;
-  bool operator<(const FileKey& o) const { return dev != o.dev ? dev < o.dev : ino < o.ino; }
+  bool writable;
+  bool operator<(const FileKey& o) const {
+    if (dev != o.dev) return dev < o.dev;
+    if (ino != o.ino) return ino < o.ino;
+    return writable < o.writable;
+  }
+  bool operator==(const FileKey& o) const {
+    return dev == o.dev && ino == o.ino && writable == o.writable;
+  }
 };
 
 struct Parked {
@@ -68,7 +79,37 @@ Registry* Reg() {
 
 void Release(File* f, FileKey key);
 
+// At exit nothing destroys the Files still parked or open, and the shared
+// state of a file lives while some process has it open: remove, if no
+// other process uses them, the shared state of the parked Files (nobody
+// uses them) and of the open Files whose host file has no link left (they
+// can never be opened again). An open file that still has a name keeps its
+// shared state for its next user, whose last close removes it: other
+// threads may still be inside a call on it. A killed process leaves its
+// shared state behind; `upfs sweep` removes it.
+void RemoveSharedStateAtExit() {
+  Registry* r = Reg();
+  // Released after the lock: dropping a last reference takes the lock.
+  std::vector<std::shared_ptr<File>> open_files;
+  // Another thread may hold the lock while the process exits: give up
+  // rather than hang the exit.
+  std::unique_lock<std::mutex> lk(r->mu, std::defer_lock);
+  for (int i = 0; i < 100 && !lk.try_lock(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!lk.owns_lock()) return;
+  for (Parked& p : r->parked)
+    if (SharedState* sh = p.file->shared()) sh->RemoveIfNoOtherUser();
+  for (auto& [key, weak] : r->live) {
+    std::shared_ptr<File> f = weak.lock();
+    struct stat st;
+    if (f && f->shared() && fstat(f->medium()->fd(), &st) == 0 && st.st_nlink == 0)
+      f->shared()->RemoveIfNoOtherUser();
+    if (f) open_files.push_back(std::move(f));
+  }
+}
+
 std::shared_ptr<File> Share(std::unique_ptr<File> f, FileKey key) {
+  static const bool registered = [] { return atexit(RemoveSharedStateAtExit) == 0; }();
+  (void)registered;
   return std::shared_ptr<File>(f.release(), [key](File* p) { Release(p, key); });
 }
 
@@ -125,7 +166,7 @@ void Release(File* f, FileKey key) {
 
 std::unique_ptr<File> TakeParkedLocked(Registry* r, const FileKey& key) {
   for (auto it = r->parked.begin(); it != r->parked.end(); ++it) {
-    if (it->key.dev == key.dev && it->key.ino == key.ino) {
+    if (it->key == key) {
       std::unique_ptr<File> f = std::move(it->file);
       r->parked.erase(it);
       return f;
@@ -136,8 +177,8 @@ std::unique_ptr<File> TakeParkedLocked(Registry* r, const FileKey& key) {
 
 // A parked File of the inode, if the file still looks as it did: otherwise
 // it is destroyed and a fresh open judges the file.
-std::unique_ptr<File> TakeReusableLocked(Registry* r, const struct stat& host) {
-  std::unique_ptr<File> f = TakeParkedLocked(r, FileKey{host.st_dev, host.st_ino});
+std::unique_ptr<File> TakeReusableLocked(Registry* r, const FileKey& key, const struct stat& host) {
+  std::unique_ptr<File> f = TakeParkedLocked(r, key);
   if (!f) return nullptr;
   FileStat fs;
   if (uint64_t(host.st_size) < f->medium()->capacity() ||
@@ -150,9 +191,9 @@ std::unique_ptr<File> TakeReusableLocked(Registry* r, const struct stat& host) {
 // Runs fn(registry, key, File of the inode or null) with the lock held,
 // once the inode's File, if any, is not half-way through its release.
 template <typename Fn>
-void WithLookup(const struct stat& host, Fn fn) {
+void WithLookup(const struct stat& host, bool writable, Fn fn) {
   Registry* r = Reg();
-  const FileKey key{host.st_dev, host.st_ino};
+  const FileKey key{host.st_dev, host.st_ino, writable};
   for (;;) {
     // Declared before the lock, so released after it: the release of a
     // last reference takes the lock.
@@ -167,7 +208,7 @@ void WithLookup(const struct stat& host, Fn fn) {
         sched_yield();
         continue;
       }
-    } else if (std::unique_ptr<File> parked = TakeReusableLocked(r, host)) {
+    } else if (std::unique_ptr<File> parked = TakeReusableLocked(r, key, host)) {
       f = Share(std::move(parked), key);
       r->live[key] = f;
     }
@@ -178,11 +219,13 @@ void WithLookup(const struct stat& host, Fn fn) {
 
 }  // namespace
 
-Status AcquireFile(const struct stat& host,
+Status AcquireFile(const struct stat& host, bool writable,
                    const std::function<Status(std::unique_ptr<File>*)>& open_new,
                    std::shared_ptr<File>* out) {
+  // A reader is served by the process's writing File if it has one.
+  if (!writable && (*out = FindWritableFile(host))) return Status::OK();
   Status st;
-  WithLookup(host, [&](Registry* r, const FileKey& key, std::shared_ptr<File>& f) {
+  WithLookup(host, writable, [&](Registry* r, const FileKey& key, std::shared_ptr<File>& f) {
     if (!f) {
       std::unique_ptr<File> fresh;
       st = open_new(&fresh);
@@ -195,18 +238,27 @@ Status AcquireFile(const struct stat& host,
   return st;
 }
 
-std::shared_ptr<File> FindFile(const struct stat& host) {
+std::shared_ptr<File> FindWritableFile(const struct stat& host) {
   std::shared_ptr<File> out;
-  WithLookup(host, [&](Registry*, const FileKey&, std::shared_ptr<File>& f) { out = f; });
+  WithLookup(host, true, [&](Registry*, const FileKey&, std::shared_ptr<File>& f) { out = f; });
+  return out;
+}
+
+std::shared_ptr<File> FindFile(const struct stat& host) {
+  std::shared_ptr<File> out = FindWritableFile(host);
+  if (!out)
+    WithLookup(host, false, [&](Registry*, const FileKey&, std::shared_ptr<File>& f) { out = f; });
   return out;
 }
 
 bool DropParkedFile(dev_t dev, ino_t ino) {
   Registry* r = Reg();
   std::lock_guard<std::mutex> g(r->mu);
-  std::unique_ptr<File> f = TakeParkedLocked(r, FileKey{dev, ino});
-  bool found = f != nullptr;
-  f.reset();  // under the lock, as every File's destruction
+  std::unique_ptr<File> w = TakeParkedLocked(r, FileKey{dev, ino, true});
+  std::unique_ptr<File> ro = TakeParkedLocked(r, FileKey{dev, ino, false});
+  bool found = w != nullptr;  // only a writing File has shared state to remove
+  w.reset();  // under the lock, as every File's destruction
+  ro.reset();
   return found;
 }
 
@@ -233,8 +285,9 @@ void ForgetRegistryInChild() {
 
 std::shared_ptr<File> AdoptFileInChild(std::unique_ptr<File> f) {
   struct stat st;
-  if (fstat(f->medium()->fd(), &st) != 0) return Share(std::move(f), FileKey{0, 0});
-  const FileKey key{st.st_dev, st.st_ino};
+  const bool writable = !f->read_only();
+  if (fstat(f->medium()->fd(), &st) != 0) return Share(std::move(f), FileKey{0, 0, writable});
+  const FileKey key{st.st_dev, st.st_ino, writable};
   std::shared_ptr<File> s = Share(std::move(f), key);
   Registry* r = Reg();
   std::lock_guard<std::mutex> g(r->mu);

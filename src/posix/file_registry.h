@@ -39,14 +39,20 @@ namespace upfs {
 // looks as it did (no shorter than mapped, header intact, log readable from
 // where it stopped), else a new one made by `open_new`, which runs under
 // the registry's lock.
-Status AcquireFile(const struct stat& host,
+// With `writable` false, the process's writing File if it has one, else
+// its read-only one, else a new read-only one.
+Status AcquireFile(const struct stat& host, bool writable,
                    const std::function<Status(std::unique_ptr<File>*)>& open_new,
                    std::shared_ptr<File>* out);
 
-// The File of the inode if this process has it open or parked; null if not.
+// The File of the inode if this process has it open or parked (the writing
+// one if there are two); null if not.
 std::shared_ptr<File> FindFile(const struct stat& host);
+// The same, but only a File that writes.
+std::shared_ptr<File> FindWritableFile(const struct stat& host);
 
-// Destroys the parked File of the inode, if there is one (true then).
+// Destroys the parked Files of the inode, if there are any (true if a
+// writing one was among them: it removed the shared state if unused).
 bool DropParkedFile(dev_t dev, ino_t ino);
 
 // Destroys every parked File.

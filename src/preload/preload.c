@@ -5,8 +5,9 @@
  * read once, at load, from the environment:
  *   UPFS_DIR   regular files created under this directory become upfs files
  *   UPFS_MODE  strict (default) or sync: the consistency mode of new files
- * An existing upfs file is recognised (by its magic) wherever it is opened;
- * every other file, and every other descriptor, goes to libc untouched.
+ * An existing upfs file is recognised (by its marker, or its magic) wherever
+ * it is opened; every other file, and every other descriptor, goes to libc
+ * untouched.
  *
  * A upfs descriptor is the kernel descriptor of the host file (see
  * posix/api.cc), so descriptor numbers never collide; g_fd_kind says which
@@ -17,6 +18,11 @@
  * never come back here.
  */
 #define _GNU_SOURCE
+/* glibc declares most pointer arguments nonnull, and GCC then deletes the
+ * interposers' checks of them (-fno-delete-null-pointer-checks does not
+ * stop it); programs do pass NULL, and the real call must then fail, not
+ * crash here. cdefs.h defines __nonnull only if it is not defined. */
+#define __nonnull(params)
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -37,9 +43,11 @@
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#include <utime.h>
 
 #include "upfs/upfs.h"
 
@@ -75,10 +83,17 @@
   X(int, posix_fadvise, (int, off_t, off_t, int))                            \
   X(ssize_t, readahead, (int, off64_t, size_t))                              \
   X(int, fstat, (int, struct stat *))                                        \
-  X(int, stat, (const char *, struct stat *))                                \
-  X(int, lstat, (const char *, struct stat *))                               \
   X(int, fstatat, (int, const char *, struct stat *, int))                   \
   X(int, statx, (int, const char *, int, unsigned int, struct statx *))      \
+  X(int, chmod, (const char *, mode_t))                                      \
+  X(int, fchmod, (int, mode_t))                                              \
+  X(int, fchmodat, (int, const char *, mode_t, int))                         \
+  X(int, chown, (const char *, uid_t, gid_t))                                \
+  X(int, lchown, (const char *, uid_t, gid_t))                               \
+  X(int, fchown, (int, uid_t, gid_t))                                        \
+  X(int, fchownat, (int, const char *, uid_t, gid_t, int))                   \
+  X(int, utimensat, (int, const char *, const struct timespec[2], int))      \
+  X(int, futimens, (int, const struct timespec[2]))                          \
   X(int, unlink, (const char *))                                             \
   X(int, unlinkat, (int, const char *, int))                                 \
   X(int, rmdir, (const char *))                                              \
@@ -164,7 +179,11 @@ HIDDEN int upfs_real_close(int fd) { return REAL(close)(fd); }
 HIDDEN ssize_t upfs_real_pread(int fd, void *b, size_t n, off_t o) {
   return REAL(pread)(fd, b, n, o);
 }
+HIDDEN ssize_t upfs_real_pwrite(int fd, const void *b, size_t n, off_t o) {
+  return REAL(pwrite)(fd, b, n, o);
+}
 HIDDEN int upfs_real_ftruncate(int fd, off_t l) { return REAL(ftruncate)(fd, l); }
+HIDDEN int upfs_real_truncate(const char *p, off_t l) { return REAL(truncate)(p, l); }
 HIDDEN int upfs_real_posix_fallocate(int fd, off_t o, off_t l) {
   return REAL(posix_fallocate)(fd, o, l);
 }
@@ -178,6 +197,21 @@ HIDDEN void *upfs_real_mmap(void *a, size_t l, int p, int f, int fd, off_t o) {
 HIDDEN int upfs_real_munmap(void *a, size_t l) { return REAL(munmap)(a, l); }
 HIDDEN int upfs_real_msync(void *a, size_t l, int f) { return REAL(msync)(a, l, f); }
 HIDDEN int upfs_real_flock(int fd, int op) { return REAL(flock)(fd, op); }
+HIDDEN int upfs_real_chmod(const char *p, mode_t m) { return REAL(chmod)(p, m); }
+HIDDEN int upfs_real_fchmod(int fd, mode_t m) { return REAL(fchmod)(fd, m); }
+HIDDEN int upfs_real_fchmodat(int d, const char *p, mode_t m, int f) {
+  return REAL(fchmodat)(d, p, m, f);
+}
+HIDDEN int upfs_real_chown(const char *p, uid_t u, gid_t g) { return REAL(chown)(p, u, g); }
+HIDDEN int upfs_real_lchown(const char *p, uid_t u, gid_t g) { return REAL(lchown)(p, u, g); }
+HIDDEN int upfs_real_fchown(int fd, uid_t u, gid_t g) { return REAL(fchown)(fd, u, g); }
+HIDDEN int upfs_real_fchownat(int d, const char *p, uid_t u, gid_t g, int f) {
+  return REAL(fchownat)(d, p, u, g, f);
+}
+HIDDEN int upfs_real_utimensat(int d, const char *p, const struct timespec t[2], int f) {
+  return REAL(utimensat)(d, p, t, f);
+}
+HIDDEN int upfs_real_futimens(int fd, const struct timespec t[2]) { return REAL(futimens)(fd, t); }
 HIDDEN int upfs_real_unlinkat(int d, const char *p, int f) { return REAL(unlinkat)(d, p, f); }
 HIDDEN int upfs_real_renameat2(int od, const char *op, int nd, const char *np, unsigned f) {
   return REAL(renameat2)(od, op, nd, np, f);
@@ -218,6 +252,13 @@ static void proc_path(char *buf, size_t n, int fd) { snprintf(buf, n, "/proc/sel
 static int size_candidate(const struct stat *st) {
   return S_ISREG(st->st_mode) && st->st_size >= 4096 && (st->st_size & 4095) == 0;
 }
+/* The marker of a upfs host file (container/perfile.h): S_ISVTX on a
+ * regular file. It tells a upfs file by fstat alone, without reading it
+ * (which a caller may not be allowed to do, and which would change its
+ * atime); unmarked files of earlier versions are told by their magic. */
+static int marked(const struct stat *st) {
+  return (st->st_mode & S_ISVTX) != 0 && size_candidate(st);
+}
 
 /* Does the open regular file kfd carry the upfs magic? */
 static int has_magic(int kfd, int readable) {
@@ -237,6 +278,13 @@ static int has_magic(int kfd, int readable) {
           memcmp(m, kMagic, sizeof(m)) == 0;
   if (rfd != kfd) REAL(close)(rfd);
   errno = saved;
+  return r;
+}
+
+/* The result of a upfs_* call that fails with -1 and errno; errno is left
+ * as the caller had it on success, as libc does. */
+static inline int keep_errno(int saved, int r) {
+  if (r == 0) errno = saved;
   return r;
 }
 
@@ -265,6 +313,15 @@ static int upfs_from_kfd(int kfd, int flags) {
   return kfd;
 }
 
+/* The mode the kernel would have given a file created with `mode`, when it
+ * was created with owner read and write added (st: its attributes then;
+ * umask and default ACLs applied), plus `extra` (the upfs marker). */
+static void fix_new_mode(int kfd, const struct stat *st, mode_t mode, mode_t extra) {
+  const mode_t added = (S_IRUSR | S_IWUSR) & ~mode;
+  if (!added) return;
+  REAL(fchmod)(kfd, ((st->st_mode & 07777) & ~added) | extra);
+}
+
 static int do_open_fd(int dirfd, const char *path, int flags, mode_t mode);
 /* The open protocol shared by every open variant. */
 static int do_open(int dirfd, const char *path, int flags, mode_t mode) {
@@ -279,14 +336,18 @@ static int do_open_fd(int dirfd, const char *path, int flags, mode_t mode) {
   int kflags = flags & ~(O_TRUNC | O_DIRECT);
   int created = 0;
   int kfd;
+  /* A new file is created with owner read and write, so that upfs can map
+   * it whatever mode was asked for (the kernel lets a creator write the
+   * file it creates); the mode is then put right (fix_new_mode). */
+  const mode_t cmode = mode | S_IRUSR | S_IWUSR;
   if ((flags & O_CREAT) && g_dir_len) {
     if (flags & O_EXCL) {
-      kfd = REAL(openat)(dirfd, path, kflags, mode);
+      kfd = REAL(openat)(dirfd, path, kflags, cmode);
       created = kfd >= 0;
     } else {
       kfd = REAL(openat)(dirfd, path, kflags & ~O_CREAT, mode);
       if (kfd < 0 && errno == ENOENT) {
-        kfd = REAL(openat)(dirfd, path, kflags | O_EXCL, mode);
+        kfd = REAL(openat)(dirfd, path, kflags | O_EXCL, cmode);
         if (kfd >= 0)
           created = 1;
         else if (errno == EEXIST) /* a race, or a dangling symlink */
@@ -311,11 +372,15 @@ static int do_open_fd(int dirfd, const char *path, int flags, mode_t mode) {
       errno = err;
       return -1;
     }
+    fix_new_mode(kfd, &st, mode, S_ISVTX);
     errno = saved;
     return kfd;
   }
-  if (size_candidate(&st) &&
-      (upfs_stat_if_open(&st, NULL) == 1 || has_magic(kfd, acc != O_WRONLY))) {
+  if (created) fix_new_mode(kfd, &st, mode, 0);
+  /* A marked file is used as a upfs file or refused (never written as
+   * plain bytes), whatever the caller may read. */
+  if (marked(&st) || (size_candidate(&st) && (upfs_stat_if_open(&st, NULL) == 1 ||
+                                              has_magic(kfd, acc != O_WRONLY)))) {
     if (upfs_from_kfd(kfd, flags & ~O_CREAT) < 0) {
       int err = errno;
       REAL(close)(kfd);
@@ -348,31 +413,6 @@ static int do_open_fd(int dirfd, const char *path, int flags, mode_t mode) {
   return kfd;
 }
 
-
-/* stat of a path that names a upfs file: the upfs size and times. */
-static int fix_path_stat(int dirfd, const char *path, int nofollow, struct stat *st) {
-  if (!size_candidate(st)) return 0;
-  /* Open in this process: ask it (opening and closing the file here would
-   * drop the process's POSIX record locks on it). */
-  if (upfs_stat_if_open(st, st) == 1) return 1;
-  int saved = errno, fixed = 0;
-  int kfd = REAL(openat)(dirfd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0));
-  if (kfd < 0) {
-    errno = saved;
-    return 0;
-  }
-  if (has_magic(kfd, 1)) {
-    /* Read from the log without opening the file as a upfs file. */
-    struct stat ust;
-    if (upfs_stat_host_fd(kfd, &ust) == 0) {
-      *st = ust;
-      fixed = 1;
-    }
-  }
-  REAL(close)(kfd);
-  errno = saved;
-  return fixed;
-}
 
 /* ------------------------------------------------------------------- open */
 
@@ -674,23 +714,11 @@ EXPORT int ftruncate(int fd, off_t len) {
 }
 EXPORT int ftruncate64(int fd, off64_t len) { return ftruncate(fd, len); }
 
+/* upfs_truncate truncates a upfs file through upfs, anything else with the
+ * kernel's truncate. */
 EXPORT int truncate(const char *path, off_t len) {
-  struct stat st;
   int saved = errno;
-  if (path && REAL(stat)(path, &st) == 0 && size_candidate(&st)) {
-    int fd = do_open(AT_FDCWD, path, O_WRONLY | O_CLOEXEC, 0);
-    if (fd >= 0 && is_upfs(fd)) {
-      int r = upfs_ftruncate(fd, len);
-      int err = errno;
-      close_upfs(fd);
-      if (r == 0) errno = saved;
-      else errno = err;
-      return r;
-    }
-    if (fd >= 0) REAL(close)(fd);
-    errno = saved;
-  }
-  return REAL(truncate)(path, len);
+  return keep_errno(saved, upfs_truncate(path, len));
 }
 EXPORT int truncate64(const char *path, off64_t len) { return truncate(path, len); }
 
@@ -735,24 +763,33 @@ EXPORT int fstat(int fd, struct stat *st) {
   return REAL(fstat)(fd, st);
 }
 EXPORT int fstat64(int fd, struct stat64 *st) { return fstat(fd, (struct stat *)st); }
+/* upfs_fstatat is the kernel's stat, with the upfs attributes (size,
+ * blocks, times; the marker bit hidden) for a upfs file. It costs nothing
+ * more for a file that cannot be one (not regular, or not block-sized and
+ * unmarked). */
 EXPORT int stat(const char *path, struct stat *st) {
-  int r = REAL(stat)(path, st);
-  if (r == 0) fix_path_stat(AT_FDCWD, path, 0, st);
-  return r;
+  int saved = errno;
+  return keep_errno(saved, upfs_fstatat(AT_FDCWD, path, st, 0));
 }
 EXPORT int stat64(const char *path, struct stat64 *st) { return stat(path, (struct stat *)st); }
 EXPORT int lstat(const char *path, struct stat *st) {
-  int r = REAL(lstat)(path, st);
-  if (r == 0) fix_path_stat(AT_FDCWD, path, 1, st);
-  return r;
+  int saved = errno;
+  return keep_errno(saved, upfs_fstatat(AT_FDCWD, path, st, AT_SYMLINK_NOFOLLOW));
 }
 EXPORT int lstat64(const char *path, struct stat64 *st) { return lstat(path, (struct stat *)st); }
+/* With AT_EMPTY_PATH, kernels since 6.11 take a null path as "". */
+static int empty_path(const char *path, int flags) {
+  return (flags & AT_EMPTY_PATH) && (!path || path[0] == 0);
+}
 EXPORT int fstatat(int dirfd, const char *path, struct stat *st, int flags) {
-  if ((flags & AT_EMPTY_PATH) && path && path[0] == 0 && is_upfs(dirfd))
-    return upfs_fstat(dirfd, st);
-  int r = REAL(fstatat)(dirfd, path, st, flags);
-  if (r == 0 && path && path[0]) fix_path_stat(dirfd, path, flags & AT_SYMLINK_NOFOLLOW, st);
-  return r;
+  if (empty_path(path, flags) && is_upfs(dirfd)) return upfs_fstat(dirfd, st);
+  if (!path) { /* the kernel decides whether that is EFAULT */
+    int r = REAL(fstatat)(dirfd, path, st, flags);
+    if (r != 0 || !S_ISREG(st->st_mode)) return r;
+    path = "";
+  }
+  int saved = errno;
+  return keep_errno(saved, upfs_fstatat(dirfd, path, st, flags));
 }
 EXPORT int fstatat64(int dirfd, const char *path, struct stat64 *st, int flags) {
   return fstatat(dirfd, path, (struct stat *)st, flags);
@@ -776,6 +813,7 @@ static void to_statx_ts(struct statx_timestamp *t, const struct timespec *ts) {
   t->tv_nsec = (uint32_t)ts->tv_nsec;
 }
 static void fill_statx(struct statx *stx, const struct stat *st) {
+  stx->stx_mode = (uint16_t)((stx->stx_mode & ~07777) | (st->st_mode & 07777));
   stx->stx_size = (uint64_t)st->st_size;
   stx->stx_blocks = (uint64_t)st->st_blocks;
   stx->stx_blksize = (uint32_t)st->st_blksize;
@@ -784,19 +822,129 @@ static void fill_statx(struct statx *stx, const struct stat *st) {
 }
 EXPORT int statx(int dirfd, const char *path, int flags, unsigned int mask, struct statx *stx) {
   int r = REAL(statx)(dirfd, path, flags, mask, stx);
-  if (r != 0 || !S_ISREG(stx->stx_mode)) return r;
+  /* Only a file that may be a upfs file costs more: regular, and marked
+   * (S_ISVTX, which upfs sets on its host files) or block-sized. */
+  if (r != 0 || !S_ISREG(stx->stx_mode) ||
+      (!(stx->stx_mode & S_ISVTX) && (stx->stx_size < 4096 || (stx->stx_size & 4095))))
+    return r;
   int saved = errno;
   struct stat st;
-  if ((flags & AT_EMPTY_PATH) && path && path[0] == 0) {
-    if (is_upfs(dirfd) && upfs_fstat(dirfd, &st) == 0) fill_statx(stx, &st);
-  } else if (path) {
-    memset(&st, 0, sizeof(st));
-    st.st_mode = S_IFREG;
-    st.st_size = (off_t)stx->stx_size;
-    if (fix_path_stat(dirfd, path, flags & AT_SYMLINK_NOFOLLOW, &st)) fill_statx(stx, &st);
+  if (empty_path(path, flags) && is_upfs(dirfd)) {
+    if (upfs_fstat(dirfd, &st) == 0) fill_statx(stx, &st);
+  } else if (upfs_fstatat(dirfd, path ? path : "", &st,
+                          flags & (AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | AT_NO_AUTOMOUNT)) == 0 &&
+             S_ISREG(st.st_mode)) {
+    fill_statx(stx, &st);
   }
   errno = saved;
   return r;
+}
+
+/* ------------------------------------------------------------ attributes */
+
+/* The upfs_* attribute calls apply the kernel's call to the host file, and
+ * for a upfs file also bring what upfs keeps beside it (shared state,
+ * mtime) into step; for anything else they are the kernel's call. */
+EXPORT int chmod(const char *path, mode_t mode) {
+  int saved = errno;
+  return keep_errno(saved, upfs_chmod(path, mode));
+}
+EXPORT int fchmod(int fd, mode_t mode) {
+  int saved = errno;
+  return keep_errno(saved, upfs_fchmod(fd, mode));
+}
+EXPORT int fchmodat(int dirfd, const char *path, mode_t mode, int flags) {
+  int saved = errno;
+  return keep_errno(saved, upfs_fchmodat(dirfd, path, mode, flags));
+}
+/* glibc's lchmod is fchmodat(AT_FDCWD, path, mode, AT_SYMLINK_NOFOLLOW). */
+EXPORT int lchmod(const char *path, mode_t mode) {
+  int saved = errno;
+  return keep_errno(saved, upfs_fchmodat(AT_FDCWD, path, mode, AT_SYMLINK_NOFOLLOW));
+}
+EXPORT int chown(const char *path, uid_t owner, gid_t group) {
+  int saved = errno;
+  return keep_errno(saved, upfs_chown(path, owner, group));
+}
+EXPORT int lchown(const char *path, uid_t owner, gid_t group) {
+  int saved = errno;
+  return keep_errno(saved, upfs_lchown(path, owner, group));
+}
+EXPORT int fchown(int fd, uid_t owner, gid_t group) {
+  int saved = errno;
+  return keep_errno(saved, upfs_fchown(fd, owner, group));
+}
+EXPORT int fchownat(int dirfd, const char *path, uid_t owner, gid_t group, int flags) {
+  int saved = errno;
+  return keep_errno(saved, upfs_fchownat(dirfd, path, owner, group, flags));
+}
+
+/* The utimensat system call, as glibc's time calls use it: a null path
+ * means dirfd itself (futimens, futimes, futimesat(fd, NULL, ...)). */
+static int do_utimens(int dirfd, const char *path, const struct timespec *ts, int flags) {
+  int saved = errno;
+  if (!path) {
+    if (dirfd == AT_FDCWD) {
+      errno = EFAULT;
+      return -1;
+    }
+    if (flags) {
+      errno = EINVAL;
+      return -1;
+    }
+    return keep_errno(saved, upfs_futimens(dirfd, ts));
+  }
+  return keep_errno(saved, upfs_utimensat(dirfd, path, ts, flags));
+}
+/* glibc's conversion: NULL stays NULL (both times now); microseconds are
+ * not range-checked here (the kernel checks the nanoseconds). */
+static const struct timespec *tv_to_ts(const struct timeval *tv, struct timespec ts[2]) {
+  if (!tv) return NULL;
+  for (int i = 0; i < 2; ++i) {
+    ts[i].tv_sec = tv[i].tv_sec;
+    ts[i].tv_nsec = tv[i].tv_usec * 1000;
+  }
+  return ts;
+}
+EXPORT int utimensat(int dirfd, const char *path, const struct timespec times[2], int flags) {
+  if (!path) { /* glibc refuses what the system call would take as futimens */
+    errno = EINVAL;
+    return -1;
+  }
+  return do_utimens(dirfd, path, times, flags);
+}
+EXPORT int futimens(int fd, const struct timespec times[2]) {
+  if (fd < 0) {
+    errno = EBADF;
+    return -1;
+  }
+  return do_utimens(fd, NULL, times, 0);
+}
+EXPORT int utime(const char *path, const struct utimbuf *times) {
+  struct timespec ts[2];
+  if (times) {
+    ts[0].tv_sec = times->actime;
+    ts[0].tv_nsec = 0;
+    ts[1].tv_sec = times->modtime;
+    ts[1].tv_nsec = 0;
+  }
+  return do_utimens(AT_FDCWD, path, times ? ts : NULL, 0);
+}
+EXPORT int utimes(const char *path, const struct timeval tv[2]) {
+  struct timespec ts[2];
+  return do_utimens(AT_FDCWD, path, tv_to_ts(tv, ts), 0);
+}
+EXPORT int lutimes(const char *path, const struct timeval tv[2]) {
+  struct timespec ts[2];
+  return do_utimens(AT_FDCWD, path, tv_to_ts(tv, ts), AT_SYMLINK_NOFOLLOW);
+}
+EXPORT int futimes(int fd, const struct timeval tv[2]) {
+  struct timespec ts[2];
+  return do_utimens(fd, NULL, tv_to_ts(tv, ts), 0);
+}
+EXPORT int futimesat(int dirfd, const char *path, const struct timeval tv[2]) {
+  struct timespec ts[2];
+  return do_utimens(dirfd, path, tv_to_ts(tv, ts), 0);
 }
 
 /* ---------------------------------------------------------- unlink, remove */
@@ -1479,9 +1627,9 @@ static void adopt_inherited(void) {
   for (int i = 0; i < n; ++i) {
     int fd = fds[i];
     struct stat st;
-    if (REAL(fstat)(fd, &st) != 0 || !size_candidate(&st)) continue;
+    if (REAL(fstat)(fd, &st) != 0 || !(marked(&st) || size_candidate(&st))) continue;
     int fl = REAL(fcntl)(fd, F_GETFL);
-    if (fl < 0 || !has_magic(fd, (fl & O_ACCMODE) != O_WRONLY)) continue;
+    if (fl < 0 || (!marked(&st) && !has_magic(fd, (fl & O_ACCMODE) != O_WRONLY))) continue;
     off_t pos = REAL(lseek)(fd, 0, SEEK_CUR);
     /* In place, so the record locks the process inherited survive. */
     if (upfs_open_host_fd(fd, fl & (O_ACCMODE | O_APPEND), g_mode) < 0) continue;

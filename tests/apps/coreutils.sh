@@ -174,7 +174,10 @@ misc() {
   sh -c "cat '$t' > '$PL/joined.txt'; for i in 1 2 3 4 5; do echo 'appended '\$i >> '$PL/joined.txt'; done; printf tail | tee -a '$PL/joined.txt' >/dev/null"
   check ">> and tee -a on a upfs file" same "$(run cat "$UP/joined.txt" | digest)" "$(digest <"$PL/joined.txt")"
   run install -m 640 "$t" "$UP/installed.txt"
-  check "install -m 640 into DIR" same "$(stat -c %a "$UP/installed.txt") $(run cat "$UP/installed.txt" | digest)" "640 $(digest <"$t")"
+  # The mode as programs see it under upfs (outside, the host file also
+  # shows the upfs marker, S_ISVTX: 1640).
+  check "install -m 640 into DIR" same "$(run stat -c %a "$UP/installed.txt") $(run cat "$UP/installed.txt" | digest)" "640 $(digest <"$t")"
+  check "install -m 640: the host file carries the marker" same "$(stat -c %a "$UP/installed.txt")" "1640"
   run mv "$UP/installed.txt" "$UP/moved.txt"
   check "mv within DIR keeps the upfs file" same "$(run cat "$UP/moved.txt" | digest)" "$(digest <"$t")"
   check "head -c / tail -c of a upfs file" same \

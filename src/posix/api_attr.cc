@@ -1,0 +1,313 @@
+// The attribute calls of the C API (include/upfs/upfs.h, "attributes, as
+// the kernel's"): stat, chmod, chown, utimensat and truncate, on any path
+// or descriptor.
+//
+// The kernel keeps the host inode's owner, group, mode, atime and the ctime
+// of what it changes; upfs keeps the size, the mtime and the time of its
+// own changes to the data (docs/design.md, "Attributes"). Every call that
+// changes something lets the kernel do it first, so that the kernel's
+// permission checks decide, and then brings what upfs keeps into step.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+
+#include "container/perfile.h"
+#include "format/format.h"
+#include "format/header.h"
+#include "posix/api_internal.h"
+#include "posix/file_registry.h"
+#include "posix/op_guard.h"
+#include "engine/shared_state.h"
+#include "upfs/upfs.h"
+
+namespace upfs {
+
+namespace {
+
+constexpr int64_t kNsPerSec = 1000000000;
+
+struct timespec Timespec(int64_t ns) {
+  int64_t sec = ns / kNsPerSec, rem = ns % kNsPerSec;
+  if (rem < 0) {
+    rem += kNsPerSec;
+    --sec;
+  }
+  struct timespec ts;
+  ts.tv_sec = time_t(sec);
+  ts.tv_nsec = long(rem);
+  return ts;
+}
+
+int64_t Nanoseconds(const struct timespec& ts) { return int64_t(ts.tv_sec) * kNsPerSec + ts.tv_nsec; }
+
+std::string SelfPath(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
+
+// Opens (dirfd, path) to read it, without changing its atime where the
+// kernel lets us (the owner, or CAP_FOWNER).
+int OpenToLook(int dirfd, const char* path, int at_flags) {
+  int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
+  if (at_flags & AT_SYMLINK_NOFOLLOW) flags |= O_NOFOLLOW;
+  int fd = openat(dirfd, path, flags | O_NOATIME);
+  if (fd < 0 && errno == EPERM) fd = openat(dirfd, path, flags);
+  return fd;
+}
+
+// Whether the host file at (dirfd, path), whose attributes are st, is a upfs
+// file: marked, or (an unmarked file of an earlier version) carrying the
+// magic.
+bool IsUpfsHost(int dirfd, const char* path, int at_flags, const struct stat& st) {
+  if (IsMarkedUpfs(st)) return true;
+  if (!MaybeUpfs(st)) return false;
+  const int saved = errno;
+  int fd = OpenToLook(dirfd, path, at_flags);
+  bool upfs = fd >= 0 && format::LooksLikeUpfs(fd);
+  if (fd >= 0) close(fd);
+  errno = saved;
+  return upfs;
+}
+
+// Replaces the host attributes in *st with the upfs ones if (dirfd, path)
+// is a upfs file this caller may read; a marked file it may not read keeps
+// the host's size and times (see the README), with the marker hidden.
+void FillUpfsAttributes(int dirfd, const char* path, int at_flags, struct stat* st) {
+  if (upfs_stat_if_open(st, st) == 1) return;
+  const int saved = errno;
+  int fd = OpenToLook(dirfd, path, at_flags);
+  struct stat ust;
+  if (fd >= 0 && upfs_stat_host_fd(fd, &ust) == 0 && ust.st_dev == st->st_dev &&
+      ust.st_ino == st->st_ino)
+    *st = ust;
+  else if (IsMarkedUpfs(*st))
+    st->st_mode &= ~kMarkerBit;
+  if (fd >= 0) close(fd);
+  errno = saved;
+}
+
+// After the kernel changed the owner, group or mode of a upfs host file.
+void AfterAttributeChange(const struct stat& host) {
+  SharedState::Identity id{0, 0, uint64_t(host.st_dev), uint64_t(host.st_ino)};
+  (void)SharedState::MirrorAttributes(id, host);
+}
+
+// The engine File of the upfs file `host` (named `path` for opening), the
+// process's own if it has one. An owner who may not write the file may
+// still set its times (the kernel allows it): the file then gets owner
+// read and write for the moment it takes to open it, and its mode back.
+Status AcquireWritable(const std::string& path, const struct stat& host,
+                       std::shared_ptr<File>* out) {
+  if ((*out = FindWritableFile(host))) return Status::OK();
+  int fd = open(path.c_str(), O_PATH | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open " + path);
+  auto open_new = [&](std::unique_ptr<File>* nf) {
+    return OpenPerFile(fd, path, false, format::Consistency::kStrict, nullptr, nf);
+  };
+  Status st = AcquireFile(host, true, open_new, out);
+  if (st.err() == EACCES && geteuid() == host.st_uid) {
+    const std::string self = SelfPath(fd);
+    const mode_t mode = host.st_mode & 07777;
+    if (chmod(self.c_str(), mode | S_IRUSR | S_IWUSR) == 0) {
+      st = AcquireFile(host, true, open_new, out);
+      if (chmod(self.c_str(), mode) != 0 && st.ok())
+        st = Status::FromErrno("restore the mode of " + path);
+      AfterAttributeChange(host);
+    }
+  }
+  close(fd);
+  return st;
+}
+
+// Brings the upfs mtime of a upfs file into step after the kernel's
+// utimensat on its host file (`times` as given to it).
+Status SetUpfsMtime(const std::string& path, const struct stat& host,
+                    const struct timespec times[2], std::shared_ptr<File> file) {
+  // UTIME_NOW: the time the kernel gave atime and ctime just now.
+  const int64_t mtime = (!times || times[1].tv_nsec == UTIME_NOW) ? Nanoseconds(host.st_mtim)
+                                                                  : Nanoseconds(times[1]);
+  if (!file) UPFS_RETURN_IF_ERROR(AcquireWritable(path, host, &file));
+  OpGuard g;
+  return file->SetMtime(mtime);
+}
+
+}  // namespace
+
+Status ClearPrivilegesOf(File* file, const struct stat& host) {
+  if (!(host.st_mode & (S_ISUID | S_ISGID))) return Status::OK();
+  // The header's first byte never changes: rewriting it through the
+  // kernel is a write that changes nothing but what the kernel's write
+  // path does to the inode (file_remove_privs, mtime and ctime).
+  if (pwrite(file->medium()->fd(), format::kMagic, 1, 0) != 1)
+    return Status::FromErrno("clear S_ISUID/S_ISGID");
+  return Status::OK();
+}
+
+bool MaybeUpfs(const struct stat& st) {
+  return S_ISREG(st.st_mode) &&
+         (IsMarkedUpfs(st) || (st.st_size >= off_t(format::kBlockSize) &&
+                               st.st_size % off_t(format::kBlockSize) == 0));
+}
+
+void SetUpfsAttributes(const FileStat& fs, struct stat* out) {
+  out->st_mode &= ~kMarkerBit;
+  out->st_size = off_t(fs.size);
+  out->st_blocks = blkcnt_t(fs.blocks * (format::kBlockSize / 512));
+  out->st_blksize = format::kBlockSize;
+  out->st_mtim = Timespec(fs.mtime_ns);
+  // The kernel's ctime covers what it changed (mode, owner, links, names,
+  // utimensat); upfs's covers the data and size.
+  if (fs.data_ctime_ns > Nanoseconds(out->st_ctim)) out->st_ctim = Timespec(fs.data_ctime_ns);
+}
+
+}  // namespace upfs
+
+using namespace upfs;
+
+extern "C" {
+
+int upfs_fstatat(int dirfd, const char* path, struct stat* st, int flags) {
+  if (!path || !st) return FailErrno(EFAULT, "null argument");
+  if (*path == '\0' && (flags & AT_EMPTY_PATH) && ApiFileOf(dirfd, nullptr))
+    return upfs_fstat(dirfd, st);
+  if (fstatat(dirfd, path, st, flags) != 0) return FailErrno(errno, "stat failed");
+  if (!MaybeUpfs(*st)) return 0;
+  if (*path == '\0') {
+    const std::string self = SelfPath(dirfd);
+    FillUpfsAttributes(AT_FDCWD, self.c_str(), 0, st);
+  } else {
+    FillUpfsAttributes(dirfd, path, flags, st);
+  }
+  return 0;
+}
+
+int upfs_stat(const char* path, struct stat* st) { return upfs_fstatat(AT_FDCWD, path, st, 0); }
+
+int upfs_lstat(const char* path, struct stat* st) {
+  return upfs_fstatat(AT_FDCWD, path, st, AT_SYMLINK_NOFOLLOW);
+}
+
+int upfs_fchmodat(int dirfd, const char* path, mode_t mode, int flags) {
+  if (!path) return FailErrno(EFAULT, "null path");
+  const int look = flags & AT_SYMLINK_NOFOLLOW;
+  struct stat st;
+  const bool upfs = fstatat(dirfd, path, &st, look) == 0 && IsUpfsHost(dirfd, path, look, st);
+  // A upfs file keeps its marker whatever the mode asked for.
+  const mode_t host_mode = upfs ? (mode & ~kMarkerBit) | kMarkerBit : mode;
+  if (fchmodat(dirfd, path, host_mode, flags) != 0) return FailErrno(errno, "chmod failed");
+  if (upfs && fstatat(dirfd, path, &st, look) == 0) AfterAttributeChange(st);
+  return 0;
+}
+
+int upfs_chmod(const char* path, mode_t mode) { return upfs_fchmodat(AT_FDCWD, path, mode, 0); }
+
+int upfs_fchmod(int fd, mode_t mode) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return FailErrno(errno, "fstat failed");
+  const std::string self = SelfPath(fd);
+  const bool upfs = ApiFileOf(fd, nullptr) || IsUpfsHost(AT_FDCWD, self.c_str(), 0, st);
+  const mode_t host_mode = upfs ? (mode & ~kMarkerBit) | kMarkerBit : mode;
+  if (fchmod(fd, host_mode) != 0) return FailErrno(errno, "chmod failed");
+  if (upfs && fstat(fd, &st) == 0) AfterAttributeChange(st);
+  return 0;
+}
+
+int upfs_fchownat(int dirfd, const char* path, uid_t owner, gid_t group, int flags) {
+  if (!path) return FailErrno(EFAULT, "null path");
+  if (fchownat(dirfd, path, owner, group, flags) != 0) return FailErrno(errno, "chown failed");
+  const int look = flags & (AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH);
+  struct stat st;
+  if (fstatat(dirfd, path, &st, look) == 0 && S_ISREG(st.st_mode)) {
+    const std::string self = SelfPath(dirfd);
+    const bool upfs = *path == '\0' ? IsUpfsHost(AT_FDCWD, self.c_str(), 0, st)
+                                    : IsUpfsHost(dirfd, path, look, st);
+    if (upfs) AfterAttributeChange(st);
+  }
+  return 0;
+}
+
+int upfs_chown(const char* path, uid_t owner, gid_t group) {
+  return upfs_fchownat(AT_FDCWD, path, owner, group, 0);
+}
+
+int upfs_lchown(const char* path, uid_t owner, gid_t group) {
+  return upfs_fchownat(AT_FDCWD, path, owner, group, AT_SYMLINK_NOFOLLOW);
+}
+
+int upfs_fchown(int fd, uid_t owner, gid_t group) {
+  if (fchown(fd, owner, group) != 0) return FailErrno(errno, "chown failed");
+  struct stat st;
+  const std::string self = SelfPath(fd);
+  if (fstat(fd, &st) == 0 && (ApiFileOf(fd, nullptr) || IsUpfsHost(AT_FDCWD, self.c_str(), 0, st)))
+    AfterAttributeChange(st);
+  return 0;
+}
+
+int upfs_futimens(int fd, const struct timespec times[2]) {
+  if (futimens(fd, times) != 0) return FailErrno(errno, "utimensat failed");
+  if (times && times[1].tv_nsec == UTIME_OMIT) return 0;
+  struct stat st;
+  if (fstat(fd, &st) != 0) return FailErrno(errno, "fstat failed");
+  const std::string self = SelfPath(fd);
+  std::shared_ptr<File> file = ApiFileOf(fd, nullptr);
+  if (!file && !IsUpfsHost(AT_FDCWD, self.c_str(), 0, st)) return 0;
+  // A descriptor open for reading only has a File that writes nothing.
+  if (file && file->read_only()) file = nullptr;
+  Status s = SetUpfsMtime(self, st, times, std::move(file));
+  return s.ok() ? 0 : Fail(s);
+}
+
+int upfs_utimensat(int dirfd, const char* path, const struct timespec times[2], int flags) {
+  // A null path is the kernel's futimens through utimensat.
+  if (!path) return upfs_futimens(dirfd, times);
+  if (*path == '\0' && (flags & AT_EMPTY_PATH)) return upfs_futimens(dirfd, times);
+  if (utimensat(dirfd, path, times, flags) != 0) return FailErrno(errno, "utimensat failed");
+  if (times && times[1].tv_nsec == UTIME_OMIT) return 0;
+  const int look = flags & AT_SYMLINK_NOFOLLOW;
+  struct stat st;
+  if (fstatat(dirfd, path, &st, look) != 0 || !IsUpfsHost(dirfd, path, look, st)) return 0;
+  // Named through a descriptor of its own, so that a rename meanwhile
+  // cannot make us set the times of another file.
+  int fd = openat(dirfd, path, O_PATH | O_CLOEXEC | (look ? O_NOFOLLOW : 0));
+  if (fd < 0) return FailErrno(errno, "open for utimensat failed");
+  struct stat now;
+  Status s;
+  if (fstat(fd, &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev)
+    s = Status::Error(EAGAIN, std::string(path) + ": replaced during utimensat");
+  else
+    s = SetUpfsMtime(SelfPath(fd), st, times, nullptr);
+  close(fd);
+  return s.ok() ? 0 : Fail(s);
+}
+
+int upfs_truncate(const char* path, off_t length) {
+  if (!path) return FailErrno(EFAULT, "null path");
+  struct stat st;
+  if (fstatat(AT_FDCWD, path, &st, 0) != 0 || !IsUpfsHost(AT_FDCWD, path, 0, st)) {
+    if (truncate(path, length) != 0) return FailErrno(errno, "truncate failed");
+    return 0;
+  }
+  if (length < 0) return FailErrno(EINVAL, "negative length");
+  // The kernel's check for truncate(2); the File may be one this process
+  // opened before a chmod. No descriptor of the file is opened and closed
+  // here, which would drop the process's record locks on it.
+  if (faccessat(AT_FDCWD, path, W_OK, AT_EACCESS) != 0) return FailErrno(errno, "truncate failed");
+  int fd = open(path, O_PATH | O_CLOEXEC);
+  if (fd < 0) return FailErrno(errno, "truncate failed");
+  struct stat now;
+  std::shared_ptr<File> file;
+  Status s;
+  if (fstat(fd, &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev)
+    s = Status::Error(EAGAIN, std::string(path) + ": replaced during truncate");
+  else
+    s = AcquireWritable(SelfPath(fd), now, &file);
+  if (s.ok()) s = ClearPrivilegesOf(file.get(), now);
+  if (s.ok()) {
+    OpGuard g;
+    s = file->Truncate(uint64_t(length));
+  }
+  close(fd);
+  return s.ok() ? 0 : Fail(s);
+}
+
+}  // extern "C"

@@ -1,0 +1,35 @@
+// What the files of the C API (src/posix/api*.cc) share: errors and the
+// attributes upfs reports over the host file's.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <memory>
+
+#include "engine/file.h"
+#include "util/status.h"
+
+namespace upfs {
+
+// Set errno and the thread's last error; return -1.
+int Fail(const Status& st);
+int FailErrno(int err, const char* msg);
+
+// The engine File of upfs descriptor fd and its open flags (O_ACCMODE |
+// O_APPEND); null if fd is not a upfs descriptor.
+std::shared_ptr<File> ApiFileOf(int fd, int* flags);
+
+// Fills the attributes upfs keeps itself (size, blocks, mtime, and its part
+// of ctime) into *out, which holds the host file's; hides the marker.
+void SetUpfsAttributes(const FileStat& fs, struct stat* out);
+
+// A regular host file that may be a upfs file: marked, or block-sized.
+bool MaybeUpfs(const struct stat& st);
+
+// Before a write or truncate of the upfs file `file` (writing) whose host
+// attributes are `host`: if S_ISUID or S_ISGID is set, has the kernel clear
+// them by its own rule and the caller's credentials (see api.cc,
+// ClearPrivileges).
+Status ClearPrivilegesOf(File* file, const struct stat& host);
+
+}  // namespace upfs
