@@ -7,12 +7,16 @@
 #            applications (label apps) included:
 #            ctest --output-on-failure
 #   3. asan  ASan+UBSan build in build-asan/ (clang-14):
-#            ctest -L 'unit|corruption|differential', UPFS_TEST_SCALE=0.2
+#            ctest -L 'unit|corruption|differential|semantics',
+#            UPFS_TEST_SCALE=0.2
 #   4. tsan  TSan build in build-tsan/ (clang-14):
 #            ctest -L concurrency, UPFS_TEST_SCALE=0.2
 #   5. fuzz  libFuzzer build in build-fuzz/ (clang-14, ASan+UBSan):
 #            scripts/fuzz.sh FUZZ_SECONDS (each target that long; any
 #            crash, leak, hang or contract violation fails the stage)
+#
+# After each test stage, whatever new upfs objects the stage left in
+# /dev/shm fail it ("STAGE-litter").
 #
 # Every stage runs even when an earlier one failed; the script exits non-zero
 # if any failed. It ends with a summary of the stages whose last line is
@@ -75,6 +79,23 @@ run_ctest() {
 
 stage_wanted() { [[ " $STAGES " == *" $1 "* ]]; }
 
+# upfs's objects in /dev/shm (shared state, flock objects, test directories):
+# a stage's tests must leave none behind. Compared with what was there
+# before the stage, so that a developer's machine with leftovers of older
+# runs is judged fairly.
+shm_objects() { ls -1 /dev/shm 2>/dev/null | grep -E '^upfs-' | sort || true; }
+# check_litter STAGE BEFORE: records STAGE-litter as failed if the stage left
+# new upfs objects in /dev/shm.
+check_litter() {
+  local left
+  left=$(comm -13 <(echo "$2") <(shm_objects))
+  if [ -n "$left" ]; then
+    echo "test.sh: stage $1 left these in /dev/shm:"
+    echo "$left" | sed 's/^/  /'
+    record "$1-litter" FAILED
+  fi
+}
+
 # -- 1. dependencies ----------------------------------------------------------
 if [ "${SKIP_DEPS:-0}" != 1 ]; then
   banner "deps: scripts/install-deps.sh"
@@ -91,7 +112,9 @@ if stage_wanted main; then
   log="$LOGDIR/main.log"
   if build_tree build -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
     banner "main: ctest (all labels)"
+    before=$(shm_objects)
     if run_ctest build "$log"; then record main ok "$log"; else record main FAILED "$log"; fi
+    check_litter main "$before"
   else
     record main "FAILED (build)"
   fi
@@ -103,15 +126,17 @@ if stage_wanted asan; then
   log="$LOGDIR/asan.log"
   if build_tree build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUPFS_SANITIZE=address \
       -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DUPFS_BUILD_BENCH=OFF; then
-    banner "asan: ctest -L 'unit|corruption|differential' (UPFS_TEST_SCALE=0.2)"
+    banner "asan: ctest -L 'unit|corruption|differential|semantics' (UPFS_TEST_SCALE=0.2)"
+    before=$(shm_objects)
     if UPFS_TEST_SCALE=0.2 \
         ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}" \
         UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
-        run_ctest build-asan "$log" -L 'unit|corruption|differential'; then
+        run_ctest build-asan "$log" -L 'unit|corruption|differential|semantics'; then
       record asan ok "$log"
     else
       record asan FAILED "$log"
     fi
+    check_litter asan "$before"
   else
     record asan "FAILED (build)"
   fi
@@ -131,12 +156,14 @@ if stage_wanted tsan; then
     # ends its parked files (src/posix/file_registry.h), and the tests fork
     # children that start threads, as real programs do; TSan refuses that
     # by default.
+    before=$(shm_objects)
     if UPFS_TEST_SCALE=0.2 TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:die_after_fork=0}" \
         run_ctest build-tsan "$log" -L concurrency; then
       record tsan ok "$log"
     else
       record tsan FAILED "$log"
     fi
+    check_litter tsan "$before"
     CTEST_PREFIX=()
   else
     record tsan "FAILED (build)"
