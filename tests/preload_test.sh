@@ -197,6 +197,33 @@ else
   fails=$((fails + 1))
 fi
 
+# --- the issue's write-only case: a program whose user may write a upfs
+# file but not read it is refused; the file is never written as plain bytes
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+  run sh -c "printf 'upfs data\n' > '$UP/wo.txt'"
+  chmod 0755 "$T"
+  chown 61001:61001 "$UP/wo.txt" "$UP"
+  run chmod 0277 "$UP/wo.txt"
+  as_owner() { setpriv --reuid=61001 --regid=61001 --clear-groups "$@"; }
+  check "write-only caller: plain writes would be allowed (the kernel's view)" \
+    as_owner sh -c "test -w '$UP/wo.txt' && ! test -r '$UP/wo.txt'"
+  check "write-only caller: the write through upfs is refused" \
+    bash -c "! printf XYZS | setpriv --reuid=61001 --regid=61001 --clear-groups '$UPFS' run --dir '$UP' -- dd of='$UP/wo.txt' conv=notrunc status=none 2>/dev/null"
+  check "write-only caller: the file is still a upfs file" fsck_clean "$UP/wo.txt"
+  check "write-only caller: content intact" same "$(run cat "$UP/wo.txt")" "upfs data"
+  # Read-only access: a read-only mapping, nothing written, nothing left.
+  run chmod 0644 "$UP/wo.txt"
+  shm_before=$(ls /dev/shm | grep -c '^upfs-[0-9a-f]*-[0-9a-f]*$' || true)
+  check "read-only caller reads through upfs" same \
+    "$(setpriv --reuid=61003 --regid=61003 --clear-groups "$UPFS" run --dir "$UP" -- cat "$UP/wo.txt")" "upfs data"
+  check "read-only caller left no shared state" same \
+    "$(ls /dev/shm | grep -c '^upfs-[0-9a-f]*-[0-9a-f]*$' || true)" "$shm_before"
+  chown 0:0 "$UP"
+  chmod 0700 "$T"
+else
+  echo "skip write-only and read-only callers (needs root and setpriv)"
+fi
+
 # --- startup cost (reported, not asserted)
 python3 - "$UPFS" "$UP" <<'PY' || true
 import subprocess, sys, time

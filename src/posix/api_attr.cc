@@ -108,7 +108,10 @@ Status AcquireWritable(const std::string& path, const struct stat& host,
   if (st.err() == EACCES && geteuid() == host.st_uid) {
     const std::string self = SelfPath(fd);
     const mode_t mode = host.st_mode & 07777;
-    if (chmod(self.c_str(), mode | S_IRUSR | S_IWUSR) == 0) {
+    struct stat opened = host;  // what the shared state must admit meanwhile
+    opened.st_mode |= S_IRUSR | S_IWUSR;
+    if (chmod(self.c_str(), opened.st_mode & 07777) == 0) {
+      AfterAttributeChange(opened);
       st = AcquireFile(host, true, open_new, out);
       if (chmod(self.c_str(), mode) != 0 && st.ok())
         st = Status::FromErrno("restore the mode of " + path);
