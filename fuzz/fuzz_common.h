@@ -140,7 +140,7 @@ class Scratch {
     return *s;
   }
   const std::string& path() const { return path_; }
-  // /dev/shm/upfs-<file id>-<dev>-<ino> for an input with the magic, else "".
+  // /dev/shm/upfs-<dev>-<ino> for an input with the magic, else "".
   const std::string& shm_name() const { return shm_name_; }
 
   // Writes the host file for one input (see above).
@@ -168,11 +168,9 @@ class Scratch {
     // "The shared-memory state"): only files with the magic get one.
     shm_name_.clear();
     if (size >= 32 && memcmp(data, upfs::format::kMagic, sizeof(upfs::format::kMagic)) == 0) {
-      uint64_t id;
-      memcpy(&id, buf_.data() + 24, 8);
       char buf[128];
-      snprintf(buf, sizeof(buf), "/dev/shm/upfs-%016" PRIx64 "-%" PRIx64 "-%" PRIx64, id,
-               uint64_t(st.st_dev), uint64_t(st.st_ino));
+      snprintf(buf, sizeof(buf), "/dev/shm/upfs-%" PRIx64 "-%" PRIx64, uint64_t(st.st_dev),
+               uint64_t(st.st_ino));
       shm_name_ = buf;
     }
   }

@@ -32,6 +32,7 @@
 #include "engine/shared_state.h"
 #include "posix/api_internal.h"
 #include "posix/op_guard.h"
+#include "util/leak.h"
 #include "posix/file_registry.h"
 
 namespace upfs {
@@ -288,7 +289,7 @@ void ReopenAfterFork() {
         it = fresh.emplace(old, nf).first;
       }
       if (SharedState* sh = of->d->file->shared()) sh->DetachAfterFork();
-      new std::shared_ptr<File>(of->d->file);  // intentionally leaked, see above
+      IntentionallyLeaked(new std::shared_ptr<File>(of->d->file));  // see above
       of->d->file = it->second;
       done[of->d.get()] = of->d->file != nullptr;
       if (!of->d->file) {

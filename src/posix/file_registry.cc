@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "format/header.h"
+#include "util/leak.h"
 
 namespace upfs {
 namespace {
@@ -277,7 +278,7 @@ void ForgetRegistryInChild() {
   // The parent's lock is held and its reaper does not exist here.
   new (&r->mu) std::mutex();
   new (&r->reaper_cv) std::condition_variable();
-  new std::vector<Parked>(std::move(r->parked));  // intentionally leaked
+  IntentionallyLeaked(new std::vector<Parked>(std::move(r->parked)));
   r->parked.clear();
   r->live.clear();
   r->reaper_running = false;
