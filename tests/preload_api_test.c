@@ -150,6 +150,57 @@ static void test_record_locks(void) {
   close(fd);
 }
 
+/* The kernel descriptor of a upfs file is read-only (the access mode the
+ * program asked for is upfs's): a write that bypasses the library fails
+ * instead of overwriting upfs structures, and the lock calls still have
+ * the kernel's semantics. */
+static void test_kernel_descriptor(void) {
+  int fd = make_file("kd", "0123456789");
+  CHECK("F_GETFL reports O_RDWR", (fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDWR);
+  errno = 0;
+  CHECK("a raw write(2) on a upfs descriptor fails (EBADF)",
+        syscall(SYS_write, fd, "XYZS", 4) == -1 && errno == EBADF);
+  CHECK("a raw pwrite64(2) fails (EBADF)", syscall(SYS_pwrite64, fd, "XYZS", 4, 0) == -1 && errno == EBADF);
+  CHECK("a raw ftruncate(2) fails", syscall(SYS_ftruncate, fd, 0) == -1);
+  char buf[16] = {0};
+  CHECK("the file is intact", pread(fd, buf, 10, 0) == 10 && memcmp(buf, "0123456789", 10) == 0);
+  /* dprintf writes from inside glibc, past the interposers. */
+  CHECK("dprintf (glibc-internal write) fails rather than writing raw", dprintf(fd, "raw") < 0);
+  CHECK("still intact", pread(fd, buf, 10, 0) == 10 && memcmp(buf, "0123456789", 10) == 0);
+
+  /* lockf goes through fcntl inside glibc. */
+  CHECK("lockf F_TLOCK", lseek(fd, 0, SEEK_SET) == 0 && lockf(fd, F_TLOCK, 4) == 0);
+  CHECK("lockf F_TEST by the owner", lockf(fd, F_TEST, 4) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int c = open(path_of("kd"), O_RDWR);
+    _exit(c >= 0 && lockf(c, F_TEST, 4) == -1 && (errno == EACCES || errno == EAGAIN) ? 0 : 1);
+  }
+  int ws;
+  waitpid(pid, &ws, 0);
+  CHECK("lockf F_TEST in another process sees the lock", WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+  CHECK("lockf F_ULOCK", lockf(fd, F_ULOCK, 4) == 0);
+
+  /* OFD locks belong to the description: two in one process conflict. */
+  int other = open(path_of("kd"), O_RDWR);
+  struct flock wl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+  CHECK("F_OFD_SETLK", fcntl(fd, F_OFD_SETLK, &wl) == 0);
+  struct flock wl2 = wl;
+  CHECK("another description's F_OFD_SETLK conflicts",
+        fcntl(other, F_OFD_SETLK, &wl2) == -1 && (errno == EAGAIN || errno == EACCES));
+  struct flock un = {.l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+  CHECK("F_OFD unlock", fcntl(fd, F_OFD_SETLK, &un) == 0);
+  CHECK("then the other takes it", fcntl(other, F_OFD_SETLK, &wl2) == 0);
+  close(other);
+
+  int ro = open(path_of("kd"), O_RDONLY);
+  struct flock w = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 5, .l_len = 1};
+  errno = 0;
+  CHECK("a write lock on a read-only descriptor fails EBADF", fcntl(ro, F_SETLK, &w) == -1 && errno == EBADF);
+  close(ro);
+  close(fd);
+}
+
 static void test_rename_unlink(void) {
   int fd = make_file("ren.a", "aaaa");
   close(fd);
@@ -522,6 +573,7 @@ int main(int argc, char **argv) {
   test_dup_shares_offset();
   test_flock();
   test_record_locks();
+  test_kernel_descriptor();
   test_rename_unlink();
   test_mmap();
   test_copy_calls();

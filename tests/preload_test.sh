@@ -224,6 +224,21 @@ else
   echo "skip write-only and read-only callers (needs root and setpriv)"
 fi
 
+# --- a program that exits (without closing) with an unlinked upfs file open,
+# and one that closed its files just before exiting, leave no shared state
+shm_count() { ls /dev/shm | grep -c '^upfs-[0-9a-f]*-[0-9a-f]*$' || true; }
+shm_before=$(shm_count)
+run python3 -c "
+import os, sys
+fd = os.open('$UP/exit-unlinked', os.O_CREAT | os.O_RDWR, 0o644)
+os.write(fd, b'data')
+os.unlink('$UP/exit-unlinked')
+g = os.open('$UP/exit-closed', os.O_CREAT | os.O_RDWR, 0o644)
+os.write(g, b'data')
+os.close(g)
+sys.exit(0)"
+check "exit with an unlinked file open, and with a closed one: no shared state left" same "$(shm_count)" "$shm_before"
+
 # --- startup cost (reported, not asserted)
 python3 - "$UPFS" "$UP" <<'PY' || true
 import subprocess, sys, time

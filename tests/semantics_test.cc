@@ -51,6 +51,10 @@ const User kDirOwner{"directory owner", 61004, 61004, {}};
 // Runs fn in a child as `u` (or as root, with u null); returns what fn
 // returned, or a description of how the child failed.
 std::string As(const User* u, const std::function<std::string()>& fn) {
+  // No File of the parent's busy in another thread (a parked File's worker,
+  // its destruction by the reaper) while it forks: clang 14's ASan
+  // allocator is not fork-safe against a thread inside it.
+  upfs_drop_closed_files();
   int p[2];
   if (::pipe(p) != 0) return "pipe failed";
   pid_t pid = ::fork();
@@ -64,9 +68,12 @@ std::string As(const User* u, const std::function<std::string()>& fn) {
     else
       out = fn();
     upfs_test::PipeWriteString(p[1], out);
-    // exit, not _exit: a program's exit, which removes the shared state of
-    // the files it has closed (parked) or left open after unlinking them.
-    std::exit(0);
+    // What a program's exit() does for the files it closed (parked), done
+    // here: exit() itself in a fork child of a multithreaded test process
+    // can hang under clang 14's sanitizers. (tests/preload_test.sh checks
+    // a real program's exit with an unlinked file open.)
+    upfs_drop_closed_files();
+    ::_exit(0);
   }
   ::close(p[1]);
   bool timed_out = false;
@@ -307,6 +314,7 @@ TEST_F(Semantics, CreateWithModeZeroGivesAWritableDescriptor) {
 // A process that holds the file open for writing (so that its shared state
 // exists) until `release` is closed.
 pid_t HoldOpen(const User& u, const std::string& path, int* release) {
+  upfs_drop_closed_files();  // see As()
   int ready[2], rel[2];
   if (::pipe(ready) != 0 || ::pipe(rel) != 0) return -1;
   pid_t pid = ::fork();
@@ -322,7 +330,8 @@ pid_t HoldOpen(const User& u, const std::string& path, int* release) {
     while (::read(rel[0], &c, 1) > 0) {
     }
     if (fd >= 0) upfs_close(fd);
-    ::exit(0);  // exit, not _exit: what a program does
+    upfs_drop_closed_files();  // see As()
+    ::_exit(0);
   }
   ::close(ready[1]);
   ::close(rel[0]);
@@ -378,6 +387,9 @@ TEST_F(Semantics, ChmodAndChownReachTheSharedState) {
   EXPECT_EQ(other_writes(), std::string(std::strerror(EACCES)) + "/" + std::strerror(EACCES));
   ::close(release);
   EXPECT_EQ(upfs_test::WaitChild(holder), "exit 0");
+  // The holder, the last user, removed the shared state it created (the
+  // fixture checks): the object keeps its creator as owner, and an ACL
+  // gives the new owner its access.
 }
 
 // ---------------------------------------------------------------------------
@@ -419,6 +431,7 @@ TEST_F(Semantics, WritesAndTruncatesClearSetIdBitsAsTheKernelDoes) {
 TEST_F(Semantics, SetIdBitsAddedWhileOpenAreClearedByTheNextWrite) {
   NEED_ROOT();
   Pair p = MakePair(dir_, "late", 0666);
+  upfs_drop_closed_files();  // see As()
   int go[2], done[2];
   ASSERT_EQ(::pipe(go), 0);
   ASSERT_EQ(::pipe(done), 0);
@@ -439,6 +452,7 @@ TEST_F(Semantics, SetIdBitsAddedWhileOpenAreClearedByTheNextWrite) {
     ok = ok && ::pwrite(k, "b", 1, 0) == 1 && upfs_pwrite(u, "b", 1, 0) == 1;
     ::close(k);
     upfs_close(u);
+    upfs_drop_closed_files();  // see As()
     ::_exit(ok ? 0 : 1);
   }
   ::close(go[0]);
@@ -661,7 +675,8 @@ TEST_F(Semantics, AWriteOnlyCallerIsRefusedAndTheFileStaysIntact) {
 
 // ---------------------------------------------------------------------------
 // 9. Nothing left in /dev/shm (the fixture checks every test; these are the
-// cases the issue names).
+// cases the issue names; a program that exits with an unlinked file open is
+// checked by tests/preload_test.sh).
 
 TEST_F(Semantics, UnlinkByTheOwnerOfAStickyDirectoryLeavesNothing) {
   NEED_ROOT();
@@ -689,17 +704,6 @@ TEST_F(Semantics, UnlinkByTheOwnerOfAStickyDirectoryLeavesNothing) {
   }
 }
 
-TEST_F(Semantics, AProcessThatExitsWithAnUnlinkedFileOpenLeavesNothing) {
-  const std::string f = dir_.File("gone");
-  EXPECT_EQ(As(nullptr, [&] {
-              int fd = upfs_open(f.c_str(), O_CREAT | O_RDWR, 0644);
-              bool ok = fd >= 0 && upfs_pwrite(fd, "x", 1, 0) == 1 && upfs_unlink(f.c_str()) == 0;
-              // As() exits without a close, as a program that never closes.
-              return std::string(ok ? "" : upfs_last_error());
-            }),
-            "");
-}
-
 TEST_F(Semantics, SweepRemovesWhatAKilledProcessLeft) {
   const std::string f = dir_.File("killed");
   int fd = upfs_open(f.c_str(), O_CREAT | O_RDWR, 0644);
@@ -717,7 +721,8 @@ TEST_F(Semantics, SweepRemovesWhatAKilledProcessLeft) {
   unsigned removed = 0, in_use = 0;
   ASSERT_EQ(upfs_sweep(&removed, &in_use), 0) << upfs_last_error();
   EXPECT_GE(removed, 1u);
-  EXPECT_EQ(ShmObjects(), before_);
+  // (Sweep also removes unused objects that were there before the test.)
+  for (const std::string& n : ShmObjects()) EXPECT_TRUE(before_.count(n)) << "left: " << n;
 }
 
 }  // namespace

@@ -118,9 +118,20 @@ int upfs_futimens(int fd, const struct timespec times[2]);
 /* truncate(2) of a path: a upfs file is truncated through upfs. */
 int upfs_truncate(const char *path, off_t length);
 
-/* The host file descriptor behind a upfs descriptor (for fcntl locks,
- * fchmod and the like), or -1 with errno EBADF. */
+/* The host file descriptor behind a upfs descriptor (the descriptor
+ * number itself), or -1 with errno EBADF. It is open read-only in the
+ * kernel whatever the access mode of the upfs descriptor: upfs writes
+ * through a mapping of its own, and a write through the kernel descriptor
+ * (a raw system call) fails instead of damaging the file. fstat, fchmod,
+ * fsync work on it; for record locks use upfs_fcntl_lock. */
 int upfs_host_fd(int fd);
+
+/* fcntl(2) record locks on a upfs descriptor: cmd is F_SETLK, F_SETLKW,
+ * F_GETLK or their F_OFD_ forms, with the kernel's semantics (process
+ * locks, or locks of the open file description) and its access checks (a
+ * write lock needs a descriptor open for writing: EBADF). Returns 0 or -1. */
+struct flock;
+int upfs_fcntl_lock(int fd, int cmd, struct flock *lock);
 
 /* A human-readable description of the last error in this thread, naming the
  * damaged structure for EUCLEAN. Never NULL. */
@@ -180,6 +191,11 @@ int upfs_map_guard(int fd);
 int upfs_unlinkat(int dirfd, const char *path);
 int upfs_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
                    unsigned int flags);
+
+/* The access mode and O_APPEND of an inherited host descriptor of a upfs
+ * file (after execve): what the upfs descriptor it was had, which its
+ * read-only kernel description records (see upfs_host_fd). -1 on error. */
+int upfs_inherited_flags(int host_fd);
 
 /* Sets (on != 0) or clears O_APPEND on a upfs descriptor. Returns 0 or -1. */
 int upfs_set_append(int fd, int on);

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 
+#include "engine/shm_access.h"
 #include "format/format.h"
 
 namespace upfs {
@@ -151,15 +152,7 @@ Status SharedState::MirrorAttributes(const Identity& id, const struct stat& host
   std::string path = std::string(kShmDir) + NameFor(id);
   struct stat st;
   if (fstatat(AT_FDCWD, path.c_str(), &st, 0) != 0) return Status::OK();  // nobody has the file open
-  const uid_t me = geteuid();
-  if (me != 0 && me != st.st_uid) return Status::OK();  // not ours to change
-  if (me == 0 && (st.st_uid != host.st_uid || st.st_gid != host.st_gid) &&
-      chown(path.c_str(), host.st_uid, host.st_gid) != 0)
-    return Status::FromErrno("chown " + path);
-  if (me != 0 && st.st_gid != host.st_gid) (void)chown(path.c_str(), uid_t(-1), host.st_gid);
-  mode_t rw = host.st_mode & 0666;
-  if (me != 0 && me != host.st_uid) rw = (rw & 0066) | 0600;
-  if (chmod(path.c_str(), rw) != 0) return Status::FromErrno("chmod " + path);
+  UPFS_RETURN_IF_ERROR(GiveHostAccess(path, host, false));
   BumpAttrSeq(NameFor(id));
   return Status::OK();
 }
@@ -208,26 +201,6 @@ SharedState::~SharedState() {
 
 namespace {
 
-// The kernel decides who may use the shared state as it decides who may
-// use the host file only if the object has the host file's owner, group
-// and read/write bits. Root and the owner can give it those (the owner's
-// group only if it is one of theirs); any other creator keeps its own
-// write access and mirrors the group and other bits.
-void MirrorHostAttributes(int fd, const struct stat& host) {
-  const mode_t rw = host.st_mode & 0666;
-  const uid_t me = geteuid();
-  if (me == 0) {
-    if (fchown(fd, host.st_uid, host.st_gid) != 0) return;
-    fchmod(fd, rw);
-  } else if (me == host.st_uid) {
-    (void)fchown(fd, uid_t(-1), host.st_gid);
-    fchmod(fd, rw);
-  } else {
-    (void)fchown(fd, uid_t(-1), host.st_gid);
-    fchmod(fd, (rw & 0066) | 0600);
-  }
-}
-
 // Opens the shared-state object `name`, creating it (with the host file's
 // attributes) if there is none. *created tells which.
 int OpenOrCreate(const std::string& name, const struct stat& host, bool* created) {
@@ -236,7 +209,7 @@ int OpenOrCreate(const std::string& name, const struct stat& host, bool* created
     int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd >= 0) {
       *created = true;
-      MirrorHostAttributes(fd, host);
+      (void)GiveHostAccess(std::string(kShmDir) + name, host, true);
       return fd;
     }
     if (errno != EEXIST) return -1;

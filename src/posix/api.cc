@@ -31,6 +31,7 @@
 #include "engine/inspect.h"
 #include "engine/shared_state.h"
 #include "posix/api_internal.h"
+#include "posix/host_descriptor.h"
 #include "posix/op_guard.h"
 #include "util/leak.h"
 #include "posix/file_registry.h"
@@ -68,11 +69,14 @@ struct Description {
   ino_t ino = 0;
   std::mutex flock_mu;
   int flock_fd = -1;  // our own description of the file's lock object (flock)
+  std::mutex ofd_mu;
+  int ofd_fd = -1;  // our own description of the host file, for its OFD locks
   // The shared state's attribute sequence when this description last
   // checked the host file for S_ISUID/S_ISGID (ClearPrivileges).
   std::atomic<uint64_t> privileges_seen{~uint64_t{0}};
   ~Description() {
     ReleaseLockObject(dev, ino, flock_fd);
+    if (ofd_fd >= 0) close(ofd_fd);
   }
 };
 
@@ -155,9 +159,16 @@ int OpenOnHostFd(int fd, const char* path, int flags, format::Consistency consis
   if (fstat(fd, &st) != 0) return fail(Status::FromErrno("fstat"));
   if ((flags & O_TRUNC) && create && st.st_size > 0 && !LooksLikeUpfs(fd)) {
     // Truncating a plain file yields an empty file, which becomes upfs.
+    // (By name if fd is read-only: see host_descriptor.h.)
     if (acc == O_RDONLY) return fail(Status::Error(EINVAL, "O_TRUNC with O_RDONLY"));
-    if (ftruncate(fd, 0) != 0) return fail(Status::FromErrno("truncate"));
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    if (ftruncate(fd, 0) != 0 && truncate(self.c_str(), 0) != 0)
+      return fail(Status::FromErrno("truncate"));
+    if (fstat(fd, &st) != 0) return fail(Status::FromErrno("fstat"));
   }
+  // The program's descriptor becomes read-only unless the process has
+  // another descriptor of the file (host_descriptor.h).
+  const bool first_of_file = FindFile(st) == nullptr;
   // A caller who only reads gets a File that writes nothing (and needs no
   // write permission), unless this process has a writing one already.
   const bool writable = acc != O_RDONLY || create;
@@ -166,6 +177,8 @@ int OpenOnHostFd(int fd, const char* path, int flags, format::Consistency consis
     return writable ? OpenPerFile(fd, path, create, consistency, new_mode, f)
                     : OpenPerFileReadOnly(fd, path, f);
   }, &file);
+  if (!s.ok()) return fail(s);
+  s = ProtectHostDescriptor(fd, acc, first_of_file);
   if (!s.ok()) return fail(s);
   auto* of = new OpenFile();
   of->fd = fd;
@@ -221,7 +234,9 @@ int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consi
   if (CheckOpenFlags(flags) != 0) return -1;
   // O_TRUNC must not reach the kernel: it would drop the upfs metadata.
   // O_DIRECT is meaningless for a mapped file; durability is already given.
-  int kflags = flags & ~(O_TRUNC | O_DIRECT | O_APPEND);
+  // The program's descriptor is opened read-only (host_descriptor.h): upfs
+  // writes through its own mapping.
+  int kflags = (flags & ~(O_TRUNC | O_DIRECT | O_APPEND | O_ACCMODE)) | O_RDONLY;
   bool created;
   int fd = OpenOrCreateHost(path, kflags, mode & 07777, &created);
   if (fd < 0) {
@@ -653,6 +668,54 @@ int upfs_flock(int fd, int op) {
   if (FlockLockObject(d->dev, d->ino, &d->flock_fd, op) != 0)
     return FailErrno(errno, "flock failed");
   return 0;
+}
+
+int upfs_fcntl_lock(int fd, int cmd, struct flock* lock) {
+  if (!lock) return FailErrno(EFAULT, "null lock");
+  std::shared_ptr<Description> d;
+  {
+    OpGuard g;
+    OpenFile* of = Lookup(fd);
+    if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+    d = of->d;
+  }
+  const int acc = d->flags & O_ACCMODE;
+  const bool set = cmd != F_GETLK && cmd != F_OFD_GETLK;
+  if (set && lock->l_type == F_WRLCK && acc == O_RDONLY)
+    return FailErrno(EBADF, "a write lock needs a descriptor open for writing");
+  if (set && lock->l_type == F_RDLCK && acc == O_WRONLY)
+    return FailErrno(EBADF, "a read lock needs a descriptor open for reading");
+  int lock_fd;
+  if (cmd == F_OFD_SETLK || cmd == F_OFD_SETLKW || cmd == F_OFD_GETLK) {
+    // OFD locks belong to the open file description: a description of the
+    // host file of our own per upfs description, with the File's access.
+    std::lock_guard<std::mutex> g(d->ofd_mu);
+    if (d->ofd_fd < 0) {
+      const std::string self = "/proc/self/fd/" + std::to_string(d->file->medium()->fd());
+      d->ofd_fd = open(self.c_str(), (d->file->read_only() ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+      if (d->ofd_fd < 0) return FailErrno(errno, "open the host file for its locks");
+    }
+    lock_fd = d->ofd_fd;
+  } else {
+    // POSIX record locks belong to the process: any descriptor of the file
+    // takes them, and the File's own one may write.
+    lock_fd = d->file->medium()->fd();
+  }
+  // d keeps lock_fd open while we may block on it.
+  int r;
+  do {
+    r = fcntl(lock_fd, cmd, lock);
+  } while (r != 0 && errno == EINTR && cmd != F_SETLKW && cmd != F_OFD_SETLKW);
+  if (r != 0) return FailErrno(errno, "fcntl lock failed");
+  return 0;
+}
+
+int upfs_inherited_flags(int host_fd) {
+  int status = fcntl(host_fd, F_GETFL);
+  if (status < 0) return FailErrno(errno, "F_GETFL failed");
+  int acc = RecordedAccess(host_fd);
+  if (acc < 0) acc = status & O_ACCMODE;
+  return acc | (status & O_APPEND);
 }
 
 int upfs_host_fd(int fd) {

@@ -100,6 +100,7 @@
   X(int, dup, (int))                                                         \
   X(int, dup2, (int, int))                                                   \
   X(int, dup3, (int, int, int))                                              \
+  X(int, lockf, (int, int, off_t))                                           \
   X(int, fcntl, (int, int, ...))                                             \
   X(void *, mmap, (void *, size_t, int, int, int, off_t))                    \
   X(ssize_t, copy_file_range, (int, off64_t *, int, off64_t *, size_t, unsigned int)) \
@@ -184,6 +185,7 @@ HIDDEN ssize_t upfs_real_pwrite(int fd, const void *b, size_t n, off_t o) {
 }
 HIDDEN int upfs_real_ftruncate(int fd, off_t l) { return REAL(ftruncate)(fd, l); }
 HIDDEN int upfs_real_truncate(const char *p, off_t l) { return REAL(truncate)(p, l); }
+HIDDEN int upfs_real_dup3(int o, int n, int f) { return REAL(dup3)(o, n, f); }
 HIDDEN int upfs_real_posix_fallocate(int fd, off_t o, off_t l) {
   return REAL(posix_fallocate)(fd, o, l);
 }
@@ -1039,12 +1041,67 @@ static int do_fcntl(int fd, int cmd, void *arg) {
       if (r != 0) return r;
       return upfs_set_append(fd, fl & O_APPEND);
     }
+    case F_GETFL: {
+      /* The kernel descriptor is read-only (posix/host_descriptor.h): the
+       * access mode is upfs's; O_APPEND and the rest are mirrored. */
+      int kfl = REAL(fcntl)(fd, F_GETFL);
+      int ufl = upfs_get_flags(fd);
+      if (kfl < 0 || ufl < 0) return -1;
+      return (kfl & ~O_ACCMODE) | (ufl & O_ACCMODE);
+    }
+    case F_SETLK:
+    case F_SETLKW:
+    case F_GETLK:
+    case F_OFD_SETLK:
+    case F_OFD_SETLKW:
+    case F_OFD_GETLK: {
+      int saved = errno;
+      if (upfs_fcntl_lock(fd, cmd, (struct flock *)arg) != 0) return -1;
+      errno = saved;
+      return 0;
+    }
+    case F_GETSIG:
+      return 0; /* the kernel's holds the access mode; no signal-driven I/O */
+    case F_SETSIG:
+      errno = EINVAL; /* signal-driven I/O is not offered on upfs files */
+      return -1;
     default:
-      /* F_GETFL (O_APPEND is mirrored), F_GETFD/F_SETFD and the record
-       * locks act on the host file, with kernel semantics. */
+      /* F_GETFD/F_SETFD and the rest act on the host file, with kernel
+       * semantics. */
       return REAL(fcntl)(fd, cmd, arg);
   }
 }
+
+/* glibc's lockf calls fcntl from inside libc, past the interposer. */
+static int do_lockf(int fd, int cmd, off_t len) {
+  if (LIKELY(!is_upfs(fd))) return REAL(lockf)(fd, cmd, len);
+  struct flock fl;
+  memset(&fl, 0, sizeof(fl));
+  fl.l_whence = SEEK_CUR;
+  fl.l_len = len;
+  switch (cmd) {
+    case F_TEST:
+      fl.l_type = F_RDLCK;
+      if (do_fcntl(fd, F_GETLK, &fl) != 0) return -1;
+      if (fl.l_type == F_UNLCK || fl.l_pid == getpid()) return 0;
+      errno = EACCES;
+      return -1;
+    case F_ULOCK:
+      fl.l_type = F_UNLCK;
+      return do_fcntl(fd, F_SETLK, &fl);
+    case F_LOCK:
+      fl.l_type = F_WRLCK;
+      return do_fcntl(fd, F_SETLKW, &fl);
+    case F_TLOCK:
+      fl.l_type = F_WRLCK;
+      return do_fcntl(fd, F_SETLK, &fl);
+    default:
+      errno = EINVAL;
+      return -1;
+  }
+}
+EXPORT int lockf(int fd, int cmd, off_t len) { return do_lockf(fd, cmd, len); }
+EXPORT int lockf64(int fd, int cmd, off_t len) { return do_lockf(fd, cmd, len); }
 EXPORT int fcntl(int fd, int cmd, ...) {
   va_list ap;
   va_start(ap, cmd);
@@ -1464,7 +1521,7 @@ static void std_streams_follow(int fd) {
   int saved = errno;
   FILE **slot = std_slot(fd);
   int ours = *slot != NULL && *slot == g_std_upfs[fd];
-  int fl = REAL(fcntl)(fd, F_GETFL);
+  int fl = do_fcntl(fd, F_GETFL, NULL);
   if (fl >= 0 && is_upfs(fd) && !ours) {
     move_pending_output(*slot, fd, 1);
     FILE *f = upfs_stream(fd, stream_mode(fl));
@@ -1516,7 +1573,7 @@ EXPORT FILE *fopen64(const char *path, const char *mode) { return do_fopen(path,
 EXPORT FILE *fdopen(int fd, const char *mode) {
   if (LIKELY(!is_upfs(fd))) return REAL(fdopen)(fd, mode);
   if (mode[0] == 'a') {
-    int fl = REAL(fcntl)(fd, F_GETFL);
+    int fl = do_fcntl(fd, F_GETFL, NULL);
     if (fl >= 0 && !(fl & O_APPEND)) do_fcntl(fd, F_SETFL, (void *)(intptr_t)(fl | O_APPEND));
   }
   return upfs_stream(fd, mode);
@@ -1631,8 +1688,10 @@ static void adopt_inherited(void) {
     int fl = REAL(fcntl)(fd, F_GETFL);
     if (fl < 0 || (!marked(&st) && !has_magic(fd, (fl & O_ACCMODE) != O_WRONLY))) continue;
     off_t pos = REAL(lseek)(fd, 0, SEEK_CUR);
-    /* In place, so the record locks the process inherited survive. */
-    if (upfs_open_host_fd(fd, fl & (O_ACCMODE | O_APPEND), g_mode) < 0) continue;
+    /* The access mode the descriptor had, which its read-only kernel
+     * description records; in place, so inherited record locks survive. */
+    int inherited = upfs_inherited_flags(fd);
+    if (inherited < 0 || upfs_open_host_fd(fd, inherited, g_mode) < 0) continue;
     mark(fd, 1);
     if (pos > 0) upfs_lseek(fd, pos, SEEK_SET);
     follow_std(fd);
