@@ -152,7 +152,7 @@ Status SharedState::MirrorAttributes(const Identity& id, const struct stat& host
   std::string path = std::string(kShmDir) + NameFor(id);
   struct stat st;
   if (fstatat(AT_FDCWD, path.c_str(), &st, 0) != 0) return Status::OK();  // nobody has the file open
-  UPFS_RETURN_IF_ERROR(GiveHostAccess(path, host, false));
+  UPFS_RETURN_IF_ERROR(GiveHostAccess(path, host));
   BumpAttrSeq(NameFor(id));
   return Status::OK();
 }
@@ -209,7 +209,7 @@ int OpenOrCreate(const std::string& name, const struct stat& host, bool* created
     int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd >= 0) {
       *created = true;
-      (void)GiveHostAccess(std::string(kShmDir) + name, host, true);
+      (void)GiveHostAccessAtCreation(fd, std::string(kShmDir) + name, host);
       return fd;
     }
     if (errno != EEXIST) return -1;

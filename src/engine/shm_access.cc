@@ -32,10 +32,24 @@ uint16_t Rw(mode_t mode, int shift) { return uint16_t((mode >> shift) & 06); }
 
 }  // namespace
 
-Status GiveHostAccess(const std::string& path, const struct stat& host, bool created) {
+Status GiveHostAccessAtCreation(int fd, const std::string& path, const struct stat& host) {
+  // The common case in a few system calls: the creator owns the host file
+  // and has its group (root makes them so).
   const uid_t me = geteuid();
-  if (created && me == 0 && chown(path.c_str(), host.st_uid, host.st_gid) != 0)
+  const gid_t group = getegid();
+  if (me == 0 && (host.st_uid != 0 || host.st_gid != group) &&
+      fchown(fd, host.st_uid, host.st_gid) != 0)
     return Status::FromErrno("chown " + path);
+  if (me == 0 || (me == host.st_uid && group == host.st_gid)) {
+    if ((host.st_mode & 0666) != 0600 && fchmod(fd, host.st_mode & 0666) != 0)
+      return Status::FromErrno("chmod " + path);
+    return Status::OK();
+  }
+  return GiveHostAccess(path, host);
+}
+
+Status GiveHostAccess(const std::string& path, const struct stat& host) {
+  const uid_t me = geteuid();
   struct stat obj;
   if (fstatat(AT_FDCWD, path.c_str(), &obj, 0) != 0) return Status::FromErrno("stat " + path);
   if (me != 0 && me != obj.st_uid) return Status::OK();  // not ours to change

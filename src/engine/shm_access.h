@@ -19,8 +19,10 @@
 namespace upfs {
 
 // Gives the shared-state object at `path` (owned by this user, or by
-// anyone when root) the access of the host file `host`. At creation, root
-// also makes the host file's owner its owner.
-Status GiveHostAccess(const std::string& path, const struct stat& host, bool created);
+// anyone when root) the access of the host file `host`.
+Status GiveHostAccess(const std::string& path, const struct stat& host);
+// The same for an object this process has just created as fd (owned by it,
+// mode 0600, no ACL); root also makes the host file's owner its owner.
+Status GiveHostAccessAtCreation(int fd, const std::string& path, const struct stat& host);
 
 }  // namespace upfs

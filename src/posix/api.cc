@@ -147,8 +147,9 @@ int CheckOpenFlags(int flags) {
 // Makes the open host file fd (named path in messages) a upfs descriptor;
 // on failure fd is closed if `close_on_failure`, else left as it was. A
 // file created empty just now becomes a upfs file with mode *new_mode.
+// `host_read_only`: the caller opened fd read-only itself (upfs_open).
 int OpenOnHostFd(int fd, const char* path, int flags, format::Consistency consistency,
-                 bool close_on_failure, const mode_t* new_mode = nullptr) {
+                 bool close_on_failure, bool host_read_only, const mode_t* new_mode = nullptr) {
   int acc = flags & O_ACCMODE;
   bool create = flags & O_CREAT;
   auto fail = [&](const Status& st) {
@@ -168,7 +169,7 @@ int OpenOnHostFd(int fd, const char* path, int flags, format::Consistency consis
   }
   // The program's descriptor becomes read-only unless the process has
   // another descriptor of the file (host_descriptor.h).
-  const bool first_of_file = FindFile(st) == nullptr;
+  const bool first_of_file = host_read_only || FindFile(st) == nullptr;
   // A caller who only reads gets a File that writes nothing (and needs no
   // write permission), unless this process has a writing one already.
   const bool writable = acc != O_RDONLY || create;
@@ -178,7 +179,7 @@ int OpenOnHostFd(int fd, const char* path, int flags, format::Consistency consis
                     : OpenPerFileReadOnly(fd, path, f);
   }, &file);
   if (!s.ok()) return fail(s);
-  s = ProtectHostDescriptor(fd, acc, first_of_file);
+  s = ProtectHostDescriptor(fd, acc, first_of_file, host_read_only);
   if (!s.ok()) return fail(s);
   auto* of = new OpenFile();
   of->fd = fd;
@@ -217,15 +218,16 @@ int OpenOrCreateHost(const char* path, int kflags, mode_t mode, bool* created) {
     *created = fd >= 0;
     return fd;
   }
+  // Creating first: one system call where it is what the caller wants.
   for (int tries = 0;; ++tries) {
-    int fd = open(path, kflags & ~O_CREAT);
-    if (fd >= 0 || errno != ENOENT || tries == 8) return fd;
-    fd = open(path, kflags | O_EXCL, create_mode);
+    int fd = open(path, kflags | O_EXCL, create_mode);
     if (fd >= 0) {
       *created = true;
       return fd;
     }
-    if (errno != EEXIST) return fd;  // else created meanwhile: open it
+    if (errno != EEXIST) return fd;
+    fd = open(path, kflags & ~O_CREAT);
+    if (fd >= 0 || errno != ENOENT || tries == 8) return fd;  // else removed meanwhile
   }
 }
 
@@ -243,7 +245,7 @@ int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consi
     t_last_error = std::string("open ") + path + ": " + strerror(errno);
     return -1;
   }
-  if (!created) return OpenOnHostFd(fd, path, flags, consistency, true);
+  if (!created) return OpenOnHostFd(fd, path, flags, consistency, true, true);
   // The mode the kernel would have given: what it gave, less the owner
   // bits added for creation that `mode` lacks (umask and default ACLs
   // already applied).
@@ -253,7 +255,7 @@ int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consi
     return FailErrno(errno, "fstat of a new file failed");
   }
   const mode_t new_mode = (st.st_mode & 07777) & ~((S_IRUSR | S_IWUSR) & ~mode);
-  int r = OpenOnHostFd(fd, path, flags, consistency, true, &new_mode);
+  int r = OpenOnHostFd(fd, path, flags, consistency, true, true, &new_mode);
   if (r < 0) {
     int err = errno;
     unlinkat(AT_FDCWD, path, 0);
@@ -634,7 +636,7 @@ int upfs_open_host_fd(int host_fd, int flags, enum upfs_consistency c) {
   if (!ValidConsistency(c, &v)) return FailErrno(EINVAL, "bad consistency mode");
   if (CheckOpenFlags(flags) != 0) return -1;
   std::string path = "/proc/self/fd/" + std::to_string(host_fd);
-  return OpenOnHostFd(host_fd, path.c_str(), flags, format::Consistency(v), false);
+  return OpenOnHostFd(host_fd, path.c_str(), flags, format::Consistency(v), false, false);
 }
 
 int upfs_map_guard(int fd) {

@@ -17,7 +17,15 @@ constexpr int kReadWriteTag = 64;
 
 }  // namespace
 
-Status ProtectHostDescriptor(int fd, int access, bool may_reopen) {
+Status ProtectHostDescriptor(int fd, int access, bool may_reopen, bool known_read_only) {
+  if (known_read_only) {
+    // A new description records nothing (F_GETSIG 0): only a mode to
+    // record costs a system call.
+    if (access == O_RDONLY) return Status::OK();
+    const int tag = access == O_WRONLY ? kWriteOnlyTag : kReadWriteTag;
+    if (fcntl(fd, F_SETSIG, tag) != 0) return Status::FromErrno("F_SETSIG");
+    return Status::OK();
+  }
   int status = fcntl(fd, F_GETFL);
   if (status < 0) return Status::FromErrno("F_GETFL");
   if ((status & O_ACCMODE) != O_RDONLY && may_reopen) {

@@ -25,7 +25,9 @@ namespace upfs {
 // closing the writable description would drop) and records `access`
 // (O_RDONLY, O_WRONLY or O_RDWR) on it. The number, FD_CLOEXEC and the
 // status flags stay.
-Status ProtectHostDescriptor(int fd, int access, bool may_reopen);
+// `known_read_only`: fd was opened read-only just now (nothing to look
+// at, nothing recorded on it yet).
+Status ProtectHostDescriptor(int fd, int access, bool may_reopen, bool known_read_only);
 
 // The access mode recorded on fd's description, or -1 if none.
 int RecordedAccess(int fd);
