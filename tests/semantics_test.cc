@@ -704,8 +704,9 @@ TEST_F(Semantics, UnlinkByTheOwnerOfAStickyDirectoryLeavesNothing) {
   }
 }
 
-TEST_F(Semantics, SweepRemovesWhatAKilledProcessLeft) {
-  const std::string f = dir_.File("killed");
+// Creates the upfs file f and has a process that had it open for writing
+// die (SIGKILL): its shared state stays behind in /dev/shm.
+void LeaveTheStateOfAKilledWriter(const std::string& f) {
   int fd = upfs_open(f.c_str(), O_CREAT | O_RDWR, 0644);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(upfs_close(fd), 0);
@@ -716,7 +717,26 @@ TEST_F(Semantics, SweepRemovesWhatAKilledProcessLeft) {
     int c = upfs_open(f.c_str(), O_RDWR);
     ::kill(::getpid(), c >= 0 ? SIGKILL : SIGTERM);
   }
-  EXPECT_EQ(upfs_test::WaitChild(pid).rfind("signal 9", 0), 0u);
+  ASSERT_EQ(upfs_test::WaitChild(pid).rfind("signal 9", 0), 0u);
+}
+
+// `upfs rm` (upfs_unlink) of a file whose header a program overwrote
+// removes the shared state a killed process left for it: it is named by
+// the inode, not by anything in the damaged header.
+TEST_F(Semantics, RemovingADamagedFileRemovesItsSharedState) {
+  const std::string f = dir_.File("damaged");
+  ASSERT_NO_FATAL_FAILURE(LeaveTheStateOfAKilledWriter(f));
+  ASSERT_GT(ShmObjects().size(), before_.size()) << "the killed process left its shared state";
+  int h = ::open(f.c_str(), O_WRONLY);
+  ASSERT_GE(h, 0);
+  ASSERT_EQ(::pwrite(h, "XYZSXYZSXYZSXYZSXYZSXYZSXYZSXYZS", 32, 0), 32);  // magic and file id gone
+  ::close(h);
+  EXPECT_EQ(upfs_unlink(f.c_str()), 0) << upfs_last_error();
+  // The fixture checks that nothing is left.
+}
+
+TEST_F(Semantics, SweepRemovesWhatAKilledProcessLeft) {
+  ASSERT_NO_FATAL_FAILURE(LeaveTheStateOfAKilledWriter(dir_.File("killed")));
   EXPECT_GT(ShmObjects().size(), before_.size()) << "a killed process leaves its shared state";
   unsigned removed = 0, in_use = 0;
   ASSERT_EQ(upfs_sweep(&removed, &in_use), 0) << upfs_last_error();
