@@ -522,11 +522,7 @@ TEST(ConcurrencyThreads, ThreeWritersExtendingFile) { RunThreads({3, 1, false, f
   _exit(chk.errors.empty() ? 0 : 1);
 }
 
-struct Child {
-  pid_t pid;
-  int out;
-  std::string what;
-};
+using Child = upfs_test::ReportingChild;
 
 TEST(ConcurrencyProcesses, WritersAndReaders) {
   TempDir dir;
@@ -545,31 +541,22 @@ TEST(ConcurrencyProcesses, WritersAndReaders) {
   ASSERT_EQ(::pipe(stop), 0);
   std::vector<Child> writers, readers;
   for (int i = 0; i < nw + nr; ++i) {
-    int p[2];
-    ASSERT_EQ(::pipe(p), 0);
-    pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ::close(p[0]);
-      ::close(stop[1]);
-      if (i < nw) WriterChild(path, L, i, nwrites, seed, p[1]);
-      ReaderChild(path, L, seed * 31 + i, stop[0], p[1]);
-    }
-    ::close(p[1]);
-    (i < nw ? writers : readers).push_back(Child{pid, p[0], (i < nw ? "writer " : "reader ") + std::to_string(i)});
+    Child c = upfs_test::ForkReporting((i < nw ? "writer " : "reader ") + std::to_string(i), {stop[1]},
+                                       [&](int out) {
+                                         if (i < nw) WriterChild(path, L, i, nwrites, seed, out);
+                                         ReaderChild(path, L, seed * 31 + i, stop[0], out);
+                                       });
+    ASSERT_GE(c.pid, 0);
+    (i < nw ? writers : readers).push_back(c);
   }
   ::close(stop[0]);
 
   std::vector<std::vector<WriteId>> last(nw, std::vector<WriteId>(L.slots.size()));
   auto collect = [&](Child& c, int w) {
-    bool to = false;
-    std::string out = upfs_test::DrainFd(c.out, 600 * 1000, &to);
-    ::close(c.out);
-    if (to) {
-      ::kill(c.pid, SIGKILL);
-      ADD_FAILURE() << c.what << " hung";
-    }
-    std::string how = upfs_test::WaitChild(c.pid);
+    bool hung;
+    std::string how;
+    std::string out = upfs_test::CollectReport(c, 600 * 1000, &how, &hung);
+    if (hung) ADD_FAILURE() << c.what << " hung";
     std::istringstream in(out);
     std::string line;
     while (std::getline(in, line)) {
@@ -819,19 +806,14 @@ TEST(ConcurrencyAppend, TwoThreadsAndTwoProcesses) {
   // thread in this process.
   std::vector<Child> kids;
   for (int w = 2; w < 4; ++w) {
-    int p[2];
-    ASSERT_EQ(::pipe(p), 0);
-    pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ::close(p[0]);
+    Child c = upfs_test::ForkReporting("appender process " + std::to_string(w), {}, [&](int out) {
       uint64_t bytes = 0;
       std::string e = RunAppender(path, w, n, seed, &bytes);
-      upfs_test::PipeWriteString(p[1], e.empty() ? "B " + std::to_string(bytes) + "\n" : "E " + e + "\n");
+      upfs_test::PipeWriteString(out, e.empty() ? "B " + std::to_string(bytes) + "\n" : "E " + e + "\n");
       _exit(e.empty() ? 0 : 1);
-    }
-    ::close(p[1]);
-    kids.push_back(Child{pid, p[0], "appender process " + std::to_string(w)});
+    });
+    ASSERT_GE(c.pid, 0);
+    kids.push_back(c);
   }
   std::string terr[2];
   uint64_t tbytes[2] = {0, 0};
@@ -881,11 +863,10 @@ TEST(ConcurrencyAppend, TwoThreadsAndTwoProcesses) {
   reader.join();
   uint64_t total = tbytes[0] + tbytes[1];
   for (auto& k : kids) {
-    bool to = false;
-    std::string out = upfs_test::DrainFd(k.out, 600 * 1000, &to);
-    ::close(k.out);
-    if (to) ::kill(k.pid, SIGKILL);
-    EXPECT_EQ(upfs_test::WaitChild(k.pid), "exit 0") << k.what << ": " << out;
+    bool hung;
+    std::string how;
+    std::string out = upfs_test::CollectReport(k, 600 * 1000, &how, &hung);
+    EXPECT_EQ(how, "exit 0") << k.what << ": " << out;
     unsigned long long b = 0;
     if (std::sscanf(out.c_str(), "B %llu", &b) == 1) total += b;
     else ADD_FAILURE() << k.what << ": " << out;
@@ -1091,132 +1072,6 @@ TEST(ConcurrencyParked, OpenCloseRacesWithParkingAndDropping) {
   EXPECT_EQ(errors.load(), 0) << first_error[0] << first_error[1] << first_error[2] << first_error[3];
   upfs_drop_closed_files();
   for (const std::string& path : paths) ExpectInspectClean(path);
-}
-
-}  // namespace
-
-namespace {
-
-// A read-only open pins nothing (it may not write the shared state), so a
-// GC in a writing process may reuse the log blocks it reads; it must notice
-// (the log head moved) and never apply or return what it read from them.
-// Readers that fall behind across compactions, while the writer's
-// overwrites reuse the retired blocks as data, are the case that finds it.
-constexpr uint32_t kRoBlocks = 16;
-constexpr uint32_t kRoBlock = 4096;
-
-void FillBlock(unsigned char* b, uint32_t index, uint64_t seq) {
-  std::memcpy(b, &index, 4);
-  std::memcpy(b + 4, &seq, 8);
-  for (uint32_t i = 12; i < kRoBlock - 4; ++i) b[i] = static_cast<unsigned char>(index * 31 + seq + i);
-  uint32_t crc = upfs::Crc32c(b, kRoBlock - 4);
-  std::memcpy(b + kRoBlock - 4, &crc, 4);
-}
-
-// "" if block `index` holds a whole write of itself.
-std::string CheckBlock(const unsigned char* b, uint32_t index) {
-  uint32_t got_index, crc;
-  std::memcpy(&got_index, b, 4);
-  std::memcpy(&crc, b + kRoBlock - 4, 4);
-  if (crc != upfs::Crc32c(b, kRoBlock - 4)) return "block " + std::to_string(index) + ": torn or foreign";
-  if (got_index != index) return "block " + std::to_string(index) + " holds block " + std::to_string(got_index);
-  return "";
-}
-
-[[noreturn]] void LaggingReaderChild(const std::string& path, uint64_t seed, int stop_fd, int out) {
-  int fd = upfs_open(path.c_str(), O_RDONLY);
-  if (fd < 0) {
-    upfs_test::PipeWriteString(out, std::string("E open failed: ") + upfs_last_error() + "\n");
-    _exit(1);
-  }
-  std::mt19937_64 rng(seed);
-  Bytes buf(kRoBlocks * kRoBlock);
-  std::string errs;
-  uint64_t reads = 0;
-  for (;;) {
-    struct pollfd p{stop_fd, POLLIN, 0};
-    if (::poll(&p, 1, 0) > 0 || errs.size() > 2000) break;
-    // Fall behind the writer by a few thousand entries.
-    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 40000));
-    ssize_t n = upfs_pread(fd, buf.data(), buf.size(), 0);
-    ++reads;
-    if (n != static_cast<ssize_t>(buf.size())) {
-      errs += "E read returned " + std::to_string(n) + ": " + upfs_last_error() + "\n";
-      continue;
-    }
-    for (uint32_t i = 0; i < kRoBlocks; ++i) {
-      std::string e = CheckBlock(buf.data() + uint64_t(i) * kRoBlock, i);
-      if (!e.empty()) errs += "E read " + std::to_string(reads) + ": " + e + "\n";
-    }
-  }
-  upfs_close(fd);
-  upfs_test::PipeWriteString(out, "R " + std::to_string(reads) + "\n" + errs);
-  _exit(errs.empty() ? 0 : 1);
-}
-
-TEST(ConcurrencyReadOnly, ReadersFallingBehindAcrossCompactions) {
-  TempDir dir;
-  const std::string path = dir.File("ro");
-  Bytes block(kRoBlock);
-  int wfd = upfs_open(path.c_str(), O_CREAT | O_RDWR, 0644);
-  ASSERT_GE(wfd, 0) << upfs_last_error();
-  for (uint32_t i = 0; i < kRoBlocks; ++i) {
-    FillBlock(block.data(), i, 0);
-    ASSERT_EQ(upfs_pwrite(wfd, block.data(), block.size(), off_t(i) * kRoBlock),
-              static_cast<ssize_t>(block.size()));
-  }
-  // Closed before the fork: a child would otherwise re-open the inherited
-  // descriptor for writing, and its reads would use that File, pinned.
-  ASSERT_EQ(upfs_close(wfd), 0);
-  upfs_drop_closed_files();
-  int stop[2];
-  ASSERT_EQ(::pipe(stop), 0);
-  const int nreaders = 2;
-  std::vector<std::pair<pid_t, int>> readers;
-  for (int r = 0; r < nreaders; ++r) {
-    int p[2];
-    ASSERT_EQ(::pipe(p), 0);
-    pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ::close(p[0]);
-      ::close(stop[1]);
-      LaggingReaderChild(path, upfs_test::TestSeed(5) + r, stop[0], p[1]);
-    }
-    ::close(p[1]);
-    readers.emplace_back(pid, p[0]);
-  }
-  ::close(stop[0]);
-  wfd = upfs_open(path.c_str(), O_RDWR);
-  ASSERT_GE(wfd, 0) << upfs_last_error();
-  // Whole-block overwrites: every one displaces a block that is soon
-  // reused, and every ~16,000 entries compact the log.
-  const uint64_t writes = upfs_test::Scaled(1000000);
-  for (uint64_t k = 1; k <= writes; ++k) {
-    uint32_t i = static_cast<uint32_t>(k % kRoBlocks);
-    FillBlock(block.data(), i, k);
-    ASSERT_EQ(upfs_pwrite(wfd, block.data(), block.size(), off_t(i) * kRoBlock),
-              static_cast<ssize_t>(block.size()))
-        << upfs_last_error();
-  }
-  ::close(stop[1]);
-  for (auto& [pid, out] : readers) {
-    bool to = false;
-    std::string text = upfs_test::DrainFd(out, 120 * 1000, &to);
-    ::close(out);
-    if (to) ::kill(pid, SIGKILL);
-    std::string how = upfs_test::WaitChild(pid);
-    std::istringstream in(text);
-    std::string line;
-    int shown = 0;
-    while (std::getline(in, line)) {
-      if (line.rfind("R ", 0) == 0) std::printf("lagging reader: %s reads\n", line.c_str() + 2);
-      if (line.rfind("E ", 0) == 0 && shown++ < 10) ADD_FAILURE() << line.substr(2);
-    }
-    EXPECT_EQ(how, "exit 0");
-  }
-  ASSERT_EQ(upfs_close(wfd), 0);
-  ExpectInspectClean(path);
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -483,5 +484,50 @@ inline void PipeWriteAll(int fd, const void* data, size_t n) {
 }
 
 inline void PipeWriteString(int fd, const std::string& s) { PipeWriteAll(fd, s.data(), s.size()); }
+
+// A child process that reports to its parent on a pipe.
+struct ReportingChild {
+  pid_t pid = -1;
+  int out = -1;  // the parent's read end
+  std::string what;
+};
+
+// Forks; the child closes the descriptors in `close_in_child` (the parent's
+// ends of other pipes), runs body(write end) and must end the process
+// itself. pid is -1 if the pipe or the fork failed.
+template <typename Body>
+ReportingChild ForkReporting(const std::string& what, std::initializer_list<int> close_in_child,
+                             Body body) {
+  ReportingChild c;
+  c.what = what;
+  int p[2];
+  if (::pipe(p) != 0) return c;
+  c.pid = ::fork();
+  if (c.pid == 0) {
+    ::close(p[0]);
+    for (int fd : close_in_child) ::close(fd);
+    body(p[1]);
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  if (c.pid < 0) {
+    ::close(p[0]);
+    return c;
+  }
+  c.out = p[0];
+  return c;
+}
+
+// What the child wrote until it ended (killed after timeout_ms without
+// closing its end: *hung), and how it ended (WaitChild).
+inline std::string CollectReport(ReportingChild& c, int timeout_ms, std::string* how, bool* hung) {
+  *hung = false;
+  std::string text = DrainFd(c.out, timeout_ms, hung);
+  ::close(c.out);
+  c.out = -1;
+  if (*hung) ::kill(c.pid, SIGKILL);
+  *how = WaitChild(c.pid);
+  return text;
+}
 
 }  // namespace upfs_test
