@@ -8,7 +8,7 @@
 //  - an OK status comes with an empty problem list;
 //  - a file fsck calls clean opens with upfs_open (read-only), with the
 //    size, and the number of mapped blocks, the report gives.
-#include "engine/inspect.h"
+#include "container/perfile/inspect.h"
 #include "fuzz_common.h"
 
 using namespace upfs_fuzz;

@@ -24,7 +24,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "engine/inspect.h"
+#include "container/perfile/inspect.h"
 #include "fuzz_common.h"
 
 using namespace upfs_fuzz;

@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/inspect.h"
+#include "container/perfile/inspect.h"
 #include "format/format.h"
 #include "upfs/upfs.h"
 #include "util/crc32c.h"

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/inspect.h"
+#include "container/perfile/inspect.h"
 #include "format/format.h"
 #include "test_util.h"
 #include "upfs/upfs.h"

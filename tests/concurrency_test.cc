@@ -30,7 +30,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/inspect.h"
+#include "container/perfile/inspect.h"
 #include "test_util.h"
 #include "upfs/upfs.h"
 

@@ -37,9 +37,9 @@
 #include <thread>
 #include <vector>
 
-#include "container/perfile.h"
+#include "container/perfile/perfile.h"
 #include "engine/file.h"
-#include "engine/inspect.h"
+#include "container/perfile/inspect.h"
 #include "format/format.h"
 #include "medium/pm.h"
 #include "upfs/upfs.h"
@@ -396,7 +396,7 @@ class Explorer {
       state = ApplyModel(state, op);
     }
     model_.Reset(path);
-    model_.Attach(f->medium());
+    model_.Attach(PerFile(*f)->medium());
     pm::g_recorder.store(&model_);
     for (size_t i = 0; i < w.ops.size(); ++i) {
       const Op& op = w.ops[i];

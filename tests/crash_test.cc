@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/inspect.h"
+#include "container/perfile/inspect.h"
 #include "test_util.h"
 #include "upfs/upfs.h"
 

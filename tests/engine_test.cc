@@ -16,13 +16,13 @@
 #include <thread>
 #include <vector>
 
-#include "container/perfile.h"
-#include "engine/allocator.h"
+#include "container/perfile/perfile.h"
+#include "engine/block_source.h"
 #include "engine/block_table.h"
 #include "engine/file.h"
-#include "engine/inspect.h"
+#include "container/perfile/inspect.h"
 #include "engine/log.h"
-#include "engine/shared_state.h"
+#include "container/perfile/shared_state.h"
 #include "format/format.h"
 #include "medium/medium.h"
 #include "upfs/upfs.h"
@@ -158,18 +158,18 @@ TEST(Log, ReplayMatchesWritesAndRejectsGarbageAfterTail) {
   EXPECT_NE(st.message().find("log block 1"), std::string::npos) << st.message();
 }
 
-TEST(Allocator, ClaimsContiguousRunsReusesAndGrows) {
+TEST(BlockSource, ClaimsContiguousRunsReusesAndGrows) {
   TempDir d;
   OpenedFile of;
   OpenEngine(d.File("a"), &of);
-  Allocator alloc(of.file->medium(), of.file->shared());
+  BlockSource& alloc = *of.file->source();
   ThreadBlocks tb;
   std::vector<format::Run> runs;
   ASSERT_TRUE(alloc.Alloc(&tb, 100, &runs).ok());
   uint64_t total = 0;
   for (const format::Run& r : runs) {
     total += r.count;
-    for (uint32_t i = 0; i < r.count; ++i) EXPECT_TRUE(of.file->shared()->TestBit(r.lblock + i));
+    for (uint32_t i = 0; i < r.count; ++i) EXPECT_TRUE(of.file->source()->bitmap()->Test(r.lblock + i));
   }
   EXPECT_EQ(total, 100u);
   EXPECT_LE(runs.size(), 3u);  // mostly contiguous
@@ -178,25 +178,27 @@ TEST(Allocator, ClaimsContiguousRunsReusesAndGrows) {
   ASSERT_TRUE(alloc.AllocOne(&tb, &again).ok());
   EXPECT_EQ(again, runs[0].lblock);  // the thread's own free list first
   // Far more than the initial 2 MiB: the file must grow.
-  uint64_t cap0 = of.file->medium()->capacity();
+  uint64_t cap0 = PerFile(*of.file)->medium()->capacity();
   std::vector<format::Run> big;
   ASSERT_TRUE(alloc.Alloc(&tb, 4096, &big).ok());
-  EXPECT_GT(of.file->medium()->capacity(), cap0);
+  EXPECT_GT(PerFile(*of.file)->medium()->capacity(), cap0);
   for (const format::Run& r : big) alloc.Free(&tb, r.lblock, r.count);
   alloc.ReturnAll(&tb);
   for (const format::Run& r : big)
-    for (uint32_t i = 0; i < r.count; ++i) EXPECT_FALSE(of.file->shared()->TestBit(r.lblock + i));
+    for (uint32_t i = 0; i < r.count; ++i) EXPECT_FALSE(of.file->source()->bitmap()->Test(r.lblock + i));
 }
 
 // Regression (CI, ASan): the background grow's completion callback captured
-// the Allocator that asked for it, and ran after that Allocator was gone.
-TEST(Allocator, BackgroundGrowOutlivesTheAllocatorThatAskedForIt) {
+// the allocator (now BlockSource) that asked for it, and ran after that
+// allocator was gone.
+TEST(BlockSource, BackgroundGrowOutlivesTheAllocatorThatAskedForIt) {
   TempDir d;
   OpenedFile of;
   OpenEngine(d.File("a"), &of);
-  Medium* m = of.file->medium();
+  Medium* m = PerFile(*of.file)->medium();
   {
-    auto alloc = std::make_unique<Allocator>(m, of.file->shared());
+    auto alloc = std::make_unique<BlockSource>(m, of.file->source()->bitmap(),
+                                               of.file->source()->epochs(), 1);
     ThreadBlocks tb;
     std::vector<format::Run> runs;
     // Claim until the allocator asks the worker to grow ahead, then drop
@@ -209,7 +211,7 @@ TEST(Allocator, BackgroundGrowOutlivesTheAllocatorThatAskedForIt) {
   }
   while (m->GrowInFlight()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   // The grow still reached the shared state's published capacity.
-  EXPECT_EQ(of.file->shared()->header()->capacity_blocks.load(),
+  EXPECT_EQ(of.file->source()->bitmap()->capacity(),
             std::min<uint64_t>(m->capacity() >> kBlockShift, format::kMaxBlocks - 1));
 }
 
@@ -223,18 +225,18 @@ void CheckRebuildFreesLeakedBlocks(bool invalidate_shared_state) {
   {
     OpenedFile of;
     OpenEngine(d.File("a"), &of);
-    Allocator alloc(of.file->medium(), of.file->shared());
+    BlockSource& alloc = *of.file->source();
     ThreadBlocks tb;  // never returned, as after a crash
     ASSERT_TRUE(alloc.Alloc(&tb, 700, &leaked).ok());
     for (const format::Run& r : leaked)
-      for (uint32_t i = 0; i < r.count; ++i) ASSERT_TRUE(of.file->shared()->TestBit(r.lblock + i));
-    if (invalidate_shared_state) of.file->shared()->header()->ready.store(0);
+      for (uint32_t i = 0; i < r.count; ++i) ASSERT_TRUE(of.file->source()->bitmap()->Test(r.lblock + i));
+    if (invalidate_shared_state) PerFile(*of.file)->shared()->header()->ready.store(0);
   }
   OpenedFile of;
   OpenEngine(d.File("a"), &of);
   for (const format::Run& r : leaked)
     for (uint32_t i = 0; i < r.count; ++i)
-      EXPECT_FALSE(of.file->shared()->TestBit(r.lblock + i)) << "block " << r.lblock + i;
+      EXPECT_FALSE(of.file->source()->bitmap()->Test(r.lblock + i)) << "block " << r.lblock + i;
 }
 
 TEST(SharedState, RebuildFreesLeakedBlocksOfAValidState) { CheckRebuildFreesLeakedBlocks(false); }
@@ -266,7 +268,7 @@ TEST(SharedState, ThreadsOfOneProcessNeverShareASlot) {
       ts.emplace_back([&, i] {
         ready.fetch_add(1);
         while (ready.load() < kThreads) std::this_thread::yield();
-        got[i] = sh->ClaimSlot();
+        got[i] = sh->epochs()->ClaimSlot();
       });
     for (auto& t : ts) t.join();
     std::vector<uint32_t> sorted = got;
@@ -274,7 +276,7 @@ TEST(SharedState, ThreadsOfOneProcessNeverShareASlot) {
     ASSERT_EQ(sorted.back() < kMaxSlots, true) << "round " << round << ": out of slots";
     ASSERT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end())
         << "round " << round << ": two threads claimed one slot";
-    for (uint32_t s : got) sh->ReleaseSlot(s);
+    for (uint32_t s : got) sh->epochs()->ReleaseSlot(s);
   }
   sh.reset();
   SharedState::RemoveIfUnused(id);
@@ -556,7 +558,7 @@ TEST(Regression, HugeHoleRunsAndSeeksOnSparseFiles) {
 // the tail block may hold an uncommitted append. Every operation that raises
 // the size over them must show zeros there, not those bytes.
 char* TailBlockHolding(OpenedFile* of, const char* marker, size_t len) {
-  Medium* m = of->file->medium();
+  Medium* m = PerFile(*of->file)->medium();
   for (uint64_t b = 1; b < m->capacity() / kBlockSize; ++b) {
     char* a = m->base() + b * kBlockSize;
     if (std::memcmp(a, marker, len) == 0) return a;
@@ -631,7 +633,7 @@ TEST(AppendInPlace, AppendsAfterLeftoverBytesAndDeadClaimsAreExact) {
     ASSERT_NE(tail, nullptr);
     std::memset(tail + expect.size(), 0x77, 100);  // leftover of an interrupted append
     // A claim left by a thread that died holding it is taken over.
-    of.file->shared()->header()->tail_claim.store((uint64_t{0x7ffffffe} << 32) | 7);
+    of.file->root().words->tail_claim.store((uint64_t{0x7ffffffe} << 32) | 7);
     for (int i = 0; i < 3000; ++i) {  // crosses into new blocks many times
       std::string rec = "rec" + std::to_string(i) + ";";
       ASSERT_TRUE(of.file->Write(rec.data(), rec.size(), 0, true, &at).ok());
@@ -641,7 +643,7 @@ TEST(AppendInPlace, AppendsAfterLeftoverBytesAndDeadClaimsAreExact) {
     // A positional write at the end of file takes the same path.
     ASSERT_TRUE(of.file->Write("END", 3, expect.size(), false, &at).ok());
     expect += "END";
-    EXPECT_EQ(of.file->shared()->header()->tail_claim.load(), 0u);
+    EXPECT_EQ(of.file->root().words->tail_claim.load(), 0u);
     std::vector<char> got(expect.size() + 10);
     size_t done;
     ASSERT_TRUE(of.file->Read(got.data(), got.size(), 0, &done).ok());

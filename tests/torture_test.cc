@@ -135,7 +135,7 @@
 #include <vector>
 
 #include "engine/file.h"
-#include "engine/inspect.h"
+#include "container/perfile/inspect.h"
 #include "posix/file_registry.h"
 #include "test_util.h"
 #include "upfs/upfs.h"

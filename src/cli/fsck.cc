@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "cli/cli.h"
-#include "engine/inspect.h"
+#include "container/perfile/inspect.h"
 
 namespace upfs::cli {
 

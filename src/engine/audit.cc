@@ -14,16 +14,16 @@ Status File::AuditAllocation(uint64_t* leaked, uint64_t* unmarked) {
   if (read_only()) return Status::Error(EBADF, "a read-only File has no allocation state");
   ThreadCtx* c;
   UPFS_RETURN_IF_ERROR(Ctx(&c));
-  EpochPin pin(shared_.get(), c->slot);
+  EpochPin pin(epochs(), c->slot);
   BlockTable table;
   ReplayResult res;
   UPFS_RETURN_IF_ERROR(ReplayHead(&table, &res, false));
-  const uint64_t cap = shared_->header()->capacity_blocks.load(std::memory_order_acquire);
+  const uint64_t cap = source_->bitmap()->capacity();
   std::vector<bool> referenced(cap, false), held(cap, false);
   auto ref = [&](uint64_t b) {
     if (b < cap) referenced[b] = true;
   };
-  ref(0);
+  for (uint64_t b = 0; b < source_->reserved_blocks(); ++b) ref(b);  // the container's
   for (uint32_t l : res.log_blocks) ref(l);
   for (const Run& r : res.overflow)
     for (uint32_t i = 0; i < r.count; ++i) ref(uint64_t(r.lblock) + i);
@@ -34,11 +34,11 @@ Status File::AuditAllocation(uint64_t* leaked, uint64_t* unmarked) {
     for (uint32_t l : t->blocks.free)
       if (l < cap) held[l] = true;
     for (uint64_t l = t->blocks.chunk_next; l < t->blocks.chunk_end && l < cap; ++l) held[l] = true;
-    for (const ThreadCtx::Retired& r : t->limbo)
+    for (const ThreadBlocks::Retired& r : t->blocks.limbo)
       for (uint32_t i = 0; i < r.count && uint64_t(r.lblock) + i < cap; ++i) held[r.lblock + i] = true;
   }
   for (uint64_t b = 0; b < cap; ++b) {
-    const bool taken = shared_->TestBit(b);
+    const bool taken = source_->bitmap()->Test(b);
     if (taken && !referenced[b] && !held[b]) ++*leaked;
     if (!taken && referenced[b]) ++*unmarked;
   }

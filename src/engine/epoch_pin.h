@@ -5,21 +5,23 @@
 
 #include <atomic>
 
-#include "engine/shared_state.h"
+#include "engine/reclamation.h"
+#include "util/assert.h"
 
 namespace upfs {
 
 class EpochPin {
  public:
-  // A read-only File has no shared state (sh null): it validates instead
+  // A read-only File has no domain (null): it validates instead
   // (File::HeadMoved).
-  EpochPin(SharedState* sh, uint32_t slot) : slot_(sh ? sh->slot(slot) : nullptr) {
+  EpochPin(EpochDomain* d, uint32_t slot) : slot_(d ? d->slot(slot) : nullptr) {
     if (!slot_) return;
+    UPFS_ASSERT(slot < kMaxSlots);
     if (slot_->pinned.load(std::memory_order_relaxed) != 0) {
       slot_ = nullptr;
       return;
     }
-    std::atomic<uint64_t>& ep = sh->header()->epoch;
+    std::atomic<uint64_t>& ep = d->epoch();
     uint64_t e = ep.load(std::memory_order_seq_cst);
     for (;;) {
       slot_->pinned.store(e, std::memory_order_seq_cst);
@@ -34,8 +36,13 @@ class EpochPin {
   EpochPin(const EpochPin&) = delete;
   EpochPin& operator=(const EpochPin&) = delete;
 
+  // For assertions: whether the thread owning `slot` is inside an epoch.
+  static bool Pinned(EpochDomain* d, uint32_t slot) {
+    return d == nullptr || d->slot(slot)->pinned.load(std::memory_order_relaxed) != 0;
+  }
+
  private:
-  ShmSlot* slot_;
+  ReclaimSlot* slot_;
 };
 
 }  // namespace upfs

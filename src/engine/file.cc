@@ -13,7 +13,9 @@
 #include <mutex>
 
 #include "engine/epoch_pin.h"
+#include "engine/log_compactor.h"
 #include "medium/pm.h"
+#include "util/assert.h"
 #include "util/crc32c.h"
 #include "util/optimistic_copy.h"
 
@@ -86,79 +88,65 @@ void Overlay(const Effect& e, uint64_t v0, uint64_t n, uint32_t* old) {
 
 }  // namespace
 
-File::File(std::unique_ptr<Medium> medium, std::unique_ptr<SharedState> shared)
-    : medium_(std::move(medium)),
-      shared_(std::move(shared)),
-      access_(medium_.get()),
-      alloc_(medium_.get(), shared_.get()) {}
+File::File(const FileStorage& storage, std::unique_ptr<StorageLease> lease)
+    : lease_(std::move(lease)),
+      space_(storage.space),
+      source_(storage.source),
+      root_(storage.root),
+      access_(storage.space),
+      writer_(storage.space, storage.source, storage.root) {
+  UPFS_ASSERT(space_ && root_.head && root_.times);
+  UPFS_ASSERT(!source_ || (root_.words && source_->space() == space_));
+}
 
 File::~File() {
-  medium_->JoinBackground();  // its callback uses the shared state
+  space_->JoinBackground();  // its growth callback publishes into the bitmap
   for (auto& slot : ctx_) {
     ThreadCtx* c = slot.load();
     if (!c) continue;
-    if (shared_) {
-      DrainLimbo(c, true);
-      alloc_.ReturnAll(&c->blocks);
-      shared_->ReleaseSlot(c->slot);
+    if (source_) {
+      source_->DrainLimbo(&c->blocks, true);
+      source_->ReturnAll(&c->blocks);
+      source_->epochs()->ReleaseSlot(c->slot);
     }
     delete c;
   }
-  if (!shared_) return;
-  // The shared state lives while some process has the file open: the last
-  // one removes it (the next opener rebuilds it from the log anyway).
-  shared_->RemoveIfNoOtherUser();
-  shared_.reset();
+  // lease_ goes last: the container's lifecycle of what it lent.
 }
 
-Status File::Open(std::unique_ptr<Medium> medium, std::unique_ptr<SharedState> shared,
-                  bool rebuild, std::unique_ptr<File>* out) {
-  std::unique_ptr<File> f(new File(std::move(medium), std::move(shared)));
-  Status st = f->Init(rebuild);
-  f->shared_->ReleaseOpenLock();
-  if (!st.ok()) return st;
+Status File::Open(const FileStorage& storage, BlockMarker* rebuild,
+                  std::unique_ptr<StorageLease> lease, std::unique_ptr<File>* out) {
+  UPFS_ASSERT(storage.source != nullptr);
+  std::unique_ptr<File> f(new File(storage, std::move(lease)));
+  UPFS_RETURN_IF_ERROR(f->Init(rebuild));
   *out = std::move(f);
   return Status::OK();
 }
 
-Status File::OpenReadOnly(std::unique_ptr<Medium> medium, std::unique_ptr<File>* out) {
-  std::unique_ptr<File> f(new File(std::move(medium), nullptr));
-  UPFS_RETURN_IF_ERROR(f->Init(false));
+Status File::OpenReadOnly(const FileStorage& storage, std::unique_ptr<StorageLease> lease,
+                          std::unique_ptr<File>* out) {
+  std::unique_ptr<File> f(new File(FileStorage{storage.space, nullptr, storage.root},
+                                   std::move(lease)));
+  UPFS_RETURN_IF_ERROR(f->Init(nullptr));
   *out = std::move(f);
   return Status::OK();
 }
 
-Status File::Init(bool rebuild) {
-  hdr_ = reinterpret_cast<FileHeader*>(medium_->base());
-  consistency_ = Consistency(hdr_->consistency);
+Status File::Init(BlockMarker* rebuild) {
   auto table = std::make_unique<BlockTable>();
   ReplayResult res;
   if (rebuild) {
-    // Nobody else has the file open (and the open lock keeps it so): no GC
-    // can run, and the slots are about to be reset, so no pin is needed.
+    // Nobody else uses the domain (and the container keeps it so until we
+    // return): no GC can run, and the slots were reset, so no pin is needed.
     UPFS_RETURN_IF_ERROR(ReplayHead(table.get(), &res, true));
-    uint64_t cap = std::min<uint64_t>(medium_->capacity() >> kBlockShift, kMaxBlocks - 1);
-    shared_->ResetForRebuild(cap);
-    // Every referenced block once; a second reference is damage.
-    std::string dup;
-    auto mark = [&](uint64_t b, const char* what) {
-      if (!dup.empty()) return;
-      if (shared_->TestBit(b)) {
-        dup = std::string(what) + " block " + std::to_string(b) + " is referenced twice";
-        return;
-      }
-      shared_->SetBit(b);
-    };
-    mark(0, "header");
-    for (uint32_t l : res.log_blocks) mark(l, "log");
+    for (uint32_t l : res.log_blocks) rebuild->Mark(l, "log");
     for (const Run& r : res.overflow)
-      for (uint32_t i = 0; i < r.count; ++i) mark(r.lblock + i, "overflow");
-    table->ForEachMapped([&](uint64_t, uint32_t l) { mark(l, "data"); });
-    if (!dup.empty()) return Status::Corrupt("block map", dup);
-    shared_->MarkReady();
+      for (uint32_t i = 0; i < r.count; ++i) rebuild->Mark(r.lblock + i, "overflow");
+    table->ForEachMapped([&](uint64_t, uint32_t l) { rebuild->Mark(l, "data"); });
+    UPFS_RETURN_IF_ERROR(rebuild->status());
   }
-  // Register the opening thread before the open lock is released, so that a
-  // concurrent opener sees this process alive and does not rebuild under it.
+  // Register the opening thread before the container lets other openers
+  // in, so that they see this process alive and do not rebuild under it.
   ThreadCtx* c;
   UPFS_RETURN_IF_ERROR(Ctx(&c));
   if (read_only()) {
@@ -166,7 +154,7 @@ Status File::Init(bool rebuild) {
   } else if (!rebuild) {
     // Other processes are live and may compact the log meanwhile: walk it
     // pinned, so that no block of the chain read here is reused under us.
-    EpochPin pin(shared_.get(), c->slot);
+    EpochPin pin(epochs(), c->slot);
     UPFS_RETURN_IF_ERROR(ReplayHead(table.get(), &res, false));
   }
   if (table->size() > kMaxFileSize) return Status::Corrupt("log", "file size beyond the limit");
@@ -176,7 +164,7 @@ Status File::Init(bool rebuild) {
 }
 
 Status File::ReplayHead(BlockTable* table, ReplayResult* res, bool check_tail) {
-  uint64_t head = hdr_->log_head.load(std::memory_order_acquire);
+  uint64_t head = root_.head->load(std::memory_order_acquire);
   if (head == 0 || head >= kMaxBlocks) return Status::Corrupt("file header", "log head out of range");
   UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), table, res, check_tail));
   table->set_chain(uint32_t(head), res->head_seq);
@@ -185,7 +173,7 @@ Status File::ReplayHead(BlockTable* table, ReplayResult* res, bool check_tail) {
 
 Status File::ChainHeadNow(uint32_t* head, uint64_t* seq) const {
   std::atomic_thread_fence(std::memory_order_acquire);
-  uint64_t h = hdr_->log_head.load(std::memory_order_acquire);
+  uint64_t h = root_.head->load(std::memory_order_acquire);
   if (h == 0 || h >= kMaxBlocks) return Status::Corrupt("file header", "log head out of range");
   char* addr;
   UPFS_RETURN_IF_ERROR(access_.Addr(h, &addr));
@@ -239,10 +227,11 @@ Status File::Ctx(ThreadCtx** out) {
       *out = c;
       return Status::OK();
     }
-    fresh->slot = shared_->ClaimSlot();
+    EpochDomain* d = source_->epochs();
+    fresh->slot = d->ClaimSlot();
     if (fresh->slot >= kMaxSlots) return Status::Error(EAGAIN, "no free thread slot in shared state");
     fresh->tail_claim_id =
-        (uint64_t(shared_->slot(fresh->slot)->owner_pid.load(std::memory_order_relaxed)) << 32) |
+        (uint64_t(d->slot(fresh->slot)->owner_pid.load(std::memory_order_relaxed)) << 32) |
         (uint64_t(fresh->slot) + 1);
     c = fresh.release();
     ctx_[tid].store(c, std::memory_order_release);
@@ -303,9 +292,11 @@ Status File::CatchUpReadOnly(ThreadCtx* c, BlockTable** out) {
 
 Status File::CatchUp(ThreadCtx* c, BlockTable** out) {
   if (read_only()) return CatchUpReadOnly(c, out);
+  // Blocks past the cursor may be retired by a GC: only a pin keeps them.
+  UPFS_ASSERT(EpochPin::Pinned(epochs(), c->slot));
   BlockTable* t = table_.load(std::memory_order_acquire);
   LogPos p = t->cursor();
-  uint64_t compact = shared_->header()->compact_seq.load(std::memory_order_acquire);
+  uint64_t compact = root_.words->compact_seq.load(std::memory_order_acquire);
   if (p.seq >= compact) {
     LogBlock* b = LogAt(p.lblock);
     bool idle = p.slot < kSlotsPerLogBlock
@@ -319,7 +310,7 @@ Status File::CatchUp(ThreadCtx* c, BlockTable** out) {
   SpinGuard g(apply_lock_);
   t = table_.load(std::memory_order_acquire);
   p = t->cursor();
-  if (p.seq < shared_->header()->compact_seq.load(std::memory_order_acquire)) {
+  if (p.seq < root_.words->compact_seq.load(std::memory_order_acquire)) {
     // GC compacted the blocks under our cursor: replay the new chain.
     UPFS_RETURN_IF_ERROR(RebuildTableLocked());
     t = table_.load(std::memory_order_acquire);
@@ -346,213 +337,8 @@ Status File::CatchUp(ThreadCtx* c, BlockTable** out) {
 // ---------------------------------------------------------------------------
 // Commit
 
-void File::PersistBeforeSlot(LogBlock* b, const LogPos& pos) {
-  // Entries reach media in log order: before committing in a later cache
-  // line (or block), the line of the entry before ours (or the link to this
-  // block) must be durable, or a crash could leave a hole before an
-  // acknowledged entry. The previous entry may be a reservation whose
-  // payload fills the lines in between, so it is tracked, not assumed to be
-  // the slot just before.
-  const uint32_t slot = pos.slot;
-  auto line = [](uint32_t s) { return (offsetof(LogBlock, slots) + 8 * s) / kCacheLine; };
-  if (slot == 0) {
-    if (pos.prev == 0) return;
-    LogBlock* pb = LogAt(pos.prev);
-    pm::Flush(&pb->next, 8);
-    pm::Flush(&pb->slots[kSlotsPerLogBlock - 1], 8);
-    pm::Fence();
-    return;
-  }
-  uint32_t prev_entry = pos.last != LogPos::kNoSlot ? pos.last : slot - 1;
-  if (line(prev_entry) != line(slot)) {
-    pm::Flush(&b->slots[prev_entry], 8);
-    if (line(slot - 1) != line(prev_entry) && line(slot - 1) != line(slot))
-      pm::Flush(&b->slots[slot - 1], 8);
-    pm::Fence();
-  }
-}
-
-Status File::ExtendChain(ThreadCtx* c, LogPos* pos) {
-  LogBlock* b = LogAt(pos->lblock);
-  uint64_t w = b->next.load(std::memory_order_acquire);
-  if (!NextWordValid(w))
-    return Status::Corrupt("log block " + std::to_string(pos->lblock), "bad next word");
-  if (NextBlock(w) == 0) {
-    uint32_t nl;
-    UPFS_RETURN_IF_ERROR(alloc_.AllocOne(&c->blocks, &nl));
-    char* dst;
-    UPFS_RETURN_IF_ERROR(access_.Addr(nl, &dst));
-    alignas(64) static thread_local unsigned char img[kBlockSize];
-    std::memset(img, 0, sizeof(img));
-    auto* ib = reinterpret_cast<LogBlock*>(img);
-    ib->next.store(NextWord(0), std::memory_order_relaxed);
-    ib->seq = pos->seq + 1;
-    pm::CopyNT(dst, img, kBlockSize);
-    pm::Fence();
-    uint64_t expected = NextWord(0);
-    if (pm::Cas64(&b->next, expected, NextWord(nl))) {
-      w = NextWord(nl);
-      uint64_t head = hdr_->log_head.load(std::memory_order_acquire);
-      LogBlock* hb = nullptr;
-      uint64_t len = 0;
-      if (head && head < kMaxBlocks && access_.CheckRange(head, 1, "log head").ok()) {
-        hb = LogAt(uint32_t(head));
-        len = pos->seq + 2 - hb->seq;
-      }
-      uint64_t last = shared_->header()->gc_last_blocks.load(std::memory_order_relaxed);
-      if (len > kGcSlackBlocks + 2 * last) gc_wanted_.store(true, std::memory_order_relaxed);
-    } else {
-      alloc_.Free(&c->blocks, nl, 1);  // never published
-      w = expected;
-    }
-  }
-  pm::Flush(&b->next, 8);
-  pm::Flush(&b->slots[kSlotsPerLogBlock - 1], 8);
-  pm::Fence();
-  LogBlock* nb;
-  UPFS_RETURN_IF_ERROR(CheckLogBlock(access_, NextBlock(w), pos->seq + 1, &nb));
-  pos->prev = pos->lblock;
-  pos->lblock = NextBlock(w);
-  pos->slot = 0;
-  pos->seq += 1;
-  pos->last = LogPos::kNoSlot;
-  return Status::OK();
-}
-
-Status File::BuildPayload(ThreadCtx* c, uint32_t vblock, const std::vector<Run>& runs,
-                          Effect::SizeOp op, uint64_t new_size) {
-  uint16_t flags = op == Effect::kSet ? kSizeSet : op == Effect::kMax ? kSizeMax : 0;
-  c->payload.clear();
-  c->overflow.clear();
-  c->payload.push_back(new_size);
-  if (runs.size() <= kMaxInlineRuns) {
-    c->payload.push_back(EncodePayloadWord1(vblock, uint16_t(runs.size()), flags));
-    for (const Run& r : runs) c->payload.push_back(EncodeRun(r));
-    return Status::OK();
-  }
-  if (runs.size() > 0xffff) return Status::Error(EFBIG, "write too fragmented for one entry");
-  std::vector<uint64_t> words;
-  words.reserve(runs.size());
-  for (const Run& r : runs) words.push_back(EncodeRun(r));
-  uint64_t nblocks = CeilBlocks(words.size() * 8);
-  UPFS_RETURN_IF_ERROR(alloc_.Alloc(&c->blocks, nblocks, &c->overflow));
-  if (c->overflow.size() != 1) {
-    // Overflow runs must be contiguous; give these back and take a fresh chunk.
-    for (const Run& r : c->overflow) alloc_.Free(&c->blocks, r.lblock, r.count);
-    c->overflow.clear();
-    alloc_.DropChunk(&c->blocks);  // force a fresh chunk
-    UPFS_RETURN_IF_ERROR(alloc_.Alloc(&c->blocks, nblocks, &c->overflow));
-    if (c->overflow.size() != 1) return Status::Error(ENOSPC, "no contiguous overflow space");
-  }
-  char* dst;
-  UPFS_RETURN_IF_ERROR(access_.Addr(c->overflow[0].lblock, &dst));
-  UPFS_RETURN_IF_ERROR(access_.CheckRange(c->overflow[0].lblock, nblocks, "overflow"));
-  pm::CopyNT(dst, words.data(), words.size() * 8);
-  c->payload.push_back(
-      EncodePayloadWord1(vblock, uint16_t(runs.size()), flags | kPayloadOverflow));
-  c->payload.push_back(EncodeRun(c->overflow[0]));
-  c->payload.push_back(Crc32c(words.data(), words.size() * 8));
-  return Status::OK();
-}
-
-void File::DropPayload(ThreadCtx* c) {
-  for (const Run& r : c->overflow) alloc_.Free(&c->blocks, r.lblock, r.count);
-  c->overflow.clear();
-  c->payload.clear();
-}
-
-template <typename Conflict>
-Status File::Commit(ThreadCtx* c, LogPos* pos, uint64_t entry, Conflict conflict,
-                    bool* conflicted) {
-  *conflicted = false;
-  auto scan = [&]() {
-    return ScanCommitted(access_, pos, &c->scratch, [&](const Effect& e) {
-      if (conflict(e)) {
-        *conflicted = true;
-        return false;
-      }
-      return true;
-    });
-  };
-  const uint32_t k = entry ? 0 : uint32_t(c->payload.size());
-  const uint32_t crc = entry ? 0 : Crc32c(c->payload.data(), size_t(k) * 8);
-  for (;;) {
-    UPFS_RETURN_IF_ERROR(scan());
-    if (*conflicted) return Status::OK();
-    if (pos->slot >= kSlotsPerLogBlock) {
-      UPFS_RETURN_IF_ERROR(ExtendChain(c, pos));
-      continue;
-    }
-    LogBlock* b = LogAt(pos->lblock);
-    const uint32_t s = pos->slot;
-    PersistBeforeSlot(b, *pos);
-    uint64_t expected = 0;
-    if (entry) {
-      if (!pm::Cas64(&b->slots[s], expected, entry)) continue;
-      pm::Flush(&b->slots[s], 8);
-      pm::Fence();
-      pos->last = s;
-      pos->slot = s + 1;
-      return Status::OK();
-    }
-    if (s + 2 + k > kSlotsPerLogBlock) {
-      // The payload does not fit: pad out this block and use the next.
-      if (pm::Cas64(&b->slots[s], expected, EncodeReserve(kSlotsPerLogBlock - s - 1))) {
-        pm::Flush(&b->slots[s], 8);
-        pm::Fence();
-      }
-      continue;
-    }
-    if (!pm::Cas64(&b->slots[s], expected, EncodeReserve(k))) continue;
-    // The reservation must be durable before its payload can be, or a crash
-    // could leave payload words after the end of the log.
-    pm::Flush(&b->slots[s], 8);
-    pm::Fence();
-    pm::CopyNT(&b->slots[s + 1], c->payload.data(), size_t(k) * 8);
-    pm::Fence();
-    pos->last = s;
-    pos->slot = s + 1 + k;
-    // The apply entry must land in the same block as its reservation.
-    for (;;) {
-      uint32_t here = pos->lblock;
-      UPFS_RETURN_IF_ERROR(scan());
-      if (*conflicted) return Status::OK();  // the reservation stays inert
-      if (pos->lblock != here || pos->slot >= kSlotsPerLogBlock) break;
-      const uint32_t t = pos->slot;
-      PersistBeforeSlot(b, *pos);
-      uint64_t exp2 = 0;
-      if (!pm::Cas64(&b->slots[t], exp2, EncodeApply(s, crc))) continue;
-      pm::Flush(&b->slots[t], 8);
-      pm::Fence();
-      pos->last = t;
-      pos->slot = t + 1;
-      return Status::OK();
-    }
-  }
-}
-
 // ---------------------------------------------------------------------------
 // Reclamation
-
-void File::Retire(ThreadCtx* c, uint32_t lblock, uint32_t count) {
-  uint64_t e = shared_->header()->epoch.load(std::memory_order_seq_cst);
-  c->limbo.push_back({e, lblock, count});
-}
-
-void File::DrainLimbo(ThreadCtx* c, bool force) {
-  if (c->limbo.empty()) return;
-  uint64_t e = shared_->header()->epoch.load(std::memory_order_acquire);
-  for (int i = 0; i < (force ? 3 : 1) && c->limbo.front().epoch + 2 > e; ++i)
-    e = shared_->TryAdvanceEpoch();
-  size_t kept = 0;
-  for (const auto& r : c->limbo) {
-    if (r.epoch + 2 <= e)
-      alloc_.Free(&c->blocks, r.lblock, r.count);
-    else
-      c->limbo[kept++] = r;
-  }
-  c->limbo.resize(kept);
-}
 
 void File::ReleaseDisplaced(ThreadCtx* c, const uint32_t* blocks, size_t n) {
   // Strict mode: readers validate against the log, so a displaced block may
@@ -560,17 +346,17 @@ void File::ReleaseDisplaced(ThreadCtx* c, const uint32_t* blocks, size_t n) {
   // still be a target of an in-place write: retire it through EBR. So must
   // strict mode while someone holds the tail claim: the displaced block may
   // be the tail block it writes past the end of file (see TryClaimTail).
-  bool immediate = consistency_ == Consistency::kStrict;
+  bool immediate = root_.consistency == Consistency::kStrict;
   if (immediate) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    immediate = shared_->header()->tail_claim.load(std::memory_order_relaxed) == 0;
+    immediate = root_.words->tail_claim.load(std::memory_order_relaxed) == 0;
   }
   for (size_t i = 0; i < n; ++i) {
     if (!blocks[i]) continue;
     if (immediate)
-      alloc_.Free(&c->blocks, blocks[i], 1);
+      source_->Free(&c->blocks, blocks[i], 1);
     else
-      Retire(c, blocks[i], 1);
+      source_->Retire(&c->blocks, blocks[i], 1);
   }
 }
 
@@ -582,16 +368,16 @@ void File::TouchMtime() {
   // kernel's write replaces any mtime by the current time.
   uint64_t tsc = __rdtsc();
   uint64_t last = last_mtime_tick_.load(std::memory_order_relaxed);
-  uint64_t m = hdr_->mtime_ns.load(std::memory_order_relaxed);
+  uint64_t m = root_.times->mtime_ns.load(std::memory_order_relaxed);
   if (tsc - last < (uint64_t{1} << 20) && m == last_mtime_stored_.load(std::memory_order_relaxed))
     return;
   last_mtime_tick_.store(tsc, std::memory_order_relaxed);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME_COARSE, &ts);
   uint64_t now = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-  if (m != now) pm::Store64(&hdr_->mtime_ns, now);
-  if (hdr_->data_ctime_ns.load(std::memory_order_relaxed) != now)
-    pm::Store64(&hdr_->data_ctime_ns, now);
+  if (m != now) pm::Store64(&root_.times->mtime_ns, now);
+  if (root_.times->data_ctime_ns.load(std::memory_order_relaxed) != now)
+    pm::Store64(&root_.times->data_ctime_ns, now);
   last_mtime_stored_.store(now, std::memory_order_relaxed);
 }
 
@@ -600,18 +386,25 @@ Status File::SetMtime(int64_t mtime_ns) {
   // A zero data_ctime_ns marks a file from before it existed, where a zero
   // mtime means "never written": give it a value so that an mtime of
   // exactly the epoch is reported as such.
-  if (hdr_->data_ctime_ns.load(std::memory_order_relaxed) == 0)
-    pm::Store64(&hdr_->data_ctime_ns, std::max<uint64_t>(uint64_t(ReportedDataCtime(*hdr_)), 1));
-  pm::Store64(&hdr_->mtime_ns, uint64_t(mtime_ns));
-  pm::Flush(&hdr_->mtime_ns, 16);
+  if (root_.times->data_ctime_ns.load(std::memory_order_relaxed) == 0)
+    pm::Store64(&root_.times->data_ctime_ns, std::max<uint64_t>(uint64_t(ReportedDataCtime(*root_.times, root_.created_ns)), 1));
+  pm::Store64(&root_.times->mtime_ns, uint64_t(mtime_ns));
+  pm::Flush(root_.times, sizeof(FileTimes));
   pm::Fence();
   return Status::OK();
 }
 
+Status File::CollectGarbage(bool force) {
+  if (read_only()) return ReadOnlyRefusal();
+  ThreadCtx* c;
+  UPFS_RETURN_IF_ERROR(Ctx(&c));
+  EpochPin pin(epochs(), c->slot);
+  return LogCompactor(space_, source_, root_).Collect(&c->blocks, c->slot, force);
+}
+
 void File::MaybeCollectGarbage(ThreadCtx* c) {
-  if (!c->limbo.empty()) DrainLimbo(c, false);
-  if (!gc_wanted_.load(std::memory_order_relaxed)) return;
-  gc_wanted_.store(false, std::memory_order_relaxed);
+  if (!c->blocks.limbo.empty()) source_->DrainLimbo(&c->blocks, false);
+  if (!writer_.TakeGcWanted()) return;
   (void)CollectGarbage(false);  // best effort: the log just stays longer
 }
 
@@ -623,7 +416,7 @@ Status File::Read(void* buf, size_t n, uint64_t off, size_t* done) {
   if (n == 0) return Status::OK();
   ThreadCtx* c;
   UPFS_RETURN_IF_ERROR(Ctx(&c));
-  EpochPin pin(shared_.get(), c->slot);
+  EpochPin pin(epochs(), c->slot);
   BlockTable* t;
   UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
   for (;;) {
@@ -744,11 +537,10 @@ Status File::WriteInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n
   } else {
     std::vector<Run> keep{Run{kKeepBlock, uint32_t(vb1 - vb0)}};
     if (vb1 - vb0 > UINT32_MAX) return Status::OK();
-    UPFS_RETURN_IF_ERROR(BuildPayload(c, uint32_t(vb0), keep, Effect::kNone, 0));
+    UPFS_RETURN_IF_ERROR(writer_.BuildPayload(&c->blocks, &c->pending, uint32_t(vb0), keep, Effect::kNone, 0));
   }
   bool conflicted = false;
-  UPFS_RETURN_IF_ERROR(Commit(
-      c, &p, entry, [&](const Effect& e) { return e.TouchesBlocks(vb0, vb1); }, &conflicted));
+  UPFS_RETURN_IF_ERROR(writer_.Commit(&c->blocks, &c->scratch, &p, entry, c->pending, [&](const Effect& e) { return e.TouchesBlocks(vb0, vb1); }, &conflicted));
   // On conflict our bytes may have gone to a block that was replaced in the
   // meantime (it is retired, not reused, while we are pinned): redo the
   // write by copy-on-write.
@@ -785,13 +577,14 @@ Status File::CommittedSince(ThreadCtx* c, const LogPos& p, bool* any) {
 }
 
 bool File::TryClaimTail(ThreadCtx* c) {
-  std::atomic<uint64_t>& claim = shared_->header()->tail_claim;
+  std::atomic<uint64_t>& claim = root_.words->tail_claim;
   uint64_t cur = 0;
   if (!claim.compare_exchange_strong(cur, c->tail_claim_id)) {
     uint64_t slot = (cur & 0xffffffffu) - 1;
     uint32_t pid = uint32_t(cur >> 32);
-    bool dead = slot >= kMaxSlots || !shared_->SlotOwnerAlive(uint32_t(slot)) ||
-                shared_->slot(uint32_t(slot))->owner_pid.load(std::memory_order_relaxed) != pid;
+    EpochDomain* d = source_->epochs();
+    bool dead = slot >= kMaxSlots || !d->SlotOwnerAlive(uint32_t(slot)) ||
+                d->slot(uint32_t(slot))->owner_pid.load(std::memory_order_relaxed) != pid;
     if (!dead || !claim.compare_exchange_strong(cur, c->tail_claim_id)) return false;
   }
   // Pairs with the fence in ReleaseDisplaced: either a committer that
@@ -813,7 +606,7 @@ void File::ClaimTail(ThreadCtx* c) {
 
 void File::ReleaseTail(ThreadCtx* c) {
   uint64_t mine = c->tail_claim_id;
-  shared_->header()->tail_claim.compare_exchange_strong(mine, 0, std::memory_order_release);
+  root_.words->tail_claim.compare_exchange_strong(mine, 0, std::memory_order_release);
 }
 
 // Before an operation commits a size above the snapshot's size S without
@@ -874,12 +667,12 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   c->runs.clear();
   c->old.assign(nb, 0);
   if (nb) {
-    UPFS_RETURN_IF_ERROR(alloc_.Alloc(&c->blocks, nb, &c->runs));
+    UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, nb, &c->runs));
     for (uint64_t i = 0; i < nb; ++i) c->old[i] = t->Get(vb0 + i);
     Status st = CopyIntoNewBlocks(c, static_cast<const char*>(buf) + first, n - first,
                                   vb0 << kBlockShift, size, vb0);
     if (!st.ok()) {
-      for (const Run& r : c->runs) alloc_.Free(&c->blocks, r.lblock, r.count);
+      for (const Run& r : c->runs) source_->Free(&c->blocks, r.lblock, r.count);
       return st;
     }
   }
@@ -898,22 +691,21 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
     entry = EncodeGrowTail(end);
   } else {
     c->runs.insert(c->runs.begin(), Run{kKeepBlock, 1});
-    st = BuildPayload(c, uint32_t(vt), c->runs, Effect::kMax, end);
+    st = writer_.BuildPayload(&c->blocks, &c->pending, uint32_t(vt), c->runs, Effect::kMax, end);
     c->runs.erase(c->runs.begin());  // only the new blocks are ours to free
   }
   bool conflicted = false;
   if (st.ok()) {
-    st = Commit(
-        c, &p, entry,
+    st = writer_.Commit(&c->blocks, &c->scratch, &p, entry, c->pending,
         [&](const Effect& e) { return e.ChangesSize() || e.TouchesBlocks(vt, std::max(vb1, vt + 1)); },
         &conflicted);
   }
   if (!st.ok() || conflicted) {
-    for (const Run& r : c->runs) alloc_.Free(&c->blocks, r.lblock, r.count);
-    DropPayload(c);
+    for (const Run& r : c->runs) source_->Free(&c->blocks, r.lblock, r.count);
+    writer_.DropPayload(&c->blocks, &c->pending);
     return st;
   }
-  c->overflow.clear();
+  c->pending.overflow.clear();
   if (nb) ReleaseDisplaced(c, c->old.data(), nb);
   *at = size;
   *done = true;
@@ -939,7 +731,7 @@ Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
   }
   uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end), nb = vb1 - vb0;
   c->runs.clear();
-  UPFS_RETURN_IF_ERROR(alloc_.Alloc(&c->blocks, nb, &c->runs));
+  UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, nb, &c->runs));
   c->old.resize(nb);
   for (uint64_t i = 0; i < nb; ++i) c->old[i] = t->Get(vb0 + i);
   Status st = CopyIntoNewBlocks(c, buf, n, off, size, vb0);
@@ -952,14 +744,13 @@ Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
       else if ((end & (kBlockSize - 1)) == 0)
         entry = EncodeInline({uint32_t(vb0), c->runs[0].lblock, uint32_t(nb), true});
     }
-    if (!entry) st = BuildPayload(c, uint32_t(vb0), c->runs, Effect::kMax, end);
+    if (!entry) st = writer_.BuildPayload(&c->blocks, &c->pending, uint32_t(vb0), c->runs, Effect::kMax, end);
   }
   if (st.ok()) {
     const bool head_edge = off & (kBlockSize - 1);
     const bool tail_edge = end & (kBlockSize - 1);
     uint32_t* old = c->old.data();
-    st = Commit(
-        c, &p, entry,
+    st = writer_.Commit(&c->blocks, &c->scratch, &p, entry, c->pending,
         [&](const Effect& e) {
           if (e.size_op == Effect::kSet) return true;
           if (append && e.ChangesSize()) return true;
@@ -971,11 +762,11 @@ Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
         conflicted);
   }
   if (!st.ok() || *conflicted) {
-    for (const Run& r : c->runs) alloc_.Free(&c->blocks, r.lblock, r.count);
-    DropPayload(c);
+    for (const Run& r : c->runs) source_->Free(&c->blocks, r.lblock, r.count);
+    writer_.DropPayload(&c->blocks, &c->pending);
     return st;
   }
-  c->overflow.clear();  // now owned by the log
+  c->pending.overflow.clear();  // now owned by the log
   ReleaseDisplaced(c, c->old.data(), nb);
   *at = off;
   return Status::OK();
@@ -986,14 +777,14 @@ Status File::Write(const void* buf, size_t n, uint64_t off, bool append, uint64_
   ThreadCtx* c;
   UPFS_RETURN_IF_ERROR(Ctx(&c));
   {
-    EpochPin pin(shared_.get(), c->slot);
+    EpochPin pin(epochs(), c->slot);
     BlockTable* t;
     UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
     if (n == 0) {
       *at = append ? t->size() : off;
       return Status::OK();
     }
-    bool in_place = consistency_ == Consistency::kSync && !append;
+    bool in_place = root_.consistency == Consistency::kSync && !append;
     for (;;) {
       bool appended = false;
       UPFS_RETURN_IF_ERROR(AppendInPlace(c, t, buf, n, off, append, at, &appended));
@@ -1027,7 +818,7 @@ Status File::Truncate(uint64_t len) {
   if (len > kMaxFileSize) return Status::Error(EFBIG, "length past the upfs limit");
   ThreadCtx* c;
   UPFS_RETURN_IF_ERROR(Ctx(&c));
-  EpochPin pin(shared_.get(), c->slot);
+  EpochPin pin(epochs(), c->slot);
   BlockTable* t;
   UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
   for (;;) {
@@ -1049,7 +840,7 @@ Status File::Truncate(uint64_t len) {
     uint32_t last = 0;
     if (len < size && (len & (kBlockSize - 1)) && (last = t->Get(len >> kBlockShift)) != 0) {
       // The new last block keeps [0, len % 4096) and is zero beyond.
-      UPFS_RETURN_IF_ERROR(alloc_.Alloc(&c->blocks, 1, &c->runs));
+      UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, 1, &c->runs));
       alignas(64) unsigned char tmp[kBlockSize];
       uint64_t valid = len & (kBlockSize - 1);
       OptimisticCopy(tmp, access_.AddrUnchecked(last), valid);
@@ -1062,12 +853,12 @@ Status File::Truncate(uint64_t len) {
     }
     t->ForEachMapped([&](uint64_t, uint32_t l) { c->old.push_back(l); }, keep);
     uint32_t vfirst = c->runs.empty() ? 0 : uint32_t(len >> kBlockShift);
-    UPFS_RETURN_IF_ERROR(BuildPayload(c, vfirst, c->runs, Effect::kSet, len));
+    UPFS_RETURN_IF_ERROR(writer_.BuildPayload(&c->blocks, &c->pending, vfirst, c->runs, Effect::kSet, len));
     bool conflicted = false;
-    Status st = Commit(c, &p, 0, [](const Effect&) { return true; }, &conflicted);
+    Status st = writer_.Commit(&c->blocks, &c->scratch, &p, 0, c->pending, [](const Effect&) { return true; }, &conflicted);
     if (!st.ok() || conflicted) {
-      for (const Run& r : c->runs) alloc_.Free(&c->blocks, r.lblock, r.count);
-      DropPayload(c);
+      for (const Run& r : c->runs) source_->Free(&c->blocks, r.lblock, r.count);
+      writer_.DropPayload(&c->blocks, &c->pending);
       UPFS_RETURN_IF_ERROR(st);
       UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
       continue;
@@ -1091,27 +882,26 @@ Status File::CommitRangeChange(ThreadCtx* c, BlockTable** t, LogPos* p, uint64_t
                                size_t ndisplaced, bool* retry) {
   *retry = false;
   auto release_fresh = [&] {
-    for (const Run& r : fresh) alloc_.Free(&c->blocks, r.lblock, r.count);
+    for (const Run& r : fresh) source_->Free(&c->blocks, r.lblock, r.count);
   };
   pm::Fence();
-  Status st = BuildPayload(c, uint32_t(vb0), runs, op, new_size);
+  Status st = writer_.BuildPayload(&c->blocks, &c->pending, uint32_t(vb0), runs, op, new_size);
   if (!st.ok()) {
     release_fresh();
     return st;
   }
   bool conflicted = false;
-  st = Commit(
-      c, p, 0,
+  st = writer_.Commit(&c->blocks, &c->scratch, p, 0, c->pending,
       [&](const Effect& e) { return e.size_op == Effect::kSet || e.TouchesBlocks(vb0, vb1); },
       &conflicted);
   if (!st.ok() || conflicted) {
     release_fresh();
-    DropPayload(c);
+    writer_.DropPayload(&c->blocks, &c->pending);
     UPFS_RETURN_IF_ERROR(st);
     *retry = true;
     return CatchUp(c, t);
   }
-  c->overflow.clear();
+  c->pending.overflow.clear();
   ReleaseDisplaced(c, displaced, ndisplaced);
   return Status::OK();
 }
@@ -1135,7 +925,7 @@ Status File::PunchHole(ThreadCtx* c, BlockTable* t, uint64_t off, uint64_t end) 
         return;
       }
       std::vector<Run> one;
-      st = alloc_.Alloc(&c->blocks, 1, &one);
+      st = source_->Alloc(&c->blocks, 1, &one);
       if (!st.ok()) return;
       fresh.push_back(one[0]);
       alignas(64) unsigned char tmp[kBlockSize];
@@ -1158,7 +948,7 @@ Status File::PunchHole(ThreadCtx* c, BlockTable* t, uint64_t off, uint64_t end) 
     }
     if (st.ok() && full1 >= full0 && full1 < vb1 && full1 > vb0) edge(full1);  // tail
     auto release_fresh = [&] {
-      for (const Run& r : fresh) alloc_.Free(&c->blocks, r.lblock, r.count);
+      for (const Run& r : fresh) source_->Free(&c->blocks, r.lblock, r.count);
     };
     if (!st.ok()) {
       release_fresh();
@@ -1187,7 +977,7 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
   if (end > kMaxFileSize || end < off) return Status::Error(EFBIG, "past the upfs limit");
   ThreadCtx* c;
   UPFS_RETURN_IF_ERROR(Ctx(&c));
-  EpochPin pin(shared_.get(), c->slot);
+  EpochPin pin(epochs(), c->slot);
   BlockTable* t;
   UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
   const uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end);
@@ -1213,8 +1003,8 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
       holes += m - v;
       v = m < vb1 ? t->NextMapped(m, vb1, false) : vb1;
     }
-    UPFS_RETURN_IF_ERROR(alloc_.EnsureCapacity(t->mapped_blocks() + holes + 2));
-    const uint64_t map_end = consistency_ == Consistency::kSync
+    UPFS_RETURN_IF_ERROR(source_->EnsureCapacity(t->mapped_blocks() + holes + 2));
+    const uint64_t map_end = root_.consistency == Consistency::kSync
                                  ? std::min(vb1, CeilBlocks(grows ? end : size))
                                  : vb0;
     c->runs.clear();
@@ -1238,7 +1028,7 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
         push(kKeepBlock, 1);
       } else {
         std::vector<Run> one;
-        st = alloc_.Alloc(&c->blocks, 1, &one);
+        st = source_->Alloc(&c->blocks, 1, &one);
         if (!st.ok()) break;
         fresh.push_back(one[0]);
         char* dst;
@@ -1250,7 +1040,7 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
       }
     }
     auto release_fresh = [&] {
-      for (const Run& r : fresh) alloc_.Free(&c->blocks, r.lblock, r.count);
+      for (const Run& r : fresh) source_->Free(&c->blocks, r.lblock, r.count);
     };
     if (!st.ok()) {
       release_fresh();
@@ -1293,7 +1083,7 @@ template <typename Fn>
 Status File::WithTable(Fn fn) {
   ThreadCtx* c;
   UPFS_RETURN_IF_ERROR(Ctx(&c));
-  EpochPin pin(shared_.get(), c->slot);
+  EpochPin pin(epochs(), c->slot);
   for (;;) {
     BlockTable* t;
     UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
@@ -1318,8 +1108,8 @@ Status File::Stat(FileStat* st) {
 Status File::StatLocked(BlockTable* t, FileStat* st) {
   st->size = t->size();
   st->blocks = t->mapped_blocks();
-  st->mtime_ns = ReportedMtime(*hdr_);
-  st->data_ctime_ns = ReportedDataCtime(*hdr_);
+  st->mtime_ns = ReportedMtime(*root_.times, root_.created_ns);
+  st->data_ctime_ns = ReportedDataCtime(*root_.times, root_.created_ns);
   return Status::OK();
 }
 
@@ -1343,9 +1133,9 @@ Status File::SeekLocked(BlockTable* t, uint64_t off, bool data, uint64_t* result
 
 Status File::Sync() {
   if (read_only()) return Status::OK();  // it wrote nothing
-  pm::Flush(&hdr_->mtime_ns, 16);
+  pm::Flush(root_.times, sizeof(FileTimes));
   pm::Fence();
-  return medium_->Sync();
+  return space_->Sync(0, space_->capacity());
 }
 
 Status File::LogLength(uint64_t* blocks) {
@@ -1353,7 +1143,7 @@ Status File::LogLength(uint64_t* blocks) {
 }
 
 Status File::LogLengthLocked(BlockTable* t, uint64_t* blocks) {
-  uint64_t head = hdr_->log_head.load(std::memory_order_acquire);
+  uint64_t head = root_.head->load(std::memory_order_acquire);
   if (head == 0 || head >= kMaxBlocks) return Status::Corrupt("file header", "bad log head");
   UPFS_RETURN_IF_ERROR(access_.CheckRange(head, 1, "log head"));
   LogPos p = t->cursor();

@@ -8,7 +8,8 @@
 //   3. read, or prepare a write privately (new blocks, copy, persist);
 //   4. validate / commit with one CAS at the log tail, re-checking entries
 //      committed in between for conflicts and redoing if there are any.
-// The engine knows blocks only by number: the Medium maps them.
+// The engine knows blocks only by number, in storage a container lends it
+// (FileStorage): a block space, a block source and a log root.
 #pragma once
 
 #include <array>
@@ -18,20 +19,18 @@
 #include <mutex>
 #include <vector>
 
-#include "engine/allocator.h"
+#include "engine/block_source.h"
 #include "engine/block_table.h"
 #include "engine/log.h"
-#include "engine/shared_state.h"
+#include "engine/log_root.h"
+#include "engine/log_writer.h"
 #include "format/format.h"
-#include "medium/medium.h"
+#include "medium/block_space.h"
 #include "util/status.h"
 
 namespace upfs {
 
 inline constexpr uint32_t kMaxThreads = 1024;
-// GC runs when a new log block makes the chain longer than this plus twice
-// the length the last compaction produced.
-inline constexpr uint64_t kGcSlackBlocks = 32;
 
 struct FileStat {
   uint64_t size = 0;
@@ -42,35 +41,46 @@ struct FileStat {
 
 // State of one thread for one file.
 struct ThreadCtx {
-  uint32_t slot = kMaxSlots;  // EBR slot in the shared state
-  uint64_t tail_claim_id = 0;  // this thread's value of ShmHeader::tail_claim
+  uint32_t slot = kMaxSlots;  // EBR slot in the block source's domain
+  uint64_t tail_claim_id = 0;  // this thread's value of LogWords::tail_claim
   ThreadBlocks blocks;
-  struct Retired {
-    uint64_t epoch;
-    uint32_t lblock;
-    uint32_t count;
-  };
-  std::vector<Retired> limbo;  // freed when the epoch has moved on twice
   Effect scratch;
   std::vector<format::Run> runs;
   std::vector<uint32_t> old;  // mapping displaced by the operation
-  std::vector<uint64_t> payload;
-  std::vector<format::Run> overflow;  // overflow blocks of the pending payload
+  PendingEntry pending;  // the payload being prepared
+};
+
+// What a container lends a File. The File borrows it: the container keeps
+// it alive through the lease it hands over with it.
+struct FileStorage {
+  BlockSpace* space = nullptr;
+  BlockSource* source = nullptr;  // null for a read-only File
+  LogRoot root;
+};
+
+// The container's hold on what it lent (host file, shared memory, pool):
+// opaque to the engine, destroyed right after the File has given back
+// everything it took (blocks, slots).
+class StorageLease {
+ public:
+  virtual ~StorageLease() = default;
 };
 
 class File {
  public:
-  // Builds the engine over an open medium whose header was validated. With
-  // `rebuild`, recomputes the shared allocation state from the log.
-  static Status Open(std::unique_ptr<Medium> medium, std::unique_ptr<SharedState> shared,
-                     bool rebuild, std::unique_ptr<File>* out);
-  // Builds a read-only engine over a medium mapped read-only, for a caller
-  // who may read the file but not write it: no shared state is opened and
-  // nothing is written. With no epoch to pin, every read is validated
-  // against compaction by the log head instead (docs/design.md, "Read-only
-  // opens").
-  static Status OpenReadOnly(std::unique_ptr<Medium> medium, std::unique_ptr<File>* out);
-  bool read_only() const { return shared_ == nullptr; }
+  // Builds the engine over a log whose root the container validated. With
+  // `rebuild` (the container found nobody else using the domain and reset
+  // its bitmap), marks every block the log references in it; the caller
+  // then checks rebuild->status().
+  static Status Open(const FileStorage& storage, BlockMarker* rebuild,
+                     std::unique_ptr<StorageLease> lease, std::unique_ptr<File>* out);
+  // Builds a read-only engine, for a caller who may read the file but not
+  // write it: no block source, nothing written. With no epoch to pin,
+  // every read is validated against compaction by the log head instead
+  // (docs/design.md, "Read-only opens").
+  static Status OpenReadOnly(const FileStorage& storage, std::unique_ptr<StorageLease> lease,
+                             std::unique_ptr<File>* out);
+  bool read_only() const { return source_ == nullptr; }
   ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -83,7 +93,7 @@ class File {
   Status Fallocate(int mode, uint64_t off, uint64_t len);
   Status Sync();
   // Waits for background work on the file (growth, huge pages).
-  void Settle() { medium_->Settle(); }
+  void Settle() { space_->Settle(); }
   Status Stat(FileStat* st);
   // Sets the modification time (utimensat), durably.
   Status SetMtime(int64_t mtime_ns);
@@ -103,15 +113,17 @@ class File {
   // process is inside a call and no other process uses the file (engine/audit.cc).
   Status AuditAllocation(uint64_t* leaked, uint64_t* unmarked);
 
-  format::Consistency consistency() const { return consistency_; }
-  Medium* medium() const { return medium_.get(); }
-  SharedState* shared() const { return shared_.get(); }
-  const format::FileHeader* header() const { return hdr_; }
+  format::Consistency consistency() const { return root_.consistency; }
+  BlockSpace* space() const { return space_; }
+  BlockSource* source() const { return source_; }
+  const LogRoot& root() const { return root_; }
+  StorageLease* lease() const { return lease_.get(); }
 
  private:
-  File(std::unique_ptr<Medium> medium, std::unique_ptr<SharedState> shared);
+  File(const FileStorage& storage, std::unique_ptr<StorageLease> lease);
 
-  Status Init(bool rebuild);
+  Status Init(BlockMarker* rebuild);
+  EpochDomain* epochs() const { return source_ ? source_->epochs() : nullptr; }
   Status Ctx(ThreadCtx** out);
   template <typename Fn>
   Status WithTable(Fn fn);
@@ -132,15 +144,6 @@ class File {
   format::LogBlock* LogAt(uint32_t lblock) const {
     return reinterpret_cast<format::LogBlock*>(access_.AddrUnchecked(lblock));
   }
-
-  // Commit machinery (file_commit.cc).
-  template <typename Conflict>
-  Status Commit(ThreadCtx* c, LogPos* pos, uint64_t entry, Conflict conflict, bool* conflicted);
-  Status ExtendChain(ThreadCtx* c, LogPos* pos);
-  void PersistBeforeSlot(format::LogBlock* b, const LogPos& pos);
-  Status BuildPayload(ThreadCtx* c, uint32_t vblock, const std::vector<format::Run>& runs,
-                      Effect::SizeOp op, uint64_t new_size);
-  void DropPayload(ThreadCtx* c);
 
   Status AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
                        bool append, uint64_t* at, bool* done);
@@ -171,18 +174,16 @@ class File {
                            uint64_t new_size, const std::vector<format::Run>& fresh,
                            const uint32_t* displaced, size_t ndisplaced, bool* retry);
   void ReleaseDisplaced(ThreadCtx* c, const uint32_t* blocks, size_t n);
-  void Retire(ThreadCtx* c, uint32_t lblock, uint32_t count);
-  void DrainLimbo(ThreadCtx* c, bool force);
   void TouchMtime();
   void MaybeCollectGarbage(ThreadCtx* c);
-  Status CompactLocked(ThreadCtx* c, bool force);
 
-  std::unique_ptr<Medium> medium_;
-  std::unique_ptr<SharedState> shared_;
+  // Declared first, destroyed last: the container's hold on the storage.
+  std::unique_ptr<StorageLease> lease_;
+  BlockSpace* space_;
+  BlockSource* source_;
+  LogRoot root_;
   BlockAccess access_;
-  Allocator alloc_;
-  format::FileHeader* hdr_ = nullptr;
-  format::Consistency consistency_ = format::Consistency::kStrict;
+  LogWriter writer_;
 
   std::atomic<BlockTable*> table_{nullptr};
   std::vector<std::unique_ptr<BlockTable>> tables_;  // current and retired, freed at close
@@ -190,7 +191,6 @@ class File {
   std::mutex tables_mu_;
 
   std::array<std::atomic<ThreadCtx*>, kMaxThreads> ctx_{};
-  std::atomic<bool> gc_wanted_{false};
   std::atomic<uint64_t> last_mtime_tick_{0};
   std::atomic<uint64_t> last_mtime_stored_{0};  // the mtime this process last stored
 };

@@ -363,14 +363,14 @@ Status ReplayChain(const BlockAccess& ba, uint32_t head, BlockTable* table, Repl
   res->log_blocks.clear();
   res->overflow.clear();
   res->entries = 0;
-  uint64_t max_blocks = ba.medium()->capacity() >> kBlockShift;
+  uint64_t max_blocks = ba.space()->capacity() >> kBlockShift;
   uint32_t lblock = head;
   for (;;) {
     res->log_blocks.push_back(lblock);
     if (res->log_blocks.size() > max_blocks) {
       // Live writers may have grown the file (and the chain) meanwhile.
-      UPFS_RETURN_IF_ERROR(ba.medium()->RefreshCapacity());
-      max_blocks = ba.medium()->capacity() >> kBlockShift;
+      UPFS_RETURN_IF_ERROR(ba.space()->RefreshCapacity());
+      max_blocks = ba.space()->capacity() >> kBlockShift;
       if (res->log_blocks.size() > max_blocks)
         return Status::Corrupt("log chain", "longer than the file (a cycle?)");
     }

@@ -8,17 +8,17 @@
 
 #include "engine/block_table.h"
 #include "format/format.h"
-#include "medium/medium.h"
+#include "medium/block_space.h"
 #include "util/status.h"
 
 namespace upfs {
 
-// Bounds-checked access to logical blocks of a mapped medium.
+// Bounds-checked access to logical blocks of a block space.
 class BlockAccess {
  public:
-  explicit BlockAccess(Medium* m) : m_(m) {}
-  // Address of logical block `l`; maps more of the file if another process
-  // grew it. Fails (EUCLEAN) if `l` lies past the end of the host file.
+  explicit BlockAccess(BlockSpace* m) : m_(m) {}
+  // Address of logical block `l`; maps more of the space if another process
+  // grew it. Fails (EUCLEAN) if `l` lies past the end of the space.
   Status Addr(uint64_t l, char** out) const {
     uint64_t end = (l + 1) << format::kBlockShift;
     if (end > m_->mapped_bytes()) UPFS_RETURN_IF_ERROR(m_->EnsureMapped(end));
@@ -28,10 +28,10 @@ class BlockAccess {
   // Fast path for blocks known to be mapped (validated at decode time).
   char* AddrUnchecked(uint64_t l) const { return m_->base() + (l << format::kBlockShift); }
   Status CheckRange(uint64_t l, uint64_t count, const char* what) const;
-  Medium* medium() const { return m_; }
+  BlockSpace* space() const { return m_; }
 
  private:
-  Medium* m_;
+  BlockSpace* m_;
 };
 
 // Decodes an inline mapping entry (kMap, kMapExtend) into *eff.

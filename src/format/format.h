@@ -33,6 +33,22 @@ enum class Consistency : uint32_t { kStrict = 1, kSync = 2 };
 // one through stat alone, for callers that may not read the file.
 inline constexpr uint32_t kHostMarkerBit = 01000;
 
+// The times upfs keeps for a file (the kernel keeps atime, and the ctime of
+// changes it makes to the host inode). Both are nanoseconds since the epoch
+// as a two's-complement int64, updated with plain stores and persisted by
+// fsync. A log root points at them (in the per-file header today).
+//  - mtime_ns: the modification time, set to the coarse clock by every
+//    write and truncate, and to any value by utimensat.
+//  - data_ctime_ns: when upfs last changed the data or size (ctime is the
+//    later of this and the host file's ctime). Zero in files written
+//    before it existed: then a zero mtime_ns means "never written" and the
+//    creation time is reported.
+struct FileTimes {
+  std::atomic<uint64_t> mtime_ns;
+  std::atomic<uint64_t> data_ctime_ns;
+};
+static_assert(sizeof(FileTimes) == 16);
+
 // ---------------------------------------------------------------------------
 // File header: logical block 0.
 // Cache line 0 is immutable after creation; header_crc covers its bytes
@@ -53,35 +69,25 @@ struct FileHeader {
   std::atomic<uint64_t> log_head;  // logical block of the first log block
   unsigned char pad1[kCacheLine - 8];
 
-  // Cache line 2: the times upfs keeps (the kernel keeps atime and the
-  // ctime of changes it makes to the host inode). Both are nanoseconds
-  // since the epoch as a two's-complement int64, updated with plain stores
-  // and persisted by fsync.
-  //  - mtime_ns: the modification time, set to the coarse clock by every
-  //    write and truncate, and to any value by utimensat.
-  //  - data_ctime_ns: when upfs last changed the data or size (ctime is the
-  //    later of this and the host file's ctime). Zero in files written
-  //    before it existed: then a zero mtime_ns means "never written" and
-  //    the creation time is reported.
-  std::atomic<uint64_t> mtime_ns;
-  std::atomic<uint64_t> data_ctime_ns;
-  unsigned char pad2[kBlockSize - 2 * kCacheLine - 16];
+  // Cache line 2: the times upfs keeps (FileTimes).
+  FileTimes times;
+  unsigned char pad2[kBlockSize - 2 * kCacheLine - sizeof(FileTimes)];
 };
 static_assert(sizeof(FileHeader) == kBlockSize);
 
 // The modification time to report (ns since the epoch, may be negative).
-inline int64_t ReportedMtime(const FileHeader& h) {
-  uint64_t m = h.mtime_ns.load(std::memory_order_relaxed);
-  if (m == 0 && h.data_ctime_ns.load(std::memory_order_relaxed) == 0) return int64_t(h.created_ns);
+inline int64_t ReportedMtime(const FileTimes& t, uint64_t created_ns) {
+  uint64_t m = t.mtime_ns.load(std::memory_order_relaxed);
+  if (m == 0 && t.data_ctime_ns.load(std::memory_order_relaxed) == 0) return int64_t(created_ns);
   return int64_t(m);
 }
 
 // The time of upfs's last change to the data or size (ns since the epoch).
-inline int64_t ReportedDataCtime(const FileHeader& h) {
-  uint64_t c = h.data_ctime_ns.load(std::memory_order_relaxed);
+inline int64_t ReportedDataCtime(const FileTimes& t, uint64_t created_ns) {
+  uint64_t c = t.data_ctime_ns.load(std::memory_order_relaxed);
   if (c != 0) return int64_t(c);
-  uint64_t m = h.mtime_ns.load(std::memory_order_relaxed);
-  return int64_t(m ? m : h.created_ns);
+  uint64_t m = t.mtime_ns.load(std::memory_order_relaxed);
+  return int64_t(m ? m : created_ns);
 }
 static_assert(offsetof(FileHeader, format_version) == 8);
 static_assert(offsetof(FileHeader, consistency) == 16);
@@ -89,8 +95,8 @@ static_assert(offsetof(FileHeader, file_id) == 24);
 static_assert(offsetof(FileHeader, created_ns) == 32);
 static_assert(offsetof(FileHeader, header_crc) == 40);
 static_assert(offsetof(FileHeader, log_head) == kCacheLine);
-static_assert(offsetof(FileHeader, mtime_ns) == 2 * kCacheLine);
-static_assert(offsetof(FileHeader, data_ctime_ns) == 2 * kCacheLine + 8);
+static_assert(offsetof(FileHeader, times) == 2 * kCacheLine);
+static_assert(offsetof(FileHeader, times) + offsetof(FileTimes, data_ctime_ns) == 2 * kCacheLine + 8);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 // ---------------------------------------------------------------------------

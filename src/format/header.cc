@@ -1,7 +1,5 @@
 #include "format/header.h"
 
-#include <unistd.h>
-
 #include <cstring>
 #include <string>
 
@@ -30,12 +28,6 @@ Status ValidateHeader(const char* base, uint64_t bytes) {
   return Status::OK();
 }
 
-bool LooksLikeUpfs(int fd) {
-  unsigned char magic[sizeof(kMagic)];
-  return pread(fd, magic, sizeof(magic), 0) == ssize_t(sizeof(magic)) &&
-         std::memcmp(magic, kMagic, sizeof(kMagic)) == 0;
-}
-
 bool IsInterruptedCreation(const char* first) {
   for (size_t i = 0; i < sizeof(kMagic); ++i)
     if (first[i]) return false;
@@ -49,13 +41,6 @@ bool IsInterruptedCreation(const char* first) {
   uint32_t crc;
   std::memcpy(&crc, h + offsetof(FileHeader, header_crc), sizeof(crc));
   return Crc32c(h, offsetof(FileHeader, header_crc)) == crc;
-}
-
-Status ReadFileId(int fd, uint64_t* id) {
-  if (!LooksLikeUpfs(fd)) return Status::Error(EMEDIUMTYPE, "not a upfs file");
-  if (pread(fd, id, sizeof(*id), offsetof(FileHeader, file_id)) != ssize_t(sizeof(*id)))
-    return Status::FromErrno("read header");
-  return Status::OK();
 }
 
 }  // namespace upfs::format

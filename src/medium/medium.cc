@@ -384,11 +384,13 @@ void Medium::JoinBackground() {
   if (worker_.joinable()) worker_.join();
 }
 
-Status Medium::Sync() {
+Status Medium::Sync(uint64_t offset, uint64_t bytes) {
   if (kind_ == MediumKind::kPageCache) {
     char* b = base();
-    uint64_t n = mapped_bytes();
-    if (n && msync(b, n, MS_SYNC) != 0) return Status::FromErrno("msync " + path_);
+    uint64_t end = std::min(offset + bytes, mapped_bytes());
+    offset = offset / kPageSize * kPageSize;
+    if (end > offset && msync(b + offset, end - offset, MS_SYNC) != 0)
+      return Status::FromErrno("msync " + path_);
     return Status::OK();
   }
   pm::Fence();

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "medium/block_space.h"
 #include "util/status.h"
 
 namespace upfs {
@@ -43,55 +44,48 @@ inline constexpr uint64_t kPageSize = 4096;
 // Largest host file upfs maps: 16 TiB of blocks plus slack for one extent.
 inline constexpr uint64_t kMaxMediumBytes = (uint64_t{1} << 44) + kExtentSize;
 
-class Medium {
+class Medium final : public BlockSpace {
  public:
   // Takes ownership of fd (a regular file opened O_RDWR, or O_RDONLY with
   // read_only for inspection: then nothing may be written or grown).
   static Status Open(int fd, const std::string& path, std::unique_ptr<Medium>* out,
                      bool read_only = false);
-  ~Medium();
-  Medium(const Medium&) = delete;
-  Medium& operator=(const Medium&) = delete;
+  ~Medium() override;
 
   int fd() const { return fd_; }
   MediumKind kind() const { return kind_; }
   const std::string& path() const { return path_; }
 
-  // Base of the current mapping; valid for mapped_bytes() bytes.
-  char* base() const { return base_.load(std::memory_order_acquire); }
-  uint64_t mapped_bytes() const { return mapped_.load(std::memory_order_acquire); }
-
-  // Current size of the host file (the logical capacity), as last seen.
-  uint64_t capacity() const { return capacity_.load(std::memory_order_acquire); }
-
   // Grows the host file to at least `bytes` (rounded up to the growth step)
   // and maps it. Safe to race with other threads and processes.
-  Status Grow(uint64_t bytes);
+  Status Grow(uint64_t bytes) override;
 
   // Asks the background worker to grow the host file to at least `bytes`,
   // so that the kernel's work of growing a file (fallocate, page
   // allocation) happens off the write path. `done` runs in the worker once
   // the space is mapped.
-  void GrowAhead(uint64_t bytes, std::function<void()> done);
+  void GrowAhead(uint64_t bytes, std::function<void()> done) override;
   // Waits until background work (growth, and collapsing the mapped file
   // into huge pages, which otherwise starts only after growth has been
   // quiet for a second) is done.
-  void Settle();
+  void Settle() override;
   // True while the background worker has a growth request in hand.
-  bool GrowInFlight() const { return growing_.load(std::memory_order_acquire); }
+  bool GrowInFlight() const override { return growing_.load(std::memory_order_acquire); }
   // Stops the background worker (waits for the step it is in).
-  void JoinBackground();
+  void JoinBackground() override;
 
   // Makes sure [0, bytes) of the host file is mapped (after another process
   // grew the file). Cheap when already mapped.
-  Status EnsureMapped(uint64_t bytes);
+  Status EnsureMapped(uint64_t bytes) override;
 
-  // Makes everything written so far durable. A no-op beyond a fence on DAX
-  // and tmpfs; msync on a page-cache file system.
-  Status Sync();
+  // Makes [offset, offset + bytes) durable: a fence on DAX and tmpfs, msync
+  // of the pages on a page-cache file system.
+  Status Sync(uint64_t offset, uint64_t bytes) override;
+  // All of it.
+  Status SyncAll() { return Sync(0, mapped_bytes()); }
 
   // Re-reads the host file size (another process may have grown it).
-  Status RefreshCapacity();
+  Status RefreshCapacity() override;
 
  private:
   Medium(int fd, std::string path, MediumKind kind, bool read_only);
@@ -105,9 +99,6 @@ class Medium {
   MediumKind kind_;
   bool read_only_;
   std::mutex grow_mu_;  // serializes mapping changes inside this process
-  std::atomic<char*> base_{nullptr};
-  std::atomic<uint64_t> mapped_{0};
-  std::atomic<uint64_t> capacity_{0};
   uint64_t reserved_ = 0;
   struct Region {
     char* addr;

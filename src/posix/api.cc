@@ -24,12 +24,12 @@
 #include <string>
 #include <vector>
 
-#include "container/lock_object.h"
-#include "container/perfile.h"
+#include "container/perfile/lock_object.h"
+#include "container/perfile/perfile.h"
 #include "format/header.h"
 #include "engine/file.h"
-#include "engine/inspect.h"
-#include "engine/shared_state.h"
+#include "container/perfile/inspect.h"
+#include "container/perfile/shared_state.h"
 #include "posix/api_internal.h"
 #include "posix/host_descriptor.h"
 #include "posix/op_guard.h"
@@ -54,7 +54,7 @@ int FailErrno(int err, const char* msg) {
 
 namespace {
 
-using format::LooksLikeUpfs;
+
 
 std::atomic<int> g_default_consistency{int(format::Consistency::kStrict)};
 
@@ -128,7 +128,7 @@ bool CanWrite(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_RDONL
 // relaxed load per write otherwise.
 Status ClearPrivileges(const OpenFile* of) {
   Description* d = of->d.get();
-  const uint64_t seq = d->file->shared()->header()->attr_seq.load(std::memory_order_acquire);
+  const uint64_t seq = PerFile(*d->file)->shared()->header()->attr_seq.load(std::memory_order_acquire);
   if (seq == d->privileges_seen.load(std::memory_order_relaxed)) return Status::OK();
   struct stat st;
   if (fstat(of->fd, &st) != 0) return Status::FromErrno("fstat of host file");
@@ -305,7 +305,7 @@ void ReopenAfterFork() {
         std::shared_ptr<File> nf = f ? AdoptFileInChild(std::move(f)) : nullptr;
         it = fresh.emplace(old, nf).first;
       }
-      if (SharedState* sh = of->d->file->shared()) sh->DetachAfterFork();
+      if (SharedState* sh = PerFile(*of->d->file)->shared()) sh->DetachAfterFork();
       IntentionallyLeaked(new std::shared_ptr<File>(of->d->file));  // see above
       of->d->file = it->second;
       done[of->d.get()] = of->d->file != nullptr;
@@ -644,7 +644,7 @@ int upfs_map_guard(int fd) {
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (!CanWrite(of)) return FailErrno(EACCES, "a shared writable map needs a descriptor open for writing");
-  int lock_fd = of->d->file->shared()->OpenAnotherDescription();
+  int lock_fd = PerFile(*of->d->file)->shared()->OpenAnotherDescription();
   if (lock_fd < 0) return FailErrno(errno, "open shared state for a map");
   if (!SharedState::TryLockMapByte(lock_fd)) {
     close(lock_fd);
@@ -663,7 +663,7 @@ int upfs_flock(int fd, int op) {
   }
   // flock locks belong to the open file description: each description
   // locks through a description of its own of the file's lock object
-  // (container/lock_object.h). The description's lock is held meanwhile:
+  // (container/perfile/lock_object.h). The description's lock is held meanwhile:
   // a blocking flock holds it while waiting, as the kernel holds the
   // description's; d keeps everything alive.
   std::lock_guard<std::mutex> g(d->flock_mu);
@@ -693,7 +693,7 @@ int upfs_fcntl_lock(int fd, int cmd, struct flock* lock) {
     // host file of our own per upfs description, with the File's access.
     std::lock_guard<std::mutex> g(d->ofd_mu);
     if (d->ofd_fd < 0) {
-      const std::string self = "/proc/self/fd/" + std::to_string(d->file->medium()->fd());
+      const std::string self = "/proc/self/fd/" + std::to_string(PerFile(*d->file)->medium()->fd());
       d->ofd_fd = open(self.c_str(), (d->file->read_only() ? O_RDONLY : O_RDWR) | O_CLOEXEC);
       if (d->ofd_fd < 0) return FailErrno(errno, "open the host file for its locks");
     }
@@ -701,7 +701,7 @@ int upfs_fcntl_lock(int fd, int cmd, struct flock* lock) {
   } else {
     // POSIX record locks belong to the process: any descriptor of the file
     // takes them, and the File's own one may write.
-    lock_fd = d->file->medium()->fd();
+    lock_fd = PerFile(*d->file)->medium()->fd();
   }
   // d keeps lock_fd open while we may block on it.
   int r;

@@ -14,13 +14,13 @@
 #include <cerrno>
 #include <string>
 
-#include "container/perfile.h"
+#include "container/perfile/perfile.h"
 #include "format/format.h"
 #include "format/header.h"
 #include "posix/api_internal.h"
 #include "posix/file_registry.h"
 #include "posix/op_guard.h"
-#include "engine/shared_state.h"
+#include "container/perfile/shared_state.h"
 #include "upfs/upfs.h"
 
 namespace upfs {
@@ -63,7 +63,7 @@ bool IsUpfsHost(int dirfd, const char* path, int at_flags, const struct stat& st
   if (!MaybeUpfs(st)) return false;
   const int saved = errno;
   int fd = OpenToLook(dirfd, path, at_flags);
-  bool upfs = fd >= 0 && format::LooksLikeUpfs(fd);
+  bool upfs = fd >= 0 && LooksLikeUpfs(fd);
   if (fd >= 0) close(fd);
   errno = saved;
   return upfs;
@@ -141,7 +141,7 @@ Status ClearPrivilegesOf(File* file, const struct stat& host) {
   // The header's first byte never changes: rewriting it through the
   // kernel is a write that changes nothing but what the kernel's write
   // path does to the inode (file_remove_privs, mtime and ctime).
-  if (pwrite(file->medium()->fd(), format::kMagic, 1, 0) != 1)
+  if (pwrite(PerFile(*file)->medium()->fd(), format::kMagic, 1, 0) != 1)
     return Status::FromErrno("clear S_ISUID/S_ISGID");
   return Status::OK();
 }

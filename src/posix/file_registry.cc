@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "container/perfile/perfile.h"
 #include "format/header.h"
 #include "util/leak.h"
 
@@ -98,12 +99,12 @@ void RemoveSharedStateAtExit() {
   for (int i = 0; i < 100 && !lk.try_lock(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (!lk.owns_lock()) return;
   for (Parked& p : r->parked)
-    if (SharedState* sh = p.file->shared()) sh->RemoveIfNoOtherUser();
+    if (SharedState* sh = PerFile(*p.file)->shared()) sh->RemoveIfNoOtherUser();
   for (auto& [key, weak] : r->live) {
     std::shared_ptr<File> f = weak.lock();
     struct stat st;
-    if (f && f->shared() && fstat(f->medium()->fd(), &st) == 0 && st.st_nlink == 0)
-      f->shared()->RemoveIfNoOtherUser();
+    if (f && PerFile(*f)->shared() && fstat(PerFile(*f)->medium()->fd(), &st) == 0 && st.st_nlink == 0)
+      PerFile(*f)->shared()->RemoveIfNoOtherUser();
     if (f) open_files.push_back(std::move(f));
   }
 }
@@ -149,7 +150,7 @@ void Release(File* f, FileKey key) {
   struct stat st;
   // No link left: nobody can open it again, and its space and shared state
   // must go now, as with the kernel's last close.
-  if (ParkedLimit() == 0 || fstat(f->medium()->fd(), &st) != 0 || st.st_nlink == 0) return;
+  if (ParkedLimit() == 0 || fstat(PerFile(*f)->medium()->fd(), &st) != 0 || st.st_nlink == 0) return;
   if (!r->reaper_running) {
     try {
       std::thread(Reap).detach();
@@ -182,8 +183,8 @@ std::unique_ptr<File> TakeReusableLocked(Registry* r, const FileKey& key, const 
   std::unique_ptr<File> f = TakeParkedLocked(r, key);
   if (!f) return nullptr;
   FileStat fs;
-  if (uint64_t(host.st_size) < f->medium()->capacity() ||
-      !format::ValidateHeader(f->medium()->base(), f->medium()->capacity()).ok() ||
+  if (uint64_t(host.st_size) < PerFile(*f)->medium()->capacity() ||
+      !format::ValidateHeader(PerFile(*f)->medium()->base(), PerFile(*f)->medium()->capacity()).ok() ||
       !f->Stat(&fs).ok())
     return nullptr;
   return f;
@@ -287,7 +288,7 @@ void ForgetRegistryInChild() {
 std::shared_ptr<File> AdoptFileInChild(std::unique_ptr<File> f) {
   struct stat st;
   const bool writable = !f->read_only();
-  if (fstat(f->medium()->fd(), &st) != 0) return Share(std::move(f), FileKey{0, 0, writable});
+  if (fstat(PerFile(*f)->medium()->fd(), &st) != 0) return Share(std::move(f), FileKey{0, 0, writable});
   const FileKey key{st.st_dev, st.st_ino, writable};
   std::shared_ptr<File> s = Share(std::move(f), key);
   Registry* r = Reg();

@@ -254,7 +254,7 @@ static void proc_path(char *buf, size_t n, int fd) { snprintf(buf, n, "/proc/sel
 static int size_candidate(const struct stat *st) {
   return S_ISREG(st->st_mode) && st->st_size >= 4096 && (st->st_size & 4095) == 0;
 }
-/* The marker of a upfs host file (container/perfile.h): S_ISVTX on a
+/* The marker of a upfs host file (container/perfile/perfile.h): S_ISVTX on a
  * regular file. It tells a upfs file by fstat alone, without reading it
  * (which a caller may not be allowed to do, and which would change its
  * atime); unmarked files of earlier versions are told by their magic. */

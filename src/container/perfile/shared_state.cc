@@ -1,4 +1,4 @@
-#include "engine/shared_state.h"
+#include "container/perfile/shared_state.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include <cstring>
 #include <memory>
 
-#include "engine/shm_access.h"
+#include "container/perfile/shm_access.h"
 #include "format/format.h"
 
 namespace upfs {
@@ -26,15 +26,16 @@ constexpr char kNamePrefix[] = "/upfs-";
 // chmod and chown by name, listing).
 constexpr char kShmDir[] = "/dev/shm";
 // 2: tail_claim; 3: slots in the header's page; 4: named by inode alone,
-// attr_seq, removed by the last user.
-constexpr uint32_t kShmVersion = 4;
+// attr_seq, removed by the last user; 5: words grouped by what the engine
+// borrows (EpochWords, LogWords, BitmapWords).
+constexpr uint32_t kShmVersion = 5;
 constexpr uint64_t kPageBytes = 4096;
 // The first slots share the header's page: every new file touches (and the
 // kernel allocates and zeroes) one shared page less.
 constexpr uint64_t kSlotsOffset = 512;
 static_assert(sizeof(ShmHeader) <= kSlotsOffset);
 constexpr uint64_t kBitmapOffset =
-    (kSlotsOffset + uint64_t(kMaxSlots) * sizeof(ShmSlot) + kPageBytes - 1) / kPageBytes * kPageBytes;
+    (kSlotsOffset + uint64_t(kMaxSlots) * sizeof(ReclaimSlot) + kPageBytes - 1) / kPageBytes * kPageBytes;
 constexpr uint64_t kBitmapBytes = format::kMaxBlocks / 8;
 constexpr uint64_t kShmBytes = kBitmapOffset + kBitmapBytes;
 // Lock bytes live far beyond the data so they never overlap it.
@@ -67,6 +68,19 @@ bool SlotLockHeldElsewhere(int fd, uint32_t i) {
   fl.l_len = 1;
   return fcntl(fd, F_OFD_GETLK, &fl) != 0 || fl.l_type != F_UNLCK;
 }
+
+// Slot liveness through a descriptor of somebody else's object, for the
+// scans of a state this process does not use (removal, inspection).
+class LookingSlotLocks final : public SlotLiveness {
+ public:
+  explicit LookingSlotLocks(int fd) : fd_(fd) {}
+  bool TryLock(uint32_t) override { return false; }
+  void Unlock(uint32_t) override {}
+  bool HeldElsewhere(uint32_t s) override { return SlotLockHeldElsewhere(fd_, s); }
+
+ private:
+  int fd_;
+};
 
 // Bumps the attribute sequence of the shared state `name`, if this user
 // may write it.
@@ -127,21 +141,19 @@ bool SharedState::RemoveIfUnused(const Identity& id) {
   alignas(ShmHeader) unsigned char hbuf[sizeof(ShmHeader)];
   if (pread(fd, hbuf, sizeof(hbuf), 0) == ssize_t(sizeof(hbuf))) {
     const auto* h = reinterpret_cast<const ShmHeader*>(hbuf);
-    uint64_t hi = std::min<uint64_t>(h->slots_high.load(), kMaxSlots);
-    alignas(ShmSlot) unsigned char sbuf[64 * sizeof(ShmSlot)];
-    for (uint64_t first = 0; first < hi && !live; first += 64) {
-      uint64_t n = std::min<uint64_t>(64, hi - first);
-      ssize_t want = ssize_t(n * sizeof(ShmSlot));
-      if (pread(fd, sbuf, size_t(want), off_t(kSlotsOffset + first * sizeof(ShmSlot))) != want) {
-        live = true;  // unknown counts as live
-        break;
-      }
-      const auto* slots = reinterpret_cast<const ShmSlot*>(sbuf);
-      // Every holder, this process included, holds its slot locks through
-      // another open file description than fd: all of them conflict.
-      for (uint64_t i = 0; i < n && !live; ++i)
-        live = slots[i].in_use.load() && SlotLockHeldElsewhere(fd, uint32_t(first + i));
-    }
+    const uint64_t hi = std::min<uint64_t>(h->epochs.slots_high.load(), kMaxSlots);
+    // Every holder, this process included, holds its slot locks through
+    // another open file description than fd: all of them conflict.
+    std::vector<ReclaimSlot> slots(hi);
+    const ssize_t want = ssize_t(hi * sizeof(ReclaimSlot));
+    LookingSlotLocks locks(fd);
+    if (hi && pread(fd, slots.data(), size_t(want), off_t(kSlotsOffset)) != want)
+      live = true;  // unknown counts as live
+    else
+      ForEachLiveSlot(slots.data(), hi, locks, [&](uint32_t, const ReclaimSlot&) {
+        live = true;
+        return false;
+      });
   }
   bool removed = !live && shm_unlink(name.c_str()) == 0;
   close(fd);
@@ -186,11 +198,9 @@ Status SharedState::SweepUnused(uint32_t* removed, uint32_t* in_use) {
 void SharedState::RemoveIfNoOtherUser() {
   if (fd_ < 0) return;  // a fork child's copy: the state is the parent's
   if (OfdLock(fd_, F_WRLCK, kOpenLockByte, true) != 0) return;
-  bool live = false;
-  uint64_t hi = std::min<uint64_t>(hdr_->slots_high.load(), kMaxSlots);
-  for (uint32_t i = 0; i < hi && !live; ++i)
-    live = slots_[i].in_use.load() && SlotLockHeldElsewhere(fd_, i);
-  if (!live) shm_unlink(name_.c_str());
+  // Our own slots are released by now, and our locks do not conflict with
+  // us anyway: only other processes' slots count.
+  if (!epochs_->AnyOtherProcessLive()) shm_unlink(name_.c_str());
   OfdLock(fd_, F_UNLCK, kOpenLockByte, false);
 }
 
@@ -271,8 +281,10 @@ Status SharedState::Open(const Identity& id, const struct stat& host,
   if (p == MAP_FAILED) return Status::FromErrno("mmap " + s->name_);
   s->map_ = static_cast<char*>(p);
   s->hdr_ = reinterpret_cast<ShmHeader*>(s->map_);
-  s->slots_ = reinterpret_cast<ShmSlot*>(s->map_ + kSlotsOffset);
-  s->bitmap_ = reinterpret_cast<std::atomic<uint64_t>*>(s->map_ + kBitmapOffset);
+  s->slots_ = reinterpret_cast<ReclaimSlot*>(s->map_ + kSlotsOffset);
+  s->bits_ = reinterpret_cast<std::atomic<uint64_t>*>(s->map_ + kBitmapOffset);
+  s->epochs_.emplace(&s->hdr_->epochs, s->slots_, &s->locks_);
+  s->bitmap_.emplace(&s->hdr_->bitmap, s->bits_);
 
   ShmHeader* h = s->hdr_;
   bool valid = h->magic == kShmMagic && h->version == kShmVersion &&
@@ -281,9 +293,9 @@ Status SharedState::Open(const Identity& id, const struct stat& host,
   if (valid && s->dirty_slots_ != 0) {
     // Bits are only ever set below the capacity, which only grows until a
     // rebuild: what a rebuild must clear is bounded by both high marks.
-    s->dirty_slots_ = std::min<uint64_t>(h->slots_high.load(), kMaxSlots);
-    s->dirty_bitmap_bytes_ =
-        std::min<uint64_t>((h->capacity_blocks.load() + 7) / 8 + sizeof(uint64_t), kBitmapBytes);
+    s->dirty_slots_ = std::min<uint64_t>(h->epochs.slots_high.load(), kMaxSlots);
+    s->dirty_bitmap_bytes_ = std::min<uint64_t>(
+        (h->bitmap.capacity_blocks.load() + 7) / 8 + sizeof(uint64_t), kBitmapBytes);
   }
   if (!valid) {
     h->ready.store(0, std::memory_order_relaxed);
@@ -296,7 +308,7 @@ Status SharedState::Open(const Identity& id, const struct stat& host,
   }
   // Nobody else alive: whatever the state says may include blocks leaked by
   // crashed processes, so rebuild it from the log.
-  *needs_rebuild = !valid || !s->AnyOtherProcessLive();
+  *needs_rebuild = !valid || !s->epochs_->AnyOtherProcessLive();
   *out = std::move(s);
   return Status::OK();
 }
@@ -309,22 +321,17 @@ void SharedState::ResetForRebuild(uint64_t capacity_blocks) {
   };
   // The slots in the header's page are cleared by hand (dropping that page
   // would drop the header), the others by dropping their pages.
-  const uint64_t slot_bytes = dirty_slots_ * sizeof(ShmSlot);
+  const uint64_t slot_bytes = dirty_slots_ * sizeof(ReclaimSlot);
   const uint64_t in_header_page = std::min<uint64_t>(slot_bytes, kPageBytes - kSlotsOffset);
   std::memset(static_cast<void*>(slots_), 0, in_header_page);
   drop(reinterpret_cast<char*>(slots_) + (kPageBytes - kSlotsOffset), slot_bytes - in_header_page);
-  hdr_->epoch.store(1, std::memory_order_relaxed);
-  hdr_->compact_seq.store(0, std::memory_order_relaxed);
-  hdr_->gc_owner.store(0, std::memory_order_relaxed);
-  hdr_->gc_last_blocks.store(0, std::memory_order_relaxed);
-  hdr_->alloc_hint.store(0, std::memory_order_relaxed);
-  hdr_->slots_high.store(0, std::memory_order_relaxed);
-  hdr_->tail_claim.store(0, std::memory_order_relaxed);
+  hdr_->epochs.Reset();
+  hdr_->log.Reset();
   // Clear the bitmap by dropping its pages (they read back as zero).
-  drop(bitmap_, std::min<uint64_t>(dirty_bitmap_bytes_, kBitmapBytes));
+  drop(bits_, std::min<uint64_t>(dirty_bitmap_bytes_, kBitmapBytes));
   dirty_slots_ = kMaxSlots;
   dirty_bitmap_bytes_ = kBitmapBytes;
-  hdr_->capacity_blocks.store(capacity_blocks, std::memory_order_relaxed);
+  hdr_->bitmap.Reset(capacity_blocks);
 }
 
 void SharedState::DetachAfterFork() {
@@ -340,91 +347,15 @@ void SharedState::ReleaseOpenLock() {
   open_locked_ = false;
 }
 
-bool SharedState::SlotOwnerAlive(uint32_t s) {
-  // A conflicting lock held by another open file description means a live
-  // owner. Our own slots are held through fd_, which does not conflict with
-  // itself, so check those through in_use alone.
-  if (SlotLockHeldElsewhere(fd_, s)) return true;
-  return slots_[s].owner_pid.load(std::memory_order_relaxed) == uint32_t(getpid()) &&
-         slots_[s].in_use.load(std::memory_order_relaxed) == 1;
+bool SharedState::SlotLocks::TryLock(uint32_t s) {
+  return OfdLock(*fd_, F_WRLCK, kSlotLockBase + s, false) == 0;
 }
 
-bool SharedState::AnyOtherProcessLive() {
-  uint32_t me = uint32_t(getpid());
-  uint64_t hi = std::min<uint64_t>(hdr_->slots_high.load(std::memory_order_acquire), kMaxSlots);
-  for (uint32_t i = 0; i < hi; ++i) {
-    if (slots_[i].in_use.load(std::memory_order_acquire) == 0) continue;
-    if (slots_[i].owner_pid.load(std::memory_order_relaxed) == me) continue;
-    if (SlotOwnerAlive(i)) return true;
-  }
-  return false;
-}
+void SharedState::SlotLocks::Unlock(uint32_t s) { OfdLock(*fd_, F_UNLCK, kSlotLockBase + s, false); }
 
-uint32_t SharedState::CountLiveSlots() {
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < kMaxSlots; ++i)
-    if (slots_[i].in_use.load(std::memory_order_acquire) && SlotOwnerAlive(i)) ++n;
-  return n;
-}
-
-uint32_t SharedState::ClaimSlot() {
-  // The liveness byte is locked first: holding its write lock proves that
-  // no live thread of another process owns the slot, so a slot is never
-  // owned twice, and one whose owner died is simply taken over.
-  // The lock keeps threads of this process apart (for them the byte lock
-  // always succeeds).
-  std::lock_guard<std::mutex> g(slot_mu_);
-  uint32_t me = uint32_t(getpid());
-  for (uint32_t i = 0; i < kMaxSlots; ++i) {
-    ShmSlot& sl = slots_[i];
-    if (sl.in_use.load(std::memory_order_acquire) != 0 &&
-        sl.owner_pid.load(std::memory_order_relaxed) == me)
-      continue;  // ours (our own locks do not conflict with us)
-    if (OfdLock(fd_, F_WRLCK, kSlotLockBase + i, false) != 0) continue;
-    sl.pinned.store(0, std::memory_order_relaxed);
-    sl.owner_pid.store(me, std::memory_order_relaxed);
-    sl.in_use.store(1, std::memory_order_release);
-    uint64_t hi = hdr_->slots_high.load();
-    while (hi < i + 1 && !hdr_->slots_high.compare_exchange_weak(hi, i + 1)) {
-    }
-    return i;
-  }
-  return kMaxSlots;
-}
-
-void SharedState::ReleaseSlot(uint32_t s) {
-  std::lock_guard<std::mutex> g(slot_mu_);
-  slots_[s].pinned.store(0, std::memory_order_release);
-  slots_[s].owner_pid.store(0, std::memory_order_relaxed);
-  slots_[s].in_use.store(0, std::memory_order_release);
-  OfdLock(fd_, F_UNLCK, kSlotLockBase + s, false);
-}
-
-uint64_t SharedState::TryAdvanceEpoch() {
-  uint64_t e = hdr_->epoch.load(std::memory_order_seq_cst);
-  uint64_t hi = std::min<uint64_t>(hdr_->slots_high.load(std::memory_order_acquire), kMaxSlots);
-  for (uint32_t i = 0; i < hi; ++i) {
-    ShmSlot& sl = slots_[i];
-    if (sl.in_use.load(std::memory_order_acquire) == 0) continue;
-    uint64_t p = sl.pinned.load(std::memory_order_seq_cst);
-    if (p == 0 || p == e) continue;
-    // Pinned in an older epoch: alive means we must wait for it.
-    if (SlotOwnerAlive(i)) return e;
-    // Dead owner: its pin is void.
-    sl.pinned.compare_exchange_strong(p, 0);
-  }
-  hdr_->epoch.compare_exchange_strong(e, e + 1, std::memory_order_seq_cst);
-  return hdr_->epoch.load(std::memory_order_seq_cst);
-}
-
-bool SharedState::TestBit(uint64_t b) const {
-  return (bitmap_[b >> 6].load(std::memory_order_relaxed) >> (b & 63)) & 1;
-}
-void SharedState::SetBit(uint64_t b) {
-  bitmap_[b >> 6].fetch_or(uint64_t{1} << (b & 63), std::memory_order_relaxed);
-}
-void SharedState::ClearBit(uint64_t b) {
-  bitmap_[b >> 6].fetch_and(~(uint64_t{1} << (b & 63)), std::memory_order_release);
+bool SharedState::SlotLocks::HeldElsewhere(uint32_t s) {
+  // A fork child's copy has no descriptor: unknown counts as held.
+  return SlotLockHeldElsewhere(*fd_, s);
 }
 
 Status InspectSharedState(const SharedState::Identity& id, uint64_t capacity_blocks,
@@ -444,22 +375,22 @@ Status InspectSharedState(const SharedState::Identity& id, uint64_t capacity_blo
     return Status::FromErrno("mmap " + name);
   }
   auto* h = static_cast<const ShmHeader*>(p);
-  auto* slots = reinterpret_cast<const ShmSlot*>(static_cast<char*>(p) + kSlotsOffset);
+  auto* slots = reinterpret_cast<const ReclaimSlot*>(static_cast<char*>(p) + kSlotsOffset);
   auto* bm = reinterpret_cast<const std::atomic<uint64_t>*>(static_cast<char*>(p) + kBitmapOffset);
   view->present = h->magic == kShmMagic && h->version == kShmVersion && h->file_id == id.file_id &&
                   h->created_ns == id.created_ns && h->host_dev == id.dev && h->host_ino == id.ino;
   if (view->present) {
     std::vector<uint32_t> pids;
-    uint64_t hi = std::min<uint64_t>(h->slots_high.load(), kMaxSlots);
-    for (uint32_t i = 0; i < hi; ++i) {
-      if (!slots[i].in_use.load() || !SlotLockHeldElsewhere(fd, i)) continue;
-      uint32_t pid = slots[i].owner_pid.load();
+    LookingSlotLocks locks(fd);
+    ForEachLiveSlot(slots, h->epochs.slots_high.load(), locks, [&](uint32_t, const ReclaimSlot& sl) {
+      uint32_t pid = sl.owner_pid.load();
       if (std::find(pids.begin(), pids.end(), pid) == pids.end()) pids.push_back(pid);
-    }
+      return true;
+    });
     view->live_processes = uint32_t(pids.size());
     view->bitmap_readable = pids.empty() && h->ready.load() == 1;
     if (view->bitmap_readable) {
-      uint64_t words = (std::min<uint64_t>(capacity_blocks, h->capacity_blocks.load()) + 63) / 64;
+      uint64_t words = (std::min<uint64_t>(capacity_blocks, h->bitmap.capacity_blocks.load()) + 63) / 64;
       view->taken.resize(words);
       for (uint64_t w = 0; w < words; ++w) view->taken[w] = bm[w].load();
     }

@@ -1,4 +1,4 @@
-#include "engine/allocator.h"
+#include "engine/block_source.h"
 
 #include <algorithm>
 #include <bit>
@@ -13,15 +13,15 @@ using format::Run;
 namespace {
 constexpr size_t kMaxLocalFree = 4096;
 constexpr uint64_t kChunkBlocks = 64;
-// Files smaller than this (4 extents, 8 MiB) do not grow ahead.
-constexpr uint64_t kGrowAheadFromBlocks = 4 * (kExtentSize >> kBlockShift);
+// Spaces smaller than this (8 MiB, four 2 MiB extents) do not grow ahead.
+constexpr uint64_t kGrowAheadFromBlocks = (uint64_t{8} << 20) >> kBlockShift;
 }  // namespace
 
-bool Allocator::TryClaim(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count) {
-  std::atomic<uint64_t>* bm = sh_->bitmap();
+bool BlockSource::TryClaim(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count) {
+  std::atomic<uint64_t>* bm = bm_->bits();
   uint64_t words = (cap + 63) / 64;
   if (words == 0) return false;
-  uint64_t hint = sh_->header()->alloc_hint.load(std::memory_order_relaxed) % words;
+  uint64_t hint = bm_->words()->alloc_hint.load(std::memory_order_relaxed) % words;
   for (uint64_t i = 0; i < words; ++i) {
     uint64_t w = (hint + i) % words;
     uint64_t base = w * 64;
@@ -45,7 +45,7 @@ bool Allocator::TryClaim(uint64_t cap, uint64_t want, uint64_t* first, uint64_t*
         *count += 64;
         ++nw;
       }
-      sh_->header()->alloc_hint.store(nw % words, std::memory_order_relaxed);
+      bm_->words()->alloc_hint.store(nw % words, std::memory_order_relaxed);
       return true;
     }
     // A run of free bits inside a partly used word.
@@ -60,16 +60,16 @@ bool Allocator::TryClaim(uint64_t cap, uint64_t want, uint64_t* first, uint64_t*
     }
     *first = base + uint64_t(lo);
     *count = take;
-    sh_->header()->alloc_hint.store(w, std::memory_order_relaxed);
+    bm_->words()->alloc_hint.store(w, std::memory_order_relaxed);
     return true;
   }
   return false;
 }
 
-Status Allocator::ClaimChunk(ThreadBlocks* t, uint64_t want) {
+Status BlockSource::ClaimChunk(ThreadBlocks* t, uint64_t want) {
   want = std::max(want, kChunkBlocks);
   for (int attempt = 0; attempt < 1000; ++attempt) {
-    uint64_t cap = sh_->header()->capacity_blocks.load(std::memory_order_acquire);
+    uint64_t cap = bm_->words()->capacity_blocks.load(std::memory_order_acquire);
     uint64_t first, count;
     if (TryClaim(cap, want, &first, &count)) {
       if (t->chunk_next < t->chunk_end) ReturnRange(t->chunk_next, t->chunk_end - t->chunk_next);
@@ -83,20 +83,19 @@ Status Allocator::ClaimChunk(ThreadBlocks* t, uint64_t want) {
       // tables and logs half again their size.
       uint64_t headroom = cap / 8;
       if (cap >= kGrowAheadFromBlocks && first + count + headroom > cap)
-        // The callback runs on the medium's worker, which may outlive this
-        // Allocator but never the medium and shared state (their owner
-        // joins the worker first): it must not capture `this`.
-        m_->GrowAhead((cap + 2 * headroom) << kBlockShift,
-                      [m = m_, sh = sh_] { PublishCapacity(m, sh); });
+        // The callback runs on the space's worker, which never outlives the
+        // space and the bitmap (their owner joins the worker first).
+        space_->GrowAhead((cap + 2 * headroom) << kBlockShift,
+                          [space = space_, bm = bm_] { PublishCapacity(space, bm); });
       return Status::OK();
     }
-    if (m_->GrowInFlight()) {
+    if (space_->GrowInFlight()) {
       // The background worker is already growing the file: wait for it
       // rather than doing the same kernel work twice.
       // Sleep, not spin: the kernel work it waits for (page allocation,
       // huge-page collapse) needs this CPU for its per-CPU drains.
-      while (m_->GrowInFlight() &&
-             sh_->header()->capacity_blocks.load(std::memory_order_acquire) == cap)
+      while (space_->GrowInFlight() &&
+             bm_->words()->capacity_blocks.load(std::memory_order_acquire) == cap)
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       continue;
     }
@@ -106,23 +105,20 @@ Status Allocator::ClaimChunk(ThreadBlocks* t, uint64_t want) {
   return Status::Error(ENOSPC, "no free blocks after growing the file");
 }
 
-Status Allocator::EnsureCapacity(uint64_t blocks) {
+Status BlockSource::EnsureCapacity(uint64_t blocks) {
   if (blocks > format::kMaxBlocks - 1) return Status::Error(EFBIG, "file would exceed upfs limit");
-  if (sh_->header()->capacity_blocks.load(std::memory_order_acquire) >= blocks) return Status::OK();
-  UPFS_RETURN_IF_ERROR(m_->Grow(blocks << kBlockShift));
-  PublishCapacity(m_, sh_);
+  if (bm_->words()->capacity_blocks.load(std::memory_order_acquire) >= blocks) return Status::OK();
+  UPFS_RETURN_IF_ERROR(space_->Grow(blocks << kBlockShift));
+  PublishCapacity(space_, bm_);
   return Status::OK();
 }
 
-void Allocator::PublishCapacity(const Medium* m, SharedState* sh) {
+void BlockSource::PublishCapacity(const BlockSpace* space, AllocationBitmap* bm) {
   // Block 0xffffffff would read as kKeepBlock in a payload run: never hand it out.
-  uint64_t newcap = std::min<uint64_t>(m->capacity() >> kBlockShift, format::kMaxBlocks - 1);
-  uint64_t c = sh->header()->capacity_blocks.load();
-  while (newcap > c && !sh->header()->capacity_blocks.compare_exchange_weak(c, newcap)) {
-  }
+  bm->RaiseCapacity(std::min<uint64_t>(space->capacity() >> kBlockShift, format::kMaxBlocks - 1));
 }
 
-Status Allocator::Alloc(ThreadBlocks* t, uint64_t n, std::vector<Run>* runs) {
+Status BlockSource::Alloc(ThreadBlocks* t, uint64_t n, std::vector<Run>* runs) {
   while (n > 0) {
     if (t->chunk_next == t->chunk_end) {
       if (n == 1 && !t->free.empty()) {
@@ -145,7 +141,7 @@ Status Allocator::Alloc(ThreadBlocks* t, uint64_t n, std::vector<Run>* runs) {
   return Status::OK();
 }
 
-Status Allocator::AllocOne(ThreadBlocks* t, uint32_t* l) {
+Status BlockSource::AllocOne(ThreadBlocks* t, uint32_t* l) {
   if (!t->free.empty()) {
     *l = t->free.back();
     t->free.pop_back();
@@ -157,26 +153,46 @@ Status Allocator::AllocOne(ThreadBlocks* t, uint32_t* l) {
   return Status::OK();
 }
 
-void Allocator::Free(ThreadBlocks* t, uint32_t l, uint32_t count) {
+void BlockSource::Free(ThreadBlocks* t, uint32_t l, uint32_t count) {
   for (uint32_t i = 0; i < count; ++i) t->free.push_back(l + i);
   if (t->free.size() > kMaxLocalFree) {
     size_t keep = kMaxLocalFree / 2;
-    for (size_t i = keep; i < t->free.size(); ++i) sh_->ClearBit(t->free[i]);
+    for (size_t i = keep; i < t->free.size(); ++i) bm_->Clear(t->free[i]);
     t->free.resize(keep);
   }
 }
 
-void Allocator::ReturnRange(uint64_t l, uint64_t count) {
-  for (uint64_t i = 0; i < count; ++i) sh_->ClearBit(l + i);
+void BlockSource::ReturnRange(uint64_t l, uint64_t count) {
+  for (uint64_t i = 0; i < count; ++i) bm_->Clear(l + i);
 }
 
-void Allocator::DropChunk(ThreadBlocks* t) {
+void BlockSource::DropChunk(ThreadBlocks* t) {
   if (t->chunk_next < t->chunk_end) ReturnRange(t->chunk_next, t->chunk_end - t->chunk_next);
   t->chunk_next = t->chunk_end = 0;
 }
 
-void Allocator::ReturnAll(ThreadBlocks* t) {
-  for (uint32_t l : t->free) sh_->ClearBit(l);
+void BlockSource::Retire(ThreadBlocks* t, uint32_t lblock, uint32_t count) {
+  uint64_t e = epochs_->epoch().load(std::memory_order_seq_cst);
+  t->limbo.push_back({e, lblock, count});
+}
+
+void BlockSource::DrainLimbo(ThreadBlocks* t, bool force) {
+  if (t->limbo.empty()) return;
+  uint64_t e = epochs_->epoch().load(std::memory_order_acquire);
+  for (int i = 0; i < (force ? 3 : 1) && t->limbo.front().epoch + 2 > e; ++i)
+    e = epochs_->TryAdvanceEpoch();
+  size_t kept = 0;
+  for (const auto& r : t->limbo) {
+    if (r.epoch + 2 <= e)
+      Free(t, r.lblock, r.count);
+    else
+      t->limbo[kept++] = r;
+  }
+  t->limbo.resize(kept);
+}
+
+void BlockSource::ReturnAll(ThreadBlocks* t) {
+  for (uint32_t l : t->free) bm_->Clear(l);
   t->free.clear();
   if (t->chunk_next < t->chunk_end) ReturnRange(t->chunk_next, t->chunk_end - t->chunk_next);
   t->chunk_next = t->chunk_end = 0;

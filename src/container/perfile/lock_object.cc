@@ -1,4 +1,4 @@
-#include "container/lock_object.h"
+#include "container/perfile/lock_object.h"
 
 #include <dirent.h>
 #include <fcntl.h>

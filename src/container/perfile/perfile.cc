@@ -1,4 +1,4 @@
-#include "container/perfile.h"
+#include "container/perfile/perfile.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -7,9 +7,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "format/header.h"
+#include "engine/alloc_bitmap.h"
 #include "medium/medium.h"
 #include "medium/pm.h"
 #include "util/crc32c.h"
@@ -27,6 +29,8 @@ constexpr uint64_t kInitialBytes = 16 * 1024;
 // extent in earlier versions.
 constexpr uint64_t kMaxInterruptedCreationBytes = kExtentSize;
 constexpr uint32_t kFirstLogBlock = 1;
+// Blocks the container keeps for itself: block 0, the header.
+constexpr uint32_t kHeaderBlocks = 1;
 
 class FlockGuard {
  public:
@@ -87,13 +91,14 @@ Status InitNewFile(Medium* m, Consistency consistency) {
   h->log_head.store(kFirstLogBlock, std::memory_order_relaxed);
   // The times from the clock the kernel and later writes use (coarse, a
   // few ms behind created_ns), so that they never go back.
-  h->mtime_ns.store(CoarseNowNs(), std::memory_order_relaxed);
-  h->data_ctime_ns.store(h->mtime_ns.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  h->times.mtime_ns.store(CoarseNowNs(), std::memory_order_relaxed);
+  h->times.data_ctime_ns.store(h->times.mtime_ns.load(std::memory_order_relaxed),
+                               std::memory_order_relaxed);
   pm::CopyNT(base + sizeof(kMagic), img + sizeof(kMagic), kBlockSize - sizeof(kMagic));
   pm::Fence();
   pm::CopyNT(base, img, sizeof(kMagic));
   pm::Fence();
-  return m->Sync();
+  return m->SyncAll();
 }
 
 // Our own description of the file behind host_fd, with `access` (O_RDWR to
@@ -132,6 +137,37 @@ Status MarkedWithoutMagic(const std::string& path) {
   return Status::Corrupt("file header", path +
                                             ": marked as a upfs file but the upfs magic is gone "
                                             "(overwritten by a program that bypassed upfs?)");
+}
+
+bool LooksLikeUpfs(int fd) {
+  unsigned char magic[sizeof(kMagic)];
+  return pread(fd, magic, sizeof(magic), 0) == ssize_t(sizeof(magic)) &&
+         std::memcmp(magic, kMagic, sizeof(kMagic)) == 0;
+}
+
+PerFileStorage::PerFileStorage(std::unique_ptr<Medium> medium, std::unique_ptr<SharedState> shared)
+    : medium_(std::move(medium)), shared_(std::move(shared)) {
+  if (shared_)
+    source_ = std::make_unique<BlockSource>(medium_.get(), shared_->bitmap(), shared_->epochs(),
+                                            kHeaderBlocks);
+}
+
+PerFileStorage::~PerFileStorage() {
+  // The File has given back its blocks and slots. The shared state lives
+  // while some process has the file open: the last one removes it (the
+  // next opener rebuilds it from the log anyway).
+  if (shared_) shared_->RemoveIfNoOtherUser();
+}
+
+FileStorage PerFileStorage::storage() {
+  auto* h = reinterpret_cast<FileHeader*>(medium_->base());
+  LogRoot root;
+  root.head = &h->log_head;
+  root.times = &h->times;
+  root.created_ns = h->created_ns;
+  root.consistency = Consistency(h->consistency);
+  root.words = shared_ ? shared_->log_words() : nullptr;
+  return FileStorage{medium_.get(), source_.get(), root};
 }
 
 bool IsMarkedUpfs(const struct stat& st) {
@@ -195,7 +231,25 @@ Status OpenPerFile(int host_fd, const std::string& path, bool create, Consistenc
   std::unique_ptr<SharedState> shared;
   bool rebuild = false;
   UPFS_RETURN_IF_ERROR(SharedState::Open(id, st, &shared, &rebuild));
-  return File::Open(std::move(medium), std::move(shared), rebuild, out);
+  // Under the shared state's open lock (held since SharedState::Open): a
+  // rebuild of the allocation state from the log, and the opening thread's
+  // slot, happen before anybody else can open the file.
+  SharedState* sh = shared.get();
+  const uint64_t capacity =
+      std::min<uint64_t>(medium->capacity() >> kBlockShift, kMaxBlocks - 1);
+  auto lease = std::make_unique<PerFileStorage>(std::move(medium), std::move(shared));
+  const FileStorage storage = lease->storage();
+  BlockMarker marker(sh->bitmap());
+  if (rebuild) {
+    sh->ResetForRebuild(capacity);
+    marker.Mark(0, "header");
+  }
+  std::unique_ptr<File> f;
+  UPFS_RETURN_IF_ERROR(File::Open(storage, rebuild ? &marker : nullptr, std::move(lease), &f));
+  if (rebuild) sh->MarkReady();
+  sh->ReleaseOpenLock();
+  *out = std::move(f);
+  return Status::OK();
 }
 
 Status OpenPerFileReadOnly(int host_fd, const std::string& path, std::unique_ptr<File>* out) {
@@ -217,7 +271,9 @@ Status OpenPerFileReadOnly(int host_fd, const std::string& path, std::unique_ptr
     }
     UPFS_RETURN_IF_ERROR(ValidateHeader(medium->base(), medium->capacity()));
   }
-  return File::OpenReadOnly(std::move(medium), out);
+  auto lease = std::make_unique<PerFileStorage>(std::move(medium), nullptr);
+  const FileStorage storage = lease->storage();
+  return File::OpenReadOnly(storage, std::move(lease), out);
 }
 
 }  // namespace upfs

@@ -1,4 +1,4 @@
-#include "engine/shm_access.h"
+#include "container/perfile/shm_access.h"
 
 #include <fcntl.h>
 #include <sys/xattr.h>

@@ -1,19 +1,11 @@
-// Non-blocking log garbage collection (MadFS §4.5, with EBR for reclamation).
-//
-// The log is the chain head -> ... -> A -> ..., where A is the block that
-// has no successor yet when GC starts. Every block before A is full and never
-// changes again. GC replays those blocks into a private table, writes the
-// resulting state as a short chain of fresh blocks whose last block links to
-// A, and publishes it with one CAS on the header's log head. Readers and
-// writers never wait: whoever still walks the old blocks keeps them alive by
-// its epoch pin, and the old blocks are reused only two epochs later.
-// Processes whose table cursor lies in a compacted block notice it through
-// SharedState::compact_seq and replay the new chain.
 #include <algorithm>
 #include <cstring>
 
+#include "engine/log_compactor.h"
+
 #include "engine/epoch_pin.h"
-#include "engine/file.h"
+#include "engine/log_writer.h"
+#include "util/assert.h"
 #include "medium/pm.h"
 #include "util/crc32c.h"
 
@@ -71,32 +63,30 @@ class CompactWriter {
 
 }  // namespace
 
-Status File::CollectGarbage(bool force) {
-  if (read_only()) return Status::Error(EBADF, "upfs file opened read-only");
-  ThreadCtx* c;
-  UPFS_RETURN_IF_ERROR(Ctx(&c));
-  EpochPin pin(shared_.get(), c->slot);
-  ShmHeader* sh = shared_->header();
-  uint64_t me = uint64_t(c->slot) + 1, cur = 0;
-  if (!sh->gc_owner.compare_exchange_strong(cur, me)) {
+Status LogCompactor::Collect(ThreadBlocks* t, uint32_t slot, bool force) {
+  EpochDomain* epochs = source_->epochs();
+  UPFS_ASSERT(slot < kMaxSlots && EpochPin::Pinned(epochs, slot));
+  LogWords* w = root_.words;
+  uint64_t me = uint64_t(slot) + 1, cur = 0;
+  if (!w->gc_owner.compare_exchange_strong(cur, me)) {
     // Another GC is running, unless its owner died.
-    if (cur == 0 || cur > kMaxSlots || shared_->SlotOwnerAlive(uint32_t(cur - 1)))
+    if (cur == 0 || cur > kMaxSlots || epochs->SlotOwnerAlive(uint32_t(cur - 1)))
       return Status::OK();
-    if (!sh->gc_owner.compare_exchange_strong(cur, me)) return Status::OK();
+    if (!w->gc_owner.compare_exchange_strong(cur, me)) return Status::OK();
   }
-  Status st = CompactLocked(c, force);
-  sh->gc_owner.store(0, std::memory_order_release);
-  DrainLimbo(c, false);
+  Status st = Compact(t, force);
+  w->gc_owner.store(0, std::memory_order_release);
+  source_->DrainLimbo(t, false);
   return st;
 }
 
-Status File::CompactLocked(ThreadCtx* c, bool force) {
-  uint64_t head64 = hdr_->log_head.load(std::memory_order_acquire);
+Status LogCompactor::Compact(ThreadBlocks* t, bool force) {
+  uint64_t head64 = root_.head->load(std::memory_order_acquire);
   if (head64 == 0 || head64 >= kMaxBlocks) return Status::Corrupt("file header", "bad log head");
   uint32_t head = uint32_t(head64);
   UPFS_RETURN_IF_ERROR(access_.CheckRange(head, 1, "log head"));
   LogBlock* b;
-  UPFS_RETURN_IF_ERROR(CheckLogBlock(access_, head, LogAt(head)->seq, &b));
+  UPFS_RETURN_IF_ERROR(CheckLogBlock(access_, head, reinterpret_cast<LogBlock*>(access_.AddrUnchecked(head))->seq, &b));
   // Replay every full block before the active one.
   BlockTable state;
   std::vector<uint32_t> old_blocks;
@@ -104,7 +94,7 @@ Status File::CompactLocked(ThreadCtx* c, bool force) {
   uint64_t entries = 0;
   uint32_t l = head;
   uint64_t seq = b->seq;
-  uint64_t max_blocks = medium_->capacity() >> kBlockShift;
+  uint64_t max_blocks = access_.space()->capacity() >> kBlockShift;
   for (;;) {
     uint32_t n = NextBlock(b->next.load(std::memory_order_acquire));
     if (n == 0) break;
@@ -120,7 +110,7 @@ Status File::CompactLocked(ThreadCtx* c, bool force) {
   const uint64_t active_seq = seq;
   if (old_blocks.empty()) return Status::OK();
   // Unless forced, only past the trigger length (see docs/design.md, GC).
-  uint64_t last = shared_->header()->gc_last_blocks.load(std::memory_order_relaxed);
+  uint64_t last = root_.words->gc_last_blocks.load(std::memory_order_relaxed);
   if (!force && old_blocks.size() + 1 <= kGcSlackBlocks + 2 * last) return Status::OK();
 
   // The state as entries: size first (SIZE_SET unmaps nothing in an empty
@@ -153,12 +143,12 @@ Status File::CompactLocked(ThreadCtx* c, bool force) {
   emit();
   w.Finish();
   const uint64_t n_new = w.blocks();
-  shared_->header()->gc_last_blocks.store(n_new, std::memory_order_relaxed);
+  root_.words->gc_last_blocks.store(n_new, std::memory_order_relaxed);
   // Only worth it if the chain gets shorter (also keeps seq numbers positive).
   if (n_new >= old_blocks.size()) return Status::OK();
 
   std::vector<Run> fresh;
-  UPFS_RETURN_IF_ERROR(alloc_.Alloc(&c->blocks, n_new, &fresh));
+  UPFS_RETURN_IF_ERROR(source_->Alloc(t, n_new, &fresh));
   std::vector<uint32_t> nb;
   for (const Run& r : fresh)
     for (uint32_t i = 0; i < r.count; ++i) nb.push_back(r.lblock + i);
@@ -173,27 +163,27 @@ Status File::CompactLocked(ThreadCtx* c, bool force) {
     char* dst;
     Status st = access_.Addr(nb[i], &dst);
     if (!st.ok()) {
-      for (const Run& r : fresh) alloc_.Free(&c->blocks, r.lblock, r.count);
+      for (const Run& r : fresh) source_->Free(t, r.lblock, r.count);
       return st;
     }
     pm::CopyNT(dst, img, kBlockSize);
   }
   pm::Fence();
   uint64_t expected = head;
-  if (!pm::Cas64(&hdr_->log_head, expected, nb[0])) {
-    for (const Run& r : fresh) alloc_.Free(&c->blocks, r.lblock, r.count);
+  if (!pm::Cas64(root_.head, expected, nb[0])) {
+    for (const Run& r : fresh) source_->Free(t, r.lblock, r.count);
     return Status::OK();
   }
-  pm::PersistWord(&hdr_->log_head);
+  pm::PersistWord(root_.head);
   // Publish the boundary before retiring: anyone who pins after this sees
   // that a cursor below it is stale.
-  std::atomic<uint64_t>& cs = shared_->header()->compact_seq;
+  std::atomic<uint64_t>& cs = root_.words->compact_seq;
   uint64_t prev = cs.load();
   while (prev < active_seq && !cs.compare_exchange_weak(prev, active_seq)) {
   }
-  shared_->header()->gc_last_blocks.store(n_new + 1, std::memory_order_relaxed);
-  for (uint32_t ob : old_blocks) Retire(c, ob, 1);
-  for (const Run& r : old_overflow) Retire(c, r.lblock, r.count);
+  root_.words->gc_last_blocks.store(n_new + 1, std::memory_order_relaxed);
+  for (uint32_t ob : old_blocks) source_->Retire(t, ob, 1);
+  for (const Run& r : old_overflow) source_->Retire(t, r.lblock, r.count);
   return Status::OK();
 }
 

@@ -1,16 +1,15 @@
-// Shared state of one upfs file: soft state in a POSIX shared-memory file,
-// shared by every process that has the file open, and rebuilt from the log
-// whenever it is missing, stale, or nobody has the file open.
+// Shared state of one upfs file (per-file container): soft state in a POSIX
+// shared-memory object, shared by every process that has the file open,
+// rebuilt from the log whenever it is missing, stale, or nobody has the file
+// open, and removed by its last user.
 //
-// It holds:
-//  - the allocation bitmap (1 bit per logical block, 1 = taken);
-//  - the epoch and per-thread slots of epoch-based reclamation (EBR), which
-//    decide when a log block retired by GC (or a data block retired by a
-//    sync-mode write) can no longer be read by anybody and may be reused;
-//  - GC coordination words and the tail claim.
-// Liveness of a slot's owner is an OFD lock on one byte of the shm file,
-// which the kernel drops when the owning process dies, so a crashed process
-// never blocks anybody.
+// It lays out what the engine borrows for the file's one allocation and
+// reclamation domain and its one log: the epoch words and slots
+// (EpochDomain), the allocation bitmap (AllocationBitmap) and the log's
+// coordination words (LogWords). It owns what is per-file: the object's
+// name and identity, the open lock, removal, and the liveness of slot owners
+// (an OFD lock on one byte per slot, which the kernel drops when the owning
+// process dies, so a crashed process never blocks anybody).
 #pragma once
 
 #include <sys/stat.h>
@@ -19,23 +18,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/alloc_bitmap.h"
+#include "engine/log_root.h"
+#include "engine/reclamation.h"
 #include "util/status.h"
 
 namespace upfs {
-
-inline constexpr uint32_t kMaxSlots = 4096;
-
-struct ShmSlot {
-  std::atomic<uint64_t> pinned;     // epoch this thread is inside, 0 = idle
-  std::atomic<uint32_t> owner_pid;  // informational
-  std::atomic<uint32_t> in_use;     // 1 while a thread owns the slot
-  unsigned char pad[48];
-};
-static_assert(sizeof(ShmSlot) == 64);
 
 struct ShmHeader {
   uint64_t magic;
@@ -50,20 +42,13 @@ struct ShmHeader {
   std::atomic<uint64_t> attr_seq;
   unsigned char pad0[8];
 
-  alignas(64) std::atomic<uint64_t> epoch;
-  alignas(64) std::atomic<uint64_t> compact_seq;  // blocks with seq below were compacted
-  std::atomic<uint64_t> gc_owner;                 // slot + 1 of the running GC, 0 = none
-  std::atomic<uint64_t> gc_last_blocks;           // length of the log right after the last GC
-  alignas(64) std::atomic<uint64_t> capacity_blocks;  // bitmap valid below this
-  std::atomic<uint64_t> alloc_hint;                   // bitmap word to start scanning at
-  std::atomic<uint64_t> slots_high;                   // slots at or above are unused
-  // Who may write the bytes past the end of file in the tail block (an
-  // in-place append, or an operation about to expose them): owner pid << 32
-  // | slot + 1, 0 = nobody. See File::AppendInPlace.
-  alignas(64) std::atomic<uint64_t> tail_claim;
+  EpochWords epochs;
+  LogWords log;
+  BitmapWords bitmap;
 };
 static_assert(sizeof(ShmHeader) <= 512);  // the slots follow at 512
 static_assert(offsetof(ShmHeader, attr_seq) == 48);
+static_assert(offsetof(ShmHeader, epochs) == 64);
 
 class SharedState {
  public:
@@ -82,8 +67,10 @@ class SharedState {
   ~SharedState();
 
   ShmHeader* header() const { return hdr_; }
-  std::atomic<uint64_t>* bitmap() const { return bitmap_; }
-  ShmSlot* slot(uint32_t i) const { return &slots_[i]; }
+  // What the engine borrows.
+  EpochDomain* epochs() { return &*epochs_; }
+  AllocationBitmap* bitmap() { return &*bitmap_; }
+  LogWords* log_words() const { return &hdr_->log; }
   const std::string& name() const { return name_; }
 
   // In a fork child: lets go of the parent's descriptor (so the parent's
@@ -95,26 +82,6 @@ class SharedState {
   void MarkReady();
   void ReleaseOpenLock();
 
-  // Claims a free slot for a thread of this process and locks its liveness
-  // byte. Returns kMaxSlots if none is free.
-  uint32_t ClaimSlot();
-  void ReleaseSlot(uint32_t s);
-
-  // True if some other process holds a live slot (the open lock must be held).
-  bool AnyOtherProcessLive();
-  // Number of processes with live slots, for `upfs info` (approximate).
-  uint32_t CountLiveSlots();
-
-  // True if the thread owning slot s (of any process) is alive.
-  bool SlotOwnerAlive(uint32_t s);
-
-  // EBR: tries to move the epoch forward; returns the (possibly new) epoch.
-  uint64_t TryAdvanceEpoch();
-
-  // Bitmap helpers.
-  bool TestBit(uint64_t b) const;
-  void SetBit(uint64_t b);
-  void ClearBit(uint64_t b);
 
   // Removes the shared state of a file unless a process has the file open
   // (then its last user removes it). Removing it under a live user would
@@ -146,6 +113,19 @@ class SharedState {
   static std::string NameFor(const Identity& id);
 
  private:
+  // Slot liveness: OFD locks on bytes of the object, through one
+  // descriptor (this process's locks never conflict with each other).
+  class SlotLocks final : public SlotLiveness {
+   public:
+    explicit SlotLocks(const int* fd) : fd_(fd) {}
+    bool TryLock(uint32_t s) override;
+    void Unlock(uint32_t s) override;
+    bool HeldElsewhere(uint32_t s) override;
+
+   private:
+    const int* fd_;  // the owner's, which a fork child closes
+  };
+
   SharedState() = default;
   int fd_ = -1;
   std::string name_;
@@ -153,16 +133,16 @@ class SharedState {
   char* map_ = nullptr;
   uint64_t map_len_ = 0;
   ShmHeader* hdr_ = nullptr;
-  ShmSlot* slots_ = nullptr;
-  std::atomic<uint64_t>* bitmap_ = nullptr;
+  ReclaimSlot* slots_ = nullptr;
+  std::atomic<uint64_t>* bits_ = nullptr;
+  SlotLocks locks_{&fd_};
+  std::optional<EpochDomain> epochs_;
+  std::optional<AllocationBitmap> bitmap_;
   bool open_locked_ = false;
   // How much of the slots and the bitmap may be nonzero: what a rebuild
   // clears (zero for a region sized just now).
   uint64_t dirty_slots_ = kMaxSlots;
   uint64_t dirty_bitmap_bytes_ = UINT64_MAX;
-  // Threads of this process lock slots through one open file description,
-  // where the locks do not conflict: claims within the process serialize here.
-  std::mutex slot_mu_;
 };
 
 // What `upfs info`/`fsck` can tell about a file's shared state without

@@ -1,4 +1,4 @@
-#include "engine/inspect.h"
+#include "container/perfile/inspect.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,7 +8,8 @@
 
 #include "engine/file.h"
 #include "engine/log.h"
-#include "engine/shared_state.h"
+#include "container/perfile/perfile.h"
+#include "container/perfile/shared_state.h"
 #include "format/format.h"
 #include "format/header.h"
 #include "medium/medium.h"
@@ -167,8 +168,8 @@ Status PeekStat(int fd, const std::string& path, FileStat* out) {
   UPFS_RETURN_IF_ERROR(rs);
   out->size = table.size();
   out->blocks = table.mapped_blocks();
-  out->mtime_ns = ReportedMtime(*h);
-  out->data_ctime_ns = ReportedDataCtime(*h);
+  out->mtime_ns = ReportedMtime(h->times, h->created_ns);
+  out->data_ctime_ns = ReportedDataCtime(h->times, h->created_ns);
   return Status::OK();
 }
 

@@ -1,0 +1,104 @@
+// BlockSource: one allocation and reclamation domain, lent by the container
+// (one per file today, one per pool tomorrow). Blocks are taken from the
+// shared bitmap by CAS, and each thread keeps a contiguous chunk and a free
+// list, so that an overwrite-heavy thread recycles its own blocks and rarely
+// touches shared cache lines. Blocks that a reader may still read are
+// retired, and reused only when the epoch has moved on twice (EBR).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/alloc_bitmap.h"
+#include "engine/reclamation.h"
+#include "format/format.h"
+#include "medium/block_space.h"
+#include "util/status.h"
+
+namespace upfs {
+
+// Blocks owned by one thread for one user of a domain: taken in the bitmap,
+// referenced by nothing. Lost (until the next rebuild) if the process dies.
+struct ThreadBlocks {
+  std::vector<uint32_t> free;  // single recycled blocks
+  uint64_t chunk_next = 0;     // contiguous reserved range [chunk_next, chunk_end)
+  uint64_t chunk_end = 0;
+  struct Retired {
+    uint64_t epoch;
+    uint32_t lblock;
+    uint32_t count;
+  };
+  std::vector<Retired> limbo;  // freed when the epoch has moved on twice
+};
+
+class BlockSource {
+ public:
+  // Blocks [0, reserved_blocks) are the container's own (a header): never
+  // handed out, and marked taken by every rebuild.
+  BlockSource(BlockSpace* space, AllocationBitmap* bitmap, EpochDomain* epochs,
+              uint32_t reserved_blocks)
+      : space_(space), bm_(bitmap), epochs_(epochs), reserved_(reserved_blocks) {}
+  BlockSource(const BlockSource&) = delete;
+  BlockSource& operator=(const BlockSource&) = delete;
+
+  BlockSpace* space() const { return space_; }
+  AllocationBitmap* bitmap() const { return bm_; }
+  EpochDomain* epochs() const { return epochs_; }
+  uint32_t reserved_blocks() const { return reserved_; }
+
+  // Appends runs totalling `n` blocks to *runs, as contiguous as possible.
+  Status Alloc(ThreadBlocks* t, uint64_t n, std::vector<format::Run>* runs);
+  Status AllocOne(ThreadBlocks* t, uint32_t* l);
+  // Grows the space, if needed, so that it has room for `blocks` blocks in
+  // all (fallocate's reservation: see docs/design.md).
+  Status EnsureCapacity(uint64_t blocks);
+  // Gives blocks back to the thread (they must be unreachable by readers,
+  // see docs/design.md on reuse).
+  void Free(ThreadBlocks* t, uint32_t l, uint32_t count);
+  void FreeRuns(ThreadBlocks* t, const std::vector<format::Run>& runs) {
+    for (const format::Run& r : runs) Free(t, r.lblock, r.count);
+  }
+  // Retires blocks a reader may still be reading: freed to the thread two
+  // epochs later (DrainLimbo).
+  void Retire(ThreadBlocks* t, uint32_t lblock, uint32_t count);
+  // Frees what has waited long enough; with `force`, tries harder to move
+  // the epoch on (at close).
+  void DrainLimbo(ThreadBlocks* t, bool force);
+  // Gives the rest of the thread's chunk back to the shared bitmap.
+  void DropChunk(ThreadBlocks* t);
+  // Returns everything the thread holds but its limbo to the shared bitmap.
+  void ReturnAll(ThreadBlocks* t);
+
+ private:
+  Status ClaimChunk(ThreadBlocks* t, uint64_t want);
+  bool TryClaim(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count);
+  void ReturnRange(uint64_t l, uint64_t count);
+  static void PublishCapacity(const BlockSpace* space, AllocationBitmap* bm);
+
+  BlockSpace* space_;
+  AllocationBitmap* bm_;
+  EpochDomain* epochs_;
+  uint32_t reserved_;
+};
+
+// Blocks taken for one operation: given back when the guard goes out of
+// scope unless the commit that publishes them took them (Keep).
+class PendingBlocks {
+ public:
+  PendingBlocks(BlockSource* src, ThreadBlocks* t, std::vector<format::Run>* runs)
+      : src_(src), t_(t), runs_(runs) {}
+  ~PendingBlocks() {
+    if (runs_) src_->FreeRuns(t_, *runs_);
+  }
+  PendingBlocks(const PendingBlocks&) = delete;
+  PendingBlocks& operator=(const PendingBlocks&) = delete;
+  // The log now owns them.
+  void Keep() { runs_ = nullptr; }
+
+ private:
+  BlockSource* src_;
+  ThreadBlocks* t_;
+  std::vector<format::Run>* runs_;
+};
+
+}  // namespace upfs

@@ -1,0 +1,42 @@
+// LogRoot: what the engine needs to find and coordinate one log (one upfs
+// file), lent by the container: the durable words (the head of the chain and
+// the times, in a per-file header today, in an inode tomorrow), the
+// consistency mode, and the soft coordination words every user of the log
+// shares (LogWords, in shared memory).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "format/format.h"
+
+namespace upfs {
+
+// Coordination of one log among its users. Soft: reset with the rest of the
+// shared state when nobody uses the log.
+struct LogWords {
+  alignas(64) std::atomic<uint64_t> compact_seq;  // blocks with seq below were compacted
+  std::atomic<uint64_t> gc_owner;                 // slot + 1 of the running GC, 0 = none
+  std::atomic<uint64_t> gc_last_blocks;           // length of the log right after the last GC
+  // Who may write the bytes past the end of file in the tail block (an
+  // in-place append, or an operation about to expose them): owner pid << 32
+  // | slot + 1, 0 = nobody. See File::AppendInPlace.
+  alignas(64) std::atomic<uint64_t> tail_claim;
+  void Reset() {
+    compact_seq.store(0, std::memory_order_relaxed);
+    gc_owner.store(0, std::memory_order_relaxed);
+    gc_last_blocks.store(0, std::memory_order_relaxed);
+    tail_claim.store(0, std::memory_order_relaxed);
+  }
+};
+static_assert(sizeof(LogWords) == 128);
+
+struct LogRoot {
+  std::atomic<uint64_t>* head = nullptr;  // logical block of the first log block (durable, CAS)
+  format::FileTimes* times = nullptr;     // durable
+  uint64_t created_ns = 0;                // reported as mtime of a never-written file
+  format::Consistency consistency = format::Consistency::kStrict;
+  LogWords* words = nullptr;              // null for a read-only user, who coordinates nothing
+};
+
+}  // namespace upfs

@@ -1,0 +1,134 @@
+#include "engine/log_writer.h"
+
+#include <cstring>
+#include <string>
+
+#include "medium/pm.h"
+#include "util/crc32c.h"
+
+namespace upfs {
+
+using namespace format;
+
+namespace {
+
+uint64_t CeilBlocks(uint64_t bytes) { return (bytes + kBlockSize - 1) >> kBlockShift; }
+
+}  // namespace
+
+void LogWriter::PersistBeforeSlot(LogBlock* b, const LogPos& pos) {
+  // Entries reach media in log order: before committing in a later cache
+  // line (or block), the line of the entry before ours (or the link to this
+  // block) must be durable, or a crash could leave a hole before an
+  // acknowledged entry. The previous entry may be a reservation whose
+  // payload fills the lines in between, so it is tracked, not assumed to be
+  // the slot just before.
+  const uint32_t slot = pos.slot;
+  auto line = [](uint32_t s) { return (offsetof(LogBlock, slots) + 8 * s) / kCacheLine; };
+  if (slot == 0) {
+    if (pos.prev == 0) return;
+    LogBlock* pb = LogAt(pos.prev);
+    pm::Flush(&pb->next, 8);
+    pm::Flush(&pb->slots[kSlotsPerLogBlock - 1], 8);
+    pm::Fence();
+    return;
+  }
+  uint32_t prev_entry = pos.last != LogPos::kNoSlot ? pos.last : slot - 1;
+  if (line(prev_entry) != line(slot)) {
+    pm::Flush(&b->slots[prev_entry], 8);
+    if (line(slot - 1) != line(prev_entry) && line(slot - 1) != line(slot))
+      pm::Flush(&b->slots[slot - 1], 8);
+    pm::Fence();
+  }
+}
+
+Status LogWriter::ExtendChain(ThreadBlocks* t, LogPos* pos) {
+  LogBlock* b = LogAt(pos->lblock);
+  uint64_t w = b->next.load(std::memory_order_acquire);
+  if (!NextWordValid(w))
+    return Status::Corrupt("log block " + std::to_string(pos->lblock), "bad next word");
+  if (NextBlock(w) == 0) {
+    uint32_t nl;
+    UPFS_RETURN_IF_ERROR(source_->AllocOne(t, &nl));
+    char* dst;
+    UPFS_RETURN_IF_ERROR(access_.Addr(nl, &dst));
+    alignas(64) static thread_local unsigned char img[kBlockSize];
+    std::memset(img, 0, sizeof(img));
+    auto* ib = reinterpret_cast<LogBlock*>(img);
+    ib->next.store(NextWord(0), std::memory_order_relaxed);
+    ib->seq = pos->seq + 1;
+    pm::CopyNT(dst, img, kBlockSize);
+    pm::Fence();
+    uint64_t expected = NextWord(0);
+    if (pm::Cas64(&b->next, expected, NextWord(nl))) {
+      w = NextWord(nl);
+      uint64_t head = root_.head->load(std::memory_order_acquire);
+      LogBlock* hb = nullptr;
+      uint64_t len = 0;
+      if (head && head < kMaxBlocks && access_.CheckRange(head, 1, "log head").ok()) {
+        hb = LogAt(uint32_t(head));
+        len = pos->seq + 2 - hb->seq;
+      }
+      uint64_t last = root_.words->gc_last_blocks.load(std::memory_order_relaxed);
+      if (len > kGcSlackBlocks + 2 * last) gc_wanted_.store(true, std::memory_order_relaxed);
+    } else {
+      source_->Free(t, nl, 1);  // never published
+      w = expected;
+    }
+  }
+  pm::Flush(&b->next, 8);
+  pm::Flush(&b->slots[kSlotsPerLogBlock - 1], 8);
+  pm::Fence();
+  LogBlock* nb;
+  UPFS_RETURN_IF_ERROR(CheckLogBlock(access_, NextBlock(w), pos->seq + 1, &nb));
+  pos->prev = pos->lblock;
+  pos->lblock = NextBlock(w);
+  pos->slot = 0;
+  pos->seq += 1;
+  pos->last = LogPos::kNoSlot;
+  return Status::OK();
+}
+
+Status LogWriter::BuildPayload(ThreadBlocks* t, PendingEntry* p, uint32_t vblock, const std::vector<Run>& runs,
+                          Effect::SizeOp op, uint64_t new_size) {
+  uint16_t flags = op == Effect::kSet ? kSizeSet : op == Effect::kMax ? kSizeMax : 0;
+  p->payload.clear();
+  p->overflow.clear();
+  p->payload.push_back(new_size);
+  if (runs.size() <= kMaxInlineRuns) {
+    p->payload.push_back(EncodePayloadWord1(vblock, uint16_t(runs.size()), flags));
+    for (const Run& r : runs) p->payload.push_back(EncodeRun(r));
+    return Status::OK();
+  }
+  if (runs.size() > 0xffff) return Status::Error(EFBIG, "write too fragmented for one entry");
+  std::vector<uint64_t> words;
+  words.reserve(runs.size());
+  for (const Run& r : runs) words.push_back(EncodeRun(r));
+  uint64_t nblocks = CeilBlocks(words.size() * 8);
+  UPFS_RETURN_IF_ERROR(source_->Alloc(t, nblocks, &p->overflow));
+  if (p->overflow.size() != 1) {
+    // Overflow runs must be contiguous; give these back and take a fresh chunk.
+    for (const Run& r : p->overflow) source_->Free(t, r.lblock, r.count);
+    p->overflow.clear();
+    source_->DropChunk(t);  // force a fresh chunk
+    UPFS_RETURN_IF_ERROR(source_->Alloc(t, nblocks, &p->overflow));
+    if (p->overflow.size() != 1) return Status::Error(ENOSPC, "no contiguous overflow space");
+  }
+  char* dst;
+  UPFS_RETURN_IF_ERROR(access_.Addr(p->overflow[0].lblock, &dst));
+  UPFS_RETURN_IF_ERROR(access_.CheckRange(p->overflow[0].lblock, nblocks, "overflow"));
+  pm::CopyNT(dst, words.data(), words.size() * 8);
+  p->payload.push_back(
+      EncodePayloadWord1(vblock, uint16_t(runs.size()), flags | kPayloadOverflow));
+  p->payload.push_back(EncodeRun(p->overflow[0]));
+  p->payload.push_back(Crc32c(words.data(), words.size() * 8));
+  return Status::OK();
+}
+
+void LogWriter::DropPayload(ThreadBlocks* t, PendingEntry* p) {
+  for (const Run& r : p->overflow) source_->Free(t, r.lblock, r.count);
+  p->overflow.clear();
+  p->payload.clear();
+}
+
+}  // namespace upfs

@@ -1,0 +1,84 @@
+// LogWriter: commits entries at the tail of one log (MadFS §4.3), for any
+// caller that prepared its data: a File's operations today, a transaction
+// committing to several logs tomorrow.
+//
+// An entry is one word (an inline mapping, a touch, a tail growth) or a
+// payload: a reservation word, the payload words, and an apply word that
+// carries the payload's checksum, all in one log block. Before its CAS, a
+// commit scans what was committed since the caller's snapshot (`pos`) and
+// asks `conflict` about each effect: a conflicting commit is not made, and
+// the caller redoes its work on the new state. Entries reach media in log
+// order (PersistBeforeSlot), so a crash never leaves a hole before an
+// acknowledged entry.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "engine/block_source.h"
+#include "engine/block_table.h"
+#include "engine/log.h"
+#include "engine/log_root.h"
+#include "format/format.h"
+#include "util/status.h"
+
+namespace upfs {
+
+// GC runs when a new log block makes the chain longer than this plus twice
+// the length the last compaction produced.
+inline constexpr uint64_t kGcSlackBlocks = 32;
+
+// A payload entry being prepared, and the overflow blocks it owns until
+// its commit (for runs that do not fit in the log block).
+struct PendingEntry {
+  std::vector<uint64_t> payload;
+  std::vector<format::Run> overflow;
+  bool empty() const { return payload.empty(); }
+};
+
+class LogWriter {
+ public:
+  LogWriter(BlockSpace* space, BlockSource* source, const LogRoot& root)
+      : access_(space), source_(source), root_(root) {}
+
+  // Encodes a change of the mapping of virtual blocks [vblock, vblock + n)
+  // to `runs` and of the size, as a payload in *p (with overflow blocks
+  // taken from t if the runs do not fit inline).
+  Status BuildPayload(ThreadBlocks* t, PendingEntry* p, uint32_t vblock,
+                      const std::vector<format::Run>& runs, Effect::SizeOp op, uint64_t new_size);
+  // Gives back what BuildPayload took, after a conflict or an error.
+  void DropPayload(ThreadBlocks* t, PendingEntry* p);
+
+  // Commits `entry` (one word), or the payload in `p` if entry is 0, at the
+  // tail of the log at or after `pos`, unless an entry committed since `pos`
+  // conflicts (then *conflicted, nothing committed, pos past that entry).
+  // On success pos is past the new entry; the payload's overflow blocks
+  // belong to the log (p->overflow may be cleared).
+  template <typename Conflict>
+  Status Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t entry,
+                const PendingEntry& p, Conflict conflict, bool* conflicted);
+
+  // True once since a new log block made the chain long enough for a GC.
+  bool TakeGcWanted() {
+    return gc_wanted_.load(std::memory_order_relaxed) &&
+           gc_wanted_.exchange(false, std::memory_order_relaxed);
+  }
+
+ private:
+  format::LogBlock* LogAt(uint32_t lblock) const {
+    return reinterpret_cast<format::LogBlock*>(access_.AddrUnchecked(lblock));
+  }
+  // Moves pos into the next log block, linking a new one if there is none.
+  Status ExtendChain(ThreadBlocks* t, LogPos* pos);
+  void PersistBeforeSlot(format::LogBlock* b, const LogPos& pos);
+
+  BlockAccess access_;
+  BlockSource* source_;
+  LogRoot root_;
+  std::atomic<bool> gc_wanted_{false};
+};
+
+}  // namespace upfs
+
+#include "engine/log_writer_inl.h"

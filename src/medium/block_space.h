@@ -1,0 +1,60 @@
+// BlockSpace: the storage a container lends the engine. An address range of
+// 4 KiB logical blocks that can grow and is never moved while in use (a
+// reader holding an old base keeps a valid mapping). The engine knows it only
+// through this interface: one host file per upfs file today (Medium), one
+// pool file shared by many files tomorrow.
+//
+// The hot accessors (base, mapped_bytes, capacity) are plain loads, not
+// virtual calls: every read and write of data goes through them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+
+#include "util/status.h"
+
+namespace upfs {
+
+class BlockSpace {
+ public:
+  virtual ~BlockSpace() = default;
+
+  // Base of the current mapping; valid for mapped_bytes() bytes.
+  char* base() const { return base_.load(std::memory_order_acquire); }
+  uint64_t mapped_bytes() const { return mapped_.load(std::memory_order_acquire); }
+  // Bytes the space holds (mapped or not), as last seen.
+  uint64_t capacity() const { return capacity_.load(std::memory_order_acquire); }
+
+  // Makes sure [0, bytes) is mapped (after another process grew the
+  // space). Fails if the space is smaller.
+  virtual Status EnsureMapped(uint64_t bytes) = 0;
+  // Grows the space to at least `bytes` and maps it. Safe to race with
+  // other threads and processes.
+  virtual Status Grow(uint64_t bytes) = 0;
+  // Asks for growth to at least `bytes` off the caller's path; `done` runs
+  // (on another thread) once the space is mapped. May do nothing.
+  virtual void GrowAhead(uint64_t bytes, std::function<void()> done) = 0;
+  // True while a GrowAhead request is being carried out.
+  virtual bool GrowInFlight() const = 0;
+  // Re-reads the capacity (another process may have grown the space).
+  virtual Status RefreshCapacity() = 0;
+  // Makes everything written to [offset, offset + bytes) durable.
+  virtual Status Sync(uint64_t offset, uint64_t bytes) = 0;
+  // Waits until background work (growth, huge pages) is done.
+  virtual void Settle() = 0;
+  // Stops background work for good; after it, no GrowAhead callback runs.
+  virtual void JoinBackground() = 0;
+
+ protected:
+  BlockSpace() = default;
+  BlockSpace(const BlockSpace&) = delete;
+  BlockSpace& operator=(const BlockSpace&) = delete;
+
+  // Kept by the implementation: base_ is published before mapped_ grows.
+  std::atomic<char*> base_{nullptr};
+  std::atomic<uint64_t> mapped_{0};
+  std::atomic<uint64_t> capacity_{0};
+};
+
+}  // namespace upfs
