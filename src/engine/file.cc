@@ -666,15 +666,12 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   const uint64_t vb0 = vt + 1, vb1 = CeilBlocks(end), nb = vb1 > vb0 ? vb1 - vb0 : 0;
   c->runs.clear();
   c->old.assign(nb, 0);
+  UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &c->runs);
   if (nb) {
     UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, nb, &c->runs));
     for (uint64_t i = 0; i < nb; ++i) c->old[i] = t->Get(vb0 + i);
-    Status st = CopyIntoNewBlocks(c, static_cast<const char*>(buf) + first, n - first,
-                                  vb0 << kBlockShift, size, vb0);
-    if (!st.ok()) {
-      for (const Run& r : c->runs) source_->Free(&c->blocks, r.lblock, r.count);
-      return st;
-    }
+    UPFS_RETURN_IF_ERROR(CopyIntoNewBlocks(c, static_cast<const char*>(buf) + first, n - first,
+                                           vb0 << kBlockShift, size, vb0));
   }
   // The entry must touch the tail block (a copy-on-write writer that
   // composed it from the older size conflicts with it, instead of
@@ -685,27 +682,23 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   // run keeps the tail block's mapping, and whose commit fences before the
   // payload can count.
   uint64_t entry = 0;
-  Status st;
   if (nb == 0) {
     pm::Fence();
     entry = EncodeGrowTail(end);
   } else {
     c->runs.insert(c->runs.begin(), Run{kKeepBlock, 1});
-    st = writer_.BuildPayload(&c->blocks, &c->pending, uint32_t(vt), c->runs, Effect::kMax, end);
+    Status st =
+        writer_.BuildPayload(&c->blocks, &c->pending, uint32_t(vt), c->runs, Effect::kMax, end);
     c->runs.erase(c->runs.begin());  // only the new blocks are ours to free
+    UPFS_RETURN_IF_ERROR(st);
   }
   bool conflicted = false;
-  if (st.ok()) {
-    st = writer_.Commit(&c->blocks, &c->scratch, &p, entry, c->pending,
-        [&](const Effect& e) { return e.ChangesSize() || e.TouchesBlocks(vt, std::max(vb1, vt + 1)); },
-        &conflicted);
-  }
-  if (!st.ok() || conflicted) {
-    for (const Run& r : c->runs) source_->Free(&c->blocks, r.lblock, r.count);
-    writer_.DropPayload(&c->blocks, &c->pending);
-    return st;
-  }
-  c->pending.overflow.clear();
+  UPFS_RETURN_IF_ERROR(writer_.Commit(
+      &c->blocks, &c->scratch, &p, entry, c->pending,
+      [&](const Effect& e) { return e.ChangesSize() || e.TouchesBlocks(vt, std::max(vb1, vt + 1)); },
+      &conflicted));
+  if (conflicted) return Status::OK();
+  taken.Committed();
   if (nb) ReleaseDisplaced(c, c->old.data(), nb);
   *at = size;
   *done = true;
@@ -731,42 +724,38 @@ Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
   }
   uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end), nb = vb1 - vb0;
   c->runs.clear();
+  UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &c->runs);
   UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, nb, &c->runs));
   c->old.resize(nb);
   for (uint64_t i = 0; i < nb; ++i) c->old[i] = t->Get(vb0 + i);
-  Status st = CopyIntoNewBlocks(c, buf, n, off, size, vb0);
+  UPFS_RETURN_IF_ERROR(CopyIntoNewBlocks(c, buf, n, off, size, vb0));
+  pm::Fence();
   uint64_t entry = 0;
-  if (st.ok()) {
-    pm::Fence();
-    if (c->runs.size() == 1 && FitsInline(vb0, c->runs[0].lblock, nb)) {
-      if (end <= size)
-        entry = EncodeInline({uint32_t(vb0), c->runs[0].lblock, uint32_t(nb), false});
-      else if ((end & (kBlockSize - 1)) == 0)
-        entry = EncodeInline({uint32_t(vb0), c->runs[0].lblock, uint32_t(nb), true});
-    }
-    if (!entry) st = writer_.BuildPayload(&c->blocks, &c->pending, uint32_t(vb0), c->runs, Effect::kMax, end);
+  if (c->runs.size() == 1 && FitsInline(vb0, c->runs[0].lblock, nb)) {
+    if (end <= size)
+      entry = EncodeInline({uint32_t(vb0), c->runs[0].lblock, uint32_t(nb), false});
+    else if ((end & (kBlockSize - 1)) == 0)
+      entry = EncodeInline({uint32_t(vb0), c->runs[0].lblock, uint32_t(nb), true});
   }
-  if (st.ok()) {
-    const bool head_edge = off & (kBlockSize - 1);
-    const bool tail_edge = end & (kBlockSize - 1);
-    uint32_t* old = c->old.data();
-    st = writer_.Commit(&c->blocks, &c->scratch, &p, entry, c->pending,
-        [&](const Effect& e) {
-          if (e.size_op == Effect::kSet) return true;
-          if (append && e.ChangesSize()) return true;
-          if (head_edge && e.TouchesBlocks(vb0, vb0 + 1)) return true;
-          if (tail_edge && e.TouchesBlocks(vb1 - 1, vb1)) return true;
-          Overlay(e, vb0, nb, old);
-          return false;
-        },
-        conflicted);
-  }
-  if (!st.ok() || *conflicted) {
-    for (const Run& r : c->runs) source_->Free(&c->blocks, r.lblock, r.count);
-    writer_.DropPayload(&c->blocks, &c->pending);
-    return st;
-  }
-  c->pending.overflow.clear();  // now owned by the log
+  if (!entry)
+    UPFS_RETURN_IF_ERROR(writer_.BuildPayload(&c->blocks, &c->pending, uint32_t(vb0), c->runs,
+                                              Effect::kMax, end));
+  const bool head_edge = off & (kBlockSize - 1);
+  const bool tail_edge = end & (kBlockSize - 1);
+  uint32_t* old = c->old.data();
+  UPFS_RETURN_IF_ERROR(writer_.Commit(
+      &c->blocks, &c->scratch, &p, entry, c->pending,
+      [&](const Effect& e) {
+        if (e.size_op == Effect::kSet) return true;
+        if (append && e.ChangesSize()) return true;
+        if (head_edge && e.TouchesBlocks(vb0, vb0 + 1)) return true;
+        if (tail_edge && e.TouchesBlocks(vb1 - 1, vb1)) return true;
+        Overlay(e, vb0, nb, old);
+        return false;
+      },
+      conflicted));
+  if (*conflicted) return Status::OK();
+  taken.Committed();
   ReleaseDisplaced(c, c->old.data(), nb);
   *at = off;
   return Status::OK();
@@ -828,6 +817,7 @@ Status File::Truncate(uint64_t len) {
     uint64_t keep = CeilBlocks(len);
     c->runs.clear();
     c->old.clear();
+    UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &c->runs);
     TailClaimGuard claim{this, c};
     if (len > size) {
       bool stale = false;
@@ -853,16 +843,16 @@ Status File::Truncate(uint64_t len) {
     }
     t->ForEachMapped([&](uint64_t, uint32_t l) { c->old.push_back(l); }, keep);
     uint32_t vfirst = c->runs.empty() ? 0 : uint32_t(len >> kBlockShift);
-    UPFS_RETURN_IF_ERROR(writer_.BuildPayload(&c->blocks, &c->pending, vfirst, c->runs, Effect::kSet, len));
+    UPFS_RETURN_IF_ERROR(
+        writer_.BuildPayload(&c->blocks, &c->pending, vfirst, c->runs, Effect::kSet, len));
     bool conflicted = false;
-    Status st = writer_.Commit(&c->blocks, &c->scratch, &p, 0, c->pending, [](const Effect&) { return true; }, &conflicted);
-    if (!st.ok() || conflicted) {
-      for (const Run& r : c->runs) source_->Free(&c->blocks, r.lblock, r.count);
-      writer_.DropPayload(&c->blocks, &c->pending);
-      UPFS_RETURN_IF_ERROR(st);
+    UPFS_RETURN_IF_ERROR(writer_.Commit(&c->blocks, &c->scratch, &p, 0, c->pending,
+                                        [](const Effect&) { return true; }, &conflicted));
+    if (conflicted) {
       UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
       continue;
     }
+    taken.Committed();
     ReleaseDisplaced(c, c->old.data(), c->old.size());
     break;
   }
@@ -874,34 +864,26 @@ Status File::Truncate(uint64_t len) {
 // Publishes a block-range change prepared in `runs` (fresh blocks already
 // written): one payload, committed unless an entry touching [vb0, vb1) or a
 // truncate came in between. On success the displaced blocks are released;
-// on a conflict everything prepared is dropped, the table caught up, and
-// *retry set.
+// on a conflict the table is caught up and *retry set (what `taken` holds
+// goes back when the caller lets go of it).
 Status File::CommitRangeChange(ThreadCtx* c, BlockTable** t, LogPos* p, uint64_t vb0, uint64_t vb1,
                                const std::vector<Run>& runs, Effect::SizeOp op, uint64_t new_size,
-                               const std::vector<Run>& fresh, const uint32_t* displaced,
+                               UncommittedBlocks* taken, const uint32_t* displaced,
                                size_t ndisplaced, bool* retry) {
   *retry = false;
-  auto release_fresh = [&] {
-    for (const Run& r : fresh) source_->Free(&c->blocks, r.lblock, r.count);
-  };
   pm::Fence();
-  Status st = writer_.BuildPayload(&c->blocks, &c->pending, uint32_t(vb0), runs, op, new_size);
-  if (!st.ok()) {
-    release_fresh();
-    return st;
-  }
+  UPFS_RETURN_IF_ERROR(
+      writer_.BuildPayload(&c->blocks, &c->pending, uint32_t(vb0), runs, op, new_size));
   bool conflicted = false;
-  st = writer_.Commit(&c->blocks, &c->scratch, p, 0, c->pending,
+  UPFS_RETURN_IF_ERROR(writer_.Commit(
+      &c->blocks, &c->scratch, p, 0, c->pending,
       [&](const Effect& e) { return e.size_op == Effect::kSet || e.TouchesBlocks(vb0, vb1); },
-      &conflicted);
-  if (!st.ok() || conflicted) {
-    release_fresh();
-    writer_.DropPayload(&c->blocks, &c->pending);
-    UPFS_RETURN_IF_ERROR(st);
+      &conflicted));
+  if (conflicted) {
     *retry = true;
     return CatchUp(c, t);
   }
-  c->pending.overflow.clear();
+  taken->Committed();
   ReleaseDisplaced(c, displaced, ndisplaced);
   return Status::OK();
 }
@@ -915,6 +897,7 @@ Status File::PunchHole(ThreadCtx* c, BlockTable* t, uint64_t off, uint64_t end) 
   for (;;) {
     LogPos p = t->cursor();
     std::vector<Run> runs, fresh;
+    UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &fresh);
     std::vector<uint32_t> displaced;
     Status st;
     // A partial block: a copy with [lo, hi) zeroed, or left alone if a hole.
@@ -947,22 +930,51 @@ Status File::PunchHole(ThreadCtx* c, BlockTable* t, uint64_t off, uint64_t end) 
       t->ForEachMapped([&](uint64_t, uint32_t l) { displaced.push_back(l); }, full0, full1);
     }
     if (st.ok() && full1 >= full0 && full1 < vb1 && full1 > vb0) edge(full1);  // tail
-    auto release_fresh = [&] {
-      for (const Run& r : fresh) source_->Free(&c->blocks, r.lblock, r.count);
-    };
-    if (!st.ok()) {
-      release_fresh();
-      return st;
-    }
-    if (displaced.empty()) {  // nothing mapped: nothing to punch
-      release_fresh();
-      return Status::OK();
-    }
+    UPFS_RETURN_IF_ERROR(st);
+    if (displaced.empty()) return Status::OK();  // nothing mapped: nothing to punch
     bool retry = false;
-    UPFS_RETURN_IF_ERROR(CommitRangeChange(c, &t, &p, vb0, vb1, runs, Effect::kNone, 0, fresh,
+    UPFS_RETURN_IF_ERROR(CommitRangeChange(c, &t, &p, vb0, vb1, runs, Effect::kNone, 0, &taken,
                                            displaced.data(), displaced.size(), &retry));
     if (!retry) return Status::OK();
   }
+}
+
+// Sync-mode preallocation: c->runs becomes the mapping of [vb0, map_end),
+// mapped blocks kept and holes given fresh zeroed blocks (appended to
+// *fresh); *changes if there was a hole.
+Status File::MapZeroedHoles(ThreadCtx* c, BlockTable* t, uint64_t vb0, uint64_t map_end,
+                            std::vector<Run>* fresh, bool* changes) {
+  c->runs.clear();
+  auto push = [&](uint32_t l, uint32_t count) {
+    if (!c->runs.empty()) {
+      Run& b = c->runs.back();
+      bool both_keep = b.lblock == kKeepBlock && l == kKeepBlock;
+      bool contiguous = b.lblock != kKeepBlock && l != kKeepBlock && b.lblock + b.count == l;
+      if (both_keep || contiguous) {
+        b.count += count;
+        return;
+      }
+    }
+    c->runs.push_back(Run{l, count});
+  };
+  *changes = false;
+  for (uint64_t v = vb0; v < map_end; ++v) {
+    if (t->Get(v)) {
+      push(kKeepBlock, 1);
+      continue;
+    }
+    const size_t before = fresh->size();
+    UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, 1, fresh));
+    UPFS_ASSERT(fresh->size() == before + 1 || fresh->back().count > 1);
+    const uint32_t l = fresh->size() == before + 1 ? fresh->back().lblock
+                                                   : fresh->back().lblock + fresh->back().count - 1;
+    char* dst;
+    UPFS_RETURN_IF_ERROR(access_.Addr(l, &dst));
+    pm::ZeroNT(dst, kBlockSize);
+    push(l, 1);
+    *changes = true;
+  }
+  return Status::OK();
 }
 
 Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
@@ -1007,58 +1019,18 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
     const uint64_t map_end = root_.consistency == Consistency::kSync
                                  ? std::min(vb1, CeilBlocks(grows ? end : size))
                                  : vb0;
-    c->runs.clear();
     std::vector<Run> fresh;  // blocks this call allocates
-    auto push = [&](uint32_t l, uint32_t count) {
-      if (!c->runs.empty()) {
-        Run& b = c->runs.back();
-        bool both_keep = b.lblock == kKeepBlock && l == kKeepBlock;
-        bool contiguous = b.lblock != kKeepBlock && l != kKeepBlock && b.lblock + b.count == l;
-        if (both_keep || contiguous) {
-          b.count += count;
-          return;
-        }
-      }
-      c->runs.push_back(Run{l, count});
-    };
+    UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &fresh);
     bool changes = false;
-    Status st;
-    for (uint64_t v = vb0; v < map_end && st.ok(); ++v) {
-      if (t->Get(v)) {
-        push(kKeepBlock, 1);
-      } else {
-        std::vector<Run> one;
-        st = source_->Alloc(&c->blocks, 1, &one);
-        if (!st.ok()) break;
-        fresh.push_back(one[0]);
-        char* dst;
-        st = access_.Addr(one[0].lblock, &dst);
-        if (!st.ok()) break;
-        pm::ZeroNT(dst, kBlockSize);
-        push(one[0].lblock, 1);
-        changes = true;
-      }
-    }
-    auto release_fresh = [&] {
-      for (const Run& r : fresh) source_->Free(&c->blocks, r.lblock, r.count);
-    };
-    if (!st.ok()) {
-      release_fresh();
-      return st;
-    }
-    if (!changes && !grows) {
-      release_fresh();
-      break;
-    }
+    UPFS_RETURN_IF_ERROR(MapZeroedHoles(c, t, vb0, map_end, &fresh, &changes));
+    if (!changes && !grows) break;
     if (!changes) c->runs.clear();  // only the size: a payload without runs
     const uint64_t range_end = changes ? map_end : vb0;
     TailClaimGuard claim{this, c};
     if (grows) {
       bool stale = false;
-      st = ZeroTailForGap(c, t, p, &claim.held, &stale);
-      if (!st.ok() || stale) {
-        release_fresh();
-        UPFS_RETURN_IF_ERROR(st);
+      UPFS_RETURN_IF_ERROR(ZeroTailForGap(c, t, p, &claim.held, &stale));
+      if (stale) {
         UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
         continue;
       }
@@ -1067,7 +1039,7 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
     // Mapped blocks are kept and holes get fresh ones: nothing is displaced.
     UPFS_RETURN_IF_ERROR(CommitRangeChange(c, &t, &p, vb0, range_end, c->runs,
                                            grows ? Effect::kMax : Effect::kNone, grows ? end : 0,
-                                           fresh, nullptr, 0, &retry));
+                                           &taken, nullptr, 0, &retry));
     if (!retry) break;
   }
   TouchMtime();

@@ -171,8 +171,10 @@ class File {
   Status PunchHole(ThreadCtx* c, BlockTable* t, uint64_t off, uint64_t end);
   Status CommitRangeChange(ThreadCtx* c, BlockTable** t, LogPos* p, uint64_t vb0, uint64_t vb1,
                            const std::vector<format::Run>& runs, Effect::SizeOp op,
-                           uint64_t new_size, const std::vector<format::Run>& fresh,
+                           uint64_t new_size, UncommittedBlocks* taken,
                            const uint32_t* displaced, size_t ndisplaced, bool* retry);
+  Status MapZeroedHoles(ThreadCtx* c, BlockTable* t, uint64_t vb0, uint64_t map_end,
+                        std::vector<format::Run>* fresh, bool* changes);
   void ReleaseDisplaced(ThreadCtx* c, const uint32_t* blocks, size_t n);
   void TouchMtime();
   void MaybeCollectGarbage(ThreadCtx* c);

@@ -148,6 +148,7 @@ Status LogCompactor::Compact(ThreadBlocks* t, bool force) {
   if (n_new >= old_blocks.size()) return Status::OK();
 
   std::vector<Run> fresh;
+  PendingBlocks taken(source_, t, &fresh);
   UPFS_RETURN_IF_ERROR(source_->Alloc(t, n_new, &fresh));
   std::vector<uint32_t> nb;
   for (const Run& r : fresh)
@@ -161,19 +162,13 @@ Status LogCompactor::Compact(ThreadBlocks* t, bool force) {
     std::memcpy(reinterpret_cast<char*>(img) + offsetof(LogBlock, slots), w.images()[i].data(),
                 kSlotsPerLogBlock * 8);
     char* dst;
-    Status st = access_.Addr(nb[i], &dst);
-    if (!st.ok()) {
-      for (const Run& r : fresh) source_->Free(t, r.lblock, r.count);
-      return st;
-    }
+    UPFS_RETURN_IF_ERROR(access_.Addr(nb[i], &dst));
     pm::CopyNT(dst, img, kBlockSize);
   }
   pm::Fence();
   uint64_t expected = head;
-  if (!pm::Cas64(root_.head, expected, nb[0])) {
-    for (const Run& r : fresh) source_->Free(t, r.lblock, r.count);
-    return Status::OK();
-  }
+  if (!pm::Cas64(root_.head, expected, nb[0])) return Status::OK();
+  taken.Keep();  // the log's now
   pm::PersistWord(root_.head);
   // Publish the boundary before retiring: anyone who pins after this sees
   // that a cursor below it is stale.

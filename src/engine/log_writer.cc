@@ -4,6 +4,7 @@
 #include <string>
 
 #include "medium/pm.h"
+#include "util/assert.h"
 #include "util/crc32c.h"
 
 namespace upfs {
@@ -92,8 +93,9 @@ Status LogWriter::ExtendChain(ThreadBlocks* t, LogPos* pos) {
 Status LogWriter::BuildPayload(ThreadBlocks* t, PendingEntry* p, uint32_t vblock, const std::vector<Run>& runs,
                           Effect::SizeOp op, uint64_t new_size) {
   uint16_t flags = op == Effect::kSet ? kSizeSet : op == Effect::kMax ? kSizeMax : 0;
+  // The previous payload of this thread was committed or dropped.
+  UPFS_ASSERT(p->overflow.empty());
   p->payload.clear();
-  p->overflow.clear();
   p->payload.push_back(new_size);
   if (runs.size() <= kMaxInlineRuns) {
     p->payload.push_back(EncodePayloadWord1(vblock, uint16_t(runs.size()), flags));
@@ -108,7 +110,7 @@ Status LogWriter::BuildPayload(ThreadBlocks* t, PendingEntry* p, uint32_t vblock
   UPFS_RETURN_IF_ERROR(source_->Alloc(t, nblocks, &p->overflow));
   if (p->overflow.size() != 1) {
     // Overflow runs must be contiguous; give these back and take a fresh chunk.
-    for (const Run& r : p->overflow) source_->Free(t, r.lblock, r.count);
+    source_->FreeRuns(t, p->overflow);
     p->overflow.clear();
     source_->DropChunk(t);  // force a fresh chunk
     UPFS_RETURN_IF_ERROR(source_->Alloc(t, nblocks, &p->overflow));
@@ -126,7 +128,7 @@ Status LogWriter::BuildPayload(ThreadBlocks* t, PendingEntry* p, uint32_t vblock
 }
 
 void LogWriter::DropPayload(ThreadBlocks* t, PendingEntry* p) {
-  for (const Run& r : p->overflow) source_->Free(t, r.lblock, r.count);
+  source_->FreeRuns(t, p->overflow);
   p->overflow.clear();
   p->payload.clear();
 }

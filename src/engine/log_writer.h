@@ -59,6 +59,8 @@ class LogWriter {
   Status Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t entry,
                 const PendingEntry& p, Conflict conflict, bool* conflicted);
 
+  BlockSource* source() const { return source_; }
+
   // True once since a new log block made the chain long enough for a GC.
   bool TakeGcWanted() {
     return gc_wanted_.load(std::memory_order_relaxed) &&
@@ -77,6 +79,34 @@ class LogWriter {
   BlockSource* source_;
   LogRoot root_;
   std::atomic<bool> gc_wanted_{false};
+};
+
+// What one operation took for a commit: its fresh blocks (`fresh`, may be
+// null) and its payload's overflow blocks. Given back on every way out of
+// the operation but a commit, which hands them to the log (Committed).
+class UncommittedBlocks {
+ public:
+  UncommittedBlocks(LogWriter* w, ThreadBlocks* t, PendingEntry* p,
+                    const std::vector<format::Run>* fresh)
+      : w_(w), t_(t), p_(p), fresh_(fresh) {}
+  ~UncommittedBlocks() {
+    if (committed_) return;
+    if (fresh_) w_->source()->FreeRuns(t_, *fresh_);
+    w_->DropPayload(t_, p_);
+  }
+  UncommittedBlocks(const UncommittedBlocks&) = delete;
+  UncommittedBlocks& operator=(const UncommittedBlocks&) = delete;
+  void Committed() {
+    committed_ = true;
+    p_->overflow.clear();  // the log's now
+  }
+
+ private:
+  LogWriter* w_;
+  ThreadBlocks* t_;
+  PendingEntry* p_;
+  const std::vector<format::Run>* fresh_;
+  bool committed_ = false;
 };
 
 }  // namespace upfs
