@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h> /* struct timespec, which <sys/stat.h> leaves out in strict ISO C */
 
 #ifdef __cplusplus
 extern "C" {

@@ -12,6 +12,10 @@
 
 #include "cli/cli.h"
 
+#ifndef UPFS_LIBDIR_FROM_BINDIR
+#define UPFS_LIBDIR_FROM_BINDIR "../lib"
+#endif
+
 namespace upfs::cli {
 
 const char kRunHelp[] =
@@ -43,7 +47,10 @@ std::string PreloadLibrary() {
   exe[n] = 0;
   std::string dir(exe);
   dir.erase(dir.rfind('/'));
-  for (const char* rel : {"/../lib/libupfs-preload.so", "/libupfs-preload.so"}) {
+  // UPFS_LIBDIR_FROM_BINDIR: where `cmake --install` puts the library,
+  // relative to this binary (cmake/install.cmake); ../lib is the build tree.
+  for (const char* rel : {"/" UPFS_LIBDIR_FROM_BINDIR "/libupfs-preload.so",
+                          "/../lib/libupfs-preload.so", "/libupfs-preload.so"}) {
     std::string p = dir + rel;
     char canon[PATH_MAX];
     if (realpath(p.c_str(), canon)) return canon;
