@@ -24,12 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "container/perfile/lock_object.h"
-#include "container/perfile/perfile.h"
-#include "format/header.h"
+#include "container/container.h"
 #include "engine/file.h"
-#include "container/perfile/inspect.h"
-#include "container/perfile/shared_state.h"
 #include "posix/api_internal.h"
 #include "posix/host_descriptor.h"
 #include "posix/op_guard.h"
@@ -75,7 +71,7 @@ struct Description {
   // checked the host file for S_ISUID/S_ISGID (ClearPrivileges).
   std::atomic<uint64_t> privileges_seen{~uint64_t{0}};
   ~Description() {
-    ReleaseLockObject(dev, ino, flock_fd);
+    HostFileContainer().ReleaseFlock(HostIdentity{dev, ino}, flock_fd);
     if (ofd_fd >= 0) close(ofd_fd);
   }
 };
@@ -128,7 +124,7 @@ bool CanWrite(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_RDONL
 // relaxed load per write otherwise.
 Status ClearPrivileges(const OpenFile* of) {
   Description* d = of->d.get();
-  const uint64_t seq = PerFile(*d->file)->shared()->header()->attr_seq.load(std::memory_order_acquire);
+  const uint64_t seq = HostFileContainer().AttributeSequence(*d->file);
   if (seq == d->privileges_seen.load(std::memory_order_relaxed)) return Status::OK();
   struct stat st;
   if (fstat(of->fd, &st) != 0) return Status::FromErrno("fstat of host file");
@@ -158,7 +154,8 @@ int OpenOnHostFd(int fd, const char* path, int flags, format::Consistency consis
   };
   struct stat st;
   if (fstat(fd, &st) != 0) return fail(Status::FromErrno("fstat"));
-  if ((flags & O_TRUNC) && create && st.st_size > 0 && !LooksLikeUpfs(fd)) {
+  Container& host = HostFileContainer();
+  if ((flags & O_TRUNC) && create && st.st_size > 0 && !host.Holds(fd)) {
     // Truncating a plain file yields an empty file, which becomes upfs.
     // (By name if fd is read-only: see host_descriptor.h.)
     if (acc == O_RDONLY) return fail(Status::Error(EINVAL, "O_TRUNC with O_RDONLY"));
@@ -174,9 +171,9 @@ int OpenOnHostFd(int fd, const char* path, int flags, format::Consistency consis
   // write permission), unless this process has a writing one already.
   const bool writable = acc != O_RDONLY || create;
   std::shared_ptr<File> file;
+  const Container::OpenOptions options{writable, create, consistency, new_mode};
   Status s = AcquireFile(st, writable, [&](std::unique_ptr<File>* f) {
-    return writable ? OpenPerFile(fd, path, create, consistency, new_mode, f)
-                    : OpenPerFileReadOnly(fd, path, f);
+    return host.Open(fd, path, options, f);
   }, &file);
   if (!s.ok()) return fail(s);
   s = ProtectHostDescriptor(fd, acc, first_of_file, host_read_only);
@@ -267,11 +264,11 @@ int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consi
 // The identity of the file at dirfd/path if it may be a upfs file with a
 // single link (its shared state goes with that link). The shared state is
 // named by inode, so a file whose header is damaged is covered too.
-bool LastLinkIdentity(int dirfd, const char* path, SharedState::Identity* id) {
+bool LastLinkIdentity(int dirfd, const char* path, HostIdentity* id) {
   struct stat st;
   if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) != 0 || !MaybeUpfs(st) || st.st_nlink != 1)
     return false;
-  *id = SharedState::Identity{0, 0, uint64_t(st.st_dev), uint64_t(st.st_ino)};
+  *id = HostIdentity{uint64_t(st.st_dev), uint64_t(st.st_ino)};
   return true;
 }
 
@@ -299,13 +296,13 @@ void ReopenAfterFork() {
       if (it == fresh.end()) {
         std::unique_ptr<File> f;
         std::string self = "/proc/self/fd/" + std::to_string(of->fd);
-        Status st = of->d->file->read_only()
-                        ? OpenPerFileReadOnly(of->fd, self, &f)
-                        : OpenPerFile(of->fd, self, false, of->d->file->consistency(), nullptr, &f);
+        const Container::OpenOptions options{!of->d->file->read_only(), false,
+                                             of->d->file->consistency(), nullptr};
+        Status st = HostFileContainer().Open(of->fd, self, options, &f);
         std::shared_ptr<File> nf = f ? AdoptFileInChild(std::move(f)) : nullptr;
         it = fresh.emplace(old, nf).first;
       }
-      if (SharedState* sh = PerFile(*of->d->file)->shared()) sh->DetachAfterFork();
+      HostFileContainer().ForkedAway(*of->d->file);
       IntentionallyLeaked(new std::shared_ptr<File>(of->d->file));  // see above
       of->d->file = it->second;
       done[of->d.get()] = of->d->file != nullptr;
@@ -527,23 +524,23 @@ int upfs_is_upfs_file(const char* path) {
   if (fstatat(AT_FDCWD, path, &st, 0) != 0) return FailErrno(errno, "stat failed");
   if (!S_ISREG(st.st_mode)) return 0;
   // The marker answers for callers that may not read the file.
-  if (IsMarkedUpfs(st)) return 1;
+  if (HostFileContainer().Marked(st)) return 1;
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOATIME);
   if (fd < 0 && errno == EPERM) fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno == EACCES ? 0 : FailErrno(errno, "open failed");
-  int r = LooksLikeUpfs(fd) ? 1 : 0;
+  int r = HostFileContainer().Holds(fd) ? 1 : 0;
   close(fd);
   return r;
 }
 
 int upfs_unlinkat(int dirfd, const char* path) {
   if (!path) return FailErrno(EFAULT, "null path");
-  SharedState::Identity id{};
+  HostIdentity id{};
   bool last_link = LastLinkIdentity(dirfd, path, &id);
   if (unlinkat(dirfd, path, 0) != 0) return FailErrno(errno, "unlink failed");
   // A parked File of it would keep its space and shared state; destroying
   // it removes the shared state if nobody else uses the file.
-  if (last_link && !DropParkedFile(dev_t(id.dev), ino_t(id.ino))) SharedState::RemoveIfUnused(id);
+  if (last_link && !DropParkedFile(dev_t(id.dev), ino_t(id.ino))) HostFileContainer().Unlinked(id);
   return 0;
 }
 
@@ -551,8 +548,7 @@ int upfs_unlink(const char* path) { return upfs_unlinkat(AT_FDCWD, path); }
 
 int upfs_sweep(unsigned* removed, unsigned* in_use) {
   uint32_t r = 0, u = 0;
-  Status st = SharedState::SweepUnused(&r, &u);
-  if (st.ok()) st = SweepLockObjects(&r, &u);
+  Status st = HostFileContainer().Sweep(&r, &u);
   if (!st.ok()) return Fail(st);
   if (removed) *removed = r;
   if (in_use) *in_use = u;
@@ -569,7 +565,7 @@ int upfs_renameat2(int olddirfd, const char* oldpath, int newdirfd, const char* 
   if (!oldpath || !newpath) return FailErrno(EFAULT, "null path");
   // The file replaced by the rename loses its last link, unless it is the
   // renamed file itself (two links to one inode) or they are exchanged.
-  SharedState::Identity id{};
+  HostIdentity id{};
   bool replaced = !(flags & RENAME_EXCHANGE) && LastLinkIdentity(newdirfd, newpath, &id);
   if (replaced) {
     struct stat src;
@@ -579,7 +575,7 @@ int upfs_renameat2(int olddirfd, const char* oldpath, int newdirfd, const char* 
   }
   if (renameat2(olddirfd, oldpath, newdirfd, newpath, flags) != 0)
     return FailErrno(errno, "rename failed");
-  if (replaced && !DropParkedFile(dev_t(id.dev), ino_t(id.ino))) SharedState::RemoveIfUnused(id);
+  if (replaced && !DropParkedFile(dev_t(id.dev), ino_t(id.ino))) HostFileContainer().Unlinked(id);
   return 0;
 }
 
@@ -602,23 +598,24 @@ int upfs_stat_host_fd(int host_fd, struct stat* out) {
   if (fstat(host_fd, &host) != 0) return FailErrno(errno, "fstat of host file failed");
   if (upfs_stat_if_open(&host, out) == 1) return 0;
   if (!S_ISREG(host.st_mode)) return FailErrno(EMEDIUMTYPE, "not a upfs file");
-  if (!LooksLikeUpfs(host_fd)) {
-    if (IsMarkedUpfs(host)) return Fail(MarkedWithoutMagic("/proc/self/fd/" + std::to_string(host_fd)));
+  Container& c = HostFileContainer();
+  const std::string name = "/proc/self/fd/" + std::to_string(host_fd);
+  if (!c.Holds(host_fd)) {
+    if (c.Marked(host)) return Fail(c.Damaged(name));
     return FailErrno(EMEDIUMTYPE, "not a upfs file");
   }
-  const std::string name = "/proc/self/fd/" + std::to_string(host_fd);
   FileStat fs;
   Status st;
   // A GC in another process compacting the log under the walk is rare and
   // brief: a few tries, then a real open, which pins the log.
   for (int i = 0; i < 3; ++i) {
-    st = PeekStat(host_fd, name, &fs);
+    st = c.StatClosed(host_fd, name, &fs);
     if (st.err() != EAGAIN) break;
   }
   if (st.err() == EAGAIN) {
     std::shared_ptr<File> f;
     st = AcquireFile(host, false, [&](std::unique_ptr<File>* nf) {
-      return OpenPerFileReadOnly(host_fd, name, nf);
+      return c.Open(host_fd, name, Container::OpenOptions{false}, nf);
     }, &f);
     if (st.ok()) {
       OpGuard g;
@@ -644,12 +641,10 @@ int upfs_map_guard(int fd) {
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (!CanWrite(of)) return FailErrno(EACCES, "a shared writable map needs a descriptor open for writing");
-  int lock_fd = PerFile(*of->d->file)->shared()->OpenAnotherDescription();
-  if (lock_fd < 0) return FailErrno(errno, "open shared state for a map");
-  if (!SharedState::TryLockMapByte(lock_fd)) {
-    close(lock_fd);
+  int lock_fd = HostFileContainer().LockForSharedMap(*of->d->file);
+  if (lock_fd < 0 && errno == EAGAIN)
     return FailErrno(EAGAIN, "another process has a shared writable map of the file");
-  }
+  if (lock_fd < 0) return FailErrno(errno, "lock the file for a shared writable map");
   return lock_fd;
 }
 
@@ -663,11 +658,11 @@ int upfs_flock(int fd, int op) {
   }
   // flock locks belong to the open file description: each description
   // locks through a description of its own of the file's lock object
-  // (container/perfile/lock_object.h). The description's lock is held meanwhile:
+  // (Container::Flock). The description's lock is held meanwhile:
   // a blocking flock holds it while waiting, as the kernel holds the
   // description's; d keeps everything alive.
   std::lock_guard<std::mutex> g(d->flock_mu);
-  if (FlockLockObject(d->dev, d->ino, &d->flock_fd, op) != 0)
+  if (HostFileContainer().Flock(HostIdentity{d->dev, d->ino}, &d->flock_fd, op) != 0)
     return FailErrno(errno, "flock failed");
   return 0;
 }
@@ -693,7 +688,8 @@ int upfs_fcntl_lock(int fd, int cmd, struct flock* lock) {
     // host file of our own per upfs description, with the File's access.
     std::lock_guard<std::mutex> g(d->ofd_mu);
     if (d->ofd_fd < 0) {
-      const std::string self = "/proc/self/fd/" + std::to_string(PerFile(*d->file)->medium()->fd());
+      const std::string self =
+          "/proc/self/fd/" + std::to_string(HostFileContainer().HostFd(*d->file));
       d->ofd_fd = open(self.c_str(), (d->file->read_only() ? O_RDONLY : O_RDWR) | O_CLOEXEC);
       if (d->ofd_fd < 0) return FailErrno(errno, "open the host file for its locks");
     }
@@ -701,7 +697,7 @@ int upfs_fcntl_lock(int fd, int cmd, struct flock* lock) {
   } else {
     // POSIX record locks belong to the process: any descriptor of the file
     // takes them, and the File's own one may write.
-    lock_fd = PerFile(*d->file)->medium()->fd();
+    lock_fd = HostFileContainer().HostFd(*d->file);
   }
   // d keeps lock_fd open while we may block on it.
   int r;

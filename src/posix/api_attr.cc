@@ -14,13 +14,11 @@
 #include <cerrno>
 #include <string>
 
-#include "container/perfile/perfile.h"
+#include "container/container.h"
 #include "format/format.h"
-#include "format/header.h"
 #include "posix/api_internal.h"
 #include "posix/file_registry.h"
 #include "posix/op_guard.h"
-#include "container/perfile/shared_state.h"
 #include "upfs/upfs.h"
 
 namespace upfs {
@@ -59,11 +57,12 @@ int OpenToLook(int dirfd, const char* path, int at_flags) {
 // file: marked, or (an unmarked file of an earlier version) carrying the
 // magic.
 bool IsUpfsHost(int dirfd, const char* path, int at_flags, const struct stat& st) {
-  if (IsMarkedUpfs(st)) return true;
-  if (!MaybeUpfs(st)) return false;
+  Container& c = HostFileContainer();
+  if (c.Marked(st)) return true;
+  if (!c.MaybeHolds(st)) return false;
   const int saved = errno;
   int fd = OpenToLook(dirfd, path, at_flags);
-  bool upfs = fd >= 0 && LooksLikeUpfs(fd);
+  bool upfs = fd >= 0 && c.Holds(fd);
   if (fd >= 0) close(fd);
   errno = saved;
   return upfs;
@@ -80,16 +79,16 @@ void FillUpfsAttributes(int dirfd, const char* path, int at_flags, struct stat* 
   if (fd >= 0 && upfs_stat_host_fd(fd, &ust) == 0 && ust.st_dev == st->st_dev &&
       ust.st_ino == st->st_ino)
     *st = ust;
-  else if (IsMarkedUpfs(*st))
-    st->st_mode &= ~kMarkerBit;
+  else if (HostFileContainer().Marked(*st))
+    st->st_mode &= ~HostFileContainer().MarkerBits();
   if (fd >= 0) close(fd);
   errno = saved;
 }
 
 // After the kernel changed the owner, group or mode of a upfs host file.
 void AfterAttributeChange(const struct stat& host) {
-  SharedState::Identity id{0, 0, uint64_t(host.st_dev), uint64_t(host.st_ino)};
-  (void)SharedState::MirrorAttributes(id, host);
+  HostFileContainer().AttributesChanged(HostIdentity{uint64_t(host.st_dev), uint64_t(host.st_ino)},
+                                       host);
 }
 
 // The engine File of the upfs file `host` (named `path` for opening), the
@@ -102,7 +101,7 @@ Status AcquireWritable(const std::string& path, const struct stat& host,
   int fd = open(path.c_str(), O_PATH | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno("open " + path);
   auto open_new = [&](std::unique_ptr<File>* nf) {
-    return OpenPerFile(fd, path, false, format::Consistency::kStrict, nullptr, nf);
+    return HostFileContainer().Open(fd, path, Container::OpenOptions{}, nf);
   };
   Status st = AcquireFile(host, true, open_new, out);
   if (st.err() == EACCES && geteuid() == host.st_uid) {
@@ -138,22 +137,17 @@ Status SetUpfsMtime(const std::string& path, const struct stat& host,
 
 Status ClearPrivilegesOf(File* file, const struct stat& host) {
   if (!(host.st_mode & (S_ISUID | S_ISGID))) return Status::OK();
-  // The header's first byte never changes: rewriting it through the
-  // kernel is a write that changes nothing but what the kernel's write
-  // path does to the inode (file_remove_privs, mtime and ctime).
-  if (pwrite(PerFile(*file)->medium()->fd(), format::kMagic, 1, 0) != 1)
-    return Status::FromErrno("clear S_ISUID/S_ISGID");
-  return Status::OK();
+  // The kernel's write path clears them (file_remove_privs), with the
+  // caller's credentials.
+  return HostFileContainer().WriteThroughKernel(*file);
 }
 
 bool MaybeUpfs(const struct stat& st) {
-  return S_ISREG(st.st_mode) &&
-         (IsMarkedUpfs(st) || (st.st_size >= off_t(format::kBlockSize) &&
-                               st.st_size % off_t(format::kBlockSize) == 0));
+  return HostFileContainer().MaybeHolds(st);
 }
 
 void SetUpfsAttributes(const FileStat& fs, struct stat* out) {
-  out->st_mode &= ~kMarkerBit;
+  out->st_mode &= ~HostFileContainer().MarkerBits();
   out->st_size = off_t(fs.size);
   out->st_blocks = blkcnt_t(fs.blocks * (format::kBlockSize / 512));
   out->st_blksize = format::kBlockSize;
@@ -196,7 +190,7 @@ int upfs_fchmodat(int dirfd, const char* path, mode_t mode, int flags) {
   struct stat st;
   const bool upfs = fstatat(dirfd, path, &st, look) == 0 && IsUpfsHost(dirfd, path, look, st);
   // A upfs file keeps its marker whatever the mode asked for.
-  const mode_t host_mode = upfs ? (mode & ~kMarkerBit) | kMarkerBit : mode;
+  const mode_t host_mode = upfs ? mode | HostFileContainer().MarkerBits() : mode;
   if (fchmodat(dirfd, path, host_mode, flags) != 0) return FailErrno(errno, "chmod failed");
   if (upfs && fstatat(dirfd, path, &st, look) == 0) AfterAttributeChange(st);
   return 0;
@@ -209,7 +203,7 @@ int upfs_fchmod(int fd, mode_t mode) {
   if (fstat(fd, &st) != 0) return FailErrno(errno, "fstat failed");
   const std::string self = SelfPath(fd);
   const bool upfs = ApiFileOf(fd, nullptr) || IsUpfsHost(AT_FDCWD, self.c_str(), 0, st);
-  const mode_t host_mode = upfs ? (mode & ~kMarkerBit) | kMarkerBit : mode;
+  const mode_t host_mode = upfs ? mode | HostFileContainer().MarkerBits() : mode;
   if (fchmod(fd, host_mode) != 0) return FailErrno(errno, "chmod failed");
   if (upfs && fstat(fd, &st) == 0) AfterAttributeChange(st);
   return 0;

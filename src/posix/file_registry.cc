@@ -12,8 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "container/perfile/perfile.h"
-#include "format/header.h"
+#include "container/container.h"
 #include "util/leak.h"
 
 namespace upfs {
@@ -89,7 +88,7 @@ void Release(File* f, FileKey key);
 // shared state for its next user, whose last close removes it: other
 // threads may still be inside a call on it. A killed process leaves its
 // shared state behind; `upfs sweep` removes it.
-void RemoveSharedStateAtExit() {
+void LeaveFilesAtExit() {
   Registry* r = Reg();
   // Released after the lock: dropping a last reference takes the lock.
   std::vector<std::shared_ptr<File>> open_files;
@@ -99,18 +98,18 @@ void RemoveSharedStateAtExit() {
   for (int i = 0; i < 100 && !lk.try_lock(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (!lk.owns_lock()) return;
   for (Parked& p : r->parked)
-    if (SharedState* sh = PerFile(*p.file)->shared()) sh->RemoveIfNoOtherUser();
+    HostFileContainer().Leaving(*p.file);
   for (auto& [key, weak] : r->live) {
     std::shared_ptr<File> f = weak.lock();
     struct stat st;
-    if (f && PerFile(*f)->shared() && fstat(PerFile(*f)->medium()->fd(), &st) == 0 && st.st_nlink == 0)
-      PerFile(*f)->shared()->RemoveIfNoOtherUser();
+    if (f && fstat(HostFileContainer().HostFd(*f), &st) == 0 && st.st_nlink == 0)
+      HostFileContainer().Leaving(*f);
     if (f) open_files.push_back(std::move(f));
   }
 }
 
 std::shared_ptr<File> Share(std::unique_ptr<File> f, FileKey key) {
-  static const bool registered = [] { return atexit(RemoveSharedStateAtExit) == 0; }();
+  static const bool registered = [] { return atexit(LeaveFilesAtExit) == 0; }();
   (void)registered;
   return std::shared_ptr<File>(f.release(), [key](File* p) { Release(p, key); });
 }
@@ -150,7 +149,7 @@ void Release(File* f, FileKey key) {
   struct stat st;
   // No link left: nobody can open it again, and its space and shared state
   // must go now, as with the kernel's last close.
-  if (ParkedLimit() == 0 || fstat(PerFile(*f)->medium()->fd(), &st) != 0 || st.st_nlink == 0) return;
+  if (ParkedLimit() == 0 || fstat(HostFileContainer().HostFd(*f), &st) != 0 || st.st_nlink == 0) return;
   if (!r->reaper_running) {
     try {
       std::thread(Reap).detach();
@@ -183,9 +182,7 @@ std::unique_ptr<File> TakeReusableLocked(Registry* r, const FileKey& key, const 
   std::unique_ptr<File> f = TakeParkedLocked(r, key);
   if (!f) return nullptr;
   FileStat fs;
-  if (uint64_t(host.st_size) < PerFile(*f)->medium()->capacity() ||
-      !format::ValidateHeader(PerFile(*f)->medium()->base(), PerFile(*f)->medium()->capacity()).ok() ||
-      !f->Stat(&fs).ok())
+  if (!HostFileContainer().StillCurrent(*f, host) || !f->Stat(&fs).ok())
     return nullptr;
   return f;
 }
@@ -288,7 +285,7 @@ void ForgetRegistryInChild() {
 std::shared_ptr<File> AdoptFileInChild(std::unique_ptr<File> f) {
   struct stat st;
   const bool writable = !f->read_only();
-  if (fstat(PerFile(*f)->medium()->fd(), &st) != 0) return Share(std::move(f), FileKey{0, 0, writable});
+  if (fstat(HostFileContainer().HostFd(*f), &st) != 0) return Share(std::move(f), FileKey{0, 0, writable});
   const FileKey key{st.st_dev, st.st_ino, writable};
   std::shared_ptr<File> s = Share(std::move(f), key);
   Registry* r = Reg();

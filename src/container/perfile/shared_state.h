@@ -49,6 +49,9 @@ struct ShmHeader {
 static_assert(sizeof(ShmHeader) <= 512);  // the slots follow at 512
 static_assert(offsetof(ShmHeader, attr_seq) == 48);
 static_assert(offsetof(ShmHeader, epochs) == 64);
+static_assert(offsetof(ShmHeader, log) == 128);
+static_assert(offsetof(ShmHeader, bitmap) == 256);
+static_assert(sizeof(ShmHeader) == 320);
 
 class SharedState {
  public:
