@@ -49,6 +49,7 @@
 #include <unistd.h>
 #include <utime.h>
 
+#include "posix/preload_hooks.h"
 #include "upfs/upfs.h"
 
 #define EXPORT __attribute__((visibility("default")))
