@@ -10,39 +10,19 @@
 /* The upfs_* attribute calls apply the kernel's call to the host file, and
  * for a upfs file also bring what upfs keeps beside it (shared state,
  * mtime) into step; for anything else they are the kernel's call. */
-EXPORT int chmod(const char *path, mode_t mode) {
-  int saved = errno;
-  return keep_errno(saved, upfs_chmod(path, mode));
-}
-EXPORT int fchmod(int fd, mode_t mode) {
-  int saved = errno;
-  return keep_errno(saved, upfs_fchmod(fd, mode));
-}
-EXPORT int fchmodat(int dirfd, const char *path, mode_t mode, int flags) {
-  int saved = errno;
-  return keep_errno(saved, upfs_fchmodat(dirfd, path, mode, flags));
-}
+API_INTERPOSER(chmod, (const char *path, mode_t mode), upfs_chmod(path, mode))
+API_INTERPOSER(fchmod, (int fd, mode_t mode), upfs_fchmod(fd, mode))
+API_INTERPOSER(fchmodat, (int dirfd, const char *path, mode_t mode, int flags),
+               upfs_fchmodat(dirfd, path, mode, flags))
 /* glibc's lchmod is fchmodat(AT_FDCWD, path, mode, AT_SYMLINK_NOFOLLOW). */
-EXPORT int lchmod(const char *path, mode_t mode) {
-  int saved = errno;
-  return keep_errno(saved, upfs_fchmodat(AT_FDCWD, path, mode, AT_SYMLINK_NOFOLLOW));
-}
-EXPORT int chown(const char *path, uid_t owner, gid_t group) {
-  int saved = errno;
-  return keep_errno(saved, upfs_chown(path, owner, group));
-}
-EXPORT int lchown(const char *path, uid_t owner, gid_t group) {
-  int saved = errno;
-  return keep_errno(saved, upfs_lchown(path, owner, group));
-}
-EXPORT int fchown(int fd, uid_t owner, gid_t group) {
-  int saved = errno;
-  return keep_errno(saved, upfs_fchown(fd, owner, group));
-}
-EXPORT int fchownat(int dirfd, const char *path, uid_t owner, gid_t group, int flags) {
-  int saved = errno;
-  return keep_errno(saved, upfs_fchownat(dirfd, path, owner, group, flags));
-}
+API_INTERPOSER(lchmod, (const char *path, mode_t mode),
+               upfs_fchmodat(AT_FDCWD, path, mode, AT_SYMLINK_NOFOLLOW))
+API_INTERPOSER(chown, (const char *path, uid_t owner, gid_t group), upfs_chown(path, owner, group))
+API_INTERPOSER(lchown, (const char *path, uid_t owner, gid_t group),
+               upfs_lchown(path, owner, group))
+API_INTERPOSER(fchown, (int fd, uid_t owner, gid_t group), upfs_fchown(fd, owner, group))
+API_INTERPOSER(fchownat, (int dirfd, const char *path, uid_t owner, gid_t group, int flags),
+               upfs_fchownat(dirfd, path, owner, group, flags))
 
 /* The utimensat system call, as glibc's time calls use it: a null path
  * means dirfd itself (futimens, futimes, futimesat(fd, NULL, ...)). */

@@ -12,10 +12,7 @@ HIDDEN int close_upfs(int fd) {
   return upfs_close(fd);
 }
 
-EXPORT int close(int fd) {
-  if (UNLIKELY(is_upfs(fd))) return close_upfs(fd);
-  return REAL(close)(fd);
-}
+FD_INTERPOSER(int, close, (int fd), (fd), close_upfs, close)
 
 /* ------------------------------------------------------------- dup, fcntl */
 
@@ -79,9 +76,7 @@ HIDDEN int do_fcntl(int fd, int cmd, void *arg) {
     case F_OFD_SETLKW:
     case F_OFD_GETLK: {
       int saved = errno;
-      if (upfs_fcntl_lock(fd, cmd, (struct flock *)arg) != 0) return -1;
-      errno = saved;
-      return 0;
+      return keep_errno(saved, upfs_fcntl_lock(fd, cmd, (struct flock *)arg));
     }
     case F_GETSIG:
       return 0; /* the kernel's holds the access mode; no signal-driven I/O */
@@ -125,27 +120,13 @@ static int do_lockf(int fd, int cmd, off_t len) {
 }
 EXPORT int lockf(int fd, int cmd, off_t len) { return do_lockf(fd, cmd, len); }
 EXPORT int lockf64(int fd, int cmd, off_t len) { return do_lockf(fd, cmd, len); }
-EXPORT int fcntl(int fd, int cmd, ...) {
-  va_list ap;
-  va_start(ap, cmd);
-  void *arg = va_arg(ap, void *);
-  va_end(ap);
-  return do_fcntl(fd, cmd, arg);
-}
-EXPORT int fcntl64(int fd, int cmd, ...) {
-  va_list ap;
-  va_start(ap, cmd);
-  void *arg = va_arg(ap, void *);
-  va_end(ap);
-  return do_fcntl(fd, cmd, arg);
-}
+EXPORT int fcntl(int fd, int cmd, ...) { return do_fcntl(fd, cmd, VA_FCNTL_ARG(cmd)); }
+EXPORT int fcntl64(int fd, int cmd, ...) { return do_fcntl(fd, cmd, VA_FCNTL_ARG(cmd)); }
 
-EXPORT int flock(int fd, int op) {
-  if (UNLIKELY(is_upfs(fd))) {
-    int saved = errno;
-    if (upfs_flock(fd, op) != 0) return -1;
-    errno = saved;
-    return 0;
-  }
-  return REAL(flock)(fd, op);
+/* ------------------------------------------------------------------ flock */
+
+static int flock_upfs(int fd, int op) {
+  int saved = errno;
+  return keep_errno(saved, upfs_flock(fd, op));
 }
+FD_INTERPOSER(int, flock, (int fd, int op), (fd, op), flock_upfs, flock)

@@ -20,32 +20,28 @@ static void sync_offsets_for_exec(void) {
   }
   errno = saved;
 }
-EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
-  sync_offsets_for_exec();
-  return REAL(execve)(path, argv, envp);
-}
-EXPORT int execv(const char *path, char *const argv[]) {
-  sync_offsets_for_exec();
-  return REAL(execv)(path, argv);
-}
-EXPORT int execvp(const char *file, char *const argv[]) {
-  sync_offsets_for_exec();
-  return REAL(execvp)(file, argv);
-}
-EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
-  sync_offsets_for_exec();
-  return REAL(execvpe)(file, argv, envp);
-}
-EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
-                       const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
-  sync_offsets_for_exec();
-  return REAL(posix_spawn)(pid, path, fa, attr, argv, envp);
-}
-EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
-                        const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
-  sync_offsets_for_exec();
-  return REAL(posix_spawnp)(pid, file, fa, attr, argv, envp);
-}
+/* Every exec and spawn call: offsets first, then libc's call. */
+#define EXEC_INTERPOSER(name, params, args) \
+  EXPORT int name params {                  \
+    sync_offsets_for_exec();                \
+    return REAL(name) args;                 \
+  }
+EXEC_INTERPOSER(execve, (const char *path, char *const argv[], char *const envp[]),
+                (path, argv, envp))
+EXEC_INTERPOSER(execv, (const char *path, char *const argv[]), (path, argv))
+EXEC_INTERPOSER(execvp, (const char *file, char *const argv[]), (file, argv))
+EXEC_INTERPOSER(execvpe, (const char *file, char *const argv[], char *const envp[]),
+                (file, argv, envp))
+EXEC_INTERPOSER(posix_spawn,
+                (pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+                 const posix_spawnattr_t *attr, char *const argv[], char *const envp[]),
+                (pid, path, fa, attr, argv, envp))
+EXEC_INTERPOSER(posix_spawnp,
+                (pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+                 const posix_spawnattr_t *attr, char *const argv[], char *const envp[]),
+                (pid, file, fa, attr, argv, envp))
+
+/* ------------------------------------------------- inherited descriptors */
 
 HIDDEN void adopt_inherited(void) {
   DIR *d = opendir("/proc/self/fd");

@@ -9,30 +9,16 @@
 
 /* ------------------------------------------------------------- read/write */
 
-EXPORT ssize_t read(int fd, void *buf, size_t n) {
-  if (UNLIKELY(is_upfs(fd))) return upfs_read(fd, buf, n);
-  return REAL(read)(fd, buf, n);
-}
-EXPORT ssize_t write(int fd, const void *buf, size_t n) {
-  if (UNLIKELY(is_upfs(fd))) return upfs_write(fd, buf, n);
-  return REAL(write)(fd, buf, n);
-}
-EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off) {
-  if (UNLIKELY(is_upfs(fd))) return upfs_pread(fd, buf, n, off);
-  return REAL(pread)(fd, buf, n, off);
-}
-EXPORT ssize_t pread64(int fd, void *buf, size_t n, off64_t off) {
-  if (UNLIKELY(is_upfs(fd))) return upfs_pread(fd, buf, n, off);
-  return REAL(pread)(fd, buf, n, off);
-}
-EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
-  if (UNLIKELY(is_upfs(fd))) return upfs_pwrite(fd, buf, n, off);
-  return REAL(pwrite)(fd, buf, n, off);
-}
-EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) {
-  if (UNLIKELY(is_upfs(fd))) return upfs_pwrite(fd, buf, n, off);
-  return REAL(pwrite)(fd, buf, n, off);
-}
+FD_INTERPOSER(ssize_t, read, (int fd, void *buf, size_t n), (fd, buf, n), upfs_read, read)
+FD_INTERPOSER(ssize_t, write, (int fd, const void *buf, size_t n), (fd, buf, n), upfs_write, write)
+FD_INTERPOSER(ssize_t, pread, (int fd, void *buf, size_t n, off_t off), (fd, buf, n, off),
+              upfs_pread, pread)
+FD_INTERPOSER(ssize_t, pread64, (int fd, void *buf, size_t n, off64_t off), (fd, buf, n, off),
+              upfs_pread, pread)
+FD_INTERPOSER(ssize_t, pwrite, (int fd, const void *buf, size_t n, off_t off), (fd, buf, n, off),
+              upfs_pwrite, pwrite)
+FD_INTERPOSER(ssize_t, pwrite64, (int fd, const void *buf, size_t n, off64_t off),
+              (fd, buf, n, off), upfs_pwrite, pwrite)
 extern void __chk_fail(void) __attribute__((noreturn));
 EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen) {
   if (n > buflen) __chk_fail();
@@ -112,14 +98,18 @@ static ssize_t upfs_writev_at(int fd, const struct iovec *iov, int cnt, off_t of
   return r;
 }
 
-EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt) {
-  if (UNLIKELY(is_upfs(fd))) return upfs_readv_at(fd, iov, cnt, -1);
-  return REAL(readv)(fd, iov, cnt);
+/* At the descriptor's offset. */
+static ssize_t readv_upfs(int fd, const struct iovec *iov, int cnt) {
+  return upfs_readv_at(fd, iov, cnt, -1);
 }
-EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt) {
-  if (UNLIKELY(is_upfs(fd))) return upfs_writev_at(fd, iov, cnt, -1);
-  return REAL(writev)(fd, iov, cnt);
+static ssize_t writev_upfs(int fd, const struct iovec *iov, int cnt) {
+  return upfs_writev_at(fd, iov, cnt, -1);
 }
+FD_INTERPOSER(ssize_t, readv, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt),
+              readv_upfs, readv)
+FD_INTERPOSER(ssize_t, writev, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt),
+              writev_upfs, writev)
+
 static ssize_t checked_off(off_t off) {
   if (off < 0) {
     errno = EINVAL;
@@ -175,10 +165,7 @@ EXPORT ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off64_t off
   return pwritev2(fd, iov, cnt, off, flags);
 }
 
-EXPORT off_t lseek(int fd, off_t off, int whence) {
-  if (UNLIKELY(is_upfs(fd))) return upfs_lseek(fd, off, whence);
-  return REAL(lseek)(fd, off, whence);
-}
+FD_INTERPOSER(off_t, lseek, (int fd, off_t off, int whence), (fd, off, whence), upfs_lseek, lseek)
 EXPORT off64_t lseek64(int fd, off64_t off, int whence) { return lseek(fd, off, whence); }
 
 /* ------------------------------------------------------- kernel copy calls */

@@ -109,32 +109,16 @@ static int do_open_fd(int dirfd, const char *path, int flags, mode_t mode) {
 /* ------------------------------------------------------------------- open */
 
 EXPORT int open(const char *path, int flags, ...) {
-  va_list ap;
-  va_start(ap, flags);
-  mode_t m = va_mode(flags, ap);
-  va_end(ap);
-  return do_open(AT_FDCWD, path, flags, m);
+  return do_open(AT_FDCWD, path, flags, VA_OPEN_MODE(flags));
 }
 EXPORT int open64(const char *path, int flags, ...) {
-  va_list ap;
-  va_start(ap, flags);
-  mode_t m = va_mode(flags, ap);
-  va_end(ap);
-  return do_open(AT_FDCWD, path, flags | O_LARGEFILE, m);
+  return do_open(AT_FDCWD, path, flags | O_LARGEFILE, VA_OPEN_MODE(flags));
 }
 EXPORT int openat(int dirfd, const char *path, int flags, ...) {
-  va_list ap;
-  va_start(ap, flags);
-  mode_t m = va_mode(flags, ap);
-  va_end(ap);
-  return do_open(dirfd, path, flags, m);
+  return do_open(dirfd, path, flags, VA_OPEN_MODE(flags));
 }
 EXPORT int openat64(int dirfd, const char *path, int flags, ...) {
-  va_list ap;
-  va_start(ap, flags);
-  mode_t m = va_mode(flags, ap);
-  va_end(ap);
-  return do_open(dirfd, path, flags | O_LARGEFILE, m);
+  return do_open(dirfd, path, flags | O_LARGEFILE, VA_OPEN_MODE(flags));
 }
 EXPORT int __open_2(const char *path, int flags) { return do_open(AT_FDCWD, path, flags, 0); }
 EXPORT int __open64_2(const char *path, int flags) {

@@ -1,6 +1,7 @@
 /*
  * What the source files of libupfs-preload.so share: libc's real functions,
- * the descriptor table and the helpers one concern lends another.
+ * the descriptor table, the helpers one concern lends another, and the
+ * shapes most interposers share (FD_INTERPOSER, API_INTERPOSER).
  * preload.c describes the library and lists its files.
  *
  * Every source file of the library includes this header first: it sets the
@@ -128,6 +129,24 @@ HIDDEN void resolve_all_real(void);
 static inline mode_t va_mode(int flags, va_list ap) {
   return (flags & (O_CREAT | __O_TMPFILE)) ? va_arg(ap, mode_t) : 0;
 }
+/* In a function (..., int flags, ...) of the open family: its mode. */
+#define VA_OPEN_MODE(flags)             \
+  __extension__({                       \
+    va_list ap_;                        \
+    va_start(ap_, flags);               \
+    mode_t mode_ = va_mode(flags, ap_); \
+    va_end(ap_);                        \
+    mode_;                              \
+  })
+/* In a function (..., int cmd, ...) of the fcntl family: its argument. */
+#define VA_FCNTL_ARG(cmd)             \
+  __extension__({                     \
+    va_list ap_;                      \
+    va_start(ap_, cmd);               \
+    void *arg_ = va_arg(ap_, void *); \
+    va_end(ap_);                      \
+    arg_;                             \
+  })
 
 /* ---------------------------------- which descriptors are upfs (which_upfs.c) */
 
@@ -193,5 +212,30 @@ HIDDEN void maps_init(void);
 
 /* exec.c: makes the upfs descriptors inherited across exec upfs again. */
 HIDDEN void adopt_inherited(void);
+
+/* ------------------------------------------------------- interposer shapes */
+
+/* The interposer of a descriptor call, in its most common shape: a upfs
+ * descriptor `fd` goes to on_upfs, any other to libc's `real`, with the
+ * same arguments. For example
+ *   FD_INTERPOSER(ssize_t, read, (int fd, void *buf, size_t n), (fd, buf, n),
+ *                 upfs_read, read)
+ * is read(), which calls upfs_read(fd, buf, n) or real_read(fd, buf, n). */
+#define FD_INTERPOSER(ret, name, params, args, on_upfs, real) \
+  EXPORT ret name params {                                    \
+    if (UNLIKELY(is_upfs(fd))) return on_upfs args;           \
+    return REAL(real) args;                                   \
+  }
+
+/* The interposer that is one C API call for every file, the call itself
+ * telling a upfs file from any other (upfs_fstatat, upfs_chmod...). The
+ * call fails with -1 and errno; on success errno is left as the caller had
+ * it, as libc does. For example
+ *   API_INTERPOSER(chmod, (const char *path, mode_t mode), upfs_chmod(path, mode)) */
+#define API_INTERPOSER(name, params, call) \
+  EXPORT int name params {                 \
+    int saved = errno;                     \
+    return keep_errno(saved, call);        \
+  }
 
 #endif /* UPFS_PRELOAD_INTERNAL_H_ */

@@ -31,27 +31,11 @@ HIDDEN void resolve_all_real(void) {
 /* The engine's libc calls, renamed by objcopy (src/preload/renames.txt;
  * check_renames.sh fails the build if the engine calls anything else this
  * library interposes). */
-HIDDEN int upfs_real_open(const char *p, int f, ...) {
-  va_list ap;
-  va_start(ap, f);
-  mode_t m = va_mode(f, ap);
-  va_end(ap);
-  return REAL(open)(p, f, m);
-}
+HIDDEN int upfs_real_open(const char *p, int f, ...) { return REAL(open)(p, f, VA_OPEN_MODE(f)); }
 HIDDEN int upfs_real_openat(int d, const char *p, int f, ...) {
-  va_list ap;
-  va_start(ap, f);
-  mode_t m = va_mode(f, ap);
-  va_end(ap);
-  return REAL(openat)(d, p, f, m);
+  return REAL(openat)(d, p, f, VA_OPEN_MODE(f));
 }
-HIDDEN int upfs_real_fcntl(int fd, int cmd, ...) {
-  va_list ap;
-  va_start(ap, cmd);
-  void *arg = va_arg(ap, void *);
-  va_end(ap);
-  return REAL(fcntl)(fd, cmd, arg);
-}
+HIDDEN int upfs_real_fcntl(int fd, int cmd, ...) { return REAL(fcntl)(fd, cmd, VA_FCNTL_ARG(cmd)); }
 HIDDEN int upfs_real_close(int fd) { return REAL(close)(fd); }
 HIDDEN ssize_t upfs_real_pread(int fd, void *b, size_t n, off_t o) {
   return REAL(pread)(fd, b, n, o);

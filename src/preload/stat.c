@@ -3,24 +3,16 @@
 
 /* ------------------------------------------------------------------- stat */
 
-EXPORT int fstat(int fd, struct stat *st) {
-  if (UNLIKELY(is_upfs(fd))) return upfs_fstat(fd, st);
-  return REAL(fstat)(fd, st);
-}
+FD_INTERPOSER(int, fstat, (int fd, struct stat *st), (fd, st), upfs_fstat, fstat)
 EXPORT int fstat64(int fd, struct stat64 *st) { return fstat(fd, (struct stat *)st); }
 /* upfs_fstatat is the kernel's stat, with the upfs attributes (size,
  * blocks, times; the marker bit hidden) for a upfs file. It costs nothing
  * more for a file that cannot be one (not regular, or not block-sized and
  * unmarked). */
-EXPORT int stat(const char *path, struct stat *st) {
-  int saved = errno;
-  return keep_errno(saved, upfs_fstatat(AT_FDCWD, path, st, 0));
-}
+API_INTERPOSER(stat, (const char *path, struct stat *st), upfs_fstatat(AT_FDCWD, path, st, 0))
 EXPORT int stat64(const char *path, struct stat64 *st) { return stat(path, (struct stat *)st); }
-EXPORT int lstat(const char *path, struct stat *st) {
-  int saved = errno;
-  return keep_errno(saved, upfs_fstatat(AT_FDCWD, path, st, AT_SYMLINK_NOFOLLOW));
-}
+API_INTERPOSER(lstat, (const char *path, struct stat *st),
+               upfs_fstatat(AT_FDCWD, path, st, AT_SYMLINK_NOFOLLOW))
 EXPORT int lstat64(const char *path, struct stat64 *st) { return lstat(path, (struct stat *)st); }
 /* With AT_EMPTY_PATH, kernels since 6.11 take a null path as "". */
 static int empty_path(const char *path, int flags) {

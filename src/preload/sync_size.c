@@ -4,14 +4,8 @@
 
 /* ------------------------------------------------------- sync and size */
 
-EXPORT int fsync(int fd) {
-  if (UNLIKELY(is_upfs(fd))) return upfs_fsync(fd);
-  return REAL(fsync)(fd);
-}
-EXPORT int fdatasync(int fd) {
-  if (UNLIKELY(is_upfs(fd))) return upfs_fdatasync(fd);
-  return REAL(fdatasync)(fd);
-}
+FD_INTERPOSER(int, fsync, (int fd), (fd), upfs_fsync, fsync)
+FD_INTERPOSER(int, fdatasync, (int fd), (fd), upfs_fdatasync, fdatasync)
 EXPORT int sync_file_range(int fd, off64_t off, off64_t n, unsigned int flags) {
   if (UNLIKELY(is_upfs(fd))) {
     if (off < 0 || n < 0 || (flags & ~(SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
@@ -25,24 +19,16 @@ EXPORT int sync_file_range(int fd, off64_t off, off64_t n, unsigned int flags) {
   }
   return REAL(sync_file_range)(fd, off, n, flags);
 }
-EXPORT int ftruncate(int fd, off_t len) {
-  if (UNLIKELY(is_upfs(fd))) return upfs_ftruncate(fd, len);
-  return REAL(ftruncate)(fd, len);
-}
+FD_INTERPOSER(int, ftruncate, (int fd, off_t len), (fd, len), upfs_ftruncate, ftruncate)
 EXPORT int ftruncate64(int fd, off64_t len) { return ftruncate(fd, len); }
 
 /* upfs_truncate truncates a upfs file through upfs, anything else with the
  * kernel's truncate. */
-EXPORT int truncate(const char *path, off_t len) {
-  int saved = errno;
-  return keep_errno(saved, upfs_truncate(path, len));
-}
+API_INTERPOSER(truncate, (const char *path, off_t len), upfs_truncate(path, len))
 EXPORT int truncate64(const char *path, off64_t len) { return truncate(path, len); }
 
-EXPORT int fallocate(int fd, int mode, off_t off, off_t len) {
-  if (UNLIKELY(is_upfs(fd))) return upfs_fallocate(fd, mode, off, len);
-  return REAL(fallocate)(fd, mode, off, len);
-}
+FD_INTERPOSER(int, fallocate, (int fd, int mode, off_t off, off_t len), (fd, mode, off, len),
+              upfs_fallocate, fallocate)
 EXPORT int fallocate64(int fd, int mode, off64_t off, off64_t len) {
   return fallocate(fd, mode, off, len);
 }
