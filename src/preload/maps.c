@@ -101,6 +101,67 @@ static struct upfs_map *find_map(const void *addr) {
   return NULL;
 }
 
+/* Under g_maps_mu, for a shared writable map m of fd: checks that no
+ * shared writable map of ours of the file overlaps it, then takes the
+ * file's map lock (m->guard_fd) and a private upfs duplicate of fd for the
+ * write-back (m->wfd). Returns 0 or an errno, with nothing taken. */
+static int claim_write_back(struct upfs_map *m, int fd) {
+  for (int i = 0; i < g_nmaps; ++i)
+    if (g_maps[i].wfd >= 0 && g_maps[i].dev == m->dev && g_maps[i].ino == m->ino &&
+        g_maps[i].off < m->off + (off_t)m->len && m->off < g_maps[i].off + (off_t)g_maps[i].len)
+      return EAGAIN;
+  m->guard_fd = upfs_map_guard(fd);
+  if (m->guard_fd < 0) return errno;
+  m->wfd = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 0);
+  if (m->wfd < 0 || upfs_adopt_dup(fd, m->wfd) < 0) {
+    int err = errno;
+    if (m->wfd >= 0) REAL(close)(m->wfd);
+    m->wfd = -1;
+    REAL(close)(m->guard_fd);
+    return err;
+  }
+  return 0;
+}
+
+/* The memory of map m (at addr, a hint or MAP_FIXED's address, as flags
+ * say): anonymous, writable, filled from fd; for a write-back map also its
+ * pristine copy, m->base. Returns it, or MAP_FAILED with *err. */
+static char *fill_map(void *addr, struct upfs_map *m, int flags, int fd, int *err) {
+  int aflags = (flags & ~(MAP_SHARED | MAP_PRIVATE | MAP_SHARED_VALIDATE | MAP_SYNC)) |
+               MAP_PRIVATE | MAP_ANONYMOUS;
+  char *p = REAL(mmap)(addr, m->len, m->prot | PROT_WRITE, aflags, -1, 0);
+  if (p == MAP_FAILED) {
+    *err = errno;
+    return MAP_FAILED;
+  }
+  if (fill_from_file(fd, p, m->len, m->off) != 0) {
+    *err = errno == EBADF ? EACCES : errno;
+    REAL(munmap)(p, m->len);
+    return MAP_FAILED;
+  }
+  if (m->wfd >= 0) {
+    m->base = REAL(mmap)(NULL, m->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m->base == MAP_FAILED) {
+      *err = errno;
+      REAL(munmap)(p, m->len);
+      return MAP_FAILED;
+    }
+    memcpy(m->base, p, m->len);
+  }
+  return p;
+}
+
+/* Under g_maps_mu: enters m, mapped at p, in the table. */
+static void add_map(struct upfs_map *m, char *p) {
+  /* Displacing one of our maps (MAP_FIXED) ends it without write-back, as
+   * the kernel drops a shared map's pages it replaces. */
+  for (int i = 0; i < g_nmaps; ++i)
+    if (g_maps[i].addr < p + m->len && p < g_maps[i].addr + g_maps[i].len) drop_map(&g_maps[i--]);
+  m->addr = p;
+  g_maps[g_nmaps] = *m;
+  __atomic_store_n(&g_nmaps, g_nmaps + 1, __ATOMIC_RELEASE);
+}
+
 static void *map_upfs(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
   if (len == 0 || off < 0 || (off & (off_t)(page_size() - 1))) {
     errno = EINVAL;
@@ -114,53 +175,11 @@ static void *map_upfs(void *addr, size_t len, int prot, int flags, int fd, off_t
   }
   struct stat st;
   if (upfs_fstat(fd, &st) != 0) return MAP_FAILED;
-  size_t mlen = page_round(len);
-  struct upfs_map m = {NULL, mlen, off, -1, -1, NULL, st.st_dev, st.st_ino, prot};
+  struct upfs_map m = {NULL, page_round(len), off, -1, -1, NULL, st.st_dev, st.st_ino, prot};
   pthread_mutex_lock(&g_maps_mu);
-  int err = 0;
-  if (g_nmaps == MAX_MAPS) err = ENOMEM;
-  for (int i = 0; shared_write && !err && i < g_nmaps; ++i)
-    if (g_maps[i].wfd >= 0 && g_maps[i].dev == m.dev && g_maps[i].ino == m.ino &&
-        g_maps[i].off < off + (off_t)mlen && off < g_maps[i].off + (off_t)g_maps[i].len)
-      err = EAGAIN;
-  if (!err && shared_write) {
-    m.guard_fd = upfs_map_guard(fd);
-    if (m.guard_fd < 0) err = errno;
-  }
-  if (!err && shared_write) {
-    m.wfd = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 0);
-    if (m.wfd < 0 || upfs_adopt_dup(fd, m.wfd) < 0) {
-      err = errno;
-      if (m.wfd >= 0) REAL(close)(m.wfd);
-      m.wfd = -1;
-      REAL(close)(m.guard_fd);
-    }
-  }
-  if (err) {
-    pthread_mutex_unlock(&g_maps_mu);
-    errno = err;
-    return MAP_FAILED;
-  }
-  int aflags = (flags & ~(MAP_SHARED | MAP_PRIVATE | MAP_SHARED_VALIDATE | MAP_SYNC)) |
-               MAP_PRIVATE | MAP_ANONYMOUS;
-  char *p = REAL(mmap)(addr, mlen, prot | PROT_WRITE, aflags, -1, 0);
-  if (p != MAP_FAILED && fill_from_file(fd, p, mlen, off) != 0) {
-    err = errno == EBADF ? EACCES : errno;
-    REAL(munmap)(p, mlen);
-    p = MAP_FAILED;
-  }
-  if (p != MAP_FAILED && shared_write) {
-    m.base = REAL(mmap)(NULL, mlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m.base == MAP_FAILED) {
-      err = errno;
-      REAL(munmap)(p, mlen);
-      p = MAP_FAILED;
-    } else {
-      memcpy(m.base, p, mlen);
-    }
-  }
+  int err = g_nmaps == MAX_MAPS ? ENOMEM : shared_write ? claim_write_back(&m, fd) : 0;
+  char *p = err ? MAP_FAILED : fill_map(addr, &m, flags, fd, &err);
   if (p == MAP_FAILED) {
-    if (!err) err = errno;
     if (m.wfd >= 0) {
       upfs_close(m.wfd);
       REAL(close)(m.guard_fd);
@@ -169,14 +188,8 @@ static void *map_upfs(void *addr, size_t len, int prot, int flags, int fd, off_t
     errno = err;
     return MAP_FAILED;
   }
-  if (!(prot & PROT_WRITE)) mprotect(p, mlen, prot);
-  /* Displacing one of our maps (MAP_FIXED) ends it without write-back, as
-   * the kernel drops a shared map's pages it replaces. */
-  for (int i = 0; i < g_nmaps; ++i)
-    if (g_maps[i].addr < p + mlen && p < g_maps[i].addr + g_maps[i].len) drop_map(&g_maps[i--]);
-  m.addr = p;
-  g_maps[g_nmaps] = m;
-  __atomic_store_n(&g_nmaps, g_nmaps + 1, __ATOMIC_RELEASE);
+  if (!(prot & PROT_WRITE)) mprotect(p, m.len, prot);
+  add_map(&m, p);
   pthread_mutex_unlock(&g_maps_mu);
   return p;
 }

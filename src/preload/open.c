@@ -15,48 +15,71 @@ static void fix_new_mode(int kfd, const struct stat *st, mode_t mode, mode_t ext
   REAL(fchmod)(kfd, ((st->st_mode & 07777) & ~added) | extra);
 }
 
-static int do_open_fd(int dirfd, const char *path, int flags, mode_t mode);
-/* The open protocol shared by every open variant. */
-HIDDEN int do_open(int dirfd, const char *path, int flags, mode_t mode) {
-  return follow_std(do_open_fd(dirfd, path, flags, mode));
+/* Closes kfd, keeping errno: an open that fails after the kernel's. */
+static int close_failed(int kfd) {
+  int err = errno;
+  REAL(close)(kfd);
+  errno = err;
+  return -1;
 }
-static int do_open_fd(int dirfd, const char *path, int flags, mode_t mode) {
-  if (!path || (flags & (O_PATH | O_DIRECTORY)) || (flags & __O_TMPFILE) == __O_TMPFILE)
-    return REAL(openat)(dirfd, path, flags, mode);
-  int saved = errno;
-  /* O_TRUNC would drop a upfs file's metadata; O_DIRECT would make the
-   * magic unreadable. Both are applied below once the file is known. */
+
+/* The kernel's open of the host file, without O_TRUNC (it would drop a upfs
+ * file's metadata) and O_DIRECT (it would make the magic unreadable), which
+ * are applied once the file is known. *created: the call created the file;
+ * under UPFS_DIR that is decided with O_EXCL. */
+static int open_host(int dirfd, const char *path, int flags, mode_t mode, int *created) {
   int kflags = flags & ~(O_TRUNC | O_DIRECT);
-  int created = 0;
-  int kfd;
   /* A new file is created with owner read and write, so that upfs can map
    * it whatever mode was asked for (the kernel lets a creator write the
    * file it creates); the mode is then put right (fix_new_mode). */
   const mode_t cmode = mode | S_IRUSR | S_IWUSR;
-  if ((flags & O_CREAT) && g_dir_len) {
-    if (flags & O_EXCL) {
-      kfd = REAL(openat)(dirfd, path, kflags, cmode);
-      created = kfd >= 0;
-    } else {
-      kfd = REAL(openat)(dirfd, path, kflags & ~O_CREAT, mode);
-      if (kfd < 0 && errno == ENOENT) {
-        kfd = REAL(openat)(dirfd, path, kflags | O_EXCL, cmode);
-        if (kfd >= 0)
-          created = 1;
-        else if (errno == EEXIST) /* a race, or a dangling symlink */
-          kfd = REAL(openat)(dirfd, path, kflags, mode);
-      }
-    }
-  } else {
-    kfd = REAL(openat)(dirfd, path, kflags, mode);
+  *created = 0;
+  if (!(flags & O_CREAT) || !g_dir_len) return REAL(openat)(dirfd, path, kflags, mode);
+  int kfd;
+  if (flags & O_EXCL) {
+    kfd = REAL(openat)(dirfd, path, kflags, cmode);
+    *created = kfd >= 0;
+    return kfd;
   }
+  kfd = REAL(openat)(dirfd, path, kflags & ~O_CREAT, mode);
+  if (kfd >= 0 || errno != ENOENT) return kfd;
+  kfd = REAL(openat)(dirfd, path, kflags | O_EXCL, cmode);
+  if (kfd >= 0)
+    *created = 1;
+  else if (errno == EEXIST) /* a race, or a dangling symlink */
+    kfd = REAL(openat)(dirfd, path, kflags, mode);
+  return kfd;
+}
+
+/* kfd is a plain regular file (st): applies the O_DIRECT and O_TRUNC that
+ * open_host held back. */
+static int finish_plain(int kfd, const struct stat *st, int dirfd, const char *path, int flags,
+                        mode_t mode, int saved) {
+  if ((flags & O_DIRECT) && REAL(fcntl)(kfd, F_SETFL, REAL(fcntl)(kfd, F_GETFL) | O_DIRECT) != 0)
+    return close_failed(kfd);
+  if ((flags & O_TRUNC) && st->st_size > 0) {
+    if ((flags & O_ACCMODE) == O_RDONLY) {
+      REAL(close)(kfd);
+      return REAL(openat)(dirfd, path, flags, mode);
+    }
+    if (REAL(ftruncate)(kfd, 0) != 0) return close_failed(kfd);
+  }
+  errno = saved;
+  return kfd;
+}
+
+static int do_open_fd(int dirfd, const char *path, int flags, mode_t mode) {
+  if (!path || (flags & (O_PATH | O_DIRECTORY)) || (flags & __O_TMPFILE) == __O_TMPFILE)
+    return REAL(openat)(dirfd, path, flags, mode);
+  int saved = errno;
+  int created;
+  int kfd = open_host(dirfd, path, flags, mode, &created);
   if (kfd < 0) return -1;
   struct stat st;
   if (REAL(fstat)(kfd, &st) != 0 || !S_ISREG(st.st_mode)) {
     errno = saved;
     return kfd;
   }
-  int acc = flags & O_ACCMODE;
   if (created && st.st_size == 0 && under_dir(kfd)) {
     if (upfs_from_kfd(kfd, (flags & ~O_TRUNC) | O_CREAT) < 0) {
       int err = errno;
@@ -73,37 +96,17 @@ static int do_open_fd(int dirfd, const char *path, int flags, mode_t mode) {
   /* A marked file is used as a upfs file or refused (never written as
    * plain bytes), whatever the caller may read. */
   if (marked(&st) || (size_candidate(&st) && (upfs_stat_if_open(&st, NULL) == 1 ||
-                                              has_magic(kfd, acc != O_WRONLY)))) {
-    if (upfs_from_kfd(kfd, flags & ~O_CREAT) < 0) {
-      int err = errno;
-      REAL(close)(kfd);
-      errno = err;
-      return -1;
-    }
+                                              has_magic(kfd, (flags & O_ACCMODE) != O_WRONLY)))) {
+    if (upfs_from_kfd(kfd, flags & ~O_CREAT) < 0) return close_failed(kfd);
     errno = saved;
     return kfd;
   }
-  if ((flags & O_DIRECT) && REAL(fcntl)(kfd, F_SETFL, REAL(fcntl)(kfd, F_GETFL) | O_DIRECT) != 0) {
-    int err = errno;
-    REAL(close)(kfd);
-    errno = err;
-    return -1;
-  }
-  if ((flags & O_TRUNC) && st.st_size > 0) {
-    if (acc != O_RDONLY) {
-      if (REAL(ftruncate)(kfd, 0) != 0) {
-        int err = errno;
-        REAL(close)(kfd);
-        errno = err;
-        return -1;
-      }
-    } else {
-      REAL(close)(kfd);
-      return REAL(openat)(dirfd, path, flags, mode);
-    }
-  }
-  errno = saved;
-  return kfd;
+  return finish_plain(kfd, &st, dirfd, path, flags, mode, saved);
+}
+
+/* The open protocol shared by every open variant. */
+HIDDEN int do_open(int dirfd, const char *path, int flags, mode_t mode) {
+  return follow_std(do_open_fd(dirfd, path, flags, mode));
 }
 
 /* ------------------------------------------------------------------- open */
