@@ -29,6 +29,7 @@
 #include "posix/api_internal.h"
 #include "posix/host_descriptor.h"
 #include "posix/op_guard.h"
+#include "posix/preload_hooks.h"
 #include "util/leak.h"
 #include "posix/file_registry.h"
 

@@ -1,6 +1,7 @@
 // Descriptor-level extensions of the C API used by the LD_PRELOAD layer:
 // duplication (dup/dup2/dup3/F_DUPFD) and the O_APPEND status flag.
 #include "upfs/upfs.h"
+#include "posix/preload_hooks.h"
 
 namespace upfs {
 int ApiAdoptDuplicate(int oldfd, int newfd);
