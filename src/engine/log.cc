@@ -118,7 +118,7 @@ Status BlockTable::Apply(const Effect& e) {
   if (e.size_op == Effect::kMax) {
     if (e.new_size > size()) SetSize(e.new_size);
   } else if (e.size_op == Effect::kSet) {
-    uint64_t keep = (e.new_size + kBlockSize - 1) >> kBlockShift;
+    uint64_t keep = CeilBlocks(e.new_size);
     std::vector<uint64_t> drop;
     ForEachMapped([&](uint64_t b, uint32_t) { drop.push_back(b); }, keep);
     for (uint64_t b : drop) Set(b, 0);

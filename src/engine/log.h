@@ -9,6 +9,7 @@
 #include "engine/block_table.h"
 #include "format/format.h"
 #include "medium/block_space.h"
+#include "util/assert.h"
 #include "util/status.h"
 
 namespace upfs {
@@ -26,7 +27,10 @@ class BlockAccess {
     return Status::OK();
   }
   // Fast path for blocks known to be mapped (validated at decode time).
-  char* AddrUnchecked(uint64_t l) const { return m_->base() + (l << format::kBlockShift); }
+  char* AddrUnchecked(uint64_t l) const {
+    UPFS_ASSERT(l != 0 && ((l + 1) << format::kBlockShift) <= m_->mapped_bytes());
+    return m_->base() + (l << format::kBlockShift);
+  }
   Status CheckRange(uint64_t l, uint64_t count, const char* what) const;
   BlockSpace* space() const { return m_; }
 

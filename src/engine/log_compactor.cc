@@ -161,7 +161,7 @@ Status LogCompactor::Compact(ThreadBlocks* t, bool force) {
     ib->seq = active_seq - n_new + i;
     std::memcpy(reinterpret_cast<char*>(img) + offsetof(LogBlock, slots), w.images()[i].data(),
                 kSlotsPerLogBlock * 8);
-    char* dst;
+    char* dst = nullptr;
     UPFS_RETURN_IF_ERROR(access_.Addr(nb[i], &dst));
     pm::CopyNT(dst, img, kBlockSize);
   }

@@ -11,12 +11,6 @@ namespace upfs {
 
 using namespace format;
 
-namespace {
-
-uint64_t CeilBlocks(uint64_t bytes) { return (bytes + kBlockSize - 1) >> kBlockShift; }
-
-}  // namespace
-
 void LogWriter::PersistBeforeSlot(LogBlock* b, const LogPos& pos) {
   // Entries reach media in log order: before committing in a later cache
   // line (or block), the line of the entry before ours (or the link to this
@@ -51,7 +45,7 @@ Status LogWriter::ExtendChain(ThreadBlocks* t, LogPos* pos) {
   if (NextBlock(w) == 0) {
     uint32_t nl;
     UPFS_RETURN_IF_ERROR(source_->AllocOne(t, &nl));
-    char* dst;
+    char* dst = nullptr;
     UPFS_RETURN_IF_ERROR(access_.Addr(nl, &dst));
     alignas(64) static thread_local unsigned char img[kBlockSize];
     std::memset(img, 0, sizeof(img));
@@ -116,7 +110,7 @@ Status LogWriter::BuildPayload(ThreadBlocks* t, PendingEntry* p, uint32_t vblock
     UPFS_RETURN_IF_ERROR(source_->Alloc(t, nblocks, &p->overflow));
     if (p->overflow.size() != 1) return Status::Error(ENOSPC, "no contiguous overflow space");
   }
-  char* dst;
+  char* dst = nullptr;
   UPFS_RETURN_IF_ERROR(access_.Addr(p->overflow[0].lblock, &dst));
   UPFS_RETURN_IF_ERROR(access_.CheckRange(p->overflow[0].lblock, nblocks, "overflow"));
   pm::CopyNT(dst, words.data(), words.size() * 8);

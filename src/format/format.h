@@ -49,6 +49,9 @@ struct FileTimes {
 };
 static_assert(sizeof(FileTimes) == 16);
 
+// Blocks needed to hold `bytes` bytes.
+inline constexpr uint64_t CeilBlocks(uint64_t bytes) { return (bytes + kBlockSize - 1) >> kBlockShift; }
+
 // ---------------------------------------------------------------------------
 // File header: logical block 0.
 // Cache line 0 is immutable after creation; header_crc covers its bytes

@@ -1,0 +1,32 @@
+// Helpers shared by the files that implement File (file*.cc).
+#pragma once
+
+#include <immintrin.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "format/format.h"
+#include "util/status.h"
+
+namespace upfs {
+
+// Holds a spin lock (File::apply_lock_) for a scope.
+class SpinGuard {
+ public:
+  explicit SpinGuard(std::atomic_flag& f) : f_(f) {
+    while (f_.test_and_set(std::memory_order_acquire)) {
+      while (f_.test(std::memory_order_relaxed)) _mm_pause();
+    }
+  }
+  ~SpinGuard() { f_.clear(std::memory_order_release); }
+  SpinGuard(const SpinGuard&) = delete;
+  SpinGuard& operator=(const SpinGuard&) = delete;
+
+ private:
+  std::atomic_flag& f_;
+};
+
+inline Status ReadOnlyRefusal() { return Status::Error(EBADF, "upfs file opened read-only"); }
+
+}  // namespace upfs

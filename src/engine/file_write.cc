@@ -1,0 +1,377 @@
+// File: writes (copy-on-write, in place in sync mode, appends in place
+// under the tail claim).
+#include "engine/file.h"
+
+#include <immintrin.h>
+#include <sched.h>
+#include <linux/falloc.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/epoch_pin.h"
+#include "engine/file_internal.h"
+#include "medium/pm.h"
+#include "util/assert.h"
+#include "util/optimistic_copy.h"
+
+namespace upfs {
+
+using namespace format;
+
+namespace {
+
+// Applies effect `e` to `old`, the mapping of virtual blocks [v0, v0+n), so
+// that `old` tracks what the caller's commit will displace.
+void Overlay(const Effect& e, uint64_t v0, uint64_t n, uint32_t* old) {
+  uint64_t v = e.vblock;
+  for (const Run& r : e.runs) {
+    uint64_t lo = std::max(v, v0), hi = std::min(v + r.count, v0 + n);
+    if (r.lblock != kKeepBlock)
+      for (uint64_t b = lo; b < hi; ++b) old[b - v0] = r.lblock ? r.lblock + uint32_t(b - v) : 0;
+    v += r.count;
+  }
+  if (e.size_op == Effect::kSet) {
+    uint64_t keep = CeilBlocks(e.new_size);
+    for (uint64_t b = std::max(keep, v0); b < v0 + n; ++b) old[b - v0] = 0;
+  }
+}
+
+}  // namespace
+
+Status File::CopyIntoNewBlocks(ThreadCtx* c, const void* buf, size_t n, uint64_t off,
+                               uint64_t size, uint64_t vb0) {
+  const char* in = static_cast<const char*>(buf);
+  const uint64_t end = off + n;
+  uint64_t v = vb0;
+  for (const Run& r : c->runs) {
+    char* dst = nullptr;
+    UPFS_RETURN_IF_ERROR(access_.Addr(r.lblock + uint64_t(r.count) - 1, &dst));
+    dst = access_.AddrUnchecked(r.lblock);
+    uint64_t i = 0;
+    while (i < r.count) {
+      uint64_t bv = v + i;
+      uint64_t bs = bv << kBlockShift;
+      bool partial = bs < off || bs + kBlockSize > end;
+      if (!partial) {
+        // A stretch of whole blocks: one big non-temporal copy.
+        uint64_t j = i;
+        while (j < r.count && ((v + j) << kBlockShift) + kBlockSize <= end) ++j;
+        pm::CopyNT(dst + (i << kBlockShift), in + (bs - off), (j - i) << kBlockShift);
+        i = j;
+        continue;
+      }
+      // An edge block: old bytes below the size, zeros above, new bytes
+      // over both; assembled in place with non-temporal copies.
+      char* nb = dst + (i << kBlockShift);
+      uint32_t ol = c->old[bv - vb0];
+      uint64_t valid = ol && size > bs ? std::min<uint64_t>(size - bs, kBlockSize) : 0;
+      const char* ob = ol ? access_.AddrUnchecked(ol) : nullptr;
+      uint64_t lo = std::max(bs, off) - bs, hi = std::min(bs + kBlockSize, end) - bs;
+      auto old_or_zero = [&](uint64_t from, uint64_t to) {
+        if (from >= to) return;
+        uint64_t mid = std::clamp(valid, from, to);
+        if (mid > from) pm::CopyNT(nb + from, ob + from, mid - from);
+        if (to > mid) pm::ZeroNT(nb + mid, to - mid);
+      };
+      old_or_zero(0, lo);
+      pm::CopyNT(nb + lo, in + (bs + lo - off), hi - lo);
+      old_or_zero(hi, kBlockSize);
+      ++i;
+    }
+    v += r.count;
+  }
+  return Status::OK();
+}
+
+Status File::WriteInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
+                          bool* done) {
+  *done = false;
+  LogPos p = t->cursor();
+  uint64_t size = t->size();
+  uint64_t end = off + n;
+  if (end > size) return Status::OK();
+  uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end);
+  c->old.resize(vb1 - vb0);
+  for (uint64_t v = vb0; v < vb1; ++v) {
+    c->old[v - vb0] = t->Get(v);
+    if (!c->old[v - vb0]) return Status::OK();  // a hole: needs new blocks
+  }
+  const char* in = static_cast<const char*>(buf);
+  for (uint64_t v = vb0; v < vb1; ++v) {
+    uint64_t bs = v << kBlockShift;
+    uint64_t lo = std::max(bs, off), hi = std::min(bs + kBlockSize, end);
+    pm::CopyNT(access_.AddrUnchecked(c->old[v - vb0]) + (lo - bs), in + (lo - off), hi - lo);
+  }
+  pm::Fence();
+  // A touch entry orders this write among the others: a concurrent
+  // copy-on-write of these blocks sees it as a conflict and re-copies.
+  uint64_t entry = 0;
+  if (vb1 - vb0 <= kInlineMaxCount && vb0 <= kInlineMaxVblock) {
+    entry = EncodeTouch(uint32_t(vb0), uint32_t(vb1 - vb0));
+  } else {
+    std::vector<Run> keep{Run{kKeepBlock, uint32_t(vb1 - vb0)}};
+    if (vb1 - vb0 > UINT32_MAX) return Status::OK();
+    UPFS_RETURN_IF_ERROR(writer_.BuildPayload(&c->blocks, &c->pending, uint32_t(vb0), keep, Effect::kNone, 0));
+  }
+  bool conflicted = false;
+  UPFS_RETURN_IF_ERROR(writer_.Commit(&c->blocks, &c->scratch, &p, entry, c->pending, [&](const Effect& e) { return e.TouchesBlocks(vb0, vb1); }, &conflicted));
+  // On conflict our bytes may have gone to a block that was replaced in the
+  // meantime (it is retired, not reused, while we are pinned): redo the
+  // write by copy-on-write.
+  *done = !conflicted;
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// The tail claim and appends in place
+//
+// The bytes past the end of file in the tail block (the block holding the
+// size, when the size is not block-aligned) are read by nobody: reads stop
+// at the size, and copy-on-write copies only the bytes below it. An append
+// at the size therefore writes its first bytes there in place and commits
+// only the size change (AppendInPlace): no copy of the block, no new block.
+// Two such appenders would write the same bytes, so a thread must hold the
+// tail claim (ShmHeader::tail_claim) to write past the end of file in
+// place; the claim is never waited for by an appender (it copies on write
+// instead), and a dead owner's claim is taken over.
+//
+// Those bytes may therefore hold an uncommitted append (in flight, or cut
+// short by a crash): they are not zero. Operations that raise the size
+// over them without rewriting the tail block (a growing truncate or
+// fallocate, a write that starts past the tail block) take the claim,
+// waiting for it, and zero them first (ZeroTailForGap).
+
+Status File::CommittedSince(ThreadCtx* c, const LogPos& p, bool* any) {
+  *any = false;
+  LogPos q = p;
+  return ScanCommitted(access_, &q, &c->scratch, [&](const Effect&) {
+    *any = true;
+    return false;
+  });
+}
+
+bool File::TryClaimTail(ThreadCtx* c) {
+  std::atomic<uint64_t>& claim = root_.words->tail_claim;
+  uint64_t cur = 0;
+  if (!claim.compare_exchange_strong(cur, c->tail_claim_id)) {
+    uint64_t slot = (cur & 0xffffffffu) - 1;
+    uint32_t pid = uint32_t(cur >> 32);
+    EpochDomain* d = source_->epochs();
+    bool dead = slot >= kMaxSlots || !d->SlotOwnerAlive(uint32_t(slot)) ||
+                d->slot(uint32_t(slot))->owner_pid.load(std::memory_order_relaxed) != pid;
+    if (!dead || !claim.compare_exchange_strong(cur, c->tail_claim_id)) return false;
+  }
+  // Pairs with the fence in ReleaseDisplaced: either a committer that
+  // displaces the tail block sees this claim (and retires the block through
+  // EBR instead of reusing it at once), or the claimant's check of the log
+  // sees that commit (and writes nothing).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return true;
+}
+
+void File::ClaimTail(ThreadCtx* c) {
+  for (uint32_t spins = 0; !TryClaimTail(c); ++spins) {
+    if (spins < 64)
+      _mm_pause();
+    else
+      sched_yield();
+  }
+}
+
+void File::ReleaseTail(ThreadCtx* c) {
+  uint64_t mine = c->tail_claim_id;
+  root_.words->tail_claim.compare_exchange_strong(mine, 0, std::memory_order_release);
+}
+
+// Before an operation commits a size above the snapshot's size S without
+// rewriting the tail block: with the claim held (kept until the caller
+// releases it), and the snapshot still current, zero the bytes past S in
+// the tail block. *stale: something was committed since p; nothing done.
+Status File::ZeroTailForGap(ThreadCtx* c, BlockTable* t, const LogPos& p, bool* claimed,
+                            bool* stale) {
+  *stale = false;
+  uint64_t size = t->size();
+  uint64_t in_block = size & (kBlockSize - 1);
+  uint32_t last = in_block ? t->Get(size >> kBlockShift) : 0;
+  if (!last) return Status::OK();
+  if (!*claimed) {
+    ClaimTail(c);
+    *claimed = true;
+  }
+  UPFS_RETURN_IF_ERROR(CommittedSince(c, p, stale));
+  if (*stale) return Status::OK();
+  char* a;
+  UPFS_RETURN_IF_ERROR(access_.Addr(last, &a));
+  const char* past = a + in_block;
+  bool zero = true;
+  for (uint64_t i = 0; zero && i < kBlockSize - in_block; ++i) zero = past[i] == 0;
+  if (!zero) {
+    pm::ZeroNT(a + in_block, kBlockSize - in_block);
+    pm::Fence();
+  }
+  return Status::OK();
+}
+
+Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
+                           bool append, uint64_t* at, bool* done) {
+  *done = false;
+  LogPos p = t->cursor();
+  const uint64_t size = t->size();
+  const uint64_t in_block = size & (kBlockSize - 1);
+  if ((!append && off != size) || in_block == 0) return Status::OK();
+  const uint64_t end = size + n;
+  if (end > kMaxFileSize || end < size) return Status::OK();  // WriteOnce reports it
+  const uint64_t vt = size >> kBlockShift;
+  const uint32_t last = t->Get(vt);
+  if (!last || !TryClaimTail(c)) return Status::OK();
+  TailClaimGuard claim{this, c, true};
+  // Under the claim no other in-place append can commit; an append that
+  // committed before we took it would be overwritten: the snapshot must
+  // still be current.
+  bool stale = false;
+  UPFS_RETURN_IF_ERROR(CommittedSince(c, p, &stale));
+  if (stale) return Status::OK();
+
+  char* tail;
+  UPFS_RETURN_IF_ERROR(access_.Addr(last, &tail));
+  const uint64_t first = std::min<uint64_t>(n, kBlockSize - in_block);
+  pm::CopyNT(tail + in_block, buf, first);
+  // What does not fit goes to new blocks, as a copy-on-write write would.
+  const uint64_t vb0 = vt + 1, vb1 = CeilBlocks(end), nb = vb1 > vb0 ? vb1 - vb0 : 0;
+  c->runs.clear();
+  c->old.assign(nb, 0);
+  UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &c->runs);
+  if (nb) {
+    UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, nb, &c->runs));
+    for (uint64_t i = 0; i < nb; ++i) c->old[i] = t->Get(vb0 + i);
+    UPFS_RETURN_IF_ERROR(CopyIntoNewBlocks(c, static_cast<const char*>(buf) + first, n - first,
+                                           vb0 << kBlockShift, size, vb0));
+  }
+  // The entry must touch the tail block (a copy-on-write writer that
+  // composed it from the older size conflicts with it, instead of
+  // committing zeros over the appended bytes). An append that stays in the
+  // tail block is one kGrowTail word, which touches that block and raises
+  // the size (the data must be durable before its CAS: one fence, one
+  // commit, nothing to decode). Anything longer is a payload whose first
+  // run keeps the tail block's mapping, and whose commit fences before the
+  // payload can count.
+  uint64_t entry = 0;
+  if (nb == 0) {
+    pm::Fence();
+    entry = EncodeGrowTail(end);
+  } else {
+    c->runs.insert(c->runs.begin(), Run{kKeepBlock, 1});
+    Status st =
+        writer_.BuildPayload(&c->blocks, &c->pending, uint32_t(vt), c->runs, Effect::kMax, end);
+    c->runs.erase(c->runs.begin());  // only the new blocks are ours to free
+    UPFS_RETURN_IF_ERROR(st);
+  }
+  bool conflicted = false;
+  UPFS_RETURN_IF_ERROR(writer_.Commit(
+      &c->blocks, &c->scratch, &p, entry, c->pending,
+      [&](const Effect& e) { return e.ChangesSize() || e.TouchesBlocks(vt, std::max(vb1, vt + 1)); },
+      &conflicted));
+  if (conflicted) return Status::OK();
+  taken.Committed();
+  if (nb) ReleaseDisplaced(c, c->old.data(), nb);
+  *at = size;
+  *done = true;
+  return Status::OK();
+}
+
+Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
+                       bool append, uint64_t* at, bool* conflicted) {
+  LogPos p = t->cursor();
+  uint64_t size = t->size();
+  if (append) off = size;
+  uint64_t end = off + n;
+  if (end > kMaxFileSize || end < off) return Status::Error(EFBIG, "write past the upfs limit");
+  // A write starting past the tail block exposes the bytes past the size.
+  TailClaimGuard claim{this, c};
+  if ((off >> kBlockShift) > (size >> kBlockShift)) {
+    bool stale = false;
+    UPFS_RETURN_IF_ERROR(ZeroTailForGap(c, t, p, &claim.held, &stale));
+    if (stale) {
+      *conflicted = true;
+      return Status::OK();
+    }
+  }
+  uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end), nb = vb1 - vb0;
+  c->runs.clear();
+  UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &c->runs);
+  UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, nb, &c->runs));
+  c->old.resize(nb);
+  for (uint64_t i = 0; i < nb; ++i) c->old[i] = t->Get(vb0 + i);
+  UPFS_RETURN_IF_ERROR(CopyIntoNewBlocks(c, buf, n, off, size, vb0));
+  pm::Fence();
+  uint64_t entry = 0;
+  if (c->runs.size() == 1 && FitsInline(vb0, c->runs[0].lblock, nb)) {
+    if (end <= size)
+      entry = EncodeInline({uint32_t(vb0), c->runs[0].lblock, uint32_t(nb), false});
+    else if ((end & (kBlockSize - 1)) == 0)
+      entry = EncodeInline({uint32_t(vb0), c->runs[0].lblock, uint32_t(nb), true});
+  }
+  if (!entry)
+    UPFS_RETURN_IF_ERROR(writer_.BuildPayload(&c->blocks, &c->pending, uint32_t(vb0), c->runs,
+                                              Effect::kMax, end));
+  const bool head_edge = off & (kBlockSize - 1);
+  const bool tail_edge = end & (kBlockSize - 1);
+  uint32_t* old = c->old.data();
+  UPFS_RETURN_IF_ERROR(writer_.Commit(
+      &c->blocks, &c->scratch, &p, entry, c->pending,
+      [&](const Effect& e) {
+        if (e.size_op == Effect::kSet) return true;
+        if (append && e.ChangesSize()) return true;
+        if (head_edge && e.TouchesBlocks(vb0, vb0 + 1)) return true;
+        if (tail_edge && e.TouchesBlocks(vb1 - 1, vb1)) return true;
+        Overlay(e, vb0, nb, old);
+        return false;
+      },
+      conflicted));
+  if (*conflicted) return Status::OK();
+  taken.Committed();
+  ReleaseDisplaced(c, c->old.data(), nb);
+  *at = off;
+  return Status::OK();
+}
+
+Status File::Write(const void* buf, size_t n, uint64_t off, bool append, uint64_t* at) {
+  if (read_only()) return ReadOnlyRefusal();
+  ThreadCtx* c;
+  UPFS_RETURN_IF_ERROR(Ctx(&c));
+  {
+    EpochPin pin(epochs(), c->slot);
+    BlockTable* t;
+    UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+    if (n == 0) {
+      *at = append ? t->size() : off;
+      return Status::OK();
+    }
+    bool in_place = root_.consistency == Consistency::kSync && !append;
+    for (;;) {
+      bool appended = false;
+      UPFS_RETURN_IF_ERROR(AppendInPlace(c, t, buf, n, off, append, at, &appended));
+      if (appended) break;
+      if (in_place) {
+        bool done = false;
+        UPFS_RETURN_IF_ERROR(WriteInPlace(c, t, buf, n, off, &done));
+        if (done) {
+          *at = off;
+          break;
+        }
+        in_place = false;
+        UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+      }
+      bool conflicted = false;
+      UPFS_RETURN_IF_ERROR(WriteOnce(c, t, buf, n, off, append, at, &conflicted));
+      if (!conflicted) break;
+      UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+    }
+    TouchMtime();
+    MaybeCollectGarbage(c);
+  }
+  return Status::OK();
+}
+
+}  // namespace upfs
