@@ -27,6 +27,7 @@
 #include "container/container.h"
 #include "engine/file.h"
 #include "posix/api_internal.h"
+#include "posix/descriptor_table.h"
 #include "posix/host_descriptor.h"
 #include "posix/op_guard.h"
 #include "posix/preload_hooks.h"
@@ -51,70 +52,7 @@ int FailErrno(int err, const char* msg) {
 
 namespace {
 
-
-
 std::atomic<int> g_default_consistency{int(format::Consistency::kStrict)};
-
-// An open file description: what descriptors made by dup share, as in the
-// kernel (offset, access mode and O_APPEND, flock locks).
-struct Description {
-  std::atomic<int> flags;  // O_ACCMODE | O_APPEND (F_SETFL may change it)
-  std::shared_ptr<File> file;
-  std::mutex pos_mu;  // serializes offset-dependent calls, like f_pos_lock
-  uint64_t pos = 0;
-  dev_t dev = 0;  // the host inode
-  ino_t ino = 0;
-  std::mutex flock_mu;
-  int flock_fd = -1;  // our own description of the file's lock object (flock)
-  std::mutex ofd_mu;
-  int ofd_fd = -1;  // our own description of the host file, for its OFD locks
-  // The shared state's attribute sequence when this description last
-  // checked the host file for S_ISUID/S_ISGID (ClearPrivileges).
-  std::atomic<uint64_t> privileges_seen{~uint64_t{0}};
-  ~Description() {
-    HostFileContainer().ReleaseFlock(HostIdentity{dev, ino}, flock_fd);
-    if (ofd_fd >= 0) close(ofd_fd);
-  }
-};
-
-struct OpenFile {
-  int fd;  // the host file's kernel descriptor: this descriptor's number
-  std::shared_ptr<Description> d;
-};
-
-// Descriptor table: two levels of atomic pointers, so lookups take no lock.
-constexpr int kPageBits = 10;
-constexpr int kPages = 1024;  // descriptors up to 2^20
-struct FdPage {
-  std::atomic<OpenFile*> e[1 << kPageBits];
-};
-std::atomic<FdPage*> g_fd_pages[kPages];
-std::mutex g_fd_mu;
-
-std::atomic<OpenFile*>* FdSlot(int fd, bool create) {
-  if (fd < 0 || fd >= (kPages << kPageBits)) return nullptr;
-  std::atomic<FdPage*>& pg = g_fd_pages[fd >> kPageBits];
-  FdPage* p = pg.load(std::memory_order_acquire);
-  if (!p) {
-    if (!create) return nullptr;
-    std::lock_guard<std::mutex> g(g_fd_mu);
-    p = pg.load();
-    if (!p) {
-      p = new FdPage();
-      pg.store(p, std::memory_order_release);
-    }
-  }
-  return &p->e[fd & ((1 << kPageBits) - 1)];
-}
-
-// Looks up a descriptor inside an OpGuard (which keeps it alive).
-OpenFile* Lookup(int fd) {
-  std::atomic<OpenFile*>* s = FdSlot(fd, false);
-  return s ? s->load(std::memory_order_acquire) : nullptr;
-}
-
-bool CanRead(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_WRONLY; }
-bool CanWrite(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_RDONLY; }
 
 // A write or truncate by a caller without CAP_FSETID clears S_ISUID and
 // S_ISGID, as the kernel's does; but the kernel never sees a upfs write.
@@ -133,7 +71,6 @@ Status ClearPrivileges(const OpenFile* of) {
   d->privileges_seen.store(seq, std::memory_order_relaxed);
   return Status::OK();
 }
-
 
 int CheckOpenFlags(int flags) {
   if ((flags & O_ACCMODE) == O_ACCMODE) return FailErrno(EINVAL, "bad access mode");
@@ -262,60 +199,7 @@ int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consi
   return r;
 }
 
-// The identity of the file at dirfd/path if it may be a upfs file with a
-// single link (its shared state goes with that link). The shared state is
-// named by inode, so a file whose header is damaged is covered too.
-bool LastLinkIdentity(int dirfd, const char* path, HostIdentity* id) {
-  struct stat st;
-  if (fstatat(dirfd, path, &st, AT_SYMLINK_NOFOLLOW) != 0 || !MaybeUpfs(st) || st.st_nlink != 1)
-    return false;
-  *id = HostIdentity{uint64_t(st.st_dev), uint64_t(st.st_ino)};
-  return true;
-}
-
-// After fork the child must not use the parent's engine state: its
-// per-thread free lists and reclamation slots belong to the parent, and
-// using them from two processes would hand out the same blocks twice. The
-// child re-opens every inherited upfs file and leaks the inherited objects
-// (destroying them would return the parent's blocks to the shared bitmap).
-void ReopenAfterFork() {
-  ForgetRegistryInChild();
-  std::map<const File*, std::shared_ptr<File>> fresh;
-  std::map<const Description*, bool> done;  // dup'ed descriptors share one
-  for (int p = 0; p < kPages; ++p) {
-    FdPage* pg = g_fd_pages[p].load(std::memory_order_relaxed);
-    if (!pg) continue;
-    for (int i = 0; i < (1 << kPageBits); ++i) {
-      OpenFile* of = pg->e[i].load(std::memory_order_relaxed);
-      if (!of) continue;
-      if (auto seen = done.find(of->d.get()); seen != done.end()) {
-        if (!seen->second) pg->e[i].store(nullptr, std::memory_order_relaxed);
-        continue;
-      }
-      const File* old = of->d->file.get();
-      auto it = fresh.find(old);
-      if (it == fresh.end()) {
-        std::unique_ptr<File> f;
-        std::string self = "/proc/self/fd/" + std::to_string(of->fd);
-        const Container::OpenOptions options{!of->d->file->read_only(), false,
-                                             of->d->file->consistency(), nullptr};
-        Status st = HostFileContainer().Open(of->fd, self, options, &f);
-        std::shared_ptr<File> nf = f ? AdoptFileInChild(std::move(f)) : nullptr;
-        it = fresh.emplace(old, nf).first;
-      }
-      HostFileContainer().ForkedAway(*of->d->file);
-      IntentionallyLeaked(new std::shared_ptr<File>(of->d->file));  // see above
-      of->d->file = it->second;
-      done[of->d.get()] = of->d->file != nullptr;
-      if (!of->d->file) {
-        // Could not re-open (e.g. the file was damaged): the descriptor
-        // stays valid for close but fails every call with EIO.
-        pg->e[i].store(nullptr, std::memory_order_relaxed);
-      }
-    }
-  }
-}
-
+// Here, not in api_fork.cc: whoever links the C API gets the handlers.
 struct AtForkRegistration {
   AtForkRegistration() {
     pthread_atfork(LockRegistryForFork, UnlockRegistryInParent, ReopenAfterFork);
@@ -519,67 +403,6 @@ int upfs_fstat(int fd, struct stat* out) {
   return 0;
 }
 
-int upfs_is_upfs_file(const char* path) {
-  struct stat st;
-  if (!path) return FailErrno(EFAULT, "null path");
-  if (fstatat(AT_FDCWD, path, &st, 0) != 0) return FailErrno(errno, "stat failed");
-  if (!S_ISREG(st.st_mode)) return 0;
-  // The marker answers for callers that may not read the file.
-  if (HostFileContainer().Marked(st)) return 1;
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOATIME);
-  if (fd < 0 && errno == EPERM) fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno == EACCES ? 0 : FailErrno(errno, "open failed");
-  int r = HostFileContainer().Holds(fd) ? 1 : 0;
-  close(fd);
-  return r;
-}
-
-int upfs_unlinkat(int dirfd, const char* path) {
-  if (!path) return FailErrno(EFAULT, "null path");
-  HostIdentity id{};
-  bool last_link = LastLinkIdentity(dirfd, path, &id);
-  if (unlinkat(dirfd, path, 0) != 0) return FailErrno(errno, "unlink failed");
-  // A parked File of it would keep its space and shared state; destroying
-  // it removes the shared state if nobody else uses the file.
-  if (last_link && !DropParkedFile(dev_t(id.dev), ino_t(id.ino))) HostFileContainer().Unlinked(id);
-  return 0;
-}
-
-int upfs_unlink(const char* path) { return upfs_unlinkat(AT_FDCWD, path); }
-
-int upfs_sweep(unsigned* removed, unsigned* in_use) {
-  uint32_t r = 0, u = 0;
-  Status st = HostFileContainer().Sweep(&r, &u);
-  if (!st.ok()) return Fail(st);
-  if (removed) *removed = r;
-  if (in_use) *in_use = u;
-  return 0;
-}
-
-int upfs_drop_closed_files(void) {
-  DropAllParkedFiles();
-  return 0;
-}
-
-int upfs_renameat2(int olddirfd, const char* oldpath, int newdirfd, const char* newpath,
-                   unsigned int flags) {
-  if (!oldpath || !newpath) return FailErrno(EFAULT, "null path");
-  // The file replaced by the rename loses its last link, unless it is the
-  // renamed file itself (two links to one inode) or they are exchanged.
-  HostIdentity id{};
-  bool replaced = !(flags & RENAME_EXCHANGE) && LastLinkIdentity(newdirfd, newpath, &id);
-  if (replaced) {
-    struct stat src;
-    if (fstatat(olddirfd, oldpath, &src, AT_SYMLINK_NOFOLLOW) == 0 && src.st_dev == id.dev &&
-        src.st_ino == id.ino)
-      replaced = false;
-  }
-  if (renameat2(olddirfd, oldpath, newdirfd, newpath, flags) != 0)
-    return FailErrno(errno, "rename failed");
-  if (replaced && !DropParkedFile(dev_t(id.dev), ino_t(id.ino))) HostFileContainer().Unlinked(id);
-  return 0;
-}
-
 int upfs_stat_if_open(const struct stat* host, struct stat* out) {
   if (!host) return FailErrno(EFAULT, "null stat");
   std::shared_ptr<File> f = FindFile(*host);
@@ -637,137 +460,6 @@ int upfs_open_host_fd(int host_fd, int flags, enum upfs_consistency c) {
   return OpenOnHostFd(host_fd, path.c_str(), flags, format::Consistency(v), false, false);
 }
 
-int upfs_map_guard(int fd) {
-  OpGuard g;
-  OpenFile* of = Lookup(fd);
-  if (!of) return FailErrno(EBADF, "not a upfs descriptor");
-  if (!CanWrite(of)) return FailErrno(EACCES, "a shared writable map needs a descriptor open for writing");
-  int lock_fd = HostFileContainer().LockForSharedMap(*of->d->file);
-  if (lock_fd < 0 && errno == EAGAIN)
-    return FailErrno(EAGAIN, "another process has a shared writable map of the file");
-  if (lock_fd < 0) return FailErrno(errno, "lock the file for a shared writable map");
-  return lock_fd;
-}
-
-int upfs_flock(int fd, int op) {
-  std::shared_ptr<Description> d;
-  {
-    OpGuard g;
-    OpenFile* of = Lookup(fd);
-    if (!of) return FailErrno(EBADF, "not a upfs descriptor");
-    d = of->d;
-  }
-  // flock locks belong to the open file description: each description
-  // locks through a description of its own of the file's lock object
-  // (Container::Flock). The description's lock is held meanwhile:
-  // a blocking flock holds it while waiting, as the kernel holds the
-  // description's; d keeps everything alive.
-  std::lock_guard<std::mutex> g(d->flock_mu);
-  if (HostFileContainer().Flock(HostIdentity{d->dev, d->ino}, &d->flock_fd, op) != 0)
-    return FailErrno(errno, "flock failed");
-  return 0;
-}
-
-int upfs_fcntl_lock(int fd, int cmd, struct flock* lock) {
-  if (!lock) return FailErrno(EFAULT, "null lock");
-  std::shared_ptr<Description> d;
-  {
-    OpGuard g;
-    OpenFile* of = Lookup(fd);
-    if (!of) return FailErrno(EBADF, "not a upfs descriptor");
-    d = of->d;
-  }
-  const int acc = d->flags & O_ACCMODE;
-  const bool set = cmd != F_GETLK && cmd != F_OFD_GETLK;
-  if (set && lock->l_type == F_WRLCK && acc == O_RDONLY)
-    return FailErrno(EBADF, "a write lock needs a descriptor open for writing");
-  if (set && lock->l_type == F_RDLCK && acc == O_WRONLY)
-    return FailErrno(EBADF, "a read lock needs a descriptor open for reading");
-  int lock_fd;
-  if (cmd == F_OFD_SETLK || cmd == F_OFD_SETLKW || cmd == F_OFD_GETLK) {
-    // OFD locks belong to the open file description: a description of the
-    // host file of our own per upfs description, with the File's access.
-    std::lock_guard<std::mutex> g(d->ofd_mu);
-    if (d->ofd_fd < 0) {
-      const std::string self =
-          "/proc/self/fd/" + std::to_string(HostFileContainer().HostFd(*d->file));
-      d->ofd_fd = open(self.c_str(), (d->file->read_only() ? O_RDONLY : O_RDWR) | O_CLOEXEC);
-      if (d->ofd_fd < 0) return FailErrno(errno, "open the host file for its locks");
-    }
-    lock_fd = d->ofd_fd;
-  } else {
-    // POSIX record locks belong to the process: any descriptor of the file
-    // takes them, and the File's own one may write.
-    lock_fd = HostFileContainer().HostFd(*d->file);
-  }
-  // d keeps lock_fd open while we may block on it.
-  int r;
-  do {
-    r = fcntl(lock_fd, cmd, lock);
-  } while (r != 0 && errno == EINTR && cmd != F_SETLKW && cmd != F_OFD_SETLKW);
-  if (r != 0) return FailErrno(errno, "fcntl lock failed");
-  return 0;
-}
-
-int upfs_inherited_flags(int host_fd) {
-  int status = fcntl(host_fd, F_GETFL);
-  if (status < 0) return FailErrno(errno, "F_GETFL failed");
-  int acc = RecordedAccess(host_fd);
-  if (acc < 0) acc = status & O_ACCMODE;
-  return acc | (status & O_APPEND);
-}
-
-int upfs_host_fd(int fd) {
-  OpGuard g;
-  OpenFile* of = Lookup(fd);
-  if (!of) return FailErrno(EBADF, "not a upfs descriptor");
-  return of->fd;
-}
-
 const char* upfs_last_error(void) { return t_last_error.c_str(); }
 
 }  // extern "C"
-
-// Narrow hooks for src/posix/api_fd.cc (descriptor duplication and F_SETFL
-// for the LD_PRELOAD layer); they need the descriptor table above.
-namespace upfs {
-
-int ApiAdoptDuplicate(int oldfd, int newfd) {
-  OpGuard g;
-  OpenFile* old = Lookup(oldfd);
-  if (!old) return FailErrno(EBADF, "not a upfs descriptor");
-  std::atomic<OpenFile*>* slot = FdSlot(newfd, true);
-  if (!slot) return FailErrno(EMFILE, "descriptor number too large for upfs");
-  auto* of = new OpenFile();
-  of->fd = newfd;
-  of->d = old->d;
-  OpenFile* prev = slot->exchange(of, std::memory_order_acq_rel);
-  if (prev) RetireAfterOps([prev] { delete prev; });
-  return newfd;
-}
-
-int ApiSetAppend(int fd, bool on) {
-  OpGuard g;
-  OpenFile* of = Lookup(fd);
-  if (!of) return FailErrno(EBADF, "not a upfs descriptor");
-  std::lock_guard<std::mutex> pl(of->d->pos_mu);
-  of->d->flags = (of->d->flags & ~O_APPEND) | (on ? O_APPEND : 0);
-  return 0;
-}
-
-std::shared_ptr<File> ApiFileOf(int fd, int* flags) {
-  OpGuard g;
-  OpenFile* of = Lookup(fd);
-  if (!of) return nullptr;
-  if (flags) *flags = of->d->flags;
-  return of->d->file;
-}
-
-int ApiGetFlags(int fd) {
-  OpGuard g;
-  OpenFile* of = Lookup(fd);
-  if (!of) return FailErrno(EBADF, "not a upfs descriptor");
-  return of->d->flags;
-}
-
-}  // namespace upfs

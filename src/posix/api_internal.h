@@ -32,4 +32,7 @@ bool MaybeUpfs(const struct stat& st);
 // ClearPrivileges).
 Status ClearPrivilegesOf(File* file, const struct stat& host);
 
+// In a fork child: re-opens every inherited upfs file (api_fork.cc).
+void ReopenAfterFork();
+
 }  // namespace upfs

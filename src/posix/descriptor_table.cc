@@ -1,0 +1,48 @@
+#include "posix/descriptor_table.h"
+
+#include <unistd.h>
+
+#include "container/container.h"
+
+namespace upfs {
+
+namespace internal {
+std::atomic<FdPage*> g_fd_pages[kFdPages];
+}  // namespace internal
+
+namespace {
+std::mutex g_fd_mu;
+}  // namespace
+
+using internal::FdPage;
+using internal::g_fd_pages;
+using internal::kFdPageBits;
+using internal::kFdPages;
+
+Description::~Description() {
+  HostFileContainer().ReleaseFlock(HostIdentity{dev, ino}, flock_fd);
+  if (ofd_fd >= 0) close(ofd_fd);
+}
+
+std::atomic<OpenFile*>* FdSlot(int fd, bool create) {
+  if (fd < 0 || fd >= (kFdPages << kFdPageBits)) return nullptr;
+  std::atomic<FdPage*>& pg = g_fd_pages[fd >> kFdPageBits];
+  FdPage* p = pg.load(std::memory_order_acquire);
+  if (!p) {
+    if (!create) return nullptr;
+    std::lock_guard<std::mutex> g(g_fd_mu);
+    p = pg.load();
+    if (!p) {
+      p = new FdPage();
+      pg.store(p, std::memory_order_release);
+    }
+  }
+  return &p->e[fd & ((1 << kFdPageBits) - 1)];
+}
+
+OpenFile* Lookup(int fd) {
+  std::atomic<OpenFile*>* s = FdSlot(fd, false);
+  return s ? s->load(std::memory_order_acquire) : nullptr;
+}
+
+}  // namespace upfs

@@ -1,0 +1,81 @@
+// The process's table of upfs descriptors: descriptor number -> OpenFile
+// -> Description (what dup shares) -> engine File. Lookups take no lock: two
+// levels of atomic pointers, and entries freed only after the calls that may
+// hold them are done (op_guard.h).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include <fcntl.h>
+
+#include "engine/file.h"
+
+namespace upfs {
+
+// An open file description: what descriptors made by dup share, as in the
+// kernel (offset, access mode and O_APPEND, flock locks).
+struct Description {
+  std::atomic<int> flags;  // O_ACCMODE | O_APPEND (F_SETFL may change it)
+  std::shared_ptr<File> file;
+  std::mutex pos_mu;  // serializes offset-dependent calls, like f_pos_lock
+  uint64_t pos = 0;
+  dev_t dev = 0;  // the host inode
+  ino_t ino = 0;
+  std::mutex flock_mu;
+  int flock_fd = -1;  // our own description of the file's lock object (flock)
+  std::mutex ofd_mu;
+  int ofd_fd = -1;  // our own description of the host file, for its OFD locks
+  // The shared state's attribute sequence when this description last
+  // checked the host file for S_ISUID/S_ISGID (ClearPrivileges).
+  std::atomic<uint64_t> privileges_seen{~uint64_t{0}};
+  ~Description();  // releases its flock lock object and its OFD descriptor
+};
+
+struct OpenFile {
+  int fd;  // the host file's kernel descriptor: this descriptor's number
+  std::shared_ptr<Description> d;
+};
+
+// The slot of descriptor fd (made if `create`); null if fd is out of range
+// (or has no page and !create).
+std::atomic<OpenFile*>* FdSlot(int fd, bool create);
+
+// Looks up a descriptor inside an OpGuard (which keeps it alive).
+OpenFile* Lookup(int fd);
+
+inline bool CanRead(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_WRONLY; }
+inline bool CanWrite(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_RDONLY; }
+
+// fn(slot, open file) for every descriptor, in a fork child (no other
+// thread runs): the child's one pass over the table.
+template <typename Fn>
+void ForEachDescriptorInChild(Fn fn);
+
+namespace internal {
+constexpr int kFdPageBits = 10;
+constexpr int kFdPages = 1024;  // descriptors up to 2^20
+struct FdPage {
+  std::atomic<OpenFile*> e[1 << kFdPageBits];
+};
+extern std::atomic<FdPage*> g_fd_pages[kFdPages];
+}  // namespace internal
+
+template <typename Fn>
+void ForEachDescriptorInChild(Fn fn) {
+  using namespace internal;
+  for (int p = 0; p < kFdPages; ++p) {
+    FdPage* pg = g_fd_pages[p].load(std::memory_order_relaxed);
+    if (!pg) continue;
+    for (int i = 0; i < (1 << kFdPageBits); ++i) {
+      OpenFile* of = pg->e[i].load(std::memory_order_relaxed);
+      if (of) fn(pg->e[i], of);
+    }
+  }
+}
+
+}  // namespace upfs
