@@ -1,4 +1,7 @@
-// Unit tests of engine internals: block table, log decoding, allocator, GC.
+// The engine over the per-file container: replay and inspection of real
+// files, allocation against a real medium, the shared state's rebuild, GC,
+// creation and appends in place. Unit tests of single engine modules, with
+// no container, are in tests/engine/.
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <gtest/gtest.h>
@@ -64,72 +67,6 @@ void OpenEngine(const std::string& path, OpenedFile* of, Consistency c = Consist
   ASSERT_TRUE(st.ok()) << st.ToString();
 }
 
-TEST(BlockTable, AppliesInlineAndPayloadEffects) {
-  BlockTable t;
-  Effect e;
-  e.vblock = 10;
-  e.nblocks = 3;
-  e.runs = {format::Run{100, 3}};
-  e.size_op = Effect::kMax;
-  e.new_size = 13 * kBlockSize;
-  ASSERT_TRUE(t.Apply(e).ok());
-  EXPECT_EQ(t.Get(10), 100u);
-  EXPECT_EQ(t.Get(12), 102u);
-  EXPECT_EQ(t.Get(13), 0u);
-  EXPECT_EQ(t.size(), 13 * kBlockSize);
-  EXPECT_EQ(t.mapped_blocks(), 3u);
-  // kMax never shrinks.
-  e.new_size = 5;
-  ASSERT_TRUE(t.Apply(e).ok());
-  EXPECT_EQ(t.size(), 13 * kBlockSize);
-  // A keep run leaves the mapping, a hole run unmaps.
-  Effect k;
-  k.vblock = 10;
-  k.nblocks = 3;
-  k.runs = {format::Run{kKeepBlock, 1}, format::Run{0, 1}, format::Run{kKeepBlock, 1}};
-  ASSERT_TRUE(t.Apply(k).ok());
-  EXPECT_EQ(t.Get(10), 100u);
-  EXPECT_EQ(t.Get(11), 0u);
-  EXPECT_EQ(t.Get(12), 102u);
-  EXPECT_EQ(t.mapped_blocks(), 2u);
-  // kSet truncates and unmaps everything past the new size.
-  Effect s;
-  s.size_op = Effect::kSet;
-  s.new_size = 10 * kBlockSize + 1;
-  ASSERT_TRUE(t.Apply(s).ok());
-  EXPECT_EQ(t.size(), 10 * kBlockSize + 1);
-  EXPECT_EQ(t.Get(10), 100u);
-  EXPECT_EQ(t.Get(12), 0u);
-  EXPECT_EQ(t.mapped_blocks(), 1u);
-}
-
-TEST(BlockTable, GrowsWithoutLosingEntries) {
-  BlockTable t;
-  for (uint32_t v = 0; v < 100000; v += 7) t.Set(v, v + 1);
-  for (uint32_t v = 0; v < 100000; v += 7) ASSERT_EQ(t.Get(v), v + 1);
-  EXPECT_EQ(t.Get(1), 0u);
-}
-
-TEST(BlockTable, CursorIsConsistentTriple) {
-  BlockTable t;
-  t.set_cursor(LogPos{7, 509, 123456789012ull, 0});
-  LogPos p = t.cursor();
-  EXPECT_EQ(p.lblock, 7u);
-  EXPECT_EQ(p.slot, 509u);
-  EXPECT_EQ(p.seq, 123456789012ull);
-}
-
-TEST(Log, EffectConflictPredicates) {
-  Effect e;
-  e.vblock = 5;
-  e.nblocks = 2;
-  EXPECT_TRUE(e.TouchesBlocks(6, 7));
-  EXPECT_FALSE(e.TouchesBlocks(7, 9));
-  EXPECT_FALSE(e.TouchesBlocks(0, 5));
-  e.size_op = Effect::kSet;
-  EXPECT_TRUE(e.TouchesBlocks(100, 101));  // a truncate conflicts with everything
-}
-
 TEST(Log, ReplayMatchesWritesAndRejectsGarbageAfterTail) {
   TempDir d;
   std::string path = d.File("f");
@@ -156,36 +93,6 @@ TEST(Log, ReplayMatchesWritesAndRejectsGarbageAfterTail) {
   st = InspectFile(path, true, &r);
   EXPECT_EQ(st.err(), EUCLEAN);
   EXPECT_NE(st.message().find("log block 1"), std::string::npos) << st.message();
-}
-
-TEST(BlockSource, ClaimsContiguousRunsReusesAndGrows) {
-  TempDir d;
-  OpenedFile of;
-  OpenEngine(d.File("a"), &of);
-  BlockSource& alloc = *of.file->source();
-  ThreadBlocks tb;
-  std::vector<format::Run> runs;
-  ASSERT_TRUE(alloc.Alloc(&tb, 100, &runs).ok());
-  uint64_t total = 0;
-  for (const format::Run& r : runs) {
-    total += r.count;
-    for (uint32_t i = 0; i < r.count; ++i) EXPECT_TRUE(of.file->source()->bitmap()->Test(r.lblock + i));
-  }
-  EXPECT_EQ(total, 100u);
-  EXPECT_LE(runs.size(), 3u);  // mostly contiguous
-  alloc.Free(&tb, runs[0].lblock, 1);
-  uint32_t again = 0;
-  ASSERT_TRUE(alloc.AllocOne(&tb, &again).ok());
-  EXPECT_EQ(again, runs[0].lblock);  // the thread's own free list first
-  // Far more than the initial 2 MiB: the file must grow.
-  uint64_t cap0 = PerFile(*of.file)->medium()->capacity();
-  std::vector<format::Run> big;
-  ASSERT_TRUE(alloc.Alloc(&tb, 4096, &big).ok());
-  EXPECT_GT(PerFile(*of.file)->medium()->capacity(), cap0);
-  for (const format::Run& r : big) alloc.Free(&tb, r.lblock, r.count);
-  alloc.ReturnAll(&tb);
-  for (const format::Run& r : big)
-    for (uint32_t i = 0; i < r.count; ++i) EXPECT_FALSE(of.file->source()->bitmap()->Test(r.lblock + i));
 }
 
 // Regression (CI, ASan): the background grow's completion callback captured

@@ -99,7 +99,7 @@ Status BlockSource::ClaimChunk(ThreadBlocks* t, uint64_t want) {
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       continue;
     }
-    // Full: grow the host file now and publish the new capacity.
+    // Full: grow the space now and publish the new capacity.
     UPFS_RETURN_IF_ERROR(EnsureCapacity(cap + want));
   }
   return Status::Error(ENOSPC, "no free blocks after growing the file");

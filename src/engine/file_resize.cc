@@ -215,7 +215,7 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
     MaybeCollectGarbage(c);
     return Status::OK();
   }
-  // Allocation reserves room in the host file for every hole in the range
+  // Allocation reserves room in the block space for every hole in the range
   // and maps nothing: the first write into a mapped zero block would copy
   // on write and displace it, so a mapped preallocation only doubles the
   // space (RocksDB preallocates every table file). Holes read as zeros.

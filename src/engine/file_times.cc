@@ -17,7 +17,7 @@ using namespace format;
 void File::TouchMtime() {
   // The clock is read at most every ~2^20 cycles (about 0.3 ms): mtime
   // needs no finer grain than the coarse clock gives, and this keeps the
-  // shared header line out of the write path. A value this process did not
+  // times' shared cache line out of the write path. A value this process did not
   // store (utimensat, here or elsewhere) is replaced at once, as the
   // kernel's write replaces any mtime by the current time.
   uint64_t tsc = __rdtsc();

@@ -132,7 +132,7 @@ Status File::WriteInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n
 // at the size therefore writes its first bytes there in place and commits
 // only the size change (AppendInPlace): no copy of the block, no new block.
 // Two such appenders would write the same bytes, so a thread must hold the
-// tail claim (ShmHeader::tail_claim) to write past the end of file in
+// tail claim (LogWords::tail_claim) to write past the end of file in
 // place; the claim is never waited for by an appender (it copies on write
 // instead), and a dead owner's claim is taken over.
 //
