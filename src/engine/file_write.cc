@@ -201,6 +201,7 @@ Status File::ZeroTailForGap(ThreadCtx* c, BlockTable* t, const LogPos& p, bool* 
   }
   UPFS_RETURN_IF_ERROR(CommittedSince(c, p, stale));
   if (*stale) return Status::OK();
+  UPFS_ASSERT(root_.words->tail_claim.load(std::memory_order_relaxed) == c->tail_claim_id);
   char* a;
   UPFS_RETURN_IF_ERROR(access_.Addr(last, &a));
   const char* past = a + in_block;
@@ -236,6 +237,8 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   char* tail;
   UPFS_RETURN_IF_ERROR(access_.Addr(last, &tail));
   const uint64_t first = std::min<uint64_t>(n, kBlockSize - in_block);
+  // Past the end of file in place: only under the tail claim.
+  UPFS_ASSERT(root_.words->tail_claim.load(std::memory_order_relaxed) == c->tail_claim_id);
   pm::CopyNT(tail + in_block, buf, first);
   // What does not fit goes to new blocks, as a copy-on-write write would.
   const uint64_t vb0 = vt + 1, vb1 = CeilBlocks(end), nb = vb1 > vb0 ? vb1 - vb0 : 0;

@@ -81,6 +81,7 @@ Status LogCompactor::Collect(ThreadBlocks* t, uint32_t slot, bool force) {
 }
 
 Status LogCompactor::Compact(ThreadBlocks* t, bool force) {
+  UPFS_ASSERT(root_.words->gc_owner.load(std::memory_order_relaxed) != 0);
   uint64_t head64 = root_.head->load(std::memory_order_acquire);
   if (head64 == 0 || head64 >= kMaxBlocks) return Status::Corrupt("file header", "bad log head");
   uint32_t head = uint32_t(head64);
