@@ -13,8 +13,6 @@ namespace upfs {
 
 using namespace format;
 
-namespace {
-
 // The compacted log: entries that recreate a state, packed into blocks.
 class CompactWriter {
  public:
@@ -61,8 +59,6 @@ class CompactWriter {
   uint32_t slot_ = 0;
 };
 
-}  // namespace
-
 Status LogCompactor::Collect(ThreadBlocks* t, uint32_t slot, bool force) {
   EpochDomain* epochs = source_->epochs();
   UPFS_ASSERT(slot < kMaxSlots && EpochPin::Pinned(epochs, slot));
@@ -80,54 +76,58 @@ Status LogCompactor::Collect(ThreadBlocks* t, uint32_t slot, bool force) {
   return st;
 }
 
-Status LogCompactor::Compact(ThreadBlocks* t, bool force) {
-  UPFS_ASSERT(root_.words->gc_owner.load(std::memory_order_relaxed) != 0);
+// The full blocks before the active one, replayed into a state.
+struct LogCompactor::FullBlocks {
+  uint32_t head = 0;
+  BlockTable state;
+  std::vector<uint32_t> blocks;    // chain order
+  std::vector<Run> overflow;       // overflow runs their entries own
+  uint32_t active = 0;             // the first block with no successor yet
+  uint64_t active_seq = 0;
+};
+
+Status LogCompactor::ReplayFullBlocks(FullBlocks* f) {
   uint64_t head64 = root_.head->load(std::memory_order_acquire);
   if (head64 == 0 || head64 >= kMaxBlocks) return Status::Corrupt("file header", "bad log head");
-  uint32_t head = uint32_t(head64);
-  UPFS_RETURN_IF_ERROR(access_.CheckRange(head, 1, "log head"));
+  f->head = uint32_t(head64);
+  UPFS_RETURN_IF_ERROR(access_.CheckRange(f->head, 1, "log head"));
   LogBlock* b;
-  UPFS_RETURN_IF_ERROR(CheckLogBlock(access_, head, reinterpret_cast<LogBlock*>(access_.AddrUnchecked(head))->seq, &b));
-  // Replay every full block before the active one.
-  BlockTable state;
-  std::vector<uint32_t> old_blocks;
-  std::vector<Run> old_overflow;
+  const uint64_t head_seq = reinterpret_cast<LogBlock*>(access_.AddrUnchecked(f->head))->seq;
+  UPFS_RETURN_IF_ERROR(CheckLogBlock(access_, f->head, head_seq, &b));
   uint64_t entries = 0;
-  uint32_t l = head;
+  uint32_t l = f->head;
   uint64_t seq = b->seq;
-  uint64_t max_blocks = access_.space()->capacity() >> kBlockShift;
+  const uint64_t max_blocks = access_.space()->capacity() >> kBlockShift;
   for (;;) {
     uint32_t n = NextBlock(b->next.load(std::memory_order_acquire));
     if (n == 0) break;
     uint32_t end_slot = 0;
-    UPFS_RETURN_IF_ERROR(ApplyLogBlock(access_, b, l, &state, &old_overflow, &end_slot, &entries));
-    old_blocks.push_back(l);
-    if (old_blocks.size() > max_blocks) return Status::Corrupt("log chain", "cycle");
+    UPFS_RETURN_IF_ERROR(ApplyLogBlock(access_, b, l, &f->state, &f->overflow, &end_slot, &entries));
+    f->blocks.push_back(l);
+    if (f->blocks.size() > max_blocks) return Status::Corrupt("log chain", "cycle");
     UPFS_RETURN_IF_ERROR(CheckLogBlock(access_, n, seq + 1, &b));
     l = n;
     seq += 1;
   }
-  const uint32_t active = l;
-  const uint64_t active_seq = seq;
-  if (old_blocks.empty()) return Status::OK();
-  // Unless forced, only past the trigger length (see docs/design.md, GC).
-  uint64_t last = root_.words->gc_last_blocks.load(std::memory_order_relaxed);
-  if (!force && old_blocks.size() + 1 <= kGcSlackBlocks + 2 * last) return Status::OK();
+  f->active = l;
+  f->active_seq = seq;
+  return Status::OK();
+}
 
-  // The state as entries: size first (SIZE_SET unmaps nothing in an empty
-  // table), then the block map as maximal runs.
-  CompactWriter w;
-  w.AddPayload({state.size(), EncodePayloadWord1(0, 0, kSizeSet)});
-  // Maximal runs of contiguous mappings, at most kInlineMaxCount long.
+// The state as entries: size first (SIZE_SET unmaps nothing in an empty
+// table), then the block map as maximal runs of contiguous mappings, at
+// most kInlineMaxCount long.
+void LogCompactor::EncodeState(const BlockTable& state, CompactWriter* w) {
+  w->AddPayload({state.size(), EncodePayloadWord1(0, 0, kSizeSet)});
   uint64_t run_v = 0, run_count = 0;
   uint32_t run_l = 0;
   auto emit = [&] {
     if (!run_count) return;
     if (FitsInline(run_v, run_l, run_count))
-      w.AddInline(EncodeInline({uint32_t(run_v), run_l, uint32_t(run_count), false}));
+      w->AddInline(EncodeInline({uint32_t(run_v), run_l, uint32_t(run_count), false}));
     else
-      w.AddPayload({0, EncodePayloadWord1(uint32_t(run_v), 1, 0),
-                    EncodeRun(Run{run_l, uint32_t(run_count)})});
+      w->AddPayload({0, EncodePayloadWord1(uint32_t(run_v), 1, 0),
+                     EncodeRun(Run{run_l, uint32_t(run_count)})});
     run_count = 0;
   };
   state.ForEachMapped([&](uint64_t v, uint32_t l) {
@@ -142,12 +142,14 @@ Status LogCompactor::Compact(ThreadBlocks* t, bool force) {
     run_count = 1;
   });
   emit();
-  w.Finish();
-  const uint64_t n_new = w.blocks();
-  root_.words->gc_last_blocks.store(n_new, std::memory_order_relaxed);
-  // Only worth it if the chain gets shorter (also keeps seq numbers positive).
-  if (n_new >= old_blocks.size()) return Status::OK();
+  w->Finish();
+}
 
+// Writes the compacted chain into fresh blocks linked to the active block
+// and swaps it in at the head; then marks the old blocks compacted and
+// retires them. Nothing happens if the head moved meanwhile.
+Status LogCompactor::Publish(ThreadBlocks* t, const FullBlocks& f, CompactWriter* w) {
+  const uint64_t n_new = w->blocks();
   std::vector<Run> fresh;
   PendingBlocks taken(source_, t, &fresh);
   UPFS_RETURN_IF_ERROR(source_->Alloc(t, n_new, &fresh));
@@ -158,16 +160,16 @@ Status LogCompactor::Compact(ThreadBlocks* t, bool force) {
   for (size_t i = 0; i < n_new; ++i) {
     std::memset(img, 0, sizeof(img));
     auto* ib = reinterpret_cast<LogBlock*>(img);
-    ib->next.store(NextWord(i + 1 < n_new ? nb[i + 1] : active), std::memory_order_relaxed);
-    ib->seq = active_seq - n_new + i;
-    std::memcpy(reinterpret_cast<char*>(img) + offsetof(LogBlock, slots), w.images()[i].data(),
+    ib->next.store(NextWord(i + 1 < n_new ? nb[i + 1] : f.active), std::memory_order_relaxed);
+    ib->seq = f.active_seq - n_new + i;
+    std::memcpy(reinterpret_cast<char*>(img) + offsetof(LogBlock, slots), w->images()[i].data(),
                 kSlotsPerLogBlock * 8);
     char* dst = nullptr;
     UPFS_RETURN_IF_ERROR(access_.Addr(nb[i], &dst));
     pm::CopyNT(dst, img, kBlockSize);
   }
   pm::Fence();
-  uint64_t expected = head;
+  uint64_t expected = f.head;
   if (!pm::Cas64(root_.head, expected, nb[0])) return Status::OK();
   taken.Keep();  // the log's now
   pm::PersistWord(root_.head);
@@ -175,12 +177,28 @@ Status LogCompactor::Compact(ThreadBlocks* t, bool force) {
   // that a cursor below it is stale.
   std::atomic<uint64_t>& cs = root_.words->compact_seq;
   uint64_t prev = cs.load();
-  while (prev < active_seq && !cs.compare_exchange_weak(prev, active_seq)) {
+  while (prev < f.active_seq && !cs.compare_exchange_weak(prev, f.active_seq)) {
   }
   root_.words->gc_last_blocks.store(n_new + 1, std::memory_order_relaxed);
-  for (uint32_t ob : old_blocks) source_->Retire(t, ob, 1);
-  for (const Run& r : old_overflow) source_->Retire(t, r.lblock, r.count);
+  for (uint32_t ob : f.blocks) source_->Retire(t, ob, 1);
+  for (const Run& r : f.overflow) source_->Retire(t, r.lblock, r.count);
   return Status::OK();
+}
+
+Status LogCompactor::Compact(ThreadBlocks* t, bool force) {
+  UPFS_ASSERT(root_.words->gc_owner.load(std::memory_order_relaxed) != 0);
+  FullBlocks f;
+  UPFS_RETURN_IF_ERROR(ReplayFullBlocks(&f));
+  if (f.blocks.empty()) return Status::OK();
+  // Unless forced, only past the trigger length (see docs/design.md, GC).
+  uint64_t last = root_.words->gc_last_blocks.load(std::memory_order_relaxed);
+  if (!force && f.blocks.size() + 1 <= kGcSlackBlocks + 2 * last) return Status::OK();
+  CompactWriter w;
+  EncodeState(f.state, &w);
+  root_.words->gc_last_blocks.store(w.blocks(), std::memory_order_relaxed);
+  // Only worth it if the chain gets shorter (also keeps seq numbers positive).
+  if (w.blocks() >= f.blocks.size()) return Status::OK();
+  return Publish(t, f, &w);
 }
 
 }  // namespace upfs

@@ -21,6 +21,9 @@
 
 namespace upfs {
 
+class BlockTable;
+class CompactWriter;
+
 class LogCompactor {
  public:
   LogCompactor(BlockSpace* space, BlockSource* source, const LogRoot& root)
@@ -33,8 +36,12 @@ class LogCompactor {
   Status Collect(ThreadBlocks* t, uint32_t slot, bool force);
 
  private:
+  struct FullBlocks;
   // The compaction itself, with the log's GC word held.
   Status Compact(ThreadBlocks* t, bool force);
+  Status ReplayFullBlocks(FullBlocks* f);
+  static void EncodeState(const BlockTable& state, CompactWriter* w);
+  Status Publish(ThreadBlocks* t, const FullBlocks& f, CompactWriter* w);
 
   BlockAccess access_;
   BlockSource* source_;

@@ -28,33 +28,100 @@ bool AllZero(const char* p, size_t n) {
 
 }  // namespace
 
-Status InspectFile(const std::string& path, bool full_check, FileReport* out) {
-  *out = FileReport();
-  out->path = path;
-  // O_NOATIME where allowed: looking at a file does not change its atime.
+namespace {
+
+// Opens `path` to look at it as a upfs file, without changing its atime
+// where allowed: EMEDIUMTYPE if it is not one, the damage if it is marked
+// as one but lost its magic.
+Status OpenToInspect(const std::string& path, FileReport* out, std::unique_ptr<Medium>* m,
+                     struct stat* st) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOATIME);
   if (fd < 0 && errno == EPERM) fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno("open " + path);
-  struct stat st;
-  if (Status s = StatRegular(fd, path, &st); !s.ok()) {
+  if (Status s = StatRegular(fd, path, st); !s.ok()) {
     close(fd);
     return s;
   }
   if (!LooksLikeUpfs(fd)) {
     close(fd);
-    if (!(st.st_mode & kHostMarkerBit) || st.st_size < off_t(kBlockSize) ||
-        st.st_size % off_t(kBlockSize) != 0)
+    if (!IsMarkedUpfs(*st))
       return Status::Error(EMEDIUMTYPE, path + ": not a upfs file (no upfs magic)");
-    // Marked as a upfs file: something wrote over its header.
-    Status s = Status::Corrupt("file header", path +
-                                                  ": marked as a upfs file but the upfs magic is "
-                                                  "gone (overwritten by a program that bypassed "
-                                                  "upfs?)");
+    Status s = MarkedWithoutMagic(path);
     out->problems.push_back(s.message());
     return s;
   }
+  return Medium::Open(fd, path, m, /*read_only=*/true);
+}
+
+// Marks every block the log references (ref[b] = 1), listing blocks
+// referenced twice or past the end; counts the free ones.
+std::vector<uint8_t> MarkReferenced(const ReplayResult& res, const BlockTable& table, uint64_t cap,
+                                    FileReport* out) {
+  std::vector<uint8_t> ref(cap, 0);
+  auto mark = [&](uint64_t b, const char* what) {
+    if (b >= cap) {
+      out->problems.push_back(std::string(what) + " block " + std::to_string(b) +
+                              ": past the end of the file");
+      return;
+    }
+    if (ref[b]) {
+      out->problems.push_back("block map: " + std::string(what) + " block " + std::to_string(b) +
+                              " is referenced twice");
+      return;
+    }
+    ref[b] = 1;
+  };
+  mark(0, "header");
+  for (uint32_t l : res.log_blocks) mark(l, "log");
+  for (const Run& r : res.overflow)
+    for (uint32_t i = 0; i < r.count; ++i) mark(uint64_t(r.lblock) + i, "overflow");
+  table.ForEachMapped([&](uint64_t, uint32_t l) { mark(l, "data"); });
+  uint64_t used = 0;
+  for (uint8_t r : ref) used += r;
+  out->free_blocks = cap - used;
+  return ref;
+}
+
+// Mapped blocks wholly past the size must be zero. The bytes past the size
+// in the tail block may hold an uncommitted append (File::AppendInPlace):
+// not checked.
+void CheckPastTheSize(const BlockAccess& ba, const BlockTable& table, uint64_t cap,
+                      FileReport* out) {
+  const uint64_t size = table.size();
+  table.ForEachMapped([&](uint64_t v, uint32_t l) {
+    uint64_t bs = v << kBlockShift;
+    if (bs < size || l >= cap) return;
+    if (!AllZero(ba.AddrUnchecked(l), kBlockSize))
+      out->problems.push_back("data block " + std::to_string(l) + " (file block " +
+                              std::to_string(v) + "): nonzero bytes past the end of file");
+  });
+}
+
+// The shared state, if any: who uses the file, and the blocks it marks
+// taken that nothing references (when nobody uses it).
+void ReportSharedState(const FileHeader& h, const struct stat& st, const std::vector<uint8_t>& ref,
+                       FileReport* out) {
+  const uint64_t cap = ref.size();
+  SharedState::Identity id{h.file_id, h.created_ns, uint64_t(st.st_dev), uint64_t(st.st_ino)};
+  SharedStateView view;
+  if (!InspectSharedState(id, cap, &view).ok()) return;
+  out->shared_state_present = view.present;
+  out->live_processes = view.live_processes;
+  if (!view.bitmap_readable) return;
+  int64_t leaked = 0;
+  for (uint64_t b = 0; b < cap && (b >> 6) < view.taken.size(); ++b)
+    if (((view.taken[b >> 6] >> (b & 63)) & 1) && !ref[b]) ++leaked;
+  out->leaked_blocks = leaked;
+}
+
+}  // namespace
+
+Status InspectFile(const std::string& path, bool full_check, FileReport* out) {
+  *out = FileReport();
+  out->path = path;
   std::unique_ptr<Medium> m;
-  UPFS_RETURN_IF_ERROR(Medium::Open(fd, path, &m, /*read_only=*/true));
+  struct stat st;
+  UPFS_RETURN_IF_ERROR(OpenToInspect(path, out, &m, &st));
   out->medium = MediumKindName(m->kind());
   out->durability = MediumDurability(m->kind());
   auto fail = [&](const Status& s) {
@@ -83,58 +150,9 @@ Status InspectFile(const std::string& path, bool full_check, FileReport* out) {
   out->data_blocks = table.mapped_blocks();
   for (const Run& r : res.overflow) out->overflow_blocks += r.count;
 
-  // Which blocks are referenced, and by what.
-  const uint64_t cap = out->capacity_blocks;
-  std::vector<uint8_t> ref(cap, 0);
-  auto mark = [&](uint64_t b, const char* what) {
-    if (b >= cap) {
-      out->problems.push_back(std::string(what) + " block " + std::to_string(b) +
-                              ": past the end of the file");
-      return;
-    }
-    if (ref[b]) {
-      out->problems.push_back("block map: " + std::string(what) + " block " + std::to_string(b) +
-                              " is referenced twice");
-      return;
-    }
-    ref[b] = 1;
-  };
-  mark(0, "header");
-  for (uint32_t l : res.log_blocks) mark(l, "log");
-  for (const Run& r : res.overflow)
-    for (uint32_t i = 0; i < r.count; ++i) mark(uint64_t(r.lblock) + i, "overflow");
-  table.ForEachMapped([&](uint64_t, uint32_t l) { mark(l, "data"); });
-  uint64_t used = 0;
-  for (uint8_t r : ref) used += r;
-  out->free_blocks = cap - used;
-
-  if (full_check) {
-    // Mapped blocks wholly past the size are zero. The bytes past the size
-    // in the tail block may hold an uncommitted append (see
-    // File::AppendInPlace): not checked.
-    uint64_t size = table.size();
-    table.ForEachMapped([&](uint64_t v, uint32_t l) {
-      uint64_t bs = v << kBlockShift;
-      if (bs < size || l >= cap) return;
-      if (!AllZero(ba.AddrUnchecked(l), kBlockSize))
-        out->problems.push_back("data block " + std::to_string(l) + " (file block " +
-                                std::to_string(v) + "): nonzero bytes past the end of file");
-    });
-  }
-
-  SharedState::Identity id{h->file_id, h->created_ns, uint64_t(st.st_dev), uint64_t(st.st_ino)};
-  SharedStateView view;
-  Status ss = InspectSharedState(id, cap, &view);
-  if (ss.ok()) {
-    out->shared_state_present = view.present;
-    out->live_processes = view.live_processes;
-    if (view.bitmap_readable) {
-      int64_t leaked = 0;
-      for (uint64_t b = 0; b < cap && (b >> 6) < view.taken.size(); ++b)
-        if (((view.taken[b >> 6] >> (b & 63)) & 1) && !ref[b]) ++leaked;
-      out->leaked_blocks = leaked;
-    }
-  }
+  const std::vector<uint8_t> ref = MarkReferenced(res, table, out->capacity_blocks, out);
+  if (full_check) CheckPastTheSize(ba, table, out->capacity_blocks, out);
+  ReportSharedState(*h, st, ref, out);
   if (!out->problems.empty()) return Status::Error(EUCLEAN, out->problems.front());
   return Status::OK();
 }
