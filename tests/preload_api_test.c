@@ -435,6 +435,44 @@ static void test_fork_exec_spawn(void) {
   close(fd);
 }
 
+/* Whether the shared state of the upfs file `path` exists (its name:
+ * /dev/shm/upfs-DEV-INO in hexadecimal, docs/format.md). */
+static int shared_state_exists(const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0) return 0;
+  char name[128];
+  snprintf(name, sizeof(name), "/dev/shm/upfs-%llx-%llx", (unsigned long long)st.st_dev,
+           (unsigned long long)st.st_ino);
+  return syscall(SYS_newfstatat, AT_FDCWD, name, &st, 0) == 0;
+}
+
+/* _exit skips atexit: the library leaves the files there (exit.c), except
+ * in a vfork child, which shares the parent's memory: what it would remove
+ * the parent still uses. */
+static void test_exit_paths(void) {
+  /* Closed, the file is parked for reuse (for a second): its shared state
+   * stays with this process, and exit would remove it. */
+  int fd = make_file("kept", "kept by the parent");
+  CHECK("a closed file keeps its shared state while parked",
+        fd >= 0 && close(fd) == 0 && shared_state_exists(path_of("kept")));
+  pid_t pid = vfork();
+  if (pid == 0) _exit(0);
+  int ws;
+  waitpid(pid, &ws, 0);
+  CHECK("a vfork child's _exit leaves the parent's shared state",
+        shared_state_exists(path_of("kept")));
+  /* A forked child that made and closed a file leaves its state with it. */
+  pid = fork();
+  if (pid == 0) {
+    int cfd = make_file("child-made", "made by a child that leaves by _exit");
+    if (cfd < 0 || close(cfd) != 0) _exit(1);
+    _exit(0);
+  }
+  waitpid(pid, &ws, 0);
+  CHECK("a forked child's _exit removes the shared state of the file it closed",
+        WIFEXITED(ws) && WEXITSTATUS(ws) == 0 && !shared_state_exists(path_of("child-made")));
+}
+
 static int ts_eq(struct timespec a, time_t sec, long nsec) {
   return a.tv_sec == sec && a.tv_nsec == nsec;
 }
@@ -581,6 +619,7 @@ int main(int argc, char **argv) {
   test_stdio();
   test_std_streams();
   test_fork_exec_spawn();
+  test_exit_paths();
   test_attributes();
   if (g_failures) {
     printf("preload_api_test: %d failure(s)\n", g_failures);

@@ -7,6 +7,7 @@
 
 #include "posix/api_internal.h"
 #include "posix/descriptor_table.h"
+#include "posix/file_registry.h"
 #include "posix/host_descriptor.h"
 #include "posix/op_guard.h"
 #include "posix/preload_hooks.h"
@@ -64,6 +65,8 @@ int upfs_adopt_dup(int oldfd, int newfd) { return upfs::ApiAdoptDuplicate(oldfd,
 int upfs_set_append(int fd, int on) { return upfs::ApiSetAppend(fd, on != 0); }
 
 int upfs_get_flags(int fd) { return upfs::ApiGetFlags(fd); }
+
+void upfs_before_exit(void) { upfs::LeaveFilesBeforeExit(); }
 
 int upfs_inherited_flags(int host_fd) {
   int status = fcntl(host_fd, F_GETFL);

@@ -1,7 +1,9 @@
 #include "posix/file_registry.h"
 
 #include <sched.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -72,9 +74,16 @@ struct Registry {
   bool reaper_running = false;
 };
 
+// The process the registry belongs to: where it was made, or the fork child
+// that took it over (ForgetRegistryInChild). 0: no registry yet.
+std::atomic<pid_t> g_registry_pid{0};
+
 // Never destroyed: the reaper thread may still run while the process exits.
 Registry* Reg() {
-  static Registry* r = new Registry();
+  static Registry* r = [] {
+    g_registry_pid.store(getpid(), std::memory_order_relaxed);
+    return new Registry();
+  }();
   return r;
 }
 
@@ -273,6 +282,7 @@ void UnlockRegistryInParent() { Reg()->mu.unlock(); }
 
 void ForgetRegistryInChild() {
   Registry* r = Reg();
+  g_registry_pid.store(getpid(), std::memory_order_relaxed);
   // The parent's lock is held and its reaper does not exist here.
   new (&r->mu) std::mutex();
   new (&r->reaper_cv) std::condition_variable();
@@ -280,6 +290,12 @@ void ForgetRegistryInChild() {
   r->parked.clear();
   r->live.clear();
   r->reaper_running = false;
+}
+
+void LeaveFilesBeforeExit() {
+  const pid_t owner = g_registry_pid.load(std::memory_order_relaxed);
+  if (owner == 0 || owner != getpid()) return;
+  LeaveFilesAtExit();
 }
 
 std::shared_ptr<File> AdoptFileInChild(std::unique_ptr<File> f) {

@@ -66,4 +66,11 @@ void UnlockRegistryInParent();
 void ForgetRegistryInChild();
 std::shared_ptr<File> AdoptFileInChild(std::unique_ptr<File> f);
 
+// What exit does through atexit, for a process that leaves by _exit: the
+// shared state of its parked Files and of its open Files without a name
+// goes, unless another process uses it. Does nothing in a process the
+// registry does not belong to (a vfork child shares its parent's memory,
+// and what it would remove its parent uses).
+void LeaveFilesBeforeExit();
+
 }  // namespace upfs

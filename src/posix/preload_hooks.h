@@ -58,6 +58,11 @@ int upfs_set_append(int fd, int on);
 /* The access mode and O_APPEND of a upfs descriptor, or -1. */
 int upfs_get_flags(int fd);
 
+/* Before _exit/_Exit, which skip atexit: what exit would do for the
+ * process's upfs files (removing shared state nobody else uses). Nothing in
+ * a vfork child. */
+void upfs_before_exit(void);
+
 #ifdef __cplusplus
 }
 #endif

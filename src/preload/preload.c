@@ -34,6 +34,7 @@
  *   maps.c              mmap of upfs files, emulated
  *   stdio.c             FILE streams on upfs files, the standard streams
  *   exec.c              exec and spawn; descriptors inherited across exec
+ *   exit.c              _exit and _Exit, which skip atexit
  *   preload_late.c      the late constructor (see below)
  *
  * Start-up is two constructors: upfs_preload_init, here, which must not use

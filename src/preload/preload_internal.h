@@ -102,7 +102,9 @@
   X(int, posix_spawn, (pid_t *, const char *, const posix_spawn_file_actions_t *, \
                        const posix_spawnattr_t *, char *const[], char *const[]))  \
   X(int, posix_spawnp, (pid_t *, const char *, const posix_spawn_file_actions_t *, \
-                        const posix_spawnattr_t *, char *const[], char *const[]))
+                        const posix_spawnattr_t *, char *const[], char *const[])) \
+  X(void, _exit, (int))                                                      \
+  X(void, _Exit, (int))
 
 /* real_open, real_read...: libc's functions, found with dlsym(RTLD_NEXT). */
 #define DECLARE_REAL(ret, name, args) extern HIDDEN ret(*real_##name) args;
