@@ -1,0 +1,84 @@
+// upfs bench: the table of results, and their JSON.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cli/bench_internal.h"
+#include "upfs/upfs.h"
+
+namespace upfs::cli::bench {
+
+double Spread(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  double m = Median(v);
+  return m > 0 ? (*hi - *lo) / 2 / m * 100 : 0;
+}
+
+void Bench::PrintTable(const std::vector<Result>& results) const {
+  std::printf("%-18s %14s %6s %14s %6s %12s\n", "workload", "upfs ops/s", "+-%", "kernel ops/s",
+              "+-%", "upfs/kernel");
+  for (const Result& r : results) {
+    double u = Median(r.upfs_ops), k = Median(r.kernel_ops);
+    std::printf("%-18s %14s %6.1f %14s %6.1f %11.2fx\n", r.name.c_str(),
+                WithCommas(uint64_t(u)).c_str(), Spread(r.upfs_ops),
+                WithCommas(uint64_t(k)).c_str(), Spread(r.kernel_ops), k > 0 ? u / k : 0.0);
+  }
+  std::printf("\nops/s: median over %d rounds of %.2f s per side; +-%%: half the range of the "
+              "rounds, in %% of the median.\n",
+              cfg_.rounds, cfg_.seconds);
+  if (medium_ == MediumKind::kPageCache) {
+    std::printf("medium is a page-cache file system: both sides fsync after every write.\n");
+  } else {
+    std::printf("kernel writes are each followed by fsync(2); upfs writes are durable on "
+                "return (%s).\n",
+                MediumKindName(medium_));
+  }
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      out += b;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+Status Bench::WriteJson(const std::vector<Result>& results) const {
+  std::string text = "[\n";
+  for (size_t i = 0; i < results.size(); i++) {
+    const Result& r = results[i];
+    double u = Median(r.upfs_ops), k = Median(r.kernel_ops);
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "  {\"name\": %s, \"upfs_ops\": %.1f, \"kernel_ops\": %.1f, \"ratio\": %.4f}%s\n",
+                  JsonString(r.name).c_str(), u, k, k > 0 ? u / k : 0.0,
+                  i + 1 < results.size() ? "," : "");
+    text += buf;
+  }
+  text += "]\n";
+  FILE* f = std::fopen(cfg_.json->c_str(), "w");
+  if (!f) return Status::FromErrno("open " + *cfg_.json);
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) return Status::FromErrno("write " + *cfg_.json);
+  return Status::OK();
+}
+
+}  // namespace upfs::cli::bench
