@@ -1,5 +1,6 @@
 // A upfs file is never written as plain bytes: callers that may not read it
 // are refused, and raw system calls on a upfs descriptor fail.
+#include "container/perfile/inspect.h"
 #include "semantics_util.h"
 
 namespace upfs_semantics {
@@ -126,6 +127,30 @@ TEST_F(Semantics, RawSystemCallsOnAUpfsDescriptorFailAndDamageNothing) {
   Pair p = MakePair(dir_, "raw-owner", 0600);
   EXPECT_EQ(As(&kOwner, [&] { return RawCallsReport(p); }), "") << "as the owner";
   EXPECT_EQ(UpfsHolds(p.upfs, Content()), "");
+}
+
+// A program that bypasses upfs and writes over a upfs file's header leaves
+// a file that still carries the marker: open, stat and fsck report damage
+// (EUCLEAN, naming the header), not "not a upfs file".
+TEST(Damage, HeaderOverwrittenBehindUpfsIsReportedAsDamage) {
+  upfs_test::TempDir d;
+  const std::string path = d.File("h");
+  ASSERT_EQ(upfs_test::WriteAndClose(path, upfs_test::Pattern(9000, 7)), 0) << upfs_last_error();
+  ASSERT_EQ(upfs_drop_closed_files(), 0);
+  int h = open(path.c_str(), O_WRONLY);
+  ASSERT_GE(h, 0);
+  ASSERT_EQ(pwrite(h, "XYZS", 4, 0), 4);  // the write-only program
+  close(h);
+  EXPECT_EQ(upfs_is_upfs_file(path.c_str()), 1) << "the marker still says upfs";
+  EXPECT_EQ(upfs_open(path.c_str(), O_RDWR), -1);
+  EXPECT_EQ(errno, EUCLEAN) << upfs_last_error();
+  EXPECT_NE(std::string(upfs_last_error()).find("marked as a upfs file"), std::string::npos)
+      << upfs_last_error();
+  upfs::FileReport r;
+  upfs::Status st = upfs::InspectFile(path, true, &r);
+  EXPECT_EQ(st.err(), EUCLEAN) << st.ToString();
+  ASSERT_FALSE(r.problems.empty());
+  EXPECT_NE(r.problems.front().find("file header"), std::string::npos) << r.problems.front();
 }
 
 }  // namespace

@@ -180,6 +180,23 @@ inline off_t UpfsSize(int fd) {
   return st.st_size;
 }
 
+// n bytes of a fixed-seed sequence, none of them zero.
+inline std::vector<unsigned char> Pattern(size_t n, uint32_t seed) {
+  std::vector<unsigned char> b(n);
+  std::mt19937 rng(seed);
+  for (auto& c : b) c = static_cast<unsigned char>(rng() % 255 + 1);
+  return b;
+}
+
+// Creates (or opens) the upfs file `path`, writes `data` at 0 and closes it:
+// 0, or -1 with errno.
+inline int WriteAndClose(const std::string& path, const std::vector<unsigned char>& data) {
+  int fd = upfs_open(path.c_str(), O_CREAT | O_RDWR, 0644);
+  if (fd < 0) return -1;
+  if (upfs_pwrite(fd, data.data(), data.size(), 0) != ssize_t(data.size())) return -1;
+  return upfs_close(fd);
+}
+
 inline bool AllZero(const unsigned char* p, size_t n) {
   for (size_t i = 0; i < n; ++i)
     if (p[i] != 0) return false;
