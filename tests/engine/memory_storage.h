@@ -18,7 +18,6 @@
 #include "engine/alloc_bitmap.h"
 #include "engine/block_source.h"
 #include "engine/block_table.h"
-#include "engine/file.h"
 #include "engine/log.h"
 #include "engine/log_root.h"
 #include "engine/reclamation.h"
@@ -115,7 +114,6 @@ class MemoryStorage {
   const LogRoot& root() const { return root_; }
   LogWords& words() { return log_words_; }
   uint64_t head() const { return head_.load(); }
-  FileStorage storage() { return FileStorage{&space_, &source_, root_}; }
 
   // Where the log's first entry goes.
   LogPos Start() const {

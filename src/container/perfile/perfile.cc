@@ -242,7 +242,7 @@ Status OpenPerFile(int host_fd, const std::string& path, bool create, Consistenc
   BlockMarker marker(sh->bitmap());
   if (rebuild) {
     sh->ResetForRebuild(capacity);
-    marker.Mark(0, "header");
+    for (uint32_t b = 0; b < kHeaderBlocks; ++b) marker.Mark(b, "header");
   }
   std::unique_ptr<File> f;
   UPFS_RETURN_IF_ERROR(File::Open(storage, rebuild ? &marker : nullptr, std::move(lease), &f));

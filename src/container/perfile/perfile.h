@@ -56,9 +56,6 @@ class PerFileStorage final : public StorageLease {
 
   Medium* medium() const { return medium_.get(); }
   SharedState* shared() const { return shared_.get(); }  // null: read-only
-  const format::FileHeader* header() const {
-    return reinterpret_cast<const format::FileHeader*>(medium_->base());
-  }
   FileStorage storage();
 
  private:
