@@ -159,6 +159,12 @@ Status File::Ctx(ThreadCtx** out) {
   return Status::OK();
 }
 
+Status File::Begin(Operation* op) {
+  UPFS_RETURN_IF_ERROR(Ctx(&op->c));
+  op->pin.emplace(epochs(), op->c->slot);
+  return CatchUp(op->c, &op->t);
+}
+
 Status File::RebuildTableLocked() {
   // Pinned (from CatchUp), or validating (read-only), and applying.
   UPFS_ASSERT(apply_lock_.test(std::memory_order_relaxed));
@@ -264,11 +270,10 @@ void File::MaybeCollectGarbage(ThreadCtx* c) {
 Status File::Read(void* buf, size_t n, uint64_t off, size_t* done) {
   *done = 0;
   if (n == 0) return Status::OK();
-  ThreadCtx* c;
-  UPFS_RETURN_IF_ERROR(Ctx(&c));
-  EpochPin pin(epochs(), c->slot);
-  BlockTable* t;
-  UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+  Operation op;
+  UPFS_RETURN_IF_ERROR(Begin(&op));
+  ThreadCtx* c = op.c;
+  BlockTable* t = op.t;
   for (;;) {
     LogPos p = t->cursor();
     uint64_t size = t->size();

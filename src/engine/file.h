@@ -17,10 +17,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "engine/block_source.h"
 #include "engine/block_table.h"
+#include "engine/epoch_pin.h"
 #include "engine/log.h"
 #include "engine/log_root.h"
 #include "engine/log_writer.h"
@@ -123,6 +125,15 @@ class File {
   File(const FileStorage& storage, std::unique_ptr<StorageLease> lease);
 
   Status Init(BlockMarker* rebuild);
+  // The start of every operation: this thread's context, pinned in the
+  // current epoch (for as long as the Operation lives), and the block
+  // table caught up to the log.
+  struct Operation {
+    ThreadCtx* c = nullptr;
+    std::optional<EpochPin> pin;
+    BlockTable* t = nullptr;
+  };
+  Status Begin(Operation* op);
   EpochDomain* epochs() const { return source_ ? source_->epochs() : nullptr; }
   Status Ctx(ThreadCtx** out);
   template <typename Fn>

@@ -21,11 +21,10 @@ using namespace format;
 Status File::Truncate(uint64_t len) {
   if (read_only()) return ReadOnlyRefusal();
   if (len > kMaxFileSize) return Status::Error(EFBIG, "length past the upfs limit");
-  ThreadCtx* c;
-  UPFS_RETURN_IF_ERROR(Ctx(&c));
-  EpochPin pin(epochs(), c->slot);
-  BlockTable* t;
-  UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+  Operation op;
+  UPFS_RETURN_IF_ERROR(Begin(&op));
+  ThreadCtx* c = op.c;
+  BlockTable* t = op.t;
   for (;;) {
     LogPos p = t->cursor();
     uint64_t size = t->size();
@@ -203,11 +202,10 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
   if (len == 0) return Status::Error(EINVAL, "fallocate of zero length");
   uint64_t end = off + len;
   if (end > kMaxFileSize || end < off) return Status::Error(EFBIG, "past the upfs limit");
-  ThreadCtx* c;
-  UPFS_RETURN_IF_ERROR(Ctx(&c));
-  EpochPin pin(epochs(), c->slot);
-  BlockTable* t;
-  UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+  Operation op;
+  UPFS_RETURN_IF_ERROR(Begin(&op));
+  ThreadCtx* c = op.c;
+  BlockTable* t = op.t;
   const uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end);
   if (punch) {
     UPFS_RETURN_IF_ERROR(PunchHole(c, t, off, end));

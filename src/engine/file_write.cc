@@ -341,39 +341,36 @@ Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
 
 Status File::Write(const void* buf, size_t n, uint64_t off, bool append, uint64_t* at) {
   if (read_only()) return ReadOnlyRefusal();
-  ThreadCtx* c;
-  UPFS_RETURN_IF_ERROR(Ctx(&c));
-  {
-    EpochPin pin(epochs(), c->slot);
-    BlockTable* t;
-    UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
-    if (n == 0) {
-      *at = append ? t->size() : off;
-      return Status::OK();
-    }
-    bool in_place = root_.consistency == Consistency::kSync && !append;
-    for (;;) {
-      bool appended = false;
-      UPFS_RETURN_IF_ERROR(AppendInPlace(c, t, buf, n, off, append, at, &appended));
-      if (appended) break;
-      if (in_place) {
-        bool done = false;
-        UPFS_RETURN_IF_ERROR(WriteInPlace(c, t, buf, n, off, &done));
-        if (done) {
-          *at = off;
-          break;
-        }
-        in_place = false;
-        UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+  Operation op;
+  UPFS_RETURN_IF_ERROR(Begin(&op));
+  ThreadCtx* c = op.c;
+  BlockTable* t = op.t;
+  if (n == 0) {
+    *at = append ? t->size() : off;
+    return Status::OK();
+  }
+  bool in_place = root_.consistency == Consistency::kSync && !append;
+  for (;;) {
+    bool appended = false;
+    UPFS_RETURN_IF_ERROR(AppendInPlace(c, t, buf, n, off, append, at, &appended));
+    if (appended) break;
+    if (in_place) {
+      bool done = false;
+      UPFS_RETURN_IF_ERROR(WriteInPlace(c, t, buf, n, off, &done));
+      if (done) {
+        *at = off;
+        break;
       }
-      bool conflicted = false;
-      UPFS_RETURN_IF_ERROR(WriteOnce(c, t, buf, n, off, append, at, &conflicted));
-      if (!conflicted) break;
+      in_place = false;
       UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
     }
-    TouchMtime();
-    MaybeCollectGarbage(c);
+    bool conflicted = false;
+    UPFS_RETURN_IF_ERROR(WriteOnce(c, t, buf, n, off, append, at, &conflicted));
+    if (!conflicted) break;
+    UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
   }
+  TouchMtime();
+  MaybeCollectGarbage(c);
   return Status::OK();
 }
 
