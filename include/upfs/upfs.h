@@ -138,6 +138,70 @@ int upfs_fcntl_lock(int fd, int cmd, struct flock *lock);
  * damaged structure for EUCLEAN. Never NULL. */
 const char *upfs_last_error(void);
 
+/* ------------------------------------------------------------------ pools
+ *
+ * A pool is one file (on /dev/shm, a DAX file system or a page-cache file
+ * system) that holds a whole namespace: directories, regular files,
+ * symbolic links and hard links, served in this process without system
+ * calls and shared lock-free with every other process that mounts it
+ * (docs/design.md, "Pools"). A pool file grows as needed.
+ *
+ * upfs_mount makes every path whose absolute form is `dir` or below it a
+ * path in the pool, for every upfs_* path call of this process (dir need
+ * not exist in the kernel; relative paths are made absolute with the
+ * process's current directory). Paths outside every mount keep the
+ * per-file behaviour above. Descriptors of pool files and directories are
+ * upfs descriptors (numbers from 1<<19 up, never kernel descriptors): they
+ * work with every upfs_* descriptor call. A rename or link between a pool
+ * and anything else fails with EXDEV, as across mounts.
+ *
+ * Times in a pool: mtime and ctime as the kernel keeps them; atime is set
+ * at creation and by utimensat only (the noatime policy). Permissions are
+ * checked against the caller's effective uid and gid and its supplementary
+ * groups, root (uid 0) passing as in the kernel. */
+
+/* Makes a new, empty pool file `pool` (EEXIST if it exists). size_hint
+ * (bytes, 0 for the default) is the space to map up front: the pool grows
+ * past it as needed. */
+int upfs_mkfs(const char *pool, uint64_t size_hint);
+/* Mounts `pool` at `dir` in this process; EBUSY if dir is mounted. A
+ * foreign, truncated or damaged pool is refused (EMEDIUMTYPE, EUCLEAN;
+ * upfs_last_error() names the structure). */
+int upfs_mount(const char *pool, const char *dir);
+/* EBUSY while descriptors or directory streams of the pool are open. */
+int upfs_umount(const char *dir);
+
+int upfs_openat(int dirfd, const char *path, int flags, ... /* mode_t mode */);
+int upfs_mkdir(const char *path, mode_t mode);
+int upfs_mkdirat(int dirfd, const char *path, mode_t mode);
+int upfs_rmdir(const char *path);
+/* flags: 0 or AT_REMOVEDIR. */
+int upfs_unlinkat(int dirfd, const char *path, int flags);
+int upfs_rename(const char *oldpath, const char *newpath);
+int upfs_link(const char *oldpath, const char *newpath);
+int upfs_symlink(const char *target, const char *linkpath);
+ssize_t upfs_readlink(const char *path, char *buf, size_t bufsiz);
+/* mode: F_OK or any of R_OK, W_OK, X_OK; checked with the real uid and gid,
+ * as access(2). */
+int upfs_access(const char *path, int mode);
+struct statvfs;
+int upfs_statvfs(const char *path, struct statvfs *buf);
+
+/* Directory streams over pool directories. A listing lists every entry
+ * that exists for the whole scan exactly once, and no entry twice, while
+ * others change the directory. */
+typedef struct upfs_dir UPFS_DIR;
+UPFS_DIR *upfs_opendir(const char *path);
+/* Takes over fd (a upfs descriptor of a pool directory). */
+UPFS_DIR *upfs_fdopendir(int fd);
+struct dirent *upfs_readdir(UPFS_DIR *dir);
+void upfs_rewinddir(UPFS_DIR *dir);
+int upfs_closedir(UPFS_DIR *dir);
+int upfs_dirfd(UPFS_DIR *dir);
+/* getdents64(2) on a upfs descriptor of a pool directory: fills buf with
+ * struct linux_dirent64 records; 0 at the end. */
+ssize_t upfs_getdents64(int fd, void *buf, size_t count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -51,8 +51,10 @@ int upfs_is_upfs_file(const char* path) {
   return r;
 }
 
-int upfs_unlinkat(int dirfd, const char* path) {
+int upfs_unlinkat(int dirfd, const char* path, int flags) {
   if (!path) return FailErrno(EFAULT, "null path");
+  if (flags & ~AT_REMOVEDIR) return FailErrno(EINVAL, "bad unlinkat flags");
+  if (flags & AT_REMOVEDIR) return unlinkat(dirfd, path, flags) == 0 ? 0 : FailErrno(errno, "rmdir failed");
   HostIdentity id{};
   bool last_link = LastLinkIdentity(dirfd, path, &id);
   if (unlinkat(dirfd, path, 0) != 0) return FailErrno(errno, "unlink failed");
@@ -62,7 +64,7 @@ int upfs_unlinkat(int dirfd, const char* path) {
   return 0;
 }
 
-int upfs_unlink(const char* path) { return upfs_unlinkat(AT_FDCWD, path); }
+int upfs_unlink(const char* path) { return upfs_unlinkat(AT_FDCWD, path, 0); }
 
 int upfs_sweep(unsigned* removed, unsigned* in_use) {
   uint32_t r = 0, u = 0;

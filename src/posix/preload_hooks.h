@@ -42,10 +42,9 @@ int upfs_flock(int fd, int op);
  * may hold; -1 with EAGAIN if another process holds it. */
 int upfs_map_guard(int fd);
 
-/* unlinkat(2) (without AT_REMOVEDIR) that also removes the shared state of
- * a upfs file whose last link goes, once no process has it open (as
- * upfs_renameat2 does for the file a rename replaces). Returns 0 or -1. */
-int upfs_unlinkat(int dirfd, const char *path);
+/* upfs_unlinkat (upfs.h) also removes the shared state of a upfs file
+ * whose last link goes, once no process has it open (as upfs_renameat2
+ * does for the file a rename replaces). */
 
 /* The access mode and O_APPEND of an inherited host descriptor of a upfs
  * file (after execve): what the upfs descriptor it was had, which its

@@ -12,11 +12,11 @@ API_INTERPOSER(renameat, (int od, const char *op, int nd, const char *np),
                upfs_renameat2(od, op, nd, np, 0))
 API_INTERPOSER(renameat2, (int od, const char *op, int nd, const char *np, unsigned int flags),
                upfs_renameat2(od, op, nd, np, flags))
-API_INTERPOSER(unlink, (const char *path), upfs_unlinkat(AT_FDCWD, path))
+API_INTERPOSER(unlink, (const char *path), upfs_unlinkat(AT_FDCWD, path, 0))
 
 static int do_unlinkat(int dirfd, const char *path) {
   int saved = errno;
-  return keep_errno(saved, upfs_unlinkat(dirfd, path));
+  return keep_errno(saved, upfs_unlinkat(dirfd, path, 0));
 }
 EXPORT int unlinkat(int dirfd, const char *path, int flags) {
   if (flags & AT_REMOVEDIR) return REAL(unlinkat)(dirfd, path, flags);
