@@ -30,6 +30,11 @@ uint32_t EpochDomain::ClaimSlot() {
   // one whose owner died is simply taken over. The mutex keeps threads of
   // this process apart (for them the lock always succeeds).
   std::lock_guard<std::mutex> g(slot_mu_);
+  if (!kept_.empty()) {
+    const uint32_t i = kept_.back();
+    kept_.pop_back();
+    return i;
+  }
   const uint32_t me = uint32_t(getpid());
   for (uint32_t i = 0; i < kMaxSlots; ++i) {
     ReclaimSlot& sl = slots_[i];
@@ -50,10 +55,25 @@ uint32_t EpochDomain::ClaimSlot() {
 
 void EpochDomain::ReleaseSlot(uint32_t s) {
   std::lock_guard<std::mutex> g(slot_mu_);
+  if (keep_released_) {
+    slots_[s].pinned.store(0, std::memory_order_release);
+    kept_.push_back(s);
+    return;
+  }
   slots_[s].pinned.store(0, std::memory_order_release);
   slots_[s].owner_pid.store(0, std::memory_order_relaxed);
   slots_[s].in_use.store(0, std::memory_order_release);
   live_->Unlock(s);
+}
+
+void EpochDomain::ReleaseKeptSlots() {
+  std::lock_guard<std::mutex> g(slot_mu_);
+  for (uint32_t s : kept_) {
+    slots_[s].owner_pid.store(0, std::memory_order_relaxed);
+    slots_[s].in_use.store(0, std::memory_order_release);
+    live_->Unlock(s);
+  }
+  kept_.clear();
 }
 
 uint64_t EpochDomain::TryAdvanceEpoch() {

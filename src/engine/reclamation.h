@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <vector>
 
 namespace upfs {
 
@@ -80,6 +81,11 @@ class EpochDomain {
   // liveness. Returns kMaxSlots if none is free.
   uint32_t ClaimSlot();
   void ReleaseSlot(uint32_t s);
+  // A domain many Files share (a pool's): released slots stay claimed by
+  // this process, idle, and the next claim takes one of them without a
+  // system call. ReleaseKeptSlots gives them back (at detach).
+  void KeepReleasedSlots() { keep_released_ = true; }
+  void ReleaseKeptSlots();
   // True if the thread owning slot s (of any process) is alive.
   bool SlotOwnerAlive(uint32_t s);
   // True if some other process holds a live slot.
@@ -94,6 +100,8 @@ class EpochDomain {
   // Threads of this process lock slots through one liveness owner, where
   // the locks do not conflict: claims within the process serialize here.
   std::mutex slot_mu_;
+  bool keep_released_ = false;
+  std::vector<uint32_t> kept_;  // idle slots this process still holds (under slot_mu_)
 };
 
 }  // namespace upfs

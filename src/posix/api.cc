@@ -27,6 +27,7 @@
 #include "container/container.h"
 #include "engine/file.h"
 #include "posix/api_internal.h"
+#include "posix/pool_api.h"
 #include "posix/descriptor_table.h"
 #include "posix/host_descriptor.h"
 #include "posix/op_guard.h"
@@ -62,6 +63,7 @@ std::atomic<int> g_default_consistency{int(format::Consistency::kStrict)};
 // after a chmod or chown through upfs in any process (attr_seq): one
 // relaxed load per write otherwise.
 Status ClearPrivileges(const OpenFile* of) {
+  if (of->d->pool) return ClearPoolPrivileges(const_cast<OpenFile*>(of));
   Description* d = of->d.get();
   const uint64_t seq = HostFileContainer().AttributeSequence(*d->file);
   if (seq == d->privileges_seen.load(std::memory_order_relaxed)) return Status::OK();
@@ -168,6 +170,7 @@ int OpenOrCreateHost(const char* path, int kflags, mode_t mode, bool* created) {
 
 int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consistency) {
   if (!path) return FailErrno(EFAULT, "null path");
+  if (PoolPath p; InPool(AT_FDCWD, path, &p)) return PoolOpen(p, flags, mode, consistency);
   if (CheckOpenFlags(flags) != 0) return -1;
   // O_TRUNC must not reach the kernel: it would drop the upfs metadata.
   // O_DIRECT is meaningless for a mapped file; durability is already given.
@@ -250,6 +253,7 @@ int upfs_close(int fd) {
   std::atomic<OpenFile*>* slot = FdSlot(fd, false);
   OpenFile* of = slot ? slot->exchange(nullptr, std::memory_order_acq_rel) : nullptr;
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  if (IsPoolDescriptor(of)) return PoolClose(fd, of);
   // The descriptor number is reused by the kernel as soon as it is closed;
   // the OpenFile (and with the last one, the engine File) goes when no
   // call can still be using it.
@@ -263,6 +267,7 @@ ssize_t upfs_pread(int fd, void* buf, size_t count, off_t offset) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   if (!CanRead(of)) return FailErrno(EBADF, "descriptor not open for reading");
   if (offset < 0) return FailErrno(EINVAL, "negative offset");
   size_t done = 0;
@@ -275,6 +280,7 @@ ssize_t upfs_pwrite(int fd, const void* buf, size_t count, off_t offset) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   if (!CanWrite(of)) return FailErrno(EBADF, "descriptor not open for writing");
   if (offset < 0) return FailErrno(EINVAL, "negative offset");
   if (Status p = ClearPrivileges(of); !p.ok()) return Fail(p);
@@ -289,6 +295,7 @@ ssize_t upfs_read(int fd, void* buf, size_t count) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   if (!CanRead(of)) return FailErrno(EBADF, "descriptor not open for reading");
   std::lock_guard<std::mutex> pl(of->d->pos_mu);
   size_t done = 0;
@@ -302,6 +309,7 @@ ssize_t upfs_write(int fd, const void* buf, size_t count) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   if (!CanWrite(of)) return FailErrno(EBADF, "descriptor not open for writing");
   if (Status p = ClearPrivileges(of); !p.ok()) return Fail(p);
   std::lock_guard<std::mutex> pl(of->d->pos_mu);
@@ -316,6 +324,7 @@ off_t upfs_lseek(int fd, off_t offset, int whence) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   std::lock_guard<std::mutex> pl(of->d->pos_mu);
   int64_t base = 0;
   switch (whence) {
@@ -355,6 +364,7 @@ int upfs_ftruncate(int fd, off_t length) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   if (!CanWrite(of)) return FailErrno(EINVAL, "descriptor not open for writing");
   if (length < 0) return FailErrno(EINVAL, "negative length");
   if (Status p = ClearPrivileges(of); !p.ok()) return Fail(p);
@@ -366,6 +376,7 @@ int upfs_fallocate(int fd, int mode, off_t offset, off_t len) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   if (!CanWrite(of)) return FailErrno(EBADF, "descriptor not open for writing");
   if (offset < 0 || len <= 0) return FailErrno(EINVAL, "bad offset or length");
   if (Status p = ClearPrivileges(of); !p.ok()) return Fail(p);
@@ -377,6 +388,8 @@ int upfs_fsync(int fd) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  if (IsPoolDescriptor(of) && !of->d->engine_ready.load(std::memory_order_acquire))
+    return PoolSync(of);  // a directory, or a file never written through it
   Status st = of->d->file->Sync();
   return st.ok() ? 0 : Fail(st);
 }
@@ -387,6 +400,7 @@ int upfs_settle(int fd) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   of->d->file->Settle();
   return 0;
 }
@@ -395,6 +409,7 @@ int upfs_fstat(int fd, struct stat* out) {
   OpGuard g;
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  if (IsPoolDescriptor(of)) return PoolFstat(of, out);
   if (fstat(of->fd, out) != 0) return FailErrno(errno, "fstat of host file failed");
   FileStat fs;
   Status st = of->d->file->Stat(&fs);

@@ -17,6 +17,7 @@
 #include "container/container.h"
 #include "format/format.h"
 #include "posix/api_internal.h"
+#include "posix/pool_api.h"
 #include "posix/file_registry.h"
 #include "posix/op_guard.h"
 #include "upfs/upfs.h"
@@ -165,6 +166,10 @@ extern "C" {
 
 int upfs_fstatat(int dirfd, const char* path, struct stat* st, int flags) {
   if (!path || !st) return FailErrno(EFAULT, "null argument");
+  if (*path == '\0' && (flags & AT_EMPTY_PATH)) {
+    if (int r = PoolFstatFd(dirfd, st); r != -2) return r;
+  }
+  if (PoolPath p; InPool(dirfd, path, &p)) return PoolStat(p, st, !(flags & AT_SYMLINK_NOFOLLOW));
   if (*path == '\0' && (flags & AT_EMPTY_PATH) && ApiFileOf(dirfd, nullptr))
     return upfs_fstat(dirfd, st);
   if (fstatat(dirfd, path, st, flags) != 0) return FailErrno(errno, "stat failed");
@@ -186,6 +191,7 @@ int upfs_lstat(const char* path, struct stat* st) {
 
 int upfs_fchmodat(int dirfd, const char* path, mode_t mode, int flags) {
   if (!path) return FailErrno(EFAULT, "null path");
+  if (PoolPath p; InPool(dirfd, path, &p)) return PoolChmod(p, mode, !(flags & AT_SYMLINK_NOFOLLOW));
   const int look = flags & AT_SYMLINK_NOFOLLOW;
   struct stat st;
   const bool upfs = fstatat(dirfd, path, &st, look) == 0 && IsUpfsHost(dirfd, path, look, st);
@@ -199,6 +205,7 @@ int upfs_fchmodat(int dirfd, const char* path, mode_t mode, int flags) {
 int upfs_chmod(const char* path, mode_t mode) { return upfs_fchmodat(AT_FDCWD, path, mode, 0); }
 
 int upfs_fchmod(int fd, mode_t mode) {
+  if (int r = PoolFchmod(fd, mode); r != -2) return r;
   struct stat st;
   if (fstat(fd, &st) != 0) return FailErrno(errno, "fstat failed");
   const std::string self = SelfPath(fd);
@@ -211,6 +218,7 @@ int upfs_fchmod(int fd, mode_t mode) {
 
 int upfs_fchownat(int dirfd, const char* path, uid_t owner, gid_t group, int flags) {
   if (!path) return FailErrno(EFAULT, "null path");
+  if (PoolPath p; InPool(dirfd, path, &p)) return PoolChown(p, owner, group, !(flags & AT_SYMLINK_NOFOLLOW));
   if (fchownat(dirfd, path, owner, group, flags) != 0) return FailErrno(errno, "chown failed");
   const int look = flags & (AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH);
   struct stat st;
@@ -232,6 +240,7 @@ int upfs_lchown(const char* path, uid_t owner, gid_t group) {
 }
 
 int upfs_fchown(int fd, uid_t owner, gid_t group) {
+  if (int r = PoolFchown(fd, owner, group); r != -2) return r;
   if (fchown(fd, owner, group) != 0) return FailErrno(errno, "chown failed");
   struct stat st;
   const std::string self = SelfPath(fd);
@@ -241,6 +250,7 @@ int upfs_fchown(int fd, uid_t owner, gid_t group) {
 }
 
 int upfs_futimens(int fd, const struct timespec times[2]) {
+  if (int r = PoolFutimens(fd, times); r != -2) return r;
   if (futimens(fd, times) != 0) return FailErrno(errno, "utimensat failed");
   if (times && times[1].tv_nsec == UTIME_OMIT) return 0;
   struct stat st;
@@ -257,6 +267,7 @@ int upfs_futimens(int fd, const struct timespec times[2]) {
 int upfs_utimensat(int dirfd, const char* path, const struct timespec times[2], int flags) {
   // A null path is the kernel's futimens through utimensat.
   if (!path) return upfs_futimens(dirfd, times);
+  if (PoolPath p; InPool(dirfd, path, &p)) return PoolUtimens(p, times, !(flags & AT_SYMLINK_NOFOLLOW));
   if (*path == '\0' && (flags & AT_EMPTY_PATH)) return upfs_futimens(dirfd, times);
   if (utimensat(dirfd, path, times, flags) != 0) return FailErrno(errno, "utimensat failed");
   if (times && times[1].tv_nsec == UTIME_OMIT) return 0;
@@ -279,6 +290,7 @@ int upfs_utimensat(int dirfd, const char* path, const struct timespec times[2], 
 
 int upfs_truncate(const char* path, off_t length) {
   if (!path) return FailErrno(EFAULT, "null path");
+  if (PoolPath p; InPool(AT_FDCWD, path, &p)) return PoolTruncate(p, length);
   struct stat st;
   if (fstatat(AT_FDCWD, path, &st, 0) != 0 || !IsUpfsHost(AT_FDCWD, path, 0, st)) {
     if (truncate(path, length) != 0) return FailErrno(errno, "truncate failed");

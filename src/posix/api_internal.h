@@ -32,6 +32,19 @@ bool MaybeUpfs(const struct stat& st);
 // ClearPrivileges).
 Status ClearPrivilegesOf(File* file, const struct stat& host);
 
+// The engine File of a descriptor, opened now if it is a pool file's
+// first data call (EISDIR for a pool directory).
+struct OpenFile;
+Status EnsureEngine(OpenFile* of);
+// Before a write or truncate through a pool descriptor: S_ISUID and
+// S_ISGID cleared as the kernel's write path does.
+Status ClearPoolPrivileges(OpenFile* of);
+bool IsPoolDescriptor(const OpenFile* of);
+// Pool descriptors' close and fstat (pool_api.cc).
+int PoolClose(int fd, OpenFile* of);
+int PoolFstat(OpenFile* of, struct stat* out);
+int PoolSync(OpenFile* of);
+
 // In a fork child: re-opens every inherited upfs file (api_fork.cc).
 void ReopenAfterFork();
 

@@ -20,6 +20,9 @@ using internal::kFdPageBits;
 using internal::kFdPages;
 
 Description::~Description() {
+  file.reset();  // before the pool's hold on the inode goes
+  pool.reset();
+  if (flock_fd < 0 && ofd_fd < 0) return;
   HostFileContainer().ReleaseFlock(HostIdentity{dev, ino}, flock_fd);
   if (ofd_fd >= 0) close(ofd_fd);
 }

@@ -17,6 +17,10 @@
 
 namespace upfs {
 
+// What a description of a pool file or directory holds (pool_api.cc):
+// the pool, the inode and the hold that keeps it alive.
+struct PoolNode;
+
 // An open file description: what descriptors made by dup share, as in the
 // kernel (offset, access mode and O_APPEND, flock locks).
 struct Description {
@@ -33,6 +37,11 @@ struct Description {
   // The shared state's attribute sequence when this description last
   // checked the host file for S_ISUID/S_ISGID (ClearPrivileges).
   std::atomic<uint64_t> privileges_seen{~uint64_t{0}};
+  // Pool descriptions only: the engine File is opened on first data call
+  // (EnsureEngine), so that create and open cost no log block.
+  std::shared_ptr<PoolNode> pool;
+  std::atomic<bool> engine_ready{true};
+  std::mutex engine_mu;
   ~Description();  // releases its flock lock object and its OFD descriptor
 };
 

@@ -1,0 +1,142 @@
+#include "container/pool/inode_alloc.h"
+
+#include <cstring>
+
+#include "medium/pm.h"
+
+namespace upfs {
+
+using namespace format;
+using namespace format::pool;
+
+namespace {
+constexpr uint64_t kInoMask = (uint64_t{1} << 36) - 1;
+}
+
+Status InodeAllocator::At(uint64_t ino, Inode** out) const {
+  const uint32_t slot = InodeSlotOf(ino);
+  const uint64_t block = ino / kInodesPerBlock;
+  if (slot == 0 || block < kDataStart || block >= kMaxPoolBlocks)
+    return Status::Corrupt("inode", "number " + std::to_string(ino) + " names no inode");
+  char* p;
+  UPFS_RETURN_IF_ERROR(ba_->Addr(block, &p));
+  *out = reinterpret_cast<Inode*>(p + slot * kInodeSize);
+  return Status::OK();
+}
+
+bool InodeAllocator::Pop(uint64_t* ino) {
+  uint64_t h = words_->free_inodes.load(std::memory_order_acquire);
+  for (;;) {
+    const uint64_t top = h & kInoMask;
+    if (top == 0) return false;
+    Inode* in;
+    if (!At(top, &in).ok()) return false;  // damaged stack: make new inodes instead
+    // May read a link another process is rewriting: the tag makes the CAS fail then.
+    const uint64_t next = in->log_head.load(std::memory_order_acquire) & kInoMask;
+    const uint64_t tag = (h >> 36) + 1;
+    if (words_->free_inodes.compare_exchange_weak(h, (tag << 36) | next, std::memory_order_acq_rel)) {
+      *ino = top;
+      return true;
+    }
+  }
+}
+
+void InodeAllocator::Push(uint64_t ino) {
+  Inode* in;
+  if (!At(ino, &in).ok()) return;
+  uint64_t h = words_->free_inodes.load(std::memory_order_acquire);
+  for (;;) {
+    // Soft link word of a free inode: recovery rebuilds the stack anyway.
+    pm::Store64(&in->log_head, h & kInoMask);
+    const uint64_t tag = (h >> 36) + 1;
+    if (words_->free_inodes.compare_exchange_weak(h, (tag << 36) | ino, std::memory_order_acq_rel))
+      return;
+  }
+}
+
+Status InodeAllocator::NewBlock(uint64_t* first_ino) {
+  uint32_t l;
+  UPFS_RETURN_IF_ERROR(alloc_(&l));
+  char* p;
+  UPFS_RETURN_IF_ERROR(ba_->Addr(l, &p));
+  alignas(64) static thread_local unsigned char img[kBlockSize];
+  std::memset(img, 0, sizeof(img));
+  auto* h = reinterpret_cast<InodeBlockHeader*>(img);
+  h->magic = kInodeBlockMagic;
+  uint64_t old = sb_->inode_chain.load(std::memory_order_acquire);
+  for (;;) {
+    h->next = old;
+    pm::CopyNT(p, img, kBlockSize);
+    pm::Fence();
+    if (pm::Cas64(&sb_->inode_chain, old, l)) break;
+  }
+  pm::PersistWord(&sb_->inode_chain);
+  for (uint32_t s = 2; s < kInodesPerBlock; ++s) Push(InodeNumber(l, s));
+  *first_ino = InodeNumber(l, 1);
+  return Status::OK();
+}
+
+Status InodeAllocator::Allocate(FileType kind, Inode* image, uint64_t* ino) {
+  uint64_t n;
+  if (!Pop(&n)) UPFS_RETURN_IF_ERROR(NewBlock(&n));
+  Inode* in;
+  UPFS_RETURN_IF_ERROR(At(n, &in));
+  const uint64_t was = in->ident.load(std::memory_order_acquire);
+  if (IdentKind(was) != FileType::kFree)
+    return Status::Corrupt("inode", "free list names inode " + std::to_string(n) + " in use");
+  image->ident.store(EncodeIdent(kind, IdentGen(was) + 1), std::memory_order_relaxed);
+  pm::CopyNT(in, image, kInodeSize);
+  pm::Fence();
+  *ino = n;
+  return Status::OK();
+}
+
+Status InodeAllocator::Free(uint64_t ino) {
+  Inode* in;
+  UPFS_RETURN_IF_ERROR(At(ino, &in));
+  const uint64_t was = in->ident.load(std::memory_order_acquire);
+  pm::Store64(&in->ident, EncodeIdent(FileType::kFree, IdentGen(was)));
+  pm::PersistWord(&in->ident);
+  Push(ino);
+  return Status::OK();
+}
+
+Status InodeAllocator::ForEachBlock(const std::function<Status(uint32_t)>& fn) const {
+  uint64_t l = sb_->inode_chain.load(std::memory_order_acquire);
+  uint64_t n = 0;
+  while (l != 0) {
+    if (l < kDataStart || l >= kMaxPoolBlocks || ++n > kMaxPoolBlocks)
+      return Status::Corrupt("inode block chain", "link " + std::to_string(l) + " out of range");
+    UPFS_RETURN_IF_ERROR(ba_->CheckRange(l, 1, "inode block"));
+    char* p;
+    UPFS_RETURN_IF_ERROR(ba_->Addr(l, &p));
+    const auto* h = reinterpret_cast<const InodeBlockHeader*>(p);
+    if (h->magic != kInodeBlockMagic)
+      return Status::Corrupt("inode block", "block " + std::to_string(l) + " has no inode magic");
+    UPFS_RETURN_IF_ERROR(fn(uint32_t(l)));
+    l = h->next;
+  }
+  return Status::OK();
+}
+
+Status InodeAllocator::Rebuild(const std::function<Status(uint64_t, Inode*)>& fn) {
+  words_->free_inodes.store(0, std::memory_order_relaxed);
+  return ForEachBlock([&](uint32_t l) -> Status {
+    for (uint32_t s = 1; s < kInodesPerBlock; ++s) {
+      const uint64_t ino = InodeNumber(l, s);
+      Inode* in;
+      UPFS_RETURN_IF_ERROR(At(ino, &in));
+      const FileType k = IdentKind(in->ident.load(std::memory_order_acquire));
+      if (k == FileType::kFree) {
+        Push(ino);
+      } else if (k > FileType::kSymlink) {
+        return Status::Corrupt("inode", std::to_string(ino) + " has an unknown kind");
+      } else {
+        UPFS_RETURN_IF_ERROR(fn(ino, in));
+      }
+    }
+    return Status::OK();
+  });
+}
+
+}  // namespace upfs

@@ -1,0 +1,57 @@
+// InodeAllocator: inodes of a pool, taken and given back lock-free.
+//
+// Free inodes form a stack (Treiber, with a tag against ABA) whose head is
+// in the volatile area and whose links go through each free inode's
+// log_head word. When it is empty, a new inode block (15 inodes) is made
+// and linked into the superblock's chain of inode blocks by CAS. The stack
+// is soft state: recovery builds it again from the chain (every inode whose
+// kind is kFree), which also takes back the inodes a killed process had
+// popped and not yet used.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "container/pool/pool_format.h"
+#include "engine/log.h"
+#include "util/status.h"
+
+namespace upfs {
+
+class InodeAllocator {
+ public:
+  using AllocBlock = std::function<Status(uint32_t*)>;
+  void Init(BlockAccess* ba, format::pool::Superblock* sb, format::pool::PoolWords* words,
+            AllocBlock alloc) {
+    ba_ = ba;
+    sb_ = sb;
+    words_ = words;
+    alloc_ = std::move(alloc);
+  }
+
+  // Address of inode `ino`, checked (EUCLEAN for a number no inode block
+  // can hold).
+  Status At(uint64_t ino, format::pool::Inode** out) const;
+  // Takes a free inode for a new file of `kind` and writes `image` (whose
+  // ident this sets) into it, persisted.
+  Status Allocate(format::pool::FileType kind, format::pool::Inode* image, uint64_t* ino);
+  // Gives back inode `ino` (nothing references it any more).
+  Status Free(uint64_t ino);
+  // Recovery: the stack again, from every free inode of the chain.
+  // fn(ino, inode) is called for every inode in use.
+  Status Rebuild(const std::function<Status(uint64_t, format::pool::Inode*)>& fn);
+  // Visits every inode block of the chain: fn(lblock).
+  Status ForEachBlock(const std::function<Status(uint32_t)>& fn) const;
+
+ private:
+  bool Pop(uint64_t* ino);
+  void Push(uint64_t ino);
+  Status NewBlock(uint64_t* first_ino);
+
+  BlockAccess* ba_ = nullptr;
+  format::pool::Superblock* sb_ = nullptr;
+  format::pool::PoolWords* words_ = nullptr;
+  AllocBlock alloc_;
+};
+
+}  // namespace upfs

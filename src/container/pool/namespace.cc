@@ -1,0 +1,680 @@
+#include "container/pool/namespace.h"
+
+#include <fcntl.h>
+#include <sys/sysmacros.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+
+#include "medium/pm.h"
+
+namespace upfs {
+
+using namespace format;
+using namespace format::pool;
+
+namespace {
+
+constexpr int kMaxSymlinkDepth = 40;  // as the kernel's MAXSYMLINKS
+constexpr int kWantRead = 4, kWantWrite = 2, kWantExec = 1;
+
+uint64_t Now() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+struct timespec ToTimespec(uint64_t ns) {
+  struct timespec ts;
+  ts.tv_sec = time_t(int64_t(ns) / 1000000000);
+  ts.tv_nsec = long(int64_t(ns) % 1000000000);
+  if (ts.tv_nsec < 0) {
+    ts.tv_nsec += 1000000000;
+    ts.tv_sec -= 1;
+  }
+  return ts;
+}
+
+mode_t TypeBits(FileType t) {
+  switch (t) {
+    case FileType::kDirectory: return S_IFDIR;
+    case FileType::kSymlink: return S_IFLNK;
+    default: return S_IFREG;
+  }
+}
+
+uid_t OwnerUid(uint64_t w) { return uid_t(uint32_t(w)); }
+gid_t OwnerGid(uint64_t w) { return gid_t(uint32_t(w >> 32)); }
+
+void SplitPath(std::string_view path, std::deque<std::string>* parts) {
+  size_t i = 0;
+  while (i < path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string_view::npos) j = path.size();
+    if (j > i) parts->emplace_back(path.substr(i, j - i));
+    i = j + 1;
+  }
+}
+
+// A new inode's bytes, built in DRAM and copied to the pool whole.
+struct InodeImage {
+  alignas(64) unsigned char bytes[kInodeSize] = {};
+  Inode* get() { return reinterpret_cast<Inode*>(bytes); }
+};
+
+// A change that lost a race with another: the caller resolves again.
+Status Stale() { return Status::Error(ESTALE, "the namespace changed under the call"); }
+
+}  // namespace
+
+bool Credentials::InGroup(gid_t g) const {
+  return g == gid || std::find(groups.begin(), groups.end(), g) != groups.end();
+}
+
+Credentials Credentials::Current(bool real) {
+  Credentials c;
+  c.uid = real ? getuid() : geteuid();
+  c.gid = real ? getgid() : getegid();
+  int n = getgroups(0, nullptr);
+  if (n > 0) {
+    c.groups.resize(size_t(n));
+    n = getgroups(n, c.groups.data());
+    c.groups.resize(n > 0 ? size_t(n) : 0);
+  }
+  c.umask = ::umask(0);
+  ::umask(c.umask);
+  return c;
+}
+
+Status PoolNamespace::Permit(const Inode* in, int want) const {
+  const uint64_t mode = in->mode.load(std::memory_order_acquire);
+  if (who_->uid == 0) {
+    // Root passes every check but execution of a file nobody may execute.
+    if (!(want & kWantExec) || IdentKind(in->ident.load()) == FileType::kDirectory ||
+        (mode & 0111))
+      return Status::OK();
+    return Status::Error(EACCES, "permission denied");
+  }
+  const uint64_t owner = in->owner.load(std::memory_order_acquire);
+  uint64_t bits;
+  if (OwnerUid(owner) == who_->uid) bits = (mode >> 6) & 7;
+  else if (who_->InGroup(OwnerGid(owner))) bits = (mode >> 3) & 7;
+  else bits = mode & 7;
+  if ((bits & uint64_t(want)) == uint64_t(want)) return Status::OK();
+  return Status::Error(EACCES, "permission denied");
+}
+
+Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape) {
+  UPFS_RETURN_IF_ERROR(pool_->CatchUp());
+  std::shared_lock<std::shared_mutex> g(pool_->index_mu());
+  const NsIndex& idx = *pool_->index();
+  const bool trailing_slash = !path.empty() && path.back() == '/';
+  std::deque<std::string> parts;
+  SplitPath(path, &parts);
+  uint64_t cur = pool_->root_ino();
+  int links = 0;
+  *out = Resolved{cur, "", cur, FileType::kDirectory};
+  while (!parts.empty()) {
+    std::string c = std::move(parts.front());
+    parts.pop_front();
+    if (c.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "name longer than 255 bytes");
+    const NsDir* d = idx.Dir(cur);
+    if (!d) return Status::Error(ENOTDIR, "not a directory");
+    Inode* din;
+    UPFS_RETURN_IF_ERROR(pool_->InodeAt(cur, &din));
+    UPFS_RETURN_IF_ERROR(Permit(din, kWantExec));
+    const bool last = parts.empty();
+    if (c == ".") {
+      if (last) *out = Resolved{d->parent, "", cur, FileType::kDirectory};
+      continue;
+    }
+    if (c == "..") {
+      if (cur == pool_->root_ino()) {
+        std::string rest = "..";
+        for (const std::string& p : parts) rest += "/" + p;
+        if (escape) *escape = rest;
+        return Status::Error(EXDEV, "path leaves the pool");
+      }
+      cur = d->parent;
+      if (last) *out = Resolved{idx.Dir(cur) ? idx.Dir(cur)->parent : cur, "", cur, FileType::kDirectory};
+      continue;
+    }
+    const NsEntry* e = idx.Find(*d, c);
+    if (!e) {
+      if (!last) return Status::Error(ENOENT, "no such file or directory");
+      *out = Resolved{cur, std::move(c), 0, FileType::kFree};
+      return Status::OK();
+    }
+    if (e->type == FileType::kSymlink && (!last || follow || trailing_slash)) {
+      if (++links > kMaxSymlinkDepth) return Status::Error(ELOOP, "too many symbolic links");
+      std::string target;
+      UPFS_RETURN_IF_ERROR(Readlink(e->ino, &target));
+      if (!target.empty() && target[0] == '/') {
+        std::string rest = target;
+        for (const std::string& p : parts) rest += "/" + p;
+        if (escape) *escape = rest;
+        return Status::Error(EXDEV, "symbolic link leaves the pool");
+      }
+      std::deque<std::string> t;
+      SplitPath(target, &t);
+      parts.insert(parts.begin(), t.begin(), t.end());
+      if (parts.empty()) *out = Resolved{idx.Dir(cur) ? idx.Dir(cur)->parent : cur, "", cur, FileType::kDirectory};
+      continue;
+    }
+    if (last) {
+      *out = Resolved{cur, std::move(c), e->ino, e->type};
+      break;
+    }
+    if (e->type != FileType::kDirectory) return Status::Error(ENOTDIR, "not a directory");
+    cur = e->ino;
+  }
+  if (trailing_slash && out->ino != 0 && out->type != FileType::kDirectory)
+    return Status::Error(ENOTDIR, "not a directory");
+  return Status::OK();
+}
+
+Status PoolNamespace::Commit(const NsRecord& rec, const std::function<Status()>& validate) {
+  NsLog* log = pool_->log();
+  NsLog::Reservation r;
+  bool reserved = false;
+  for (;;) {
+    if (!reserved) UPFS_RETURN_IF_ERROR(log->Reserve(rec, &r));
+    reserved = true;
+    std::unique_lock<std::shared_mutex> g(pool_->index_mu());
+    UPFS_RETURN_IF_ERROR(pool_->CatchUpLocked());
+    UPFS_RETURN_IF_ERROR(validate());
+    bool committed, lost;
+    UPFS_RETURN_IF_ERROR(log->TryCommit(r, &committed, &lost));
+    if (committed) return pool_->index()->Apply(rec);
+    if (lost) reserved = false;
+  }
+}
+
+Status PoolNamespace::NewInode(FileType kind, uint64_t dir, mode_t mode, uint64_t* ino, Inode* image) {
+  Inode* din;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(dir, &din));
+  const uint64_t dmode = din->mode.load(std::memory_order_acquire);
+  gid_t gid = who_->gid;
+  if (dmode & S_ISGID) {
+    // BSD group semantics of a set-group-ID directory, as the kernel's.
+    gid = OwnerGid(din->owner.load(std::memory_order_acquire));
+    if (kind == FileType::kDirectory) mode |= S_ISGID;
+  }
+  if (kind == FileType::kRegular && (mode & S_ISGID) && !who_->InGroup(gid) && who_->uid != 0)
+    mode &= ~S_ISGID;
+  const uint64_t now = Now();
+  image->mode.store(mode & 07777, std::memory_order_relaxed);
+  image->owner.store(uint64_t(who_->uid) | (uint64_t(gid) << 32), std::memory_order_relaxed);
+  image->ctime_ns.store(now, std::memory_order_relaxed);
+  image->atime_ns.store(now, std::memory_order_relaxed);
+  image->created_ns = now;
+  image->times.mtime_ns.store(now, std::memory_order_relaxed);
+  image->times.data_ctime_ns.store(now, std::memory_order_relaxed);
+  return pool_->inodes()->Allocate(kind, image, ino);
+}
+
+void PoolNamespace::TouchDir(uint64_t dir) {
+  Inode* in;
+  if (!pool_->InodeAt(dir, &in).ok()) return;
+  const uint64_t now = Now();
+  // Persisted by the commit's fence that follows.
+  pm::Store64(&in->times.mtime_ns, now);
+  pm::Store64(&in->ctime_ns, now);
+  pm::Flush(&in->ctime_ns, 8);
+  pm::Flush(&in->times.mtime_ns, 8);
+}
+
+void PoolNamespace::TouchCtime(uint64_t ino) {
+  Inode* in;
+  if (!pool_->InodeAt(ino, &in).ok()) return;
+  pm::Store64(&in->ctime_ns, Now());
+  pm::Flush(&in->ctime_ns, 8);
+}
+
+Status PoolNamespace::CheckSticky(uint64_t dir, uint64_t ino) const {
+  if (who_->uid == 0) return Status::OK();
+  Inode *din, *in;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(dir, &din));
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
+  if (!(din->mode.load() & S_ISVTX)) return Status::OK();
+  if (OwnerUid(in->owner.load()) == who_->uid || OwnerUid(din->owner.load()) == who_->uid)
+    return Status::OK();
+  return Status::Error(EPERM, "sticky directory: not the owner");
+}
+
+Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uint64_t* ino,
+                             bool* created) {
+  *created = false;
+  Inode* din;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(at.dir, &din));
+  UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
+  InodeImage img;
+  Inode& image = *img.get();
+  image.consistency = uint32_t(c);
+  uint64_t n;
+  UPFS_RETURN_IF_ERROR(NewInode(FileType::kRegular, at.dir, mode & ~who_->umask, &n, &image));
+  NsRecord rec{RecordType::kCreate, FileType::kRegular, n, at.dir, 0, 0, at.name, {}};
+  TouchDir(at.dir);
+  Status st = Commit(rec, [&]() -> Status {
+    const NsDir* d = pool_->index()->Dir(at.dir);
+    if (!d) return Status::Error(ENOENT, "directory removed");
+    if (pool_->index()->Find(*d, at.name)) return Status::Error(EEXIST, "file exists");
+    return Status::OK();
+  });
+  if (!st.ok()) {
+    pool_->inodes()->Free(n);
+    return st;
+  }
+  *ino = n;
+  *created = true;
+  return Status::OK();
+}
+
+Status PoolNamespace::Mkdir(const Resolved& at, mode_t mode) {
+  if (at.ino != 0) return Status::Error(EEXIST, "file exists");
+  Inode* din;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(at.dir, &din));
+  UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
+  InodeImage img;
+  Inode& image = *img.get();
+  uint64_t n;
+  UPFS_RETURN_IF_ERROR(NewInode(FileType::kDirectory, at.dir, mode & 07777 & ~who_->umask, &n, &image));
+  NsRecord rec{RecordType::kMkdir, FileType::kDirectory, n, at.dir, 0, 0, at.name, {}};
+  TouchDir(at.dir);
+  Status st = Commit(rec, [&]() -> Status {
+    const NsDir* d = pool_->index()->Dir(at.dir);
+    if (!d) return Status::Error(ENOENT, "directory removed");
+    if (pool_->index()->Find(*d, at.name)) return Status::Error(EEXIST, "file exists");
+    return Status::OK();
+  });
+  if (!st.ok()) pool_->inodes()->Free(n);
+  return st;
+}
+
+Status PoolNamespace::Symlink(const Resolved& at, std::string_view target) {
+  if (at.ino != 0) return Status::Error(EEXIST, "file exists");
+  if (target.empty()) return Status::Error(ENOENT, "empty symbolic link target");
+  if (target.size() >= kBlockSize) return Status::Error(ENAMETOOLONG, "symbolic link target too long");
+  Inode* din;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(at.dir, &din));
+  UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
+  InodeImage img;
+  Inode& image = *img.get();
+  image.target_len = uint32_t(target.size());
+  uint32_t block = 0;
+  if (target.size() <= kInlineTargetMax) {
+    std::memcpy(image.target, target.data(), target.size());
+  } else {
+    UPFS_RETURN_IF_ERROR(pool_->AllocBlock(&block));
+    char* p = pool_->medium()->base() + (uint64_t(block) << kBlockShift);
+    pm::CopyNT(p, target.data(), target.size());
+    pm::Fence();
+    image.target_block.store(block, std::memory_order_relaxed);
+  }
+  uint64_t n;
+  if (Status st = NewInode(FileType::kSymlink, at.dir, 0777, &n, &image); !st.ok()) {
+    if (block) pool_->FreeBlock(block);
+    return st;
+  }
+  NsRecord rec{RecordType::kCreate, FileType::kSymlink, n, at.dir, 0, 0, at.name, {}};
+  TouchDir(at.dir);
+  Status st = Commit(rec, [&]() -> Status {
+    const NsDir* d = pool_->index()->Dir(at.dir);
+    if (!d) return Status::Error(ENOENT, "directory removed");
+    if (pool_->index()->Find(*d, at.name)) return Status::Error(EEXIST, "file exists");
+    return Status::OK();
+  });
+  if (!st.ok()) pool_->ReleaseInode(n);
+  return st;
+}
+
+Status PoolNamespace::Link(const Resolved& from, const Resolved& to) {
+  if (from.ino == 0) return Status::Error(ENOENT, "no such file");
+  if (from.type == FileType::kDirectory) return Status::Error(EPERM, "hard link to a directory");
+  if (to.ino != 0) return Status::Error(EEXIST, "file exists");
+  Inode* din;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(to.dir, &din));
+  UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
+  NsRecord rec{RecordType::kLink, from.type, from.ino, to.dir, 0, 0, to.name, {}};
+  TouchDir(to.dir);
+  TouchCtime(from.ino);
+  return Commit(rec, [&]() -> Status {
+    const NsIndex* idx = pool_->index();
+    const NsDir* fd = idx->Dir(from.dir);
+    const NsEntry* e = fd ? idx->Find(*fd, from.name) : nullptr;
+    if (!e || e->ino != from.ino) return Stale();
+    const NsDir* d = idx->Dir(to.dir);
+    if (!d) return Status::Error(ENOENT, "directory removed");
+    if (idx->Find(*d, to.name)) return Status::Error(EEXIST, "file exists");
+    return Status::OK();
+  });
+}
+
+Status PoolNamespace::Remove(const Resolved& at, bool dir) {
+  if (at.ino == 0) return Status::Error(ENOENT, "no such file or directory");
+  if (at.ino == pool_->root_ino()) return Status::Error(dir ? EBUSY : EISDIR, "the pool's root");
+  if (at.name.empty()) return Status::Error(dir ? EINVAL : EISDIR, "not a name");
+  if (dir && at.type != FileType::kDirectory) return Status::Error(ENOTDIR, "not a directory");
+  if (!dir && at.type == FileType::kDirectory) return Status::Error(EISDIR, "is a directory");
+  Inode* din;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(at.dir, &din));
+  UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
+  UPFS_RETURN_IF_ERROR(CheckSticky(at.dir, at.ino));
+  NsRecord rec{RecordType::kUnlink, at.type, at.ino, at.dir, 0, 0, at.name, {}};
+  TouchDir(at.dir);
+  UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
+    const NsIndex* idx = pool_->index();
+    const NsDir* d = idx->Dir(at.dir);
+    const NsEntry* e = d ? idx->Find(*d, at.name) : nullptr;
+    if (!e || e->ino != at.ino) return Stale();
+    if (dir && !idx->Dir(at.ino)->names.empty()) return Status::Error(ENOTEMPTY, "directory not empty");
+    return Status::OK();
+  }));
+  if (!dir) TouchCtime(at.ino);
+  MaybeRelease(at.ino);
+  return Status::OK();
+}
+
+Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned flags) {
+  if (flags & ~unsigned(RENAME_NOREPLACE | RENAME_EXCHANGE))
+    return Status::Error(EINVAL, "unknown rename flags");
+  const bool exchange = flags & RENAME_EXCHANGE;
+  if (exchange && (flags & RENAME_NOREPLACE)) return Status::Error(EINVAL, "contradicting flags");
+  if (from.ino == 0) return Status::Error(ENOENT, "no such file or directory");
+  if (from.name.empty() || to.name.empty() || from.ino == pool_->root_ino() ||
+      to.ino == pool_->root_ino())
+    return Status::Error(EBUSY, "cannot rename the root or a dot entry");
+  if (exchange && to.ino == 0) return Status::Error(ENOENT, "no such file or directory");
+  if (!exchange && to.ino != 0 && (flags & RENAME_NOREPLACE)) return Status::Error(EEXIST, "file exists");
+  if (from.ino == to.ino && !exchange) return Status::OK();  // two names of one file: nothing to do
+  const NsIndex* idx = pool_->index();
+  {
+    std::shared_lock<std::shared_mutex> g(pool_->index_mu());
+    if (from.type == FileType::kDirectory && idx->IsAncestorOrSelf(from.ino, to.dir))
+      return Status::Error(EINVAL, "a directory cannot move below itself");
+    if (exchange && to.type == FileType::kDirectory && idx->IsAncestorOrSelf(to.ino, from.dir))
+      return Status::Error(EINVAL, "a directory cannot move below itself");
+  }
+  if (!exchange && to.ino != 0) {
+    if (from.type == FileType::kDirectory && to.type != FileType::kDirectory)
+      return Status::Error(ENOTDIR, "not a directory");
+    if (from.type != FileType::kDirectory && to.type == FileType::kDirectory)
+      return Status::Error(EISDIR, "is a directory");
+  }
+  Inode *d1, *d2;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(from.dir, &d1));
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(to.dir, &d2));
+  UPFS_RETURN_IF_ERROR(Permit(d1, kWantWrite | kWantExec));
+  UPFS_RETURN_IF_ERROR(Permit(d2, kWantWrite | kWantExec));
+  UPFS_RETURN_IF_ERROR(CheckSticky(from.dir, from.ino));
+  if (to.ino != 0) UPFS_RETURN_IF_ERROR(CheckSticky(to.dir, to.ino));
+  if (from.dir != to.dir) {
+    // A directory that changes parent has its ".." rewritten.
+    for (const Resolved* r : {&from, exchange ? &to : nullptr}) {
+      if (!r || r->type != FileType::kDirectory) continue;
+      Inode* in;
+      UPFS_RETURN_IF_ERROR(pool_->InodeAt(r->ino, &in));
+      UPFS_RETURN_IF_ERROR(Permit(in, kWantWrite));
+    }
+  }
+  NsRecord rec{exchange ? RecordType::kExchange : RecordType::kRename, from.type, from.ino,
+               from.dir, to.dir, to.ino, from.name, to.name};
+  TouchDir(from.dir);
+  if (to.dir != from.dir) TouchDir(to.dir);
+  TouchCtime(from.ino);
+  UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
+    const NsDir* a = idx->Dir(from.dir);
+    const NsDir* b = idx->Dir(to.dir);
+    const NsEntry* ea = a ? idx->Find(*a, from.name) : nullptr;
+    const NsEntry* eb = b ? idx->Find(*b, to.name) : nullptr;
+    if (!a || !b || !ea || ea->ino != from.ino || (eb ? eb->ino : 0) != to.ino) return Stale();
+    if (from.type == FileType::kDirectory && idx->IsAncestorOrSelf(from.ino, to.dir))
+      return Status::Error(EINVAL, "a directory cannot move below itself");
+    if (exchange && to.type == FileType::kDirectory && idx->IsAncestorOrSelf(to.ino, from.dir))
+      return Status::Error(EINVAL, "a directory cannot move below itself");
+    if (!exchange && eb && eb->type == FileType::kDirectory && !idx->Dir(eb->ino)->names.empty())
+      return Status::Error(ENOTEMPTY, "directory not empty");
+    return Status::OK();
+  }));
+  if (!exchange && to.ino != 0) {
+    TouchCtime(to.ino);
+    MaybeRelease(to.ino);
+  }
+  return Status::OK();
+}
+
+Status PoolNamespace::TakeHold(uint64_t ino, uint32_t* gen) {
+  Inode* in;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
+  in->open_count.fetch_add(1, std::memory_order_seq_cst);
+  const uint64_t id = in->ident.load(std::memory_order_seq_cst);
+  // Whoever frees the inode committed its last unlink before looking at
+  // the count: either it saw this hold, or the index shows the unlink.
+  Status st = pool_->CatchUp();
+  bool linked;
+  {
+    std::shared_lock<std::shared_mutex> g(pool_->index_mu());
+    linked = pool_->index()->Nlink(ino) > 0 || ino == pool_->root_ino();
+  }
+  if (!st.ok() || IdentKind(id) == FileType::kFree || !linked) {
+    in->open_count.fetch_sub(1, std::memory_order_seq_cst);
+    return st.ok() ? Status::Error(ENOENT, "file removed") : st;
+  }
+  *gen = IdentGen(id);
+  return Status::OK();
+}
+
+void PoolNamespace::DropHold(uint64_t ino, uint32_t gen) {
+  Inode* in;
+  if (!pool_->InodeAt(ino, &in).ok()) return;
+  if (in->open_count.fetch_sub(1, std::memory_order_seq_cst) != 1) return;
+  if (IdentGen(in->ident.load()) != gen) return;
+  MaybeRelease(ino);
+}
+
+void PoolNamespace::MaybeRelease(uint64_t ino) {
+  Inode* in;
+  if (!pool_->InodeAt(ino, &in).ok()) return;
+  if (!pool_->CatchUp().ok()) return;
+  {
+    std::shared_lock<std::shared_mutex> g(pool_->index_mu());
+    if (pool_->index()->Nlink(ino) > 0) return;
+  }
+  if (in->open_count.load(std::memory_order_seq_cst) != 0) return;
+  // Exactly one releaser wins this CAS (an unlinker and a last closer may
+  // both get here).
+  uint64_t id = in->ident.load(std::memory_order_acquire);
+  if (IdentKind(id) == FileType::kFree) return;
+  if (!in->ident.compare_exchange_strong(id, id | kIdentReleasing)) return;
+  pool_->ReleaseInode(ino);
+}
+
+Status PoolNamespace::Readlink(uint64_t ino, std::string* target) {
+  Inode* in;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
+  if (IdentKind(in->ident.load()) != FileType::kSymlink) return Status::Error(EINVAL, "not a symbolic link");
+  const uint32_t len = in->target_len;
+  if (len == 0 || len >= kBlockSize) return Status::Corrupt("inode", "symbolic link target length");
+  if (len <= kInlineTargetMax) {
+    target->assign(in->target, len);
+    return Status::OK();
+  }
+  char* p;
+  BlockAccess ba(pool_->medium());
+  UPFS_RETURN_IF_ERROR(ba.CheckRange(in->target_block.load(), 1, "symbolic link target"));
+  UPFS_RETURN_IF_ERROR(ba.Addr(in->target_block.load(), &p));
+  target->assign(p, len);
+  return Status::OK();
+}
+
+Status PoolNamespace::Stat(uint64_t ino, struct stat* st) {
+  Inode* in;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
+  const uint64_t id = in->ident.load(std::memory_order_acquire);
+  const FileType kind = IdentKind(id);
+  if (kind == FileType::kFree || kind > FileType::kSymlink) return Status::Error(ENOENT, "file removed");
+  std::memset(st, 0, sizeof(*st));
+  st->st_dev = dev_t(pool_->dev());
+  st->st_ino = ino_t(ino);
+  st->st_mode = TypeBits(kind) | mode_t(in->mode.load(std::memory_order_acquire) & 07777);
+  const uint64_t owner = in->owner.load(std::memory_order_acquire);
+  st->st_uid = OwnerUid(owner);
+  st->st_gid = OwnerGid(owner);
+  st->st_blksize = kBlockSize;
+  uint64_t entries = 0;
+  {
+    std::shared_lock<std::shared_mutex> g(pool_->index_mu());
+    st->st_nlink = nlink_t(pool_->index()->Nlink(ino));
+    if (const NsDir* d = pool_->index()->Dir(ino)) entries = d->names.size();
+  }
+  int64_t data_ctime = int64_t(in->ctime_ns.load());
+  if (kind == FileType::kDirectory) {
+    st->st_size = off_t(40 + 20 * entries);  // as tmpfs counts a directory
+  } else if (kind == FileType::kSymlink) {
+    st->st_size = off_t(in->target_len);
+  } else if (in->log_head.load(std::memory_order_acquire) != 0) {
+    uint32_t gen;
+    UPFS_RETURN_IF_ERROR(TakeHold(ino, &gen));
+    std::shared_ptr<File> f;
+    Status s = pool_->FileOf(ino, &f);
+    FileStat fs;
+    if (s.ok()) s = f->Stat(&fs);
+    f.reset();
+    DropHold(ino, gen);
+    UPFS_RETURN_IF_ERROR(s);
+    st->st_size = off_t(fs.size);
+    st->st_blocks = blkcnt_t(fs.blocks * (kBlockSize / 512));
+    data_ctime = std::max(data_ctime, fs.data_ctime_ns);
+  }
+  st->st_atim = ToTimespec(in->atime_ns.load());
+  st->st_mtim = ToTimespec(uint64_t(ReportedMtime(in->times, in->created_ns)));
+  st->st_ctim = ToTimespec(uint64_t(std::max<int64_t>(data_ctime, int64_t(in->ctime_ns.load()))));
+  return Status::OK();
+}
+
+Status PoolNamespace::Chmod(uint64_t ino, mode_t mode) {
+  Inode* in;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
+  const uint64_t owner = in->owner.load();
+  if (who_->uid != 0 && OwnerUid(owner) != who_->uid)
+    return Status::Error(EPERM, "not the owner");
+  mode &= 07777;
+  if (who_->uid != 0 && IdentKind(in->ident.load()) != FileType::kDirectory &&
+      !who_->InGroup(OwnerGid(owner)))
+    mode &= ~S_ISGID;
+  pm::Store64(&in->mode, mode);
+  pm::Store64(&in->ctime_ns, Now());
+  pm::Flush(&in->mode, 32);
+  pm::Fence();
+  return Status::OK();
+}
+
+Status PoolNamespace::Chown(uint64_t ino, uid_t uid, gid_t gid) {
+  Inode* in;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
+  const uint64_t owner = in->owner.load();
+  const uid_t new_uid = uid == uid_t(-1) ? OwnerUid(owner) : uid;
+  const gid_t new_gid = gid == gid_t(-1) ? OwnerGid(owner) : gid;
+  if (who_->uid != 0) {
+    // The kernel's chown_ok and chgrp_ok: only the owner, to itself, and
+    // to a group it belongs to (or the group the file has).
+    const bool is_owner = OwnerUid(owner) == who_->uid;
+    if (uid != uid_t(-1) && !(is_owner && uid == OwnerUid(owner)))
+      return Status::Error(EPERM, "not permitted to change the owner");
+    if (gid != gid_t(-1) && !(is_owner && (who_->InGroup(gid) || gid == OwnerGid(owner))))
+      return Status::Error(EPERM, "not permitted to change the group");
+  }
+  uint64_t mode = in->mode.load();
+  if (IdentKind(in->ident.load()) != FileType::kDirectory) {
+    // As the kernel: a chown drops the set-user-ID bit, and the
+    // set-group-ID bit of a group-executable file.
+    mode &= ~uint64_t(S_ISUID);
+    if (mode & S_IXGRP) mode &= ~uint64_t(S_ISGID);
+  }
+  pm::Store64(&in->owner, uint64_t(new_uid) | (uint64_t(new_gid) << 32));
+  pm::Store64(&in->mode, mode);
+  pm::Store64(&in->ctime_ns, Now());
+  pm::Flush(&in->mode, 32);
+  pm::Fence();
+  return Status::OK();
+}
+
+Status PoolNamespace::Utimens(uint64_t ino, const struct timespec ts[2]) {
+  Inode* in;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
+  const bool owner = who_->uid == 0 || OwnerUid(in->owner.load()) == who_->uid;
+  const bool both_now = !ts || (ts[0].tv_nsec == UTIME_NOW && ts[1].tv_nsec == UTIME_NOW);
+  const bool nothing = ts && ts[0].tv_nsec == UTIME_OMIT && ts[1].tv_nsec == UTIME_OMIT;
+  if (nothing) return Status::OK();
+  if (!owner) {
+    if (!both_now) return Status::Error(EPERM, "not the owner");
+    UPFS_RETURN_IF_ERROR(Permit(in, kWantWrite));
+  }
+  const uint64_t now = Now();
+  auto value = [&](const struct timespec& t) {
+    if (t.tv_nsec == UTIME_NOW) return now;
+    return uint64_t(int64_t(t.tv_sec) * 1000000000 + t.tv_nsec);
+  };
+  for (int i = 0; ts && i < 2; ++i)
+    if (ts[i].tv_nsec != UTIME_NOW && ts[i].tv_nsec != UTIME_OMIT &&
+        (ts[i].tv_nsec < 0 || ts[i].tv_nsec >= 1000000000))
+      return Status::Error(EINVAL, "bad nanoseconds");
+  if (!ts || ts[0].tv_nsec != UTIME_OMIT) pm::Store64(&in->atime_ns, ts ? value(ts[0]) : now);
+  if (!ts || ts[1].tv_nsec != UTIME_OMIT) {
+    std::shared_ptr<File> f;
+    if (IdentKind(in->ident.load()) == FileType::kRegular && in->log_head.load() != 0) {
+      uint32_t gen;
+      UPFS_RETURN_IF_ERROR(TakeHold(ino, &gen));
+      Status s = pool_->FileOf(ino, &f);
+      if (s.ok()) s = f->SetMtime(int64_t(ts ? value(ts[1]) : now));
+      f.reset();
+      DropHold(ino, gen);
+      UPFS_RETURN_IF_ERROR(s);
+    } else {
+      pm::Store64(&in->times.mtime_ns, ts ? value(ts[1]) : now);
+      pm::Flush(&in->times.mtime_ns, 8);
+    }
+  }
+  pm::Store64(&in->ctime_ns, now);
+  pm::Flush(&in->ctime_ns, 32);
+  pm::Fence();
+  return Status::OK();
+}
+
+Status PoolNamespace::Access(uint64_t ino, int mode) {
+  if (mode == F_OK) return Status::OK();
+  Inode* in;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
+  int want = 0;
+  if (mode & R_OK) want |= kWantRead;
+  if (mode & W_OK) want |= kWantWrite;
+  if (mode & X_OK) want |= kWantExec;
+  return Permit(in, want);
+}
+
+Status PoolNamespace::MayOpen(uint64_t ino, int acc, bool trunc) {
+  Inode* in;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
+  int want = 0;
+  if (acc != O_WRONLY) want |= kWantRead;
+  if (acc != O_RDONLY || trunc) want |= kWantWrite;
+  return Permit(in, want);
+}
+
+Status PoolNamespace::List(uint64_t dir, std::vector<Listed>* out) {
+  UPFS_RETURN_IF_ERROR(pool_->CatchUp());
+  std::shared_lock<std::shared_mutex> g(pool_->index_mu());
+  const NsDir* d = pool_->index()->Dir(dir);
+  if (!d) return Status::Error(ENOENT, "directory removed");
+  out->clear();
+  out->reserve(d->names.size() + 2);
+  out->push_back(Listed{".", dir, FileType::kDirectory});
+  out->push_back(Listed{"..", d->parent, FileType::kDirectory});
+  for (const auto& [name, e] : d->names) out->push_back(Listed{name, e.ino, e.type});
+  return Status::OK();
+}
+
+}  // namespace upfs

@@ -1,0 +1,99 @@
+// PoolNamespace: the POSIX namespace operations of one pool, in the
+// caller's thread: path resolution over the DRAM index, permission checks
+// against the caller's credentials, and each change committed as one
+// record of the namespace log (validate against every record before it,
+// CAS at the tail, retry when another process got there first).
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "container/pool/pool.h"
+#include "util/status.h"
+
+namespace upfs {
+
+// Who is asking: effective ids for every check, real ids for access().
+struct Credentials {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;
+  mode_t umask = 022;
+  bool InGroup(gid_t g) const;
+  static Credentials Current(bool real);
+};
+
+// The end of a path resolution.
+struct Resolved {
+  uint64_t dir = 0;       // the directory that holds the last component
+  std::string name;       // the last component ("" for the root)
+  uint64_t ino = 0;       // 0: the last component does not exist
+  format::pool::FileType type{};
+};
+
+class PoolNamespace {
+ public:
+  PoolNamespace(Pool* pool, const Credentials* who) : pool_(pool), who_(who) {}
+
+  // Resolves `path` (absolute inside the pool: "/" is its root). With
+  // `follow`, a symbolic link as the last component is followed. A path
+  // that leaves the pool (a symbolic link to an absolute path, or ".."
+  // above the root) fails with EXDEV and *escape set to the rest of it,
+  // to be resolved by the caller from `mount_dir`.
+  Status Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape = nullptr);
+
+  // Creates a regular file (or returns the existing one unless `excl`).
+  Status Create(const Resolved& at, mode_t mode, format::Consistency c, uint64_t* ino, bool* created);
+  Status Mkdir(const Resolved& at, mode_t mode);
+  Status Symlink(const Resolved& at, std::string_view target);
+  Status Link(const Resolved& from, const Resolved& to);
+  // Removes a name: a directory if `dir` (rmdir), anything else if not.
+  Status Remove(const Resolved& at, bool dir);
+  Status Rename(const Resolved& from, const Resolved& to, unsigned flags);
+
+  Status Stat(uint64_t ino, struct stat* st);
+  Status Readlink(uint64_t ino, std::string* target);
+  Status Chmod(uint64_t ino, mode_t mode);
+  Status Chown(uint64_t ino, uid_t uid, gid_t gid);
+  // ts[0] atime, ts[1] mtime: UTIME_NOW, UTIME_OMIT, or a time; null: now.
+  Status Utimens(uint64_t ino, const struct timespec ts[2]);
+  // mode: F_OK, or R_OK | W_OK | X_OK against this caller.
+  Status Access(uint64_t ino, int mode);
+  // Whether the caller may open ino with `acc` (O_RDONLY, ...): EACCES.
+  Status MayOpen(uint64_t ino, int acc, bool trunc);
+
+  // Takes and gives back a hold on an inode that keeps it (and its blocks)
+  // from being freed while a descriptor or a call uses it; TakeHold fails
+  // (ENOENT) if the inode has lost its last name meanwhile.
+  Status TakeHold(uint64_t ino, uint32_t* gen);
+  void DropHold(uint64_t ino, uint32_t gen);
+
+  // Directory listing: a snapshot of the entries of `dir`.
+  struct Listed {
+    std::string name;
+    uint64_t ino;
+    format::pool::FileType type;
+  };
+  Status List(uint64_t dir, std::vector<Listed>* out);
+
+ private:
+  Status Permit(const format::pool::Inode* in, int want) const;
+  Status Commit(const NsRecord& rec, const std::function<Status()>& validate);
+  Status NewInode(format::pool::FileType kind, uint64_t dir, mode_t mode, uint64_t* ino,
+                  format::pool::Inode* image);
+  void TouchDir(uint64_t dir);
+  void TouchCtime(uint64_t ino);
+  Status CheckSticky(uint64_t dir, uint64_t ino) const;
+  // After a name went: frees the inode if it has no name and no holder.
+  void MaybeRelease(uint64_t ino);
+
+  Pool* pool_;
+  const Credentials* who_;
+};
+
+}  // namespace upfs

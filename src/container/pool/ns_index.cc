@@ -1,0 +1,127 @@
+#include "container/pool/ns_index.h"
+
+namespace upfs {
+
+using format::pool::FileType;
+using format::pool::RecordType;
+
+namespace {
+Status Misfit(const char* what) { return Status::Corrupt("namespace log", what); }
+}  // namespace
+
+void NsIndex::Reset(uint64_t root) {
+  root_ = root;
+  dirs_.clear();
+  links_.clear();
+  dirs_[root].parent = root;
+}
+
+uint32_t NsIndex::Nlink(uint64_t ino) const {
+  if (const NsDir* d = Dir(ino)) return 2 + d->subdirs;
+  auto it = links_.find(ino);
+  return it == links_.end() ? 0 : it->second;
+}
+
+bool NsIndex::IsAncestorOrSelf(uint64_t ino, uint64_t dir) const {
+  for (uint64_t d = dir;;) {
+    if (d == ino) return true;
+    const NsDir* nd = Dir(d);
+    if (!nd || nd->parent == d) return false;
+    d = nd->parent;
+  }
+}
+
+Status NsIndex::Insert(NsDir* d, std::string_view name, NsEntry e) {
+  auto [it, fresh] = d->names.try_emplace(std::string(name), e);
+  if (!fresh) return Misfit("record adds a name that exists");
+  if (e.type == FileType::kDirectory) {
+    ++d->subdirs;
+  } else {
+    ++links_[e.ino];
+  }
+  return Status::OK();
+}
+
+void NsIndex::Unref(const NsEntry& e, uint64_t parent) {
+  if (e.type == FileType::kDirectory) {
+    if (NsDir* p = MutableDir(parent)) --p->subdirs;
+    dirs_.erase(e.ino);
+    return;
+  }
+  auto it = links_.find(e.ino);
+  if (it != links_.end() && --it->second == 0) links_.erase(it);
+}
+
+Status NsIndex::Remove(NsDir* d, uint64_t dir_ino, std::string_view name, uint64_t expect_ino) {
+  auto it = d->names.find(name);
+  if (it == d->names.end() || it->second.ino != expect_ino)
+    return Misfit("record removes a name that does not exist");
+  const NsEntry e = it->second;
+  d->names.erase(it);
+  if (e.type == FileType::kDirectory) {
+    const NsDir* victim = Dir(e.ino);
+    if (victim && !victim->names.empty()) return Misfit("record removes a directory that is not empty");
+  }
+  Unref(e, dir_ino);
+  return Status::OK();
+}
+
+Status NsIndex::Apply(const NsRecord& r) {
+  NsDir* d1 = MutableDir(r.dir1);
+  if (!d1) return Misfit("record names a directory that does not exist");
+  switch (r.type) {
+    case RecordType::kCreate:
+    case RecordType::kLink:
+      if (r.ftype == FileType::kDirectory || r.ftype == FileType::kFree)
+        return Misfit("record links a directory");
+      if (r.type == RecordType::kLink && Nlink(r.ino) == 0) return Misfit("link to a free inode");
+      return Insert(d1, r.name1, NsEntry{r.ino, r.ftype});
+    case RecordType::kMkdir: {
+      if (dirs_.count(r.ino)) return Misfit("record makes a directory twice");
+      UPFS_RETURN_IF_ERROR(Insert(d1, r.name1, NsEntry{r.ino, FileType::kDirectory}));
+      dirs_[r.ino].parent = r.dir1;
+      return Status::OK();
+    }
+    case RecordType::kUnlink:
+      return Remove(d1, r.dir1, r.name1, r.ino);
+    case RecordType::kRename: {
+      NsDir* d2 = MutableDir(r.dir2);
+      if (!d2) return Misfit("rename into a directory that does not exist");
+      const NsEntry* src = Find(*d1, r.name1);
+      if (!src || src->ino != r.ino) return Misfit("rename of a name that does not exist");
+      const NsEntry moved = *src;
+      if (r.victim != 0) UPFS_RETURN_IF_ERROR(Remove(d2, r.dir2, r.name2, r.victim));
+      else if (Find(*d2, r.name2)) return Misfit("rename over a name it does not name");
+      d1->names.erase(d1->names.find(r.name1));
+      d2->names.emplace(std::string(r.name2), moved);
+      if (moved.type == FileType::kDirectory && r.dir1 != r.dir2) {
+        --d1->subdirs;
+        ++d2->subdirs;
+        dirs_[moved.ino].parent = r.dir2;
+      }
+      return Status::OK();
+    }
+    case RecordType::kExchange: {
+      NsDir* d2 = MutableDir(r.dir2);
+      if (!d2) return Misfit("exchange with a directory that does not exist");
+      auto a = d1->names.find(r.name1);
+      auto b = d2->names.find(r.name2);
+      if (a == d1->names.end() || b == d2->names.end() || a->second.ino != r.ino ||
+          b->second.ino != r.victim)
+        return Misfit("exchange of names that do not exist");
+      std::swap(a->second, b->second);
+      if (r.dir1 != r.dir2) {
+        for (auto [e, from, to] : {std::tuple{b->second, d1, d2}, std::tuple{a->second, d2, d1}}) {
+          if (e.type != FileType::kDirectory) continue;
+          --from->subdirs;
+          ++to->subdirs;
+          dirs_[e.ino].parent = to == d1 ? r.dir1 : r.dir2;
+        }
+      }
+      return Status::OK();
+    }
+  }
+  return Misfit("unknown record type");
+}
+
+}  // namespace upfs

@@ -1,0 +1,294 @@
+#include "container/pool/ns_log.h"
+
+#include <cstring>
+
+#include "medium/pm.h"
+#include "util/assert.h"
+#include "util/crc32c.h"
+
+namespace upfs {
+
+using namespace format;
+using namespace format::pool;
+
+namespace {
+
+constexpr uint32_t NameWords(size_t len) { return uint32_t((len + 7) / 8); }
+
+bool KnownRecordType(uint64_t t) {
+  return t >= uint64_t(RecordType::kCreate) && t <= uint64_t(RecordType::kExchange);
+}
+
+Status CheckNsBlock(const BlockAccess& ba, uint32_t l, uint64_t seq, const char* what) {
+  UPFS_RETURN_IF_ERROR(ba.CheckRange(l, 1, what));
+  char* p;
+  UPFS_RETURN_IF_ERROR(ba.Addr(l, &p));
+  const auto* b = reinterpret_cast<const LogBlock*>(p);
+  if (!NsNextWordValid(b->next.load(std::memory_order_acquire)))
+    return Status::Corrupt("namespace log", "block " + std::to_string(l) + " has no log magic");
+  if (seq != 0 && b->seq != seq)
+    return Status::Corrupt("namespace log", "block " + std::to_string(l) + " out of sequence");
+  return Status::OK();
+}
+
+}  // namespace
+
+uint32_t EncodeRecord(const NsRecord& rec, uint64_t* out) {
+  UPFS_ASSERT(rec.name1.size() <= kMaxNameLen && rec.name2.size() <= kMaxNameLen);
+  const uint32_t w1 = NameWords(rec.name1.size()), w2 = NameWords(rec.name2.size());
+  const uint32_t n = kRecordHeaderWords + w1 + w2;
+  std::memset(out, 0, n * 8);
+  out[0] = EncodeRecordWord0(rec.type, rec.ftype, uint32_t(rec.name1.size()),
+                             uint32_t(rec.name2.size()));
+  out[1] = rec.ino;
+  out[2] = rec.dir1;
+  out[3] = rec.dir2;
+  out[4] = rec.victim;
+  auto* names = reinterpret_cast<char*>(out + kRecordHeaderWords);
+  std::memcpy(names, rec.name1.data(), rec.name1.size());
+  std::memcpy(names + w1 * 8, rec.name2.data(), rec.name2.size());
+  return n;
+}
+
+Status DecodeRecord(const uint64_t* words, uint32_t n, NsRecord* rec) {
+  if (n < kRecordHeaderWords) return Status::Corrupt("namespace log", "record too short");
+  const uint64_t w0 = words[0];
+  const uint64_t type = w0 & 0xff, ftype = (w0 >> 8) & 0xff;
+  const uint32_t len1 = uint32_t((w0 >> 16) & 0xffff), len2 = uint32_t((w0 >> 32) & 0xffff);
+  if (!KnownRecordType(type) || ftype > uint64_t(FileType::kSymlink) || (w0 >> 48) != 0 ||
+      len1 == 0 || len1 > kMaxNameLen || len2 > kMaxNameLen ||
+      n != kRecordHeaderWords + NameWords(len1) + NameWords(len2))
+    return Status::Corrupt("namespace log", "malformed record header");
+  rec->type = RecordType(type);
+  rec->ftype = FileType(ftype);
+  rec->ino = words[1];
+  rec->dir1 = words[2];
+  rec->dir2 = words[3];
+  rec->victim = words[4];
+  const auto* names = reinterpret_cast<const char*>(words + kRecordHeaderWords);
+  rec->name1 = std::string_view(names, len1);
+  rec->name2 = std::string_view(names + NameWords(len1) * 8, len2);
+  const bool two = rec->type == RecordType::kRename || rec->type == RecordType::kExchange;
+  if (two != (len2 != 0)) return Status::Corrupt("namespace log", "record names do not fit its type");
+  return Status::OK();
+}
+
+Status NsLog::InitBlock(BlockAccess* ba, uint32_t lblock, uint64_t seq) {
+  char* p;
+  UPFS_RETURN_IF_ERROR(ba->Addr(lblock, &p));
+  alignas(64) static thread_local unsigned char img[kBlockSize];
+  std::memset(img, 0, sizeof(img));
+  auto* b = reinterpret_cast<LogBlock*>(img);
+  b->next.store(NsNextWord(0), std::memory_order_relaxed);
+  b->seq = seq;
+  pm::CopyNT(p, img, kBlockSize);
+  pm::Fence();
+  return Status::OK();
+}
+
+Status NsLog::Init(BlockAccess* ba, uint32_t head, AllocBlock alloc, FreeBlock free) {
+  ba_ = ba;
+  alloc_ = std::move(alloc);
+  free_ = std::move(free);
+  UPFS_RETURN_IF_ERROR(CheckNsBlock(*ba_, head, 0, "namespace log head"));
+  pos_ = NsPos{head, 0, Block(head)->seq};
+  durable_ = pos_;
+  return Status::OK();
+}
+
+bool NsLog::AnyNew() const {
+  const LogBlock* b = Block(pos_.lblock);
+  if (pos_.slot < kSlotsPerLogBlock) return b->slots[pos_.slot].load(std::memory_order_acquire) != 0;
+  return NextBlock(b->next.load(std::memory_order_acquire)) != 0;
+}
+
+Status NsLog::DecodeAt(const LogBlock* b, uint32_t apply_slot, uint64_t apply, NsRecord* rec) const {
+  const uint32_t rs = ApplySlot(apply);
+  if (!ApplyWellFormed(apply) || rs >= apply_slot)
+    return Status::Corrupt("namespace log", "commit entry names no earlier reservation");
+  const uint64_t reserve = b->slots[rs].load(std::memory_order_acquire);
+  const uint32_t n = ReserveCount(reserve);
+  if (KindOf(reserve) != EntryKind::kReserve || rs + 1 + n > apply_slot)
+    return Status::Corrupt("namespace log", "commit entry names no reservation");
+  const auto* words = reinterpret_cast<const uint64_t*>(&b->slots[rs + 1]);
+  if (Crc32c(words, n * 8) != ApplyCrc(apply))
+    return Status::Corrupt("namespace log", "record checksum mismatch");
+  return DecodeRecord(words, n, rec);
+}
+
+Status NsLog::Advance(const std::function<Status(const NsRecord&)>* fn, bool* at_tail) {
+  *at_tail = false;
+  for (;;) {
+    LogBlock* b = Block(pos_.lblock);
+    if (pos_.slot >= kSlotsPerLogBlock) {
+      const uint64_t next = b->next.load(std::memory_order_acquire);
+      if (!NsNextWordValid(next)) return Status::Corrupt("namespace log", "block link damaged");
+      if (NextBlock(next) == 0) {
+        *at_tail = true;
+        return Status::OK();
+      }
+      UPFS_RETURN_IF_ERROR(CheckNsBlock(*ba_, NextBlock(next), pos_.seq + 1, "namespace log block"));
+      pos_ = NsPos{NextBlock(next), 0, pos_.seq + 1};
+      continue;
+    }
+    const uint64_t e = b->slots[pos_.slot].load(std::memory_order_acquire);
+    if (e == 0) {
+      *at_tail = true;
+      return Status::OK();
+    }
+    switch (KindOf(e)) {
+      case EntryKind::kReserve: {
+        const uint32_t n = ReserveCount(e);
+        if (!ReserveWellFormed(e) || pos_.slot + 1 + n > kSlotsPerLogBlock)
+          return Status::Corrupt("namespace log", "reservation past the end of its block");
+        pos_.slot += 1 + n;
+        break;
+      }
+      case EntryKind::kApply: {
+        if (fn) {
+          NsRecord rec;
+          UPFS_RETURN_IF_ERROR(DecodeAt(b, pos_.slot, e, &rec));
+          UPFS_RETURN_IF_ERROR((*fn)(rec));
+        }
+        pos_.slot += 1;
+        break;
+      }
+      default:
+        return Status::Corrupt("namespace log", "unknown entry kind in slot " +
+                                                    std::to_string(pos_.slot) + " of block " +
+                                                    std::to_string(pos_.lblock));
+    }
+  }
+}
+
+Status NsLog::ReadNew(const std::function<Status(const NsRecord&)>& fn) {
+  bool at_tail;
+  return Advance(&fn, &at_tail);
+}
+
+Status NsLog::MoveToNextBlock(NsPos* p) {
+  LogBlock* b = Block(p->lblock);
+  // Fill what is left of the block with one dead reservation, so that no
+  // entry goes into a block once it has a successor. Durable before the
+  // link: a reader after a crash must not stop at an empty slot with
+  // records in the next block.
+  uint32_t s = p->slot;
+  while (s < kSlotsPerLogBlock) {
+    uint64_t e = b->slots[s].load(std::memory_order_acquire);
+    if (e == 0) {
+      uint64_t expected = 0;
+      if (pm::Cas64(&b->slots[s], expected, EncodeReserve(kSlotsPerLogBlock - s - 1))) {
+        pm::PersistWord(&b->slots[s]);
+        break;
+      }
+      e = expected;
+    }
+    s += KindOf(e) == EntryKind::kReserve ? 1 + ReserveCount(e) : 1;
+  }
+  uint64_t next = b->next.load(std::memory_order_acquire);
+  if (NextBlock(next) == 0) {
+    uint32_t fresh;
+    UPFS_RETURN_IF_ERROR(alloc_(&fresh));
+    if (Status st = InitBlock(ba_, fresh, p->seq + 1); !st.ok()) {
+      free_(fresh);
+      return st;
+    }
+    uint64_t expected = NsNextWord(0);
+    if (pm::Cas64(&b->next, expected, NsNextWord(fresh))) {
+      pm::PersistWord(&b->next);
+      next = NsNextWord(fresh);
+    } else {
+      free_(fresh);
+      next = expected;
+    }
+  }
+  if (!NsNextWordValid(next) || NextBlock(next) == 0)
+    return Status::Corrupt("namespace log", "block link damaged");
+  UPFS_RETURN_IF_ERROR(CheckNsBlock(*ba_, NextBlock(next), p->seq + 1, "namespace log block"));
+  *p = NsPos{NextBlock(next), 0, p->seq + 1};
+  return Status::OK();
+}
+
+Status NsLog::Reserve(const NsRecord& rec, Reservation* r) {
+  alignas(64) uint64_t words[kMaxRecordWords];
+  const uint32_t n = EncodeRecord(rec, words);
+  NsPos p = pos_;
+  for (;;) {
+    // The reservation, its payload and the commit entry after it must fit
+    // in the block.
+    if (p.slot + n + 2 > kSlotsPerLogBlock) {
+      UPFS_RETURN_IF_ERROR(MoveToNextBlock(&p));
+      continue;
+    }
+    LogBlock* b = Block(p.lblock);
+    uint64_t expected = 0;
+    if (pm::Cas64(&b->slots[p.slot], expected, EncodeReserve(n))) {
+      pm::CopyNT(&b->slots[p.slot + 1], words, n * 8);
+      pm::Fence();
+      *r = Reservation{p.lblock, p.slot, n, Crc32c(words, n * 8), p.seq};
+      return Status::OK();
+    }
+    if (KindOf(expected) == EntryKind::kReserve) {
+      p.slot += 1 + ReserveCount(expected);
+    } else {
+      p.slot += 1;
+    }
+  }
+}
+
+Status NsLog::TryCommit(const Reservation& r, bool* committed, bool* lost_reservation) {
+  *committed = false;
+  *lost_reservation = false;
+  if (pos_.lblock != r.lblock || pos_.slot >= kSlotsPerLogBlock) {
+    *lost_reservation = true;  // the block filled up before this record's turn
+    return Status::OK();
+  }
+  UPFS_ASSERT(pos_.slot > r.slot + r.words);
+  LogBlock* b = Block(pos_.lblock);
+  uint64_t expected = 0;
+  if (!pm::Cas64(&b->slots[pos_.slot], expected, EncodeApply(r.slot, r.crc))) return Status::OK();
+  // Every entry this process read since `from`, and its own: durable
+  // before the call returns (those records may have been committed by a
+  // process that died before persisting them).
+  NsPos f = durable_;
+  while (f.lblock != pos_.lblock) {
+    LogBlock* fb = Block(f.lblock);
+    if (f.slot < kSlotsPerLogBlock)
+      pm::Flush(&fb->slots[f.slot], (kSlotsPerLogBlock - f.slot) * 8);
+    pm::Flush(&fb->next, 8);
+    const uint32_t nb = NextBlock(fb->next.load(std::memory_order_acquire));
+    if (nb == 0) break;
+    f = NsPos{nb, 0, f.seq + 1};
+  }
+  const uint32_t first = f.lblock == pos_.lblock ? f.slot : 0;
+  pm::Flush(&b->slots[first], (pos_.slot + 1 - first) * 8);
+  pm::Fence();
+  pos_.slot += 1;
+  durable_ = pos_;
+  *committed = true;
+  return Status::OK();
+}
+
+Status NsLog::Measure(uint32_t head, uint64_t* blocks, uint64_t* records) const {
+  *blocks = 0;
+  *records = 0;
+  uint32_t l = head;
+  uint64_t seq = 0;
+  while (l != 0) {
+    UPFS_RETURN_IF_ERROR(CheckNsBlock(*ba_, l, seq, "namespace log block"));
+    const LogBlock* b = Block(l);
+    seq = b->seq + 1;
+    ++*blocks;
+    for (uint32_t s = 0; s < kSlotsPerLogBlock;) {
+      const uint64_t e = b->slots[s].load(std::memory_order_acquire);
+      if (e == 0) break;
+      if (KindOf(e) == EntryKind::kApply) ++*records;
+      s += KindOf(e) == EntryKind::kReserve ? 1 + ReserveCount(e) : 1;
+    }
+    if (*blocks > (uint64_t{1} << 28)) return Status::Corrupt("namespace log", "chain loops");
+    l = NextBlock(b->next.load(std::memory_order_acquire));
+  }
+  return Status::OK();
+}
+
+}  // namespace upfs

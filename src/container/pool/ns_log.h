@@ -1,0 +1,117 @@
+// NsLog: the pool's namespace log, as one process reads and extends it.
+//
+// Every namespace change is one record: its payload is written into slots
+// reserved by a kReserve entry, persisted, and then committed by the CAS of
+// a kApply entry (naming the reservation and the payload's CRC) into the
+// first empty slot at the tail. The kApply's position orders the records;
+// a reservation that is never applied (its writer lost a race, or died)
+// means nothing. The committer validates its change against every record
+// before its kApply (it reads them first), so no lock is ever held across
+// processes: a process killed at any instruction leaves either a committed
+// record or a dead reservation.
+//
+// A block is closed by a kReserve that covers its remaining slots before
+// its successor is linked, so no entry is ever added to a block that has a
+// successor and readers follow the chain in order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "container/pool/pool_format.h"
+#include "engine/log.h"
+#include "util/status.h"
+
+namespace upfs {
+
+struct NsRecord {
+  format::pool::RecordType type{};
+  format::pool::FileType ftype{};
+  uint64_t ino = 0;
+  uint64_t dir1 = 0;
+  uint64_t dir2 = 0;
+  uint64_t victim = 0;
+  std::string_view name1;
+  std::string_view name2;
+};
+
+// Where a process is in the log: the next slot it has not read.
+struct NsPos {
+  uint32_t lblock = 0;
+  uint32_t slot = 0;
+  uint64_t seq = 0;  // the block's chain sequence number
+};
+
+class NsLog {
+ public:
+  using AllocBlock = std::function<Status(uint32_t*)>;
+  using FreeBlock = std::function<void(uint32_t)>;
+
+  // Starts reading at the chain's head `head` (the superblock's word).
+  Status Init(BlockAccess* ba, uint32_t head, AllocBlock alloc, FreeBlock free);
+  const NsPos& pos() const { return pos_; }
+
+  // Makes a new, empty log block (for mkfs and for extending the chain).
+  static Status InitBlock(BlockAccess* ba, uint32_t lblock, uint64_t seq);
+
+  // Whether anything was committed past the position (one load when not).
+  bool AnyNew() const;
+  // Reads every record committed past the position, in order, calling
+  // fn(record); stops at the first empty slot. A record that fails its
+  // checks is damage (EUCLEAN). fn returning an error stops the read with
+  // it, the position left at that record.
+  Status ReadNew(const std::function<Status(const NsRecord&)>& fn);
+
+  // A record's payload written into reserved slots, waiting for its kApply.
+  struct Reservation {
+    uint32_t lblock = 0;
+    uint32_t slot = 0;  // of the kReserve
+    uint32_t words = 0;
+    uint32_t crc = 0;
+    uint64_t seq = 0;
+  };
+  // Reserves slots at or after the position for `rec` and persists its
+  // payload there.
+  Status Reserve(const NsRecord& rec, Reservation* r);
+  // The caller has read every record up to the tail (AnyNew() was false
+  // when it validated its change): tries to commit r by a CAS of its kApply
+  // into the slot at the position. *committed false: something was
+  // committed first (read it, validate again, try again), or r's block
+  // filled up (then *lost_reservation: Reserve again). On success the
+  // position moves past the kApply (the caller applies its own record) and
+  // every slot this process has read since its last commit is persisted
+  // with it, so that no record committed before this one (by a process
+  // that died before persisting it, say) can be lost while it survives.
+  Status TryCommit(const Reservation& r, bool* committed, bool* lost_reservation);
+
+  // Counts for `upfs info`: log blocks from the head, and records.
+  Status Measure(uint32_t head, uint64_t* blocks, uint64_t* records) const;
+
+ private:
+  format::LogBlock* Block(uint32_t l) const {
+    return reinterpret_cast<format::LogBlock*>(ba_->AddrUnchecked(l));
+  }
+  // Moves the position over entries that are not records (reservations,
+  // and block ends), reading records into fn when given.
+  Status Advance(const std::function<Status(const NsRecord&)>* fn, bool* at_tail);
+  Status DecodeAt(const format::LogBlock* b, uint32_t apply_slot, uint64_t apply, NsRecord* rec) const;
+  // Closes the block (filling what is left of it) and moves to its
+  // successor, linking a new one if needed.
+  Status MoveToNextBlock(NsPos* p);
+
+  BlockAccess* ba_ = nullptr;
+  AllocBlock alloc_;
+  FreeBlock free_;
+  NsPos pos_;
+  NsPos durable_;  // slots before it are durable as far as this process knows
+};
+
+// Encodes rec's payload words into `out` (kMaxRecordWords words); returns
+// the word count.
+uint32_t EncodeRecord(const NsRecord& rec, uint64_t* out);
+// Decodes and checks a payload of `n` words (names point into `words`).
+Status DecodeRecord(const uint64_t* words, uint32_t n, NsRecord* rec);
+
+}  // namespace upfs

@@ -1,0 +1,441 @@
+#include "container/pool/pool.h"
+
+#include <fcntl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "medium/pm.h"
+#include "util/crc32c.h"
+
+namespace upfs {
+
+using namespace format;
+using namespace format::pool;
+
+namespace {
+
+// Lock bytes far past any pool's data (OFD locks need no bytes to exist).
+constexpr off_t kAttachByte = off_t{1} << 50;  // serializes joining and leaving
+constexpr off_t kUsersByte = kAttachByte + 1;  // shared by every attached process
+constexpr off_t kSlotLockBase = kAttachByte + 64;
+constexpr uint64_t kDefaultInitialBytes = 64ull << 20;
+
+int OfdLock(int fd, short type, off_t start, bool wait) {
+  struct flock fl;
+  std::memset(&fl, 0, sizeof(fl));
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = start;
+  fl.l_len = 1;
+  int rc;
+  do {
+    rc = fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl);
+  } while (rc != 0 && errno == EINTR);
+  return rc;
+}
+
+uint64_t NowNs(clockid_t clock = CLOCK_REALTIME) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+Status PreadAll(int fd, void* buf, size_t n, off_t off) {
+  ssize_t r = pread(fd, buf, n, off);
+  if (r < 0) return Status::FromErrno("read pool");
+  if (size_t(r) != n) return Status::Error(EUCLEAN, "superblock: pool file truncated");
+  return Status::OK();
+}
+
+Status CheckSuperblockImage(const Superblock& sb, uint64_t file_bytes, const std::string& path) {
+  if (std::memcmp(sb.magic, kPoolMagic, sizeof(kPoolMagic)) != 0)
+    return Status::Error(EMEDIUMTYPE, path + ": not a upfs pool (no pool magic)");
+  if (sb.sb_crc != Crc32c(&sb, offsetof(Superblock, sb_crc)))
+    return Status::Corrupt("superblock", path + ": checksum mismatch");
+  if (sb.version != kPoolVersion)
+    return Status::Error(EPROTONOSUPPORT, path + ": pool format version " + std::to_string(sb.version) +
+                                              " (this upfs reads version " +
+                                              std::to_string(kPoolVersion) + ")");
+  if (sb.block_size != kBlockSize || sb.max_blocks != kMaxPoolBlocks ||
+      sb.data_start != kDataStart || sb.flags != 0)
+    return Status::Corrupt("superblock", path + ": layout fields out of range");
+  if (file_bytes < (uint64_t(kDataStart) + 3) * kBlockSize || file_bytes % kBlockSize != 0)
+    return Status::Corrupt("superblock", path + ": pool file truncated to " +
+                                             std::to_string(file_bytes) + " bytes");
+  const uint64_t blocks = file_bytes / kBlockSize;
+  auto in_pool = [&](uint64_t l) { return l >= kDataStart && l < blocks; };
+  if (!in_pool(InodeBlockOf(sb.root_ino)) || InodeSlotOf(sb.root_ino) == 0)
+    return Status::Corrupt("superblock", path + ": root inode out of range");
+  if (!in_pool(sb.nslog_head.load()) || !in_pool(sb.inode_chain.load()) || sb.checkpoint.load() != 0)
+    return Status::Corrupt("superblock", path + ": a root pointer is out of range");
+  return Status::OK();
+}
+
+}  // namespace
+
+// Slot liveness through OFD locks on the pool file itself.
+class Pool::SlotLocks final : public SlotLiveness {
+ public:
+  explicit SlotLocks(int fd) : fd_(fd) {}
+  bool TryLock(uint32_t s) override { return OfdLock(fd_, F_WRLCK, kSlotLockBase + s, false) == 0; }
+  void Unlock(uint32_t s) override { OfdLock(fd_, F_UNLCK, kSlotLockBase + s, false); }
+  bool HeldElsewhere(uint32_t s) override {
+    struct flock fl;
+    std::memset(&fl, 0, sizeof(fl));
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = kSlotLockBase + s;
+    fl.l_len = 1;
+    return fcntl(fd_, F_OFD_GETLK, &fl) != 0 || fl.l_type != F_UNLCK;
+  }
+
+ private:
+  int fd_;
+};
+
+Status Pool::Create(const std::string& path, uint64_t size_hint) {
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::FromErrno("create pool " + path);
+  auto fail = [&](Status st) {
+    unlinkat(AT_FDCWD, path.c_str(), 0);
+    return st;
+  };
+  // The volatile area is a hole until used; the data region starts small.
+  const uint64_t data = std::max<uint64_t>(size_hint ? size_hint : kDefaultInitialBytes, kExtentSize);
+  const uint64_t bytes = uint64_t(kDataStart) * kBlockSize + (data + kExtentSize - 1) / kExtentSize * kExtentSize;
+  if (ftruncate(fd, off_t(bytes)) != 0) {
+    close(fd);
+    return fail(Status::FromErrno("size pool " + path));
+  }
+  std::unique_ptr<Medium> m;
+  if (Status st = Medium::Open(fd, path, &m); !st.ok()) return fail(st);
+  BlockAccess ba(m.get());
+  // Blocks kDataStart (the root's inode block) and kDataStart + 1 (the
+  // namespace log's first block).
+  const uint32_t inode_block = kDataStart, log_block = kDataStart + 1;
+  char* p;
+  if (Status st = ba.Addr(inode_block, &p); !st.ok()) return fail(st);
+  alignas(64) static unsigned char img[kBlockSize];
+  std::memset(img, 0, sizeof(img));
+  reinterpret_cast<InodeBlockHeader*>(img)->magic = kInodeBlockMagic;
+  auto* root = reinterpret_cast<Inode*>(img + kInodeSize);
+  const uint64_t now = NowNs(CLOCK_REALTIME_COARSE);
+  root->ident.store(EncodeIdent(FileType::kDirectory, 1));
+  root->mode.store(0755);
+  root->owner.store(uint64_t(geteuid()) | (uint64_t(getegid()) << 32));
+  root->ctime_ns.store(now);
+  root->atime_ns.store(now);
+  root->created_ns = now;
+  root->times.mtime_ns.store(now);
+  pm::CopyNT(p, img, kBlockSize);
+  if (Status st = NsLog::InitBlock(&ba, log_block, 1); !st.ok()) return fail(st);
+
+  std::memset(img, 0, sizeof(img));
+  auto* sb = reinterpret_cast<Superblock*>(img);
+  std::memcpy(sb->magic, kPoolMagic, sizeof(kPoolMagic));
+  sb->version = kPoolVersion;
+  sb->block_size = kBlockSize;
+  if (getrandom(&sb->pool_id, sizeof(sb->pool_id), 0) != sizeof(sb->pool_id))
+    return fail(Status::FromErrno("getrandom"));
+  sb->created_ns = NowNs();
+  sb->max_blocks = kMaxPoolBlocks;
+  sb->data_start = kDataStart;
+  sb->root_ino = InodeNumber(inode_block, 1);
+  sb->sb_crc = Crc32c(sb, offsetof(Superblock, sb_crc));
+  sb->nslog_head.store(log_block);
+  sb->inode_chain.store(inode_block);
+  sb->clean.store(0);  // the first attach builds the volatile area
+  // The magic last, after everything it vouches for is durable.
+  pm::Fence();
+  pm::CopyNT(m->base() + sizeof(kPoolMagic), img + sizeof(kPoolMagic), kBlockSize - sizeof(kPoolMagic));
+  pm::Fence();
+  pm::CopyNT(m->base(), img, sizeof(kPoolMagic));
+  pm::Fence();
+  if (Status st = m->SyncAll(); !st.ok()) return fail(st);
+  return Status::OK();
+}
+
+Pool::Pool(std::string path, std::unique_ptr<Medium> medium, uint64_t dev)
+    : path_(std::move(path)), medium_(std::move(medium)), access_(medium_.get()), dev_(dev) {}
+
+Status Pool::Attach(const std::string& path, std::unique_ptr<Pool>* out) {
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open pool " + path);
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return Status::Error(EMEDIUMTYPE, path + ": not a regular file, not a upfs pool");
+  }
+  alignas(64) static thread_local Superblock sb;
+  if (uint64_t(st.st_size) < sizeof(sb)) {
+    close(fd);
+    return Status::Error(EMEDIUMTYPE, path + ": too short for a upfs pool");
+  }
+  if (Status s = PreadAll(fd, &sb, sizeof(sb), 0); !s.ok()) {
+    close(fd);
+    return s;
+  }
+  if (Status s = CheckSuperblockImage(sb, uint64_t(st.st_size), path); !s.ok()) {
+    close(fd);
+    return s;
+  }
+  std::unique_ptr<Medium> m;
+  UPFS_RETURN_IF_ERROR(Medium::Open(fd, path, &m));
+  std::unique_ptr<Pool> pool(new Pool(path, std::move(m), uint64_t(st.st_dev)));
+  UPFS_RETURN_IF_ERROR(pool->Join());
+  *out = std::move(pool);
+  return Status::OK();
+}
+
+Status Pool::Join() {
+  const int fd = lock_fd();
+  if (OfdLock(fd, F_WRLCK, kAttachByte, true) != 0) return Status::FromErrno("lock pool");
+  const bool first = OfdLock(fd, F_WRLCK, kUsersByte, false) == 0;
+  Status st = InitVolatile(first);
+  if (st.ok()) {
+    process_slot_ = epochs_->ClaimSlot();
+    if (process_slot_ >= kMaxSlots) st = Status::Error(EAGAIN, path_ + ": no free process slot");
+  }
+  if (st.ok() && first) {
+    pm::Store64(&mutable_super()->clean, 0);
+    pm::PersistWord(&mutable_super()->clean);
+  }
+  if (st.ok() && OfdLock(fd, F_RDLCK, kUsersByte, true) != 0) st = Status::FromErrno("lock pool");
+  joined_ = st.ok();
+  OfdLock(fd, F_UNLCK, kAttachByte, false);
+  return st;
+}
+
+Status Pool::InitVolatile(bool first) {
+  char* p;
+  UPFS_RETURN_IF_ERROR(access_.Addr(kWordsBlock, &p));
+  auto* words = reinterpret_cast<PoolWords*>(p);
+  UPFS_RETURN_IF_ERROR(access_.Addr(kSlotsBlock, &p));
+  auto* slots = reinterpret_cast<ReclaimSlot*>(p);
+  UPFS_RETURN_IF_ERROR(access_.Addr(kBitmapBlock, &p));
+  auto* bits = reinterpret_cast<std::atomic<uint64_t>*>(p);
+  slot_locks_ = std::make_unique<SlotLocks>(lock_fd());
+  bitmap_ = std::make_unique<AllocationBitmap>(&words->bitmap, bits);
+  epochs_ = std::make_unique<EpochDomain>(&words->epochs, slots, slot_locks_.get());
+  epochs_->KeepReleasedSlots();
+  source_ = std::make_unique<BlockSource>(medium_.get(), bitmap_.get(), epochs_.get(), kDataStart);
+  inodes_.Init(&access_, mutable_super(), words, [this](uint32_t* l) { return AllocBlock(l); });
+  UPFS_RETURN_IF_ERROR(log_.Init(&access_, uint32_t(super()->nslog_head.load()),
+                                 [this](uint32_t* l) { return AllocBlock(l); },
+                                 [this](uint32_t l) { FreeBlock(l); }));
+  index_.Reset(root_ino());
+  const bool valid = words->magic == kVolatileMagic && words->pool_id == super()->pool_id;
+  if (first && (!valid || super()->clean.load() != 1)) return Recover();
+  if (!valid) return Status::Corrupt("volatile area", path_ + ": in use but not initialized");
+  std::unique_lock<std::shared_mutex> g(index_mu_);
+  return CatchUpLocked();
+}
+
+Status Pool::AllocBlock(uint32_t* l) {
+  ThreadBlocks t;
+  Status st = source_->AllocOne(&t, l);
+  source_->ReturnAll(&t);
+  return st;
+}
+
+void Pool::FreeBlock(uint32_t l) { bitmap_->Clear(l); }
+
+Status Pool::InodeAt(uint64_t ino, Inode** out) const { return inodes_.At(ino, out); }
+
+Status Pool::CatchUpLocked() {
+  return log_.ReadNew([this](const NsRecord& r) { return index_.Apply(r); });
+}
+
+Status Pool::CatchUp() {
+  if (!log_.AnyNew()) return Status::OK();
+  std::unique_lock<std::shared_mutex> g(index_mu_);
+  return CatchUpLocked();
+}
+
+bool Pool::AnySlotInUse() const {
+  const uint64_t hi = std::min<uint64_t>(epochs_->slots_high(), kMaxSlots);
+  for (uint32_t i = 0; i < hi; ++i)
+    if (epochs_->slot(i)->in_use.load(std::memory_order_acquire) != 0) return true;
+  return false;
+}
+
+Status Pool::MarkFileBlocks(Inode* in, BlockMarker* m) {
+  if (const uint64_t t = in->target_block.load(std::memory_order_acquire); t != 0) {
+    UPFS_RETURN_IF_ERROR(access_.CheckRange(t, 1, "symbolic link target"));
+    m->Mark(t, "symbolic link target");
+  }
+  const uint64_t head = in->log_head.load(std::memory_order_acquire);
+  if (head == 0) return Status::OK();
+  if (head >= kMaxPoolBlocks) return Status::Corrupt("inode", "log head out of range");
+  BlockTable table;
+  ReplayResult res;
+  UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), &table, &res, true));
+  for (uint32_t l : res.log_blocks) m->Mark(l, "log");
+  for (const Run& r : res.overflow)
+    for (uint32_t i = 0; i < r.count; ++i) m->Mark(r.lblock + i, "overflow");
+  table.ForEachMapped([&](uint64_t, uint32_t l) { m->Mark(l, "data"); });
+  return m->status();
+}
+
+Status Pool::Recover() {
+  char* p;
+  UPFS_RETURN_IF_ERROR(access_.Addr(kWordsBlock, &p));
+  auto* words = reinterpret_cast<PoolWords*>(p);
+  words->magic = 0;
+  const uint64_t capacity = std::min<uint64_t>(medium_->capacity() >> kBlockShift, kMaxPoolBlocks);
+  words->epochs.Reset();
+  words->bitmap.Reset(capacity);
+  words->free_inodes.store(0);
+  UPFS_RETURN_IF_ERROR(access_.Addr(kSlotsBlock, &p));
+  pm::ZeroNT(p, uint64_t(kSlotBlocks) * kBlockSize);
+  // The bitmap: dropped (it reads back as zero, and costs nothing until
+  // used again), or zeroed where the file system cannot punch holes.
+  if (fallocate(lock_fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                off_t(kBitmapBlock) * kBlockSize, off_t(kBitmapBlocks) * kBlockSize) != 0) {
+    UPFS_RETURN_IF_ERROR(access_.Addr(kBitmapBlock, &p));
+    pm::ZeroNT(p, (capacity + 7) / 8);
+  }
+  pm::Fence();
+  BlockMarker marker(bitmap_.get());
+  for (uint32_t b = 0; b < kDataStart; ++b) marker.Mark(b, "pool header");
+  {
+    std::unique_lock<std::shared_mutex> g(index_mu_);
+    UPFS_RETURN_IF_ERROR(CatchUpLocked());
+  }
+  for (uint64_t l = super()->nslog_head.load(); l != 0;) {
+    marker.Mark(l, "namespace log");
+    UPFS_RETURN_IF_ERROR(marker.status());
+    l = NextBlock(reinterpret_cast<LogBlock*>(access_.AddrUnchecked(l))->next.load());
+  }
+  UPFS_RETURN_IF_ERROR(inodes_.ForEachBlock([&](uint32_t l) {
+    marker.Mark(l, "inode");
+    return marker.status();
+  }));
+  UPFS_RETURN_IF_ERROR(inodes_.Rebuild([&](uint64_t ino, Inode* in) -> Status {
+    if (ino != root_ino() && index_.Nlink(ino) == 0) return inodes_.Free(ino);  // an orphan
+    UPFS_RETURN_IF_ERROR(MarkFileBlocks(in, &marker));
+    pm::Store64(&in->open_count, 0);
+    if (IdentKind(in->ident.load()) == FileType::kRegular) in->words.Reset();
+    return Status::OK();
+  }));
+  words->pool_id = super()->pool_id;
+  pm::Fence();
+  words->magic = kVolatileMagic;
+  return Status::OK();
+}
+
+Status Pool::ReleaseInode(uint64_t ino) {
+  Inode* in;
+  UPFS_RETURN_IF_ERROR(InodeAt(ino, &in));
+  // Collected first, freed after: a damaged log frees nothing.
+  std::vector<uint32_t> blocks;
+  if (const uint64_t t = in->target_block.load(std::memory_order_acquire); t != 0) blocks.push_back(uint32_t(t));
+  if (const uint64_t head = in->log_head.load(std::memory_order_acquire); head != 0) {
+    BlockTable table;
+    ReplayResult res;
+    UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), &table, &res, false));
+    blocks.insert(blocks.end(), res.log_blocks.begin(), res.log_blocks.end());
+    for (const Run& r : res.overflow)
+      for (uint32_t i = 0; i < r.count; ++i) blocks.push_back(r.lblock + i);
+    table.ForEachMapped([&](uint64_t, uint32_t l) { blocks.push_back(l); });
+  }
+  pm::Store64(&in->log_head, 0);
+  pm::Store64(&in->target_block, 0);
+  UPFS_RETURN_IF_ERROR(inodes_.Free(ino));
+  for (uint32_t l : blocks) bitmap_->Clear(l);
+  return Status::OK();
+}
+
+namespace {
+// The engine's hold on a pool file: nothing to give back (the pool
+// outlives every File of it), but it names the inode.
+class PoolFileLease final : public StorageLease {
+ public:
+  explicit PoolFileLease(uint64_t ino) : ino_(ino) {}
+  uint64_t ino() const { return ino_; }
+
+ private:
+  uint64_t ino_;
+};
+
+Status InitFileLogBlock(BlockAccess* ba, uint32_t l) {
+  char* p;
+  UPFS_RETURN_IF_ERROR(ba->Addr(l, &p));
+  alignas(64) static thread_local unsigned char img[kBlockSize];
+  std::memset(img, 0, sizeof(img));
+  auto* b = reinterpret_cast<LogBlock*>(img);
+  b->next.store(format::NextWord(0), std::memory_order_relaxed);
+  b->seq = 1;
+  pm::CopyNT(p, img, kBlockSize);
+  pm::Fence();
+  return Status::OK();
+}
+}  // namespace
+
+Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out) {
+  std::lock_guard<std::mutex> g(files_mu_);
+  auto it = files_.find(ino);
+  if (it != files_.end()) {
+    if ((*out = it->second.lock())) return Status::OK();
+  }
+  Inode* in;
+  UPFS_RETURN_IF_ERROR(InodeAt(ino, &in));
+  if (IdentKind(in->ident.load(std::memory_order_acquire)) != FileType::kRegular)
+    return Status::Corrupt("inode", std::to_string(ino) + " is not a regular file");
+  if (in->log_head.load(std::memory_order_acquire) == 0) {
+    // The first log block, made on first use so that creating a file
+    // costs no block.
+    uint32_t l;
+    UPFS_RETURN_IF_ERROR(AllocBlock(&l));
+    Status st = InitFileLogBlock(&access_, l);
+    uint64_t expected = 0;
+    if (!st.ok() || !pm::Cas64(&in->log_head, expected, l)) {
+      FreeBlock(l);
+      UPFS_RETURN_IF_ERROR(st);
+    } else {
+      pm::PersistWord(&in->log_head);
+    }
+  }
+  LogRoot root;
+  root.head = &in->log_head;
+  root.times = &in->times;
+  root.created_ns = in->created_ns;
+  root.consistency = Consistency(in->consistency);
+  root.words = &in->words;
+  if (root.consistency != Consistency::kStrict && root.consistency != Consistency::kSync)
+    return Status::Corrupt("inode", std::to_string(ino) + " has no consistency mode");
+  std::unique_ptr<File> f;
+  UPFS_RETURN_IF_ERROR(File::Open(FileStorage{medium_.get(), source_.get(), root}, nullptr,
+                                  std::make_unique<PoolFileLease>(ino), &f));
+  std::shared_ptr<File> sf(std::move(f));
+  files_[ino] = sf;
+  *out = std::move(sf);
+  return Status::OK();
+}
+
+Pool::~Pool() {
+  files_.clear();
+  if (!joined_) return;
+  epochs_->ReleaseSlot(process_slot_);
+  epochs_->ReleaseKeptSlots();
+  const int fd = lock_fd();
+  if (OfdLock(fd, F_WRLCK, kAttachByte, true) == 0) {
+    if (OfdLock(fd, F_WRLCK, kUsersByte, false) == 0 && !AnySlotInUse() &&
+        medium_->SyncAll().ok()) {
+      // The last to leave: the volatile area is consistent (every thread
+      // of every process has left it), so the next attach need not rebuild.
+      pm::Store64(&mutable_super()->clean, 1);
+      pm::PersistWord(&mutable_super()->clean);
+    }
+    OfdLock(fd, F_UNLCK, kUsersByte, false);
+    OfdLock(fd, F_UNLCK, kAttachByte, false);
+  }
+  medium_->JoinBackground();
+}
+
+}  // namespace upfs

@@ -1,0 +1,122 @@
+// Pool: one attached pool in this process. It maps the pool file, checks
+// the superblock, joins the processes using it (recovering the volatile
+// area when it is the first after a crash), and owns what every namespace
+// operation and every file of the pool share: the block space, the block
+// source (one allocation and reclamation domain for the whole pool), the
+// namespace log and this process's index of it.
+//
+// Liveness without a daemon: every attached process holds a shared OFD lock
+// on a byte of the pool file (the users byte), and each thread slot a lock
+// of its own, which the kernel drops when the holder dies. The first
+// process to attach when nobody holds the users byte is the only one that
+// may rebuild the volatile area (docs/design.md, "Pools").
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+
+#include "container/pool/inode_alloc.h"
+#include "container/pool/ns_index.h"
+#include "container/pool/ns_log.h"
+#include "container/pool/pool_format.h"
+#include "engine/alloc_bitmap.h"
+#include "engine/block_source.h"
+#include "engine/file.h"
+#include "engine/reclamation.h"
+#include "medium/medium.h"
+#include "util/status.h"
+
+namespace upfs {
+
+class Pool {
+ public:
+  // Makes a new pool file (EEXIST if `path` exists).
+  static Status Create(const std::string& path, uint64_t size_hint);
+  // Attaches to the pool file `path`.
+  static Status Attach(const std::string& path, std::unique_ptr<Pool>* out);
+  // Detaches; the last process to leave marks the volatile area clean.
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  const std::string& path() const { return path_; }
+  Medium* medium() const { return medium_.get(); }
+  BlockSource* source() const { return source_.get(); }
+  EpochDomain* epochs() const { return epochs_.get(); }
+  const format::pool::Superblock* super() const {
+    return reinterpret_cast<const format::pool::Superblock*>(medium_->base());
+  }
+  format::pool::Superblock* mutable_super() const {
+    return reinterpret_cast<format::pool::Superblock*>(medium_->base());
+  }
+  uint64_t root_ino() const { return super()->root_ino; }
+  uint64_t dev() const { return dev_; }
+  NsLog* log() { return &log_; }
+  NsIndex* index() { return &index_; }
+  InodeAllocator* inodes() { return &inodes_; }
+  // The index's lock: shared for lookups, exclusive to apply records.
+  std::shared_mutex& index_mu() { return index_mu_; }
+
+  // Address of inode `ino` (checked against the mapped space and the
+  // layout; EUCLEAN otherwise).
+  Status InodeAt(uint64_t ino, format::pool::Inode** out) const;
+  // Brings the index up to the log's tail (cheap when nothing is new).
+  // Takes the index lock exclusively when there is something to apply.
+  Status CatchUp();
+  // The same, for a caller holding the index lock exclusively.
+  Status CatchUpLocked();
+
+  // One block for namespace structures (log and inode blocks), and back.
+  Status AllocBlock(uint32_t* l);
+  void FreeBlock(uint32_t l);
+  // Gives back inode `ino` and every block its file holds: the last name
+  // is gone and no descriptor of any process has it open.
+  Status ReleaseInode(uint64_t ino);
+
+  // The engine File of regular file `ino` in this process (opened, and its
+  // first log block made, on first use); shared by every descriptor of it.
+  Status FileOf(uint64_t ino, std::shared_ptr<File>* out);
+  // The descriptors and directory streams of this pool in this process.
+  std::atomic<int64_t>& users() { return users_; }
+
+ private:
+  Pool(std::string path, std::unique_ptr<Medium> medium, uint64_t dev);
+  Status Join();
+  Status Recover();
+  Status CheckSuperblock() const;
+  Status InitVolatile(bool first);
+  bool AnySlotInUse() const;
+  class SlotLocks;
+
+  std::string path_;
+  int lock_fd() const { return medium_->fd(); }
+  Status MarkFileBlocks(format::pool::Inode* in, BlockMarker* m);
+  std::unique_ptr<Medium> medium_;
+  BlockAccess access_;
+  uint64_t dev_;
+  std::unique_ptr<SlotLocks> slot_locks_;
+  std::unique_ptr<AllocationBitmap> bitmap_;
+  std::unique_ptr<EpochDomain> epochs_;
+  std::unique_ptr<BlockSource> source_;
+  NsLog log_;
+  NsIndex index_;
+  InodeAllocator inodes_;
+  std::shared_mutex index_mu_;
+  std::mutex files_mu_;
+  std::unordered_map<uint64_t, std::weak_ptr<File>> files_;
+  std::atomic<int64_t> users_{0};
+  bool joined_ = false;
+  // This process's own slot while attached: a process that dies attached
+  // leaves it in use, which tells the last process to leave that the
+  // volatile area holds leaks only a recovery takes back.
+  uint32_t process_slot_ = kMaxSlots;
+};
+
+}  // namespace upfs

@@ -1,0 +1,208 @@
+// On-media format v1 of a upfs pool (the pool container's own; it embeds
+// the engine's log root words): one host file holding a whole
+// namespace. docs/format.md ("Pools") is the prose version of this header;
+// keep them in step.
+//
+// A pool is an array of 4 KiB logical blocks (32-bit numbers, as in a
+// per-file upfs file, so the file engine's logs and runs work unchanged):
+//   block 0                  superblock
+//   blocks [1, kDataStart)   the volatile area: coordination words, thread
+//                            slots and the allocation bitmap, soft state
+//                            that the first process to attach after a crash
+//                            rebuilds from the durable structures
+//   blocks [kDataStart, ...) namespace log blocks, inode blocks, and the
+//                            log, data and overflow blocks of every file,
+//                            allocated from the bitmap
+// Logical block 0 doubles as "none" in every pointer.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/alloc_bitmap.h"
+#include "engine/log_root.h"
+#include "engine/reclamation.h"
+#include "format/format.h"
+
+namespace upfs::format::pool {
+
+inline constexpr uint32_t kPoolVersion = 1;
+// The per-file magic with family byte 0x02: a pool is never taken for a
+// per-file upfs file, nor the other way round.
+inline constexpr unsigned char kPoolMagic[8] = {'U', 'P', 'F', 'S', 0x02, '\r', '\n', 0x1a};
+
+// Largest pool: 2^28 blocks (1 TiB); its bitmap is 32 MiB, sparse until used.
+inline constexpr uint64_t kMaxPoolBlocks = uint64_t{1} << 28;
+inline constexpr uint32_t kWordsBlock = 1;
+inline constexpr uint32_t kSlotsBlock = 2;
+inline constexpr uint32_t kSlotBlocks = 64;  // kMaxSlots (4096) slots of 64 bytes
+inline constexpr uint32_t kBitmapBlock = kSlotsBlock + kSlotBlocks;
+inline constexpr uint32_t kBitmapBlocks = uint32_t(kMaxPoolBlocks / 8 / kBlockSize);  // 8192
+// Data starts on a 2 MiB boundary (huge pages): block 8704 (34 MiB).
+inline constexpr uint32_t kDataStart = (kBitmapBlock + kBitmapBlocks + 511) / 512 * 512;
+
+// ---------------------------------------------------------------------------
+// Superblock: logical block 0.
+// Cache line 0 is immutable after mkfs; sb_crc covers bytes [0, 56).
+// Cache line 1 holds the durable mutable words, each changed by CAS.
+struct Superblock {
+  unsigned char magic[8];
+  uint32_t version;
+  uint32_t block_size;
+  uint64_t pool_id;      // random
+  uint64_t created_ns;   // CLOCK_REALTIME at mkfs
+  uint64_t max_blocks;   // kMaxPoolBlocks
+  uint32_t data_start;   // kDataStart
+  uint32_t flags;        // 0 in v1
+  uint64_t root_ino;     // the root directory
+  uint32_t sb_crc;       // CRC-32C of bytes [0, offsetof(sb_crc))
+  uint32_t reserved0;
+
+  std::atomic<uint64_t> nslog_head;   // first block of the namespace log
+  std::atomic<uint64_t> inode_chain;  // newest inode block (chain through InodeBlockHeader::next)
+  std::atomic<uint64_t> checkpoint;   // reserved for the checkpoint (0 in v1)
+  unsigned char pad1[kCacheLine - 24];
+
+  // Cache line 2: 1 when the volatile area was left consistent by the last
+  // process to detach; 0 while processes are attached, and after a crash.
+  std::atomic<uint64_t> clean;
+  unsigned char pad2[kBlockSize - 2 * kCacheLine - 8];
+};
+static_assert(sizeof(Superblock) == kBlockSize);
+static_assert(offsetof(Superblock, version) == 8);
+static_assert(offsetof(Superblock, pool_id) == 16);
+static_assert(offsetof(Superblock, max_blocks) == 32);
+static_assert(offsetof(Superblock, root_ino) == 48);
+static_assert(offsetof(Superblock, sb_crc) == 56);
+static_assert(offsetof(Superblock, nslog_head) == kCacheLine);
+static_assert(offsetof(Superblock, clean) == 2 * kCacheLine);
+
+// ---------------------------------------------------------------------------
+// Namespace log: a chain of log blocks with the layout of a file's log
+// (format::LogBlock: next word, seq, 510 slots), the next word carrying
+// kNsLogMagic. Its only entries are kReserve + payload + kApply (format.h):
+// every namespace change is one record, committed by the CAS of its kApply
+// into the first empty slot at the tail.
+inline constexpr uint32_t kNsLogMagic = 0x47534e55;  // "UNSG" little-endian
+inline constexpr uint64_t NsNextWord(uint32_t lblock) { return (uint64_t(kNsLogMagic) << 32) | lblock; }
+inline bool NsNextWordValid(uint64_t w) { return uint32_t(w >> 32) == kNsLogMagic; }
+
+enum class RecordType : uint8_t {
+  kCreate = 1,  // name1 in dir1 -> ino (a new regular file or symbolic link)
+  kMkdir = 2,   // name1 in dir1 -> ino (a new directory)
+  kLink = 3,    // name1 in dir1 -> ino (an existing file)
+  kUnlink = 4,  // remove name1 from dir1 (it named ino; a directory for rmdir)
+  kRename = 5,  // name1 in dir1 -> name2 in dir2, replacing victim (0: none)
+  kExchange = 6,  // swap name1 in dir1 and name2 in dir2
+};
+
+// Payload words of a record:
+//   word 0: type:8 | ftype:8 | name1_len:16 | name2_len:16 | zero:16
+//   word 1: ino       (the inode the record is about)
+//   word 2: dir1
+//   word 3: dir2      (kRename, kExchange; else 0)
+//   word 4: victim    (kRename: the inode name2 named, 0 = none;
+//                      kExchange: the inode name2 named)
+//   words 5..: name1 then name2, each padded with zeros to 8 bytes
+inline constexpr uint32_t kRecordHeaderWords = 5;
+inline constexpr uint32_t kMaxNameLen = 255;
+inline constexpr uint32_t kMaxRecordWords = kRecordHeaderWords + 2 * ((kMaxNameLen + 7) / 8);
+static_assert(kMaxRecordWords + 2 <= kSlotsPerLogBlock);
+
+// File types as the namespace keeps them (also the inode's kind).
+enum class FileType : uint8_t { kFree = 0, kRegular = 1, kDirectory = 2, kSymlink = 3 };
+
+inline uint64_t EncodeRecordWord0(RecordType t, FileType f, uint32_t len1, uint32_t len2) {
+  return uint64_t(t) | (uint64_t(f) << 8) | (uint64_t(len1) << 16) | (uint64_t(len2) << 32);
+}
+
+// ---------------------------------------------------------------------------
+// Inode blocks: 16 slots of 256 bytes; slot 0 is the block header, slots
+// 1-15 are inodes. An inode's number is its block * 16 + slot, so that
+// finding it is arithmetic. Inode blocks form a chain from
+// Superblock::inode_chain (newest first), which recovery and fsck walk.
+inline constexpr uint32_t kInodeSize = 256;
+inline constexpr uint32_t kInodesPerBlock = kBlockSize / kInodeSize;  // 16, slot 0 the header
+inline constexpr uint32_t kInodeBlockMagic = 0x42444e49;               // "INDB"
+
+struct InodeBlockHeader {
+  uint32_t magic;
+  uint32_t zero;
+  uint64_t next;  // the previous inode block of the chain, 0 = none
+  unsigned char pad[kInodeSize - 16];
+};
+static_assert(sizeof(InodeBlockHeader) == kInodeSize);
+
+inline constexpr uint64_t InodeNumber(uint32_t lblock, uint32_t slot) {
+  return uint64_t(lblock) * kInodesPerBlock + slot;
+}
+inline constexpr uint32_t InodeBlockOf(uint64_t ino) { return uint32_t(ino / kInodesPerBlock); }
+inline constexpr uint32_t InodeSlotOf(uint64_t ino) { return uint32_t(ino % kInodesPerBlock); }
+
+// The identity word: kind:8 | zero:7 | releasing:1 | gen:32 | zero:16.
+// kind kFree = free (gen kept, bumped by each allocation, so that a stale
+// reference is told apart). The releasing bit is set by the one CAS that
+// decides who frees an inode that lost its last name and holder.
+inline constexpr uint64_t EncodeIdent(FileType kind, uint32_t gen) {
+  return uint64_t(kind) | (uint64_t(gen) << 16);
+}
+inline constexpr uint64_t kIdentReleasing = uint64_t{1} << 15;
+inline FileType IdentKind(uint64_t w) { return FileType(w & 0xff); }
+inline uint32_t IdentGen(uint64_t w) { return uint32_t(w >> 16); }
+
+inline constexpr uint32_t kInlineTargetMax = 128;  // symbolic link targets kept in the inode
+
+struct Inode {
+  // Line 0: identity and attributes. Each word is stored whole (8-byte
+  // atomic) and persisted before the call that changed it returns.
+  std::atomic<uint64_t> ident;  // EncodeIdent
+  std::atomic<uint64_t> mode;   // the permission bits and S_ISUID/S_ISGID/S_ISVTX
+  std::atomic<uint64_t> owner;  // uid:32 | gid:32
+  std::atomic<uint64_t> ctime_ns;
+  std::atomic<uint64_t> atime_ns;
+  uint64_t created_ns;
+  uint32_t consistency;  // Consistency of a regular file
+  uint32_t target_len;   // a symbolic link's target length
+  std::atomic<uint64_t> target_block;  // a long target's block, 0 = inline
+
+  // Line 1: the file's log root (regular files), and a directory's times.
+  std::atomic<uint64_t> log_head;  // first log block; 0 = empty file, no log yet
+  FileTimes times;                 // mtime and data ctime (FileTimes)
+  // Soft: descriptors open on this inode in all processes (a killed
+  // process leaves it high: the inode is then freed at the next recovery).
+  std::atomic<uint64_t> open_count;
+  unsigned char pad1[kCacheLine - 32];
+
+  // Lines 2-3: the log's coordination words (regular files; soft, reset at
+  // recovery), or a symbolic link's target up to kInlineTargetMax bytes.
+  union {
+    LogWords words;
+    char target[kInlineTargetMax];
+  };
+};
+static_assert(sizeof(Inode) == kInodeSize);
+static_assert(offsetof(Inode, log_head) == kCacheLine);
+static_assert(offsetof(Inode, times) == kCacheLine + 8);
+static_assert(offsetof(Inode, open_count) == kCacheLine + 24);
+static_assert(offsetof(Inode, words) == 2 * kCacheLine);
+static_assert(offsetof(Inode, target) == 2 * kCacheLine);
+
+// ---------------------------------------------------------------------------
+// The volatile area's words: logical block kWordsBlock. Soft: valid while
+// Superblock::clean says so or processes are attached; rebuilt otherwise.
+inline constexpr uint64_t kVolatileMagic = 0x31544c4f56534655ull;  // "UFSVOLT1"
+
+struct PoolWords {
+  uint64_t magic;    // kVolatileMagic once initialized
+  uint64_t pool_id;  // the superblock's: a copied pool's area is rebuilt
+  unsigned char pad0[kCacheLine - 16];
+  EpochWords epochs;    // 64 bytes (engine/reclamation.h)
+  BitmapWords bitmap;   // 64 bytes (engine/alloc_bitmap.h)
+  // Free inodes: a stack through each free inode's log_head word, head =
+  // tag:28 | ino:36 (tag against ABA).
+  alignas(kCacheLine) std::atomic<uint64_t> free_inodes;
+};
+static_assert(sizeof(PoolWords) <= kBlockSize);
+
+}  // namespace upfs::format::pool

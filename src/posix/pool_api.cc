@@ -1,0 +1,471 @@
+// The C API on mounted pools: descriptors of pool files and directories,
+// and every path call whose path lies in a pool (docs/design.md, "Pools").
+// Each call resolves its path over the pool's DRAM index and changes the
+// namespace with one committed record, without a system call.
+#include "posix/pool_api.h"
+
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <bit>
+#include <cstdarg>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "posix/api_internal.h"
+#include "posix/descriptor_table.h"
+#include "posix/op_guard.h"
+#include "posix/pool_node.h"
+#include "upfs/upfs.h"
+
+namespace upfs {
+
+using format::pool::FileType;
+
+namespace {
+
+// Pool descriptors: numbers from 1 << 19, below the table's 1 << 20, and
+// never kernel descriptors (a pool file has no host file of its own).
+constexpr int kPoolFdBase = 1 << 19;
+constexpr int kPoolFdEnd = 1 << 20;
+std::mutex g_numbers_mu;
+std::vector<int> g_free_numbers;
+int g_next_number = kPoolFdBase;
+
+int TakeNumber() {
+  std::lock_guard<std::mutex> g(g_numbers_mu);
+  if (!g_free_numbers.empty()) {
+    int n = g_free_numbers.back();
+    g_free_numbers.pop_back();
+    return n;
+  }
+  return g_next_number < kPoolFdEnd ? g_next_number++ : -1;
+}
+
+void GiveNumber(int n) {
+  std::lock_guard<std::mutex> g(g_numbers_mu);
+  g_free_numbers.push_back(n);
+}
+
+PoolNamespace Ns(const PoolPath& p) { return PoolNamespace(p.mount->pool.get(), &p.mount->effective); }
+
+// Resolves, and again while the namespace changes under the call (ESTALE).
+template <typename Fn>
+int WithRetry(Fn fn) {
+  for (int i = 0;; ++i) {
+    Status st = fn();
+    if (st.err() == ESTALE && i < 100) continue;
+    return st.ok() ? 0 : Fail(st);
+  }
+}
+
+std::string ParentOf(const std::string& inner) {
+  size_t e = inner.find_last_not_of('/');
+  if (e == std::string::npos) return "/";
+  size_t s = inner.rfind('/', e);
+  return s == 0 || s == std::string::npos ? "/" : inner.substr(0, s);
+}
+
+}  // namespace
+
+PoolNode::~PoolNode() {
+  PoolNamespace(pool, who).DropHold(ino, gen);
+  pool->users().fetch_sub(1, std::memory_order_acq_rel);
+}
+
+bool IsPoolDescriptor(const OpenFile* of) { return of->d->pool != nullptr; }
+
+Status EnsureEngine(OpenFile* of) {
+  Description* d = of->d.get();
+  if (d->engine_ready.load(std::memory_order_acquire)) return Status::OK();
+  PoolNode* n = d->pool.get();
+  if (n->type == FileType::kDirectory) return Status::Error(EISDIR, "is a directory");
+  std::lock_guard<std::mutex> g(d->engine_mu);
+  if (!d->file) UPFS_RETURN_IF_ERROR(n->pool->FileOf(n->ino, &d->file));
+  d->engine_ready.store(true, std::memory_order_release);
+  return Status::OK();
+}
+
+Status ClearPoolPrivileges(OpenFile* of) {
+  PoolNode* n = of->d->pool.get();
+  format::pool::Inode* in;
+  UPFS_RETURN_IF_ERROR(n->pool->InodeAt(n->ino, &in));
+  const uint64_t mode = in->mode.load(std::memory_order_relaxed);
+  if (!(mode & (S_ISUID | S_ISGID)) || n->who->uid == 0) return Status::OK();
+  uint64_t m = mode & ~uint64_t(S_ISUID);
+  if (mode & S_IXGRP) m &= ~uint64_t(S_ISGID);
+  if (m == mode) return Status::OK();
+  return PoolNamespace(n->pool, n->who).Chmod(n->ino, mode_t(m));
+}
+
+int PoolClose(int fd, OpenFile* of) {
+  RetireAfterOps([of, fd] {
+    delete of;
+    GiveNumber(fd);
+  });
+  return 0;
+}
+
+int PoolFstat(OpenFile* of, struct stat* out) {
+  PoolNode* n = of->d->pool.get();
+  Status st = PoolNamespace(n->pool, n->who).Stat(n->ino, out);
+  return st.ok() ? 0 : Fail(st);
+}
+
+int PoolSync(OpenFile* of) {
+  // Namespace changes and attributes are durable when their call returns
+  // on PM; on a page-cache medium this is where they reach the disk.
+  Status st = of->d->pool->pool->medium()->SyncAll();
+  return st.ok() ? 0 : Fail(st);
+}
+
+namespace {
+
+// Makes a descriptor for inode r.ino (the caller's hold taken: gen).
+int NewDescriptor(const PoolPath& p, const Resolved& r, uint32_t gen, int flags) {
+  auto node = std::make_shared<PoolNode>();
+  node->pool = p.mount->pool.get();
+  node->who = &p.mount->effective;
+  node->ino = r.ino;
+  node->gen = gen;
+  node->type = r.type;
+  node->path = p.inner;
+  node->pool->users().fetch_add(1, std::memory_order_acq_rel);
+  const int fd = TakeNumber();
+  if (fd < 0) return FailErrno(EMFILE, "too many pool descriptors");  // node drops the hold
+  auto* of = new OpenFile();
+  of->fd = fd;
+  of->d = std::make_shared<Description>();
+  of->d->flags = (flags & O_ACCMODE) | (flags & O_APPEND);
+  of->d->engine_ready.store(false, std::memory_order_relaxed);
+  of->d->pool = std::move(node);
+  std::atomic<OpenFile*>* slot = FdSlot(fd, true);
+  slot->store(of, std::memory_order_release);
+  return fd;
+}
+
+Status OpenExisting(PoolNamespace& ns, const Resolved& r, int flags) {
+  const int acc = flags & O_ACCMODE;
+  if (r.type == FileType::kSymlink) return Status::Error(ELOOP, "a symbolic link (O_NOFOLLOW)");
+  if (r.type == FileType::kDirectory) {
+    if (acc != O_RDONLY || (flags & O_TRUNC)) return Status::Error(EISDIR, "is a directory");
+  } else if (flags & O_DIRECTORY) {
+    return Status::Error(ENOTDIR, "not a directory");
+  }
+  return ns.MayOpen(r.ino, acc, (flags & O_TRUNC) != 0);
+}
+
+}  // namespace
+
+int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
+  OpGuard g;
+  if ((flags & O_ACCMODE) == O_ACCMODE) return FailErrno(EINVAL, "bad access mode");
+  PoolNamespace ns = Ns(p);
+  const bool creat = flags & O_CREAT, excl = creat && (flags & O_EXCL);
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    Resolved r;
+    Status st = ns.Resolve(p.inner, !(flags & O_NOFOLLOW) && !excl, &r);
+    if (!st.ok()) return Fail(st);
+    bool created = false;
+    if (r.ino == 0) {
+      if (!creat) return FailErrno(ENOENT, "no such file or directory");
+      if (!p.inner.empty() && p.inner.back() == '/') return FailErrno(EISDIR, "is a directory");
+      st = ns.Create(r, mode, c, &r.ino, &created);
+      if (st.err() == EEXIST && !excl) continue;  // another creator won: open theirs
+      if (!st.ok()) return Fail(st);
+      r.type = FileType::kRegular;
+    } else {
+      if (excl) return FailErrno(EEXIST, "file exists");
+      if (Status o = OpenExisting(ns, r, flags); !o.ok()) return Fail(o);
+    }
+    uint32_t gen;
+    st = ns.TakeHold(r.ino, &gen);
+    if (st.err() == ENOENT && !created) continue;  // removed meanwhile: resolve again
+    if (!st.ok()) return Fail(st);
+    const int fd = NewDescriptor(p, r, gen, flags);
+    if (fd < 0) return -1;
+    if ((flags & O_TRUNC) && !created && r.type == FileType::kRegular && (flags & O_ACCMODE) != O_RDONLY) {
+      format::pool::Inode* in;
+      if (p.mount->pool->InodeAt(r.ino, &in).ok() && in->log_head.load() != 0 &&
+          upfs_ftruncate(fd, 0) != 0) {
+        const int e = errno;
+        upfs_close(fd);
+        errno = e;
+        return -1;
+      }
+    }
+    return fd;
+  }
+  return FailErrno(EAGAIN, "the name kept changing under open");
+}
+
+int PoolStat(const PoolPath& p, struct stat* st, bool follow) {
+  OpGuard g;
+  PoolNamespace ns = Ns(p);
+  Resolved r;
+  if (Status s = ns.Resolve(p.inner, follow, &r); !s.ok()) return Fail(s);
+  if (r.ino == 0) return FailErrno(ENOENT, "no such file or directory");
+  Status s = ns.Stat(r.ino, st);
+  return s.ok() ? 0 : Fail(s);
+}
+
+int PoolUnlink(const PoolPath& p, bool dir) {
+  OpGuard g;
+  PoolNamespace ns = Ns(p);
+  if (dir) {
+    // rmdir of "." and of ".." as the kernel answers them.
+    std::string_view in = p.inner;
+    while (in.size() > 1 && in.back() == '/') in.remove_suffix(1);
+    if (in.ends_with("/.")) return FailErrno(EINVAL, "cannot remove .");
+    if (in.ends_with("/..")) return FailErrno(ENOTEMPTY, "cannot remove ..");
+  }
+  return WithRetry([&]() -> Status {
+    Resolved r;
+    UPFS_RETURN_IF_ERROR(ns.Resolve(p.inner, false, &r));
+    if (!dir && !p.inner.empty() && p.inner.back() == '/' && r.ino != 0)
+      return Status::Error(r.type == FileType::kDirectory ? EISDIR : ENOTDIR, "trailing slash");
+    return ns.Remove(r, dir);
+  });
+}
+
+int PoolRename(const PoolPath& from, const PoolPath& to, unsigned flags) {
+  OpGuard g;
+  if (from.mount != to.mount) return FailErrno(EXDEV, "rename between pools");
+  PoolNamespace ns = Ns(from);
+  return WithRetry([&]() -> Status {
+    Resolved a, b;
+    UPFS_RETURN_IF_ERROR(ns.Resolve(from.inner, false, &a));
+    UPFS_RETURN_IF_ERROR(ns.Resolve(to.inner, false, &b));
+    if (a.ino == 0) return Status::Error(ENOENT, "no such file or directory");
+    return ns.Rename(a, b, flags);
+  });
+}
+
+namespace {
+template <typename Fn>
+int OnInode(const PoolPath& p, bool follow, Fn fn) {
+  OpGuard g;
+  PoolNamespace ns = Ns(p);
+  Resolved r;
+  if (Status s = ns.Resolve(p.inner, follow, &r); !s.ok()) return Fail(s);
+  if (r.ino == 0) return FailErrno(ENOENT, "no such file or directory");
+  Status s = fn(ns, r);
+  return s.ok() ? 0 : Fail(s);
+}
+
+template <typename Fn>
+int OnDescriptor(int fd, Fn fn) {
+  OpGuard g;
+  OpenFile* of = Lookup(fd);
+  if (!of || !of->d->pool) return -2;
+  PoolNode* n = of->d->pool.get();
+  PoolNamespace ns(n->pool, n->who);
+  Status s = fn(ns, n->ino);
+  return s.ok() ? 0 : Fail(s);
+}
+}  // namespace
+
+int PoolChmod(const PoolPath& p, mode_t mode, bool follow) {
+  return OnInode(p, follow, [&](PoolNamespace& ns, const Resolved& r) {
+    if (r.type == FileType::kSymlink) return Status::Error(EOPNOTSUPP, "chmod of a symbolic link");
+    return ns.Chmod(r.ino, mode);
+  });
+}
+
+int PoolChown(const PoolPath& p, uid_t uid, gid_t gid, bool follow) {
+  return OnInode(p, follow, [&](PoolNamespace& ns, const Resolved& r) { return ns.Chown(r.ino, uid, gid); });
+}
+
+int PoolUtimens(const PoolPath& p, const struct timespec ts[2], bool follow) {
+  return OnInode(p, follow, [&](PoolNamespace& ns, const Resolved& r) { return ns.Utimens(r.ino, ts); });
+}
+
+int PoolTruncate(const PoolPath& p, off_t length) {
+  if (length < 0) return FailErrno(EINVAL, "negative length");
+  const int fd = PoolOpen(p, O_WRONLY, 0, format::Consistency::kStrict);
+  if (fd < 0) return -1;
+  const int r = upfs_ftruncate(fd, length);
+  const int e = errno;
+  upfs_close(fd);
+  errno = e;
+  return r;
+}
+
+int PoolFstatFd(int fd, struct stat* st) {
+  OpGuard g;
+  OpenFile* of = Lookup(fd);
+  if (!of || !of->d->pool) return -2;
+  return PoolFstat(of, st);
+}
+
+int PoolFchmod(int fd, mode_t mode) {
+  return OnDescriptor(fd, [&](PoolNamespace& ns, uint64_t ino) { return ns.Chmod(ino, mode); });
+}
+int PoolFchown(int fd, uid_t uid, gid_t gid) {
+  return OnDescriptor(fd, [&](PoolNamespace& ns, uint64_t ino) { return ns.Chown(ino, uid, gid); });
+}
+int PoolFutimens(int fd, const struct timespec ts[2]) {
+  return OnDescriptor(fd, [&](PoolNamespace& ns, uint64_t ino) { return ns.Utimens(ino, ts); });
+}
+
+}  // namespace upfs
+
+using namespace upfs;
+
+extern "C" {
+
+int upfs_mkfs(const char* pool, uint64_t size_hint) {
+  if (!pool) return FailErrno(EFAULT, "null path");
+  Status st = Pool::Create(pool, size_hint);
+  return st.ok() ? 0 : Fail(st);
+}
+
+int upfs_mount(const char* pool, const char* dir) {
+  if (!pool || !dir) return FailErrno(EFAULT, "null path");
+  Status st = MountPool(pool, dir);
+  return st.ok() ? 0 : Fail(st);
+}
+
+int upfs_umount(const char* dir) {
+  if (!dir) return FailErrno(EFAULT, "null path");
+  Status st = UnmountPool(dir);
+  return st.ok() ? 0 : Fail(st);
+}
+
+int upfs_openat(int dirfd, const char* path, int flags, ...) {
+  mode_t mode = 0;
+  if (flags & (O_CREAT | O_TMPFILE)) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = mode_t(va_arg(ap, unsigned));
+    va_end(ap);
+  }
+  if (!path) return FailErrno(EFAULT, "null path");
+  PoolPath p;
+  if (InPool(dirfd, path, &p)) return PoolOpen(p, flags, mode, format::Consistency::kStrict);
+  std::string abs;
+  if (!AbsolutePath(dirfd, path, &abs)) return FailErrno(errno ? errno : EBADF, "bad directory descriptor");
+  return upfs_open(abs.c_str(), flags, mode);
+}
+
+int upfs_mkdirat(int dirfd, const char* path, mode_t mode) {
+  if (!path) return FailErrno(EFAULT, "null path");
+  PoolPath p;
+  if (!InPool(dirfd, path, &p)) return mkdirat(dirfd, path, mode) == 0 ? 0 : FailErrno(errno, "mkdir failed");
+  OpGuard g;
+  PoolNamespace ns = Ns(p);
+  return WithRetry([&]() -> Status {
+    Resolved r;
+    UPFS_RETURN_IF_ERROR(ns.Resolve(p.inner, false, &r));
+    if (r.ino != 0) return Status::Error(EEXIST, "file exists");
+    return ns.Mkdir(r, mode);
+  });
+}
+
+int upfs_mkdir(const char* path, mode_t mode) { return upfs_mkdirat(AT_FDCWD, path, mode); }
+
+int upfs_rmdir(const char* path) { return upfs_unlinkat(AT_FDCWD, path, AT_REMOVEDIR); }
+
+int upfs_rename(const char* oldpath, const char* newpath) {
+  return upfs_renameat2(AT_FDCWD, oldpath, AT_FDCWD, newpath, 0);
+}
+
+int upfs_link(const char* oldpath, const char* newpath) {
+  if (!oldpath || !newpath) return FailErrno(EFAULT, "null path");
+  PoolPath a, b;
+  const bool ia = InPool(AT_FDCWD, oldpath, &a), ib = InPool(AT_FDCWD, newpath, &b);
+  if (!ia && !ib) return link(oldpath, newpath) == 0 ? 0 : FailErrno(errno, "link failed");
+  if (ia != ib || a.mount != b.mount) return FailErrno(EXDEV, "link across pools");
+  OpGuard g;
+  PoolNamespace ns = Ns(a);
+  return WithRetry([&]() -> Status {
+    Resolved from, to;
+    UPFS_RETURN_IF_ERROR(ns.Resolve(a.inner, false, &from));
+    if (from.ino == 0) return Status::Error(ENOENT, "no such file or directory");
+    UPFS_RETURN_IF_ERROR(ns.Resolve(b.inner, false, &to));
+    return ns.Link(from, to);
+  });
+}
+
+int upfs_symlink(const char* target, const char* linkpath) {
+  if (!target || !linkpath) return FailErrno(EFAULT, "null path");
+  PoolPath p;
+  if (!InPool(AT_FDCWD, linkpath, &p))
+    return symlink(target, linkpath) == 0 ? 0 : FailErrno(errno, "symlink failed");
+  OpGuard g;
+  PoolNamespace ns = Ns(p);
+  return WithRetry([&]() -> Status {
+    Resolved r;
+    UPFS_RETURN_IF_ERROR(ns.Resolve(p.inner, false, &r));
+    return ns.Symlink(r, target);
+  });
+}
+
+ssize_t upfs_readlink(const char* path, char* buf, size_t bufsiz) {
+  if (!path || !buf) return FailErrno(EFAULT, "null path");
+  PoolPath p;
+  if (!InPool(AT_FDCWD, path, &p)) {
+    ssize_t n = readlink(path, buf, bufsiz);
+    return n >= 0 ? n : FailErrno(errno, "readlink failed");
+  }
+  OpGuard g;
+  PoolNamespace ns = Ns(p);
+  Resolved r;
+  if (Status s = ns.Resolve(p.inner, false, &r); !s.ok()) return Fail(s);
+  if (r.ino == 0) return FailErrno(ENOENT, "no such file or directory");
+  std::string t;
+  if (Status s = ns.Readlink(r.ino, &t); !s.ok()) return Fail(s);
+  const size_t n = std::min(bufsiz, t.size());
+  std::memcpy(buf, t.data(), n);
+  return ssize_t(n);
+}
+
+int upfs_access(const char* path, int mode) {
+  if (!path) return FailErrno(EFAULT, "null path");
+  if (mode & ~(R_OK | W_OK | X_OK)) return FailErrno(EINVAL, "bad access mode");
+  PoolPath p;
+  if (!InPool(AT_FDCWD, path, &p)) return access(path, mode) == 0 ? 0 : FailErrno(errno, "access failed");
+  OpGuard g;
+  PoolNamespace ns(p.mount->pool.get(), &p.mount->real);
+  Resolved r;
+  if (Status s = ns.Resolve(p.inner, true, &r); !s.ok()) return Fail(s);
+  if (r.ino == 0) return FailErrno(ENOENT, "no such file or directory");
+  Status s = ns.Access(r.ino, mode);
+  return s.ok() ? 0 : Fail(s);
+}
+
+int upfs_statvfs(const char* path, struct statvfs* buf) {
+  if (!path || !buf) return FailErrno(EFAULT, "null path");
+  PoolPath p;
+  if (!InPool(AT_FDCWD, path, &p)) return statvfs(path, buf) == 0 ? 0 : FailErrno(errno, "statvfs failed");
+  OpGuard g;
+  Pool* pool = p.mount->pool.get();
+  struct statvfs host;
+  if (fstatvfs(pool->medium()->fd(), &host) != 0) return FailErrno(errno, "statvfs of the pool's file system");
+  // The pool's own blocks (taken or free), plus what the file system under
+  // it can still give the pool as it grows.
+  const uint64_t cap = std::min<uint64_t>(pool->medium()->capacity() / format::kBlockSize,
+                                          format::pool::kMaxPoolBlocks);
+  uint64_t taken = 0;
+  const auto* bits = pool->source()->bitmap()->bits();
+  for (uint64_t w = 0; w < (cap + 63) / 64; ++w) taken += uint64_t(std::popcount(bits[w].load()));
+  const uint64_t host_free = uint64_t(host.f_bavail) * host.f_frsize / format::kBlockSize;
+  std::memset(buf, 0, sizeof(*buf));
+  buf->f_bsize = buf->f_frsize = format::kBlockSize;
+  buf->f_blocks = cap + host_free;
+  buf->f_bfree = buf->f_bavail = cap - std::min(cap, taken) + host_free;
+  {
+    std::shared_lock<std::shared_mutex> lk(pool->index_mu());
+    buf->f_files = pool->index()->files() + pool->index()->directories();
+  }
+  buf->f_files += buf->f_bfree * (format::pool::kInodesPerBlock - 1);
+  buf->f_ffree = buf->f_favail = buf->f_bfree * (format::pool::kInodesPerBlock - 1);
+  buf->f_fsid = pool->dev();
+  buf->f_namemax = format::pool::kMaxNameLen;
+  return 0;
+}
+
+}  // extern "C"

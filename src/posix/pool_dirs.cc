@@ -1,0 +1,176 @@
+// Directory streams (UPFS_DIR) and getdents64 over pool directories. A scan
+// goes through a snapshot of the directory taken when it starts (and again
+// at rewinddir), so that it lists every entry that exists for the whole
+// scan exactly once and none twice, whatever others do meanwhile. A stream
+// on a directory outside every pool is the kernel's.
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
+
+#include "posix/api_internal.h"
+#include "posix/descriptor_table.h"
+#include "posix/op_guard.h"
+#include "posix/pool_api.h"
+#include "posix/pool_node.h"
+#include "upfs/upfs.h"
+
+struct upfs_dir {
+  int fd = -1;             // a pool descriptor, or -1
+  DIR* kernel = nullptr;   // a directory outside every pool
+  struct dirent ent;
+};
+
+namespace upfs {
+namespace {
+
+unsigned char DirentType(format::pool::FileType t) {
+  switch (t) {
+    case format::pool::FileType::kDirectory: return DT_DIR;
+    case format::pool::FileType::kSymlink: return DT_LNK;
+    default: return DT_REG;
+  }
+}
+
+// The node of pool directory descriptor fd (inside an OpGuard), or null.
+PoolNode* DirNode(int fd) {
+  OpenFile* of = Lookup(fd);
+  if (!of || !of->d->pool || of->d->pool->type != format::pool::FileType::kDirectory) return nullptr;
+  return of->d->pool.get();
+}
+
+Status StartScan(PoolNode* n) {
+  n->scan_pos = 0;
+  n->scanned = true;
+  return PoolNamespace(n->pool, n->who).List(n->ino, &n->listing);
+}
+
+}  // namespace
+}  // namespace upfs
+
+using namespace upfs;
+
+extern "C" {
+
+UPFS_DIR* upfs_fdopendir(int fd) {
+  OpGuard g;
+  if (!DirNode(fd)) {
+    errno = Lookup(fd) ? ENOTDIR : EBADF;
+    return nullptr;
+  }
+  auto* d = new upfs_dir();
+  d->fd = fd;
+  return d;
+}
+
+UPFS_DIR* upfs_opendir(const char* path) {
+  if (!path) {
+    errno = EFAULT;
+    return nullptr;
+  }
+  PoolPath p;
+  if (!InPool(AT_FDCWD, path, &p)) {
+    DIR* k = opendir(path);
+    if (!k) return nullptr;
+    auto* d = new upfs_dir();
+    d->kernel = k;
+    return d;
+  }
+  const int fd = PoolOpen(p, O_RDONLY | O_DIRECTORY, 0, format::Consistency::kStrict);
+  if (fd < 0) return nullptr;
+  UPFS_DIR* d = upfs_fdopendir(fd);
+  if (!d) upfs_close(fd);
+  return d;
+}
+
+struct dirent* upfs_readdir(UPFS_DIR* d) {
+  if (!d) {
+    errno = EBADF;
+    return nullptr;
+  }
+  if (d->kernel) return readdir(d->kernel);
+  OpGuard g;
+  PoolNode* n = DirNode(d->fd);
+  if (!n) {
+    errno = EBADF;
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lk(n->scan_mu);
+  if (!n->scanned) {
+    if (Status st = StartScan(n); !st.ok()) {
+      Fail(st);
+      return nullptr;
+    }
+  }
+  if (n->scan_pos >= n->listing.size()) return nullptr;  // the end: errno untouched
+  const PoolNamespace::Listed& e = n->listing[n->scan_pos++];
+  std::memset(&d->ent, 0, offsetof(struct dirent, d_name));
+  d->ent.d_ino = ino_t(e.ino);
+  d->ent.d_off = off_t(n->scan_pos);
+  d->ent.d_reclen = sizeof(d->ent);
+  d->ent.d_type = DirentType(e.type);
+  std::memcpy(d->ent.d_name, e.name.c_str(), e.name.size() + 1);
+  return &d->ent;
+}
+
+void upfs_rewinddir(UPFS_DIR* d) {
+  if (!d) return;
+  if (d->kernel) return rewinddir(d->kernel);
+  OpGuard g;
+  if (PoolNode* n = DirNode(d->fd)) {
+    std::lock_guard<std::mutex> lk(n->scan_mu);
+    n->scanned = false;  // the next read takes a new snapshot
+    n->scan_pos = 0;
+  }
+}
+
+int upfs_dirfd(UPFS_DIR* d) {
+  if (!d) return FailErrno(EINVAL, "null stream");
+  return d->kernel ? dirfd(d->kernel) : d->fd;
+}
+
+int upfs_closedir(UPFS_DIR* d) {
+  if (!d) return FailErrno(EBADF, "null stream");
+  int r = d->kernel ? closedir(d->kernel) : upfs_close(d->fd);
+  delete d;
+  return r;
+}
+
+ssize_t upfs_getdents64(int fd, void* buf, size_t count) {
+  OpGuard g;
+  PoolNode* n = DirNode(fd);
+  if (!n) return FailErrno(Lookup(fd) ? ENOTDIR : EBADF, "not a pool directory descriptor");
+  std::lock_guard<std::mutex> lk(n->scan_mu);
+  if (!n->scanned) {
+    if (Status st = StartScan(n); !st.ok()) return Fail(st);
+  }
+  // struct linux_dirent64: ino, off, reclen, type, name, padded to 8.
+  constexpr size_t kHead = 8 + 8 + 2 + 1;
+  size_t used = 0;
+  auto* out = static_cast<char*>(buf);
+  while (n->scan_pos < n->listing.size()) {
+    const PoolNamespace::Listed& e = n->listing[n->scan_pos];
+    const size_t reclen = (kHead + e.name.size() + 1 + 7) / 8 * 8;
+    if (used + reclen > count) {
+      if (used == 0) return FailErrno(EINVAL, "buffer too small for an entry");
+      break;
+    }
+    char* r = out + used;
+    std::memset(r, 0, reclen);
+    const uint64_t ino = e.ino;
+    const int64_t off = int64_t(n->scan_pos + 1);
+    const uint16_t rl = uint16_t(reclen);
+    std::memcpy(r, &ino, 8);
+    std::memcpy(r + 8, &off, 8);
+    std::memcpy(r + 16, &rl, 2);
+    r[18] = char(DirentType(e.type));
+    std::memcpy(r + kHead, e.name.data(), e.name.size());
+    used += reclen;
+    ++n->scan_pos;
+  }
+  return ssize_t(used);
+}
+
+}  // extern "C"

@@ -1,0 +1,159 @@
+#include "posix/pool_mounts.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <shared_mutex>
+#include <vector>
+
+#include "posix/api_internal.h"
+#include "posix/descriptor_table.h"
+#include "posix/op_guard.h"
+#include "posix/pool_api.h"
+#include "posix/pool_node.h"
+
+namespace upfs {
+namespace {
+
+std::shared_mutex g_mounts_mu;
+std::vector<std::unique_ptr<Mount>> g_mounts;  // mounts are never moved while mounted
+std::atomic<int> g_mount_count{0};
+
+// Lexically normal absolute form: no ".", "..", or repeated slashes.
+std::string Normalize(const std::string& abs) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i < abs.size()) {
+    size_t j = abs.find('/', i);
+    if (j == std::string::npos) j = abs.size();
+    std::string c = abs.substr(i, j - i);
+    if (c == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else if (!c.empty() && c != ".") {
+      parts.push_back(std::move(c));
+    }
+    i = j + 1;
+  }
+  std::string out;
+  for (const std::string& p : parts) out += "/" + p;
+  if (!abs.empty() && abs.back() == '/' && !out.empty()) out += "/";
+  return out.empty() ? "/" : out;
+}
+
+}  // namespace
+
+bool AbsolutePath(int dirfd, const char* path, std::string* out) {
+  if (path[0] == '/') {
+    *out = path;
+    return true;
+  }
+  if (dirfd == AT_FDCWD) {
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof(cwd))) return false;
+    *out = std::string(cwd) + "/" + path;
+    return true;
+  }
+  OpGuard g;
+  if (OpenFile* of = Lookup(dirfd); of && of->d->pool) {
+    const PoolNode& n = *of->d->pool;
+    Mount* m = MountOfPool(n.pool);
+    if (!m) return false;
+    *out = m->dir + n.path + "/" + path;
+    return true;
+  }
+  char link[64], target[PATH_MAX];
+  snprintf(link, sizeof(link), "/proc/self/fd/%d", dirfd);
+  ssize_t n = readlink(link, target, sizeof(target) - 1);
+  if (n <= 0) return false;
+  target[n] = '\0';
+  *out = std::string(target) + "/" + path;
+  return true;
+}
+
+namespace {
+bool Absolute(int dirfd, const char* path, std::string* out) { return AbsolutePath(dirfd, path, out); }
+}  // namespace
+
+Mount* MountOfPool(const Pool* pool) {
+  std::shared_lock<std::shared_mutex> g(g_mounts_mu);
+  for (auto& m : g_mounts)
+    if (m->pool.get() == pool) return m.get();
+  return nullptr;
+}
+
+bool InPool(int dirfd, const char* path, PoolPath* out) {
+  if (g_mount_count.load(std::memory_order_acquire) == 0 || !path) return false;
+  // The common case, an absolute path, needs no copy to be matched.
+  std::string abs;
+  if (!Absolute(dirfd, path, &abs)) return false;
+  const bool dotdot = abs.find("/.") != std::string::npos || abs.find("//") != std::string::npos;
+  if (dotdot) abs = Normalize(abs);
+  std::shared_lock<std::shared_mutex> g(g_mounts_mu);
+  for (auto& m : g_mounts) {
+    const std::string& d = m->dir;
+    if (abs.compare(0, d.size(), d) != 0) continue;
+    if (abs.size() == d.size()) {
+      *out = PoolPath{m.get(), "/"};
+      return true;
+    }
+    if (abs[d.size()] == '/') {
+      *out = PoolPath{m.get(), abs.substr(d.size())};
+      return true;
+    }
+  }
+  return false;
+}
+
+Status MountPool(const std::string& pool, const std::string& dir) {
+  std::string abs;
+  if (!Absolute(AT_FDCWD, dir.c_str(), &abs)) return Status::FromErrno("mount point");
+  abs = Normalize(abs);
+  if (abs.size() > 1 && abs.back() == '/') abs.pop_back();
+  if (abs == "/") return Status::Error(EINVAL, "a pool cannot be mounted at /");
+  {
+    std::shared_lock<std::shared_mutex> g(g_mounts_mu);
+    for (auto& m : g_mounts)
+      if (m->dir == abs) return Status::Error(EBUSY, abs + " is mounted already");
+  }
+  auto m = std::make_unique<Mount>();
+  UPFS_RETURN_IF_ERROR(Pool::Attach(pool, &m->pool));
+  m->dir = abs;
+  m->effective = Credentials::Current(false);
+  m->real = Credentials::Current(true);
+  std::unique_lock<std::shared_mutex> g(g_mounts_mu);
+  for (auto& o : g_mounts)
+    if (o->dir == abs) return Status::Error(EBUSY, abs + " is mounted already");
+  g_mounts.push_back(std::move(m));
+  g_mount_count.fetch_add(1, std::memory_order_release);
+  return Status::OK();
+}
+
+Status UnmountPool(const std::string& dir) {
+  std::string abs;
+  if (!Absolute(AT_FDCWD, dir.c_str(), &abs)) return Status::FromErrno("mount point");
+  abs = Normalize(abs);
+  if (abs.size() > 1 && abs.back() == '/') abs.pop_back();
+  std::unique_ptr<Mount> gone;
+  {
+    std::unique_lock<std::shared_mutex> g(g_mounts_mu);
+    for (auto it = g_mounts.begin(); it != g_mounts.end(); ++it) {
+      if ((*it)->dir != abs) continue;
+      if ((*it)->pool->users().load() != 0)
+        return Status::Error(EBUSY, abs + ": descriptors of the pool are open");
+      gone = std::move(*it);
+      g_mounts.erase(it);
+      g_mount_count.fetch_sub(1, std::memory_order_release);
+      break;
+    }
+  }
+  if (!gone) return Status::Error(EINVAL, abs + " is not a mount point");
+  // Calls that looked the mount up before it went may still be running:
+  // the pool goes when they are done.
+  Mount* m = gone.release();
+  RetireAfterOps([m] { delete m; });
+  return Status::OK();
+}
+
+}  // namespace upfs

@@ -1,0 +1,35 @@
+// The pools this process has mounted, and which of them a path lies in.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "container/pool/namespace.h"
+#include "container/pool/pool.h"
+
+namespace upfs {
+
+struct Mount {
+  std::string dir;  // absolute, without a trailing slash
+  std::unique_ptr<Pool> pool;
+  Credentials effective;  // read at mount (docs/design.md, "Pools": credentials)
+  Credentials real;       // for access()
+};
+
+// A path's place in a pool: the mount and the path inside it ("/..." ).
+struct PoolPath {
+  Mount* mount = nullptr;
+  std::string inner;
+};
+
+// Whether dirfd/path lies in a mounted pool (dirfd may be a pool
+// directory's descriptor, AT_FDCWD, or a kernel directory descriptor).
+// Costs one load when nothing is mounted.
+bool InPool(int dirfd, const char* path, PoolPath* out);
+Status MountPool(const std::string& pool, const std::string& dir);
+Status UnmountPool(const std::string& dir);
+
+// The mount a pool descriptor's pool belongs to (for dirfd-relative paths).
+Mount* MountOfPool(const Pool* pool);
+
+}  // namespace upfs
