@@ -45,11 +45,19 @@ uint64_t NowNs(clockid_t clock = CLOCK_REALTIME) {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
-Status PreadAll(int fd, void* buf, size_t n, off_t off) {
-  ssize_t r = pread(fd, buf, n, off);
-  if (r < 0) return Status::FromErrno("read pool");
-  if (size_t(r) != n) return Status::Error(EUCLEAN, "superblock: pool file truncated");
-  return Status::OK();
+}  // namespace
+
+Status ReadSuperblock(int fd, const std::string& path, format::pool::Superblock* sb, uint64_t* file_bytes) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return Status::FromErrno("stat " + path);
+  if (!S_ISREG(st.st_mode)) return Status::Error(EMEDIUMTYPE, path + ": not a regular file, not a upfs pool");
+  if (uint64_t(st.st_size) < sizeof(*sb))
+    return Status::Error(EMEDIUMTYPE, path + ": too short for a upfs pool");
+  ssize_t r = pread(fd, sb, sizeof(*sb), 0);
+  if (r < 0) return Status::FromErrno("read " + path);
+  if (size_t(r) != sizeof(*sb)) return Status::Corrupt("superblock", path + ": short read");
+  *file_bytes = uint64_t(st.st_size);
+  return CheckSuperblockImage(*sb, *file_bytes, path);
 }
 
 Status CheckSuperblockImage(const Superblock& sb, uint64_t file_bytes, const std::string& path) {
@@ -75,8 +83,6 @@ Status CheckSuperblockImage(const Superblock& sb, uint64_t file_bytes, const std
     return Status::Corrupt("superblock", path + ": a root pointer is out of range");
   return Status::OK();
 }
-
-}  // namespace
 
 // Slot liveness through OFD locks on the pool file itself.
 class Pool::SlotLocks final : public SlotLiveness {
@@ -166,24 +172,14 @@ Pool::Pool(std::string path, std::unique_ptr<Medium> medium, uint64_t dev)
 Status Pool::Attach(const std::string& path, std::unique_ptr<Pool>* out) {
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno("open pool " + path);
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return Status::Error(EMEDIUMTYPE, path + ": not a regular file, not a upfs pool");
-  }
   alignas(64) static thread_local Superblock sb;
-  if (uint64_t(st.st_size) < sizeof(sb)) {
-    close(fd);
-    return Status::Error(EMEDIUMTYPE, path + ": too short for a upfs pool");
-  }
-  if (Status s = PreadAll(fd, &sb, sizeof(sb), 0); !s.ok()) {
+  uint64_t bytes;
+  if (Status s = ReadSuperblock(fd, path, &sb, &bytes); !s.ok()) {
     close(fd);
     return s;
   }
-  if (Status s = CheckSuperblockImage(sb, uint64_t(st.st_size), path); !s.ok()) {
-    close(fd);
-    return s;
-  }
+  struct stat st;
+  fstat(fd, &st);
   std::unique_ptr<Medium> m;
   UPFS_RETURN_IF_ERROR(Medium::Open(fd, path, &m));
   std::unique_ptr<Pool> pool(new Pool(path, std::move(m), uint64_t(st.st_dev)));
@@ -425,7 +421,9 @@ Pool::~Pool() {
   epochs_->ReleaseKeptSlots();
   const int fd = lock_fd();
   if (OfdLock(fd, F_WRLCK, kAttachByte, true) == 0) {
-    if (OfdLock(fd, F_WRLCK, kUsersByte, false) == 0 && !AnySlotInUse() &&
+    // Not clean if this process leaves holds behind (descriptors still
+    // open at exit) or some process died attached: recovery frees them.
+    if (OfdLock(fd, F_WRLCK, kUsersByte, false) == 0 && users_.load() == 0 && !AnySlotInUse() &&
         medium_->SyncAll().ok()) {
       // The last to leave: the volatile area is consistent (every thread
       // of every process has left it), so the next attach need not rebuild.

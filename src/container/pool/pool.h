@@ -35,6 +35,14 @@
 
 namespace upfs {
 
+// Reads and checks the superblock of the pool file behind fd: EMEDIUMTYPE
+// for a file that is not a pool, EUCLEAN (naming the superblock) for a
+// damaged or truncated one, EPROTONOSUPPORT for another format version.
+Status ReadSuperblock(int fd, const std::string& path, format::pool::Superblock* sb,
+                      uint64_t* file_bytes);
+Status CheckSuperblockImage(const format::pool::Superblock& sb, uint64_t file_bytes,
+                            const std::string& path);
+
 class Pool {
  public:
   // Makes a new pool file (EEXIST if `path` exists).
