@@ -48,7 +48,10 @@ int RunPoolInfo(const std::string& path) {
   Row("inodes:", WithCommas(r.inodes_in_use) + " in use in " + Plural(r.inode_blocks, "block", "blocks") +
                      (r.orphans ? ", " + WithCommas(r.orphans) + " orphaned (freed at the next recovery)" : ""));
   Row("namespace log:", Plural(r.log_blocks, "block", "blocks") + ", " +
-                            Plural(r.log_records, "record", "records") + "; no checkpoint yet");
+                            Plural(r.log_records, "record", "records") + "; " +
+                            (r.checkpoint_number ? "checkpoint " + std::to_string(r.checkpoint_number) +
+                                                       " (" + Plural(r.checkpoint_entries, "entry", "entries") + ")"
+                                                 : std::string("no checkpoint yet")));
   Row("space:", WithCommas(r.capacity_blocks) + " blocks of 4 KiB (pool file " + HumanBytes(r.pool_bytes) + ")");
   Row("  used:", Blocks(r.referenced_blocks) + " (files " + Blocks(r.file_blocks) + ")");
   Row("  free:", Blocks(r.capacity_blocks - std::min(r.capacity_blocks, r.referenced_blocks)));

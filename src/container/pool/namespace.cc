@@ -9,6 +9,7 @@
 #include <cstring>
 #include <deque>
 
+#include "engine/epoch_pin.h"
 #include "medium/pm.h"
 
 namespace upfs {
@@ -177,6 +178,9 @@ Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out,
 }
 
 Status PoolNamespace::Commit(const NsRecord& rec, const std::function<Status()>& validate) {
+  uint32_t slot;
+  UPFS_RETURN_IF_ERROR(pool_->NamespaceSlot(&slot));
+  EpochPin pin(pool_->epochs(), slot);  // the log's blocks stay while it is read
   NsLog* log = pool_->log();
   NsLog::Reservation r;
   bool reserved = false;
@@ -188,7 +192,13 @@ Status PoolNamespace::Commit(const NsRecord& rec, const std::function<Status()>&
     UPFS_RETURN_IF_ERROR(validate());
     bool committed, lost;
     UPFS_RETURN_IF_ERROR(log->TryCommit(r, &committed, &lost));
-    if (committed) return pool_->index()->Apply(rec);
+    if (committed) {
+      Status applied = pool_->index()->Apply(rec);
+      const bool due = pool_->CheckpointDue();
+      g.unlock();
+      pool_->MaybeCheckpoint(due);
+      return applied;
+    }
     if (lost) reserved = false;
   }
 }

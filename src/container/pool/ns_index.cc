@@ -66,6 +66,39 @@ Status NsIndex::Remove(NsDir* d, uint64_t dir_ino, std::string_view name, uint64
   return Status::OK();
 }
 
+void NsIndex::Reserve(uint64_t dirs, uint64_t entries) {
+  dirs_.reserve(dirs);
+  links_.reserve(entries);
+}
+
+NsDir* NsIndex::LoadDir(uint64_t ino, uint64_t parent, uint64_t entries) {
+  NsDir& d = dirs_[ino];
+  d.parent = parent;
+  d.names.reserve(entries);
+  return &d;
+}
+
+Status NsIndex::LoadEntry(NsDir* d, std::string_view name, NsEntry e) {
+  if (name.find('/') != std::string_view::npos || name == "." || name == "..")
+    return Misfit("checkpoint entry with an impossible name");
+  return Insert(d, name, e);
+}
+
+Status NsIndex::CheckLoaded() const {
+  uint64_t named = 0;
+  for (const auto& [ino, d] : dirs_) {
+    if (ino != root_ && !Dir(d.parent)) return Misfit("checkpoint directory without its parent");
+    for (const auto& [name, e] : d.names) {
+      if (e.type != format::pool::FileType::kDirectory) continue;
+      const NsDir* c = Dir(e.ino);
+      if (!c || c->parent != ino) return Misfit("checkpoint entry names a directory not in the image");
+      ++named;
+    }
+  }
+  if (named + 1 != dirs_.size()) return Misfit("checkpoint directory without a name");
+  return Status::OK();
+}
+
 Status NsIndex::Apply(const NsRecord& r) {
   NsDir* d1 = MutableDir(r.dir1);
   if (!d1) return Misfit("record names a directory that does not exist");

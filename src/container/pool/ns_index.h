@@ -57,6 +57,14 @@ class NsIndex {
   // same state; a record that does not fit is damage (EUCLEAN).
   Status Apply(const NsRecord& r);
 
+  // Loading a checkpoint image: room for what it holds, each directory
+  // (whose entries follow), each entry, and a check that every directory
+  // an entry names was loaded and every loaded one but the root is named.
+  void Reserve(uint64_t dirs, uint64_t entries);
+  NsDir* LoadDir(uint64_t ino, uint64_t parent, uint64_t entries);
+  Status LoadEntry(NsDir* d, std::string_view name, NsEntry e);
+  Status CheckLoaded() const;
+
   uint64_t files() const { return links_.size(); }
   uint64_t directories() const { return dirs_.size(); }
   template <typename Fn>

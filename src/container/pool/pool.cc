@@ -9,6 +9,8 @@
 #include <cstring>
 #include <vector>
 
+#include "container/pool/checkpoint.h"
+#include "engine/epoch_pin.h"
 #include "medium/pm.h"
 #include "util/crc32c.h"
 
@@ -79,7 +81,7 @@ Status CheckSuperblockImage(const Superblock& sb, uint64_t file_bytes, const std
   auto in_pool = [&](uint64_t l) { return l >= kDataStart && l < blocks; };
   if (!in_pool(InodeBlockOf(sb.root_ino)) || InodeSlotOf(sb.root_ino) == 0)
     return Status::Corrupt("superblock", path + ": root inode out of range");
-  if (!in_pool(sb.nslog_head.load()) || !in_pool(sb.inode_chain.load()) || sb.checkpoint.load() != 0)
+  if (!in_pool(sb.nslog_head.load()) || !in_pool(sb.inode_chain.load()) || (sb.checkpoint.load() != 0 && !in_pool(sb.checkpoint.load())))
     return Status::Corrupt("superblock", path + ": a root pointer is out of range");
   return Status::OK();
 }
@@ -167,7 +169,9 @@ Status Pool::Create(const std::string& path, uint64_t size_hint) {
 }
 
 Pool::Pool(std::string path, std::unique_ptr<Medium> medium, uint64_t dev)
-    : path_(std::move(path)), medium_(std::move(medium)), access_(medium_.get()), dev_(dev) {}
+    : path_(std::move(path)), medium_(std::move(medium)), access_(medium_.get()), dev_(dev) {
+  for (auto& s : ns_slots_) s.store(kMaxSlots, std::memory_order_relaxed);
+}
 
 Status Pool::Attach(const std::string& path, std::unique_ptr<Pool>* out) {
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
@@ -193,10 +197,6 @@ Status Pool::Join() {
   if (OfdLock(fd, F_WRLCK, kAttachByte, true) != 0) return Status::FromErrno("lock pool");
   const bool first = OfdLock(fd, F_WRLCK, kUsersByte, false) == 0;
   Status st = InitVolatile(first);
-  if (st.ok()) {
-    process_slot_ = epochs_->ClaimSlot();
-    if (process_slot_ >= kMaxSlots) st = Status::Error(EAGAIN, path_ + ": no free process slot");
-  }
   if (st.ok() && first) {
     pm::Store64(&mutable_super()->clean, 0);
     pm::PersistWord(&mutable_super()->clean);
@@ -221,15 +221,33 @@ Status Pool::InitVolatile(bool first) {
   epochs_->KeepReleasedSlots();
   source_ = std::make_unique<BlockSource>(medium_.get(), bitmap_.get(), epochs_.get(), kDataStart);
   inodes_.Init(&access_, mutable_super(), words, [this](uint32_t* l) { return AllocBlock(l); });
-  UPFS_RETURN_IF_ERROR(log_.Init(&access_, uint32_t(super()->nslog_head.load()),
-                                 [this](uint32_t* l) { return AllocBlock(l); },
-                                 [this](uint32_t l) { FreeBlock(l); }));
-  index_.Reset(root_ino());
   const bool valid = words->magic == kVolatileMagic && words->pool_id == super()->pool_id;
-  if (first && (!valid || super()->clean.load() != 1)) return Recover();
-  if (!valid) return Status::Corrupt("volatile area", path_ + ": in use but not initialized");
+  const bool recover = first && (!valid || super()->clean.load() != 1);
+  if (!recover && !valid) return Status::Corrupt("volatile area", path_ + ": in use but not initialized");
+  if (recover) UPFS_RETURN_IF_ERROR(Recover());  // resets the slots: claim ours after it
+  process_slot_ = epochs_->ClaimSlot();
+  if (process_slot_ >= kMaxSlots) return Status::Error(EAGAIN, path_ + ": no free process slot");
+  if (recover) return Status::OK();
+  // Pinned: a checkpoint in another process may retire log blocks meanwhile.
+  EpochPin pin(epochs_.get(), process_slot_);
   std::unique_lock<std::shared_mutex> g(index_mu_);
+  UPFS_RETURN_IF_ERROR(LoadNamespace());
   return CatchUpLocked();
+}
+
+Status Pool::LoadNamespace() {
+  auto alloc = [this](uint32_t* l) { return AllocBlock(l); };
+  auto free = [this](uint32_t l) { FreeBlock(l); };
+  const uint64_t ck = super()->checkpoint.load(std::memory_order_acquire);
+  seen_checkpoint_.store(ck, std::memory_order_release);
+  if (ck == 0) {
+    index_.Reset(root_ino());
+    return log_.Init(&access_, uint32_t(super()->nslog_head.load()), alloc, free);
+  }
+  const CheckpointHeader* h;
+  UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, ck, &h));
+  UPFS_RETURN_IF_ERROR(LoadCheckpoint(access_, *h, root_ino(), &index_));
+  return log_.InitAt(&access_, NsPos{h->cont_lblock, h->cont_slot, h->cont_seq}, alloc, free);
 }
 
 Status Pool::AllocBlock(uint32_t* l) {
@@ -243,12 +261,42 @@ void Pool::FreeBlock(uint32_t l) { bitmap_->Clear(l); }
 
 Status Pool::InodeAt(uint64_t ino, Inode** out) const { return inodes_.At(ino, out); }
 
+Status Pool::NamespaceSlot(uint32_t* slot) {
+  const uint32_t t = ThreadIndex();
+  if (t >= kMaxThreads) return Status::Error(EAGAIN, "too many threads using upfs");
+  uint32_t s = ns_slots_[t].load(std::memory_order_acquire);
+  if (s >= kMaxSlots) {
+    s = epochs_->ClaimSlot();
+    if (s >= kMaxSlots) return Status::Error(EAGAIN, path_ + ": no free thread slot");
+    ns_slots_[t].store(s, std::memory_order_release);
+  }
+  *slot = s;
+  return Status::OK();
+}
+
 Status Pool::CatchUpLocked() {
+  const uint64_t ck = super()->checkpoint.load(std::memory_order_acquire);
+  if (ck != seen_checkpoint_.load(std::memory_order_relaxed)) {
+    // A new checkpoint retired the log before its predecessor's end: a
+    // position older than that may lie in blocks already reused.
+    const CheckpointHeader* h;
+    UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, ck, &h));
+    if (log_.pos().seq < h->keep_seq) return LoadNamespace();
+    seen_checkpoint_.store(ck, std::memory_order_release);
+  }
   return log_.ReadNew([this](const NsRecord& r) { return index_.Apply(r); });
 }
 
 Status Pool::CatchUp() {
-  if (!log_.AnyNew()) return Status::OK();
+  uint32_t slot;
+  UPFS_RETURN_IF_ERROR(NamespaceSlot(&slot));
+  EpochPin pin(epochs_.get(), slot);
+  {
+    std::shared_lock<std::shared_mutex> g(index_mu_);
+    if (!log_.AnyNew() &&
+        super()->checkpoint.load(std::memory_order_acquire) == seen_checkpoint_.load(std::memory_order_relaxed))
+      return Status::OK();
+  }
   std::unique_lock<std::shared_mutex> g(index_mu_);
   return CatchUpLocked();
 }
@@ -301,7 +349,13 @@ Status Pool::Recover() {
   for (uint32_t b = 0; b < kDataStart; ++b) marker.Mark(b, "pool header");
   {
     std::unique_lock<std::shared_mutex> g(index_mu_);
+    UPFS_RETURN_IF_ERROR(LoadNamespace());
     UPFS_RETURN_IF_ERROR(CatchUpLocked());
+  }
+  if (const uint64_t ck = super()->checkpoint.load(); ck != 0) {
+    const CheckpointHeader* h;
+    UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, ck, &h));
+    ForEachCheckpointBlock(ck, *h, [&](uint32_t l) { marker.Mark(l, "checkpoint"); });
   }
   for (uint64_t l = super()->nslog_head.load(); l != 0;) {
     marker.Mark(l, "namespace log");
@@ -417,6 +471,13 @@ Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out) {
 Pool::~Pool() {
   files_.clear();
   if (!joined_) return;
+  {
+    std::lock_guard<std::mutex> g(retired_mu_);
+    source_->DrainLimbo(&retired_, true);
+    source_->ReturnAll(&retired_);
+  }
+  for (auto& s : ns_slots_)
+    if (const uint32_t v = s.load(); v < kMaxSlots) epochs_->ReleaseSlot(v);
   epochs_->ReleaseSlot(process_slot_);
   epochs_->ReleaseKeptSlots();
   const int fd = lock_fd();

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "container/pool/checkpoint.h"
 #include "container/pool/inode_alloc.h"
 #include "container/pool/ns_index.h"
 #include "container/pool/ns_log.h"
@@ -71,8 +72,19 @@ class Checker {
 Status Checker::ReadNamespace() {
   NsLog log;
   auto no_alloc = [](uint32_t*) { return Status::Error(EROFS, "read-only check"); };
-  UPFS_RETURN_IF_ERROR(log.Init(&ba_, uint32_t(sb_->nslog_head.load()), no_alloc, [](uint32_t) {}));
-  index_.Reset(sb_->root_ino);
+  if (const uint64_t ck = sb_->checkpoint.load(); ck != 0) {
+    const CheckpointHeader* h;
+    UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(ba_, ck, &h));
+    UPFS_RETURN_IF_ERROR(LoadCheckpoint(ba_, *h, sb_->root_ino, &index_));
+    UPFS_RETURN_IF_ERROR(log.InitAt(&ba_, NsPos{h->cont_lblock, h->cont_slot, h->cont_seq}, no_alloc,
+                                    [](uint32_t) {}));
+    ForEachCheckpointBlock(ck, *h, [&](uint32_t l) { marker_.Mark(l, "checkpoint"); });
+    r_->checkpoint_number = h->number;
+    r_->checkpoint_entries = h->entries;
+  } else {
+    UPFS_RETURN_IF_ERROR(log.Init(&ba_, uint32_t(sb_->nslog_head.load()), no_alloc, [](uint32_t) {}));
+    index_.Reset(sb_->root_ino);
+  }
   UPFS_RETURN_IF_ERROR(log.ReadNew([&](const NsRecord& rec) { return index_.Apply(rec); }));
   UPFS_RETURN_IF_ERROR(log.Measure(uint32_t(sb_->nslog_head.load()), &r_->log_blocks, &r_->log_records));
   for (uint64_t l = sb_->nslog_head.load(); l != 0;) {

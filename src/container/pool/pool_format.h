@@ -61,7 +61,7 @@ struct Superblock {
 
   std::atomic<uint64_t> nslog_head;   // first block of the namespace log
   std::atomic<uint64_t> inode_chain;  // newest inode block (chain through InodeBlockHeader::next)
-  std::atomic<uint64_t> checkpoint;   // reserved for the checkpoint (0 in v1)
+  std::atomic<uint64_t> checkpoint;   // the newest checkpoint's header block, 0 = none
   unsigned char pad1[kCacheLine - 24];
 
   // Cache line 2: 1 when the volatile area was left consistent by the last
@@ -189,6 +189,44 @@ static_assert(offsetof(Inode, words) == 2 * kCacheLine);
 static_assert(offsetof(Inode, target) == 2 * kCacheLine);
 
 // ---------------------------------------------------------------------------
+// Checkpoint: the whole namespace as of one position of the namespace log,
+// so that the log before it can be freed and a process attaching reads the
+// image and only the log after it. A header block, then the image in
+// `nruns` runs of blocks. Published by the CAS of Superblock::checkpoint.
+//
+// The image, in 8-byte words: the directory table, `dirs` rows of
+//   ino, parent, first entry word (from the image's start), entry count
+// sorted by ino; then the entries, each
+//   ino; type:8 | name_len:8 | zero:48; the name padded with zeros to 8.
+inline constexpr uint64_t kCheckpointMagic = 0x54504b4353465055ull;  // "UPFSCKPT"
+inline constexpr uint32_t kMaxCheckpointRuns = 480;
+
+struct CheckpointHeader {
+  uint64_t magic;
+  uint64_t number;        // 1, 2, ... (one more than the checkpoint it replaces)
+  // Reading continues at this position of the log (the first record the
+  // image does not hold).
+  uint64_t cont_seq;
+  uint32_t cont_lblock;
+  uint32_t cont_slot;
+  // The log is kept from this block on (the previous checkpoint's
+  // continuation): a process whose position is older reloads the image.
+  uint64_t keep_seq;
+  uint32_t keep_lblock;
+  uint32_t nruns;
+  uint64_t dirs;
+  uint64_t entries;
+  uint64_t image_words;
+  uint32_t image_crc;     // CRC-32C of the image's words
+  uint32_t header_crc;    // CRC-32C of bytes [0, offsetof(header_crc)) and of the runs
+  Run runs[kMaxCheckpointRuns];
+  unsigned char pad[kBlockSize - 80 - kMaxCheckpointRuns * sizeof(Run)];
+};
+static_assert(sizeof(CheckpointHeader) == kBlockSize);
+static_assert(offsetof(CheckpointHeader, header_crc) == 76);
+static_assert(offsetof(CheckpointHeader, runs) == 80);
+
+// ---------------------------------------------------------------------------
 // The volatile area's words: logical block kWordsBlock. Soft: valid while
 // Superblock::clean says so or processes are attached; rebuilt otherwise.
 inline constexpr uint64_t kVolatileMagic = 0x31544c4f56534655ull;  // "UFSVOLT1"
@@ -202,6 +240,8 @@ struct PoolWords {
   // Free inodes: a stack through each free inode's log_head word, head =
   // tag:28 | ino:36 (tag against ABA).
   alignas(kCacheLine) std::atomic<uint64_t> free_inodes;
+  // The process slot + 1 of the process writing a checkpoint, 0 = none.
+  alignas(kCacheLine) std::atomic<uint64_t> checkpoint_owner;
 };
 static_assert(sizeof(PoolWords) <= kBlockSize);
 

@@ -1,0 +1,162 @@
+// Writing a checkpoint of a pool's namespace (checkpoint.h has the image),
+// and retiring the log it makes unnecessary.
+//
+// One process at a time writes one (PoolWords::checkpoint_owner, taken by
+// CAS; a dead owner's claim is taken over). It serializes its own index at
+// a position P of the log, writes the image into new blocks, and publishes
+// it by one CAS of Superblock::checkpoint. The log is kept from the
+// previous checkpoint's P on, so that a process a little behind the tail
+// keeps reading the log; blocks before that, and the previous image, are
+// retired under the pool's epochs and freed when no reader can be in them.
+#include <cstring>
+#include <vector>
+
+#include "container/pool/checkpoint.h"
+#include "container/pool/pool.h"
+#include "engine/epoch_pin.h"
+#include "medium/pm.h"
+#include "util/crc32c.h"
+
+namespace upfs {
+
+using namespace format;
+using namespace format::pool;
+
+namespace {
+PoolWords* Words(const BlockAccess& ba) {
+  return reinterpret_cast<PoolWords*>(ba.AddrUnchecked(kWordsBlock));
+}
+}  // namespace
+
+bool Pool::CheckpointDue() const {
+  const uint64_t ck = super()->checkpoint.load(std::memory_order_acquire);
+  uint64_t base = 1;
+  if (ck != 0) base = reinterpret_cast<const CheckpointHeader*>(access_.AddrUnchecked(ck))->cont_seq;
+  return log_.pos().seq >= base + kCheckpointEveryBlocks;
+}
+
+void Pool::MaybeCheckpoint(bool due) {
+  if (due) (void)Checkpoint();  // a failure leaves the log longer, nothing else
+}
+
+Status Pool::Checkpoint() {
+  PoolWords* w = Words(access_);
+  const uint64_t me = uint64_t(process_slot_) + 1;
+  uint64_t owner = 0;
+  if (!w->checkpoint_owner.compare_exchange_strong(owner, me)) {
+    // A claim whose process died is void.
+    const uint32_t s = uint32_t(owner - 1);
+    if (owner == me || (s < kMaxSlots && epochs_->SlotOwnerAlive(s)) ||
+        !w->checkpoint_owner.compare_exchange_strong(owner, me))
+      return Status::Error(EBUSY, "another process is writing a checkpoint");
+  }
+  Status st = WriteCheckpoint();
+  uint64_t mine = me;
+  w->checkpoint_owner.compare_exchange_strong(mine, 0);
+  return st;
+}
+
+Status Pool::WriteCheckpoint() {
+  uint32_t slot;
+  UPFS_RETURN_IF_ERROR(NamespaceSlot(&slot));
+  EpochPin pin(epochs_.get(), slot);
+  std::vector<uint64_t> image;
+  uint64_t dirs, entries;
+  NsPos at;
+  {
+    std::unique_lock<std::shared_mutex> g(index_mu_);
+    UPFS_RETURN_IF_ERROR(CatchUpLocked());
+    SerializeIndex(index_, &image, &dirs, &entries);
+    at = log_.pos();
+  }
+  const uint64_t old_block = super()->checkpoint.load(std::memory_order_acquire);
+  const CheckpointHeader* old = nullptr;
+  if (old_block != 0) UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, old_block, &old));
+  // Blocks: the header, then the image.
+  ThreadBlocks t;
+  std::vector<Run> runs;
+  const uint64_t image_blocks = CeilBlocks(image.size() * 8);
+  Status st = source_->Alloc(&t, 1 + image_blocks, &runs);
+  source_->ReturnAll(&t);
+  std::vector<Run> image_runs;
+  uint32_t header_block = 0;
+  for (const Run& r : runs) {
+    if (header_block == 0) {
+      header_block = r.lblock;
+      if (r.count > 1) image_runs.push_back(Run{r.lblock + 1, r.count - 1});
+    } else {
+      image_runs.push_back(r);
+    }
+  }
+  auto give_back = [&] {
+    for (const Run& r : runs)
+      for (uint32_t i = 0; i < r.count; ++i) FreeBlock(r.lblock + i);
+  };
+  if (st.ok() && image_runs.size() > kMaxCheckpointRuns)
+    st = Status::Error(ENOSPC, "free space too fragmented for a checkpoint");
+  if (!st.ok()) {
+    give_back();
+    return st;
+  }
+  uint64_t done = 0;
+  const auto* bytes = reinterpret_cast<const char*>(image.data());
+  for (const Run& r : image_runs) {
+    for (uint32_t i = 0; i < r.count && done < image.size() * 8; ++i) {
+      const uint64_t n = std::min<uint64_t>(kBlockSize, image.size() * 8 - done);
+      pm::CopyNT(medium_->base() + (uint64_t(r.lblock + i) << kBlockShift), bytes + done, n);
+      done += n;
+    }
+  }
+  alignas(64) static thread_local CheckpointHeader h;
+  std::memset(&h, 0, sizeof(h));
+  h.magic = kCheckpointMagic;
+  h.number = old ? old->number + 1 : 1;
+  h.cont_seq = at.seq;
+  h.cont_lblock = at.lblock;
+  h.cont_slot = at.slot;
+  const uint32_t head = uint32_t(super()->nslog_head.load(std::memory_order_acquire));
+  h.keep_lblock = old ? old->cont_lblock : head;
+  h.keep_seq = old ? old->cont_seq : reinterpret_cast<const LogBlock*>(access_.AddrUnchecked(head))->seq;
+  h.nruns = uint32_t(image_runs.size());
+  for (uint32_t i = 0; i < h.nruns; ++i) h.runs[i] = image_runs[i];
+  h.dirs = dirs;
+  h.entries = entries;
+  h.image_words = image.size();
+  h.image_crc = Crc32c(image.data(), image.size() * 8);
+  h.header_crc = Crc32c(&h, offsetof(CheckpointHeader, header_crc));
+  h.header_crc = Crc32c(h.runs, h.nruns * sizeof(Run), h.header_crc);
+  pm::CopyNT(medium_->base() + (uint64_t(header_block) << kBlockShift), &h, kBlockSize);
+  pm::Fence();
+  uint64_t expected = old_block;
+  if (!pm::Cas64(&mutable_super()->checkpoint, expected, header_block)) {
+    give_back();
+    return Status::Error(EBUSY, "another checkpoint was published first");
+  }
+  pm::PersistWord(&mutable_super()->checkpoint);
+  seen_checkpoint_.store(header_block, std::memory_order_release);
+  RetireOldLog(h.keep_lblock);
+  if (old) {
+    std::lock_guard<std::mutex> g(retired_mu_);
+    ForEachCheckpointBlock(old_block, *old, [&](uint32_t l) { source_->Retire(&retired_, l, 1); });
+  }
+  return Status::OK();
+}
+
+void Pool::RetireOldLog(uint32_t keep_lblock) {
+  std::lock_guard<std::mutex> g(retired_mu_);
+  uint64_t l = super()->nslog_head.load(std::memory_order_acquire);
+  uint64_t n = 0;
+  while (l != 0 && l != keep_lblock && ++n < kMaxPoolBlocks) {
+    const auto* b = reinterpret_cast<const LogBlock*>(access_.AddrUnchecked(l));
+    const uint64_t next = NextBlock(b->next.load(std::memory_order_acquire));
+    source_->Retire(&retired_, uint32_t(l), 1);
+    l = next;
+  }
+  pm::Store64(&mutable_super()->nslog_head, keep_lblock);
+  pm::PersistWord(&mutable_super()->nslog_head);
+  // What earlier checkpoints retired and no reader can still be in.
+  source_->DrainLimbo(&retired_, false);
+  source_->ReturnAll(&retired_);
+}
+
+}  // namespace upfs
