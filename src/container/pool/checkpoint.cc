@@ -57,14 +57,14 @@ void SerializeIndex(const NsIndex& index, std::vector<uint64_t>* image, uint64_t
     row[1] = d.parent;
     row[2] = image->size();
     row[3] = d.names.size();
-    for (const auto& [name, e] : d.names) {
+    d.names.ForEach([&](std::string_view name, const NsEntry& e) {
       image->push_back(e.ino);
       image->push_back(uint64_t(e.type) | (uint64_t(name.size()) << 8));
       const size_t w = (name.size() + 7) / 8, base = image->size();
       image->resize(base + w, 0);
       std::memcpy(image->data() + base, name.data(), name.size());
       ++*entries;
-    }
+    });
   }
 }
 

@@ -683,7 +683,9 @@ Status PoolNamespace::List(uint64_t dir, std::vector<Listed>* out) {
   out->reserve(d->names.size() + 2);
   out->push_back(Listed{".", dir, FileType::kDirectory});
   out->push_back(Listed{"..", d->parent, FileType::kDirectory});
-  for (const auto& [name, e] : d->names) out->push_back(Listed{name, e.ino, e.type});
+  d->names.ForEach([&](std::string_view name, const NsEntry& e) {
+    out->push_back(Listed{std::string(name), e.ino, e.type});
+  });
   return Status::OK();
 }
 

@@ -1,5 +1,7 @@
 #include "container/pool/ns_index.h"
 
+#include <tuple>
+
 namespace upfs {
 
 using format::pool::FileType;
@@ -12,14 +14,13 @@ Status Misfit(const char* what) { return Status::Corrupt("namespace log", what);
 void NsIndex::Reset(uint64_t root) {
   root_ = root;
   dirs_.clear();
-  links_.clear();
+  links_.Clear();
   dirs_[root].parent = root;
 }
 
 uint32_t NsIndex::Nlink(uint64_t ino) const {
   if (const NsDir* d = Dir(ino)) return 2 + d->subdirs;
-  auto it = links_.find(ino);
-  return it == links_.end() ? 0 : it->second;
+  return links_.Get(ino);
 }
 
 bool NsIndex::IsAncestorOrSelf(uint64_t ino, uint64_t dir) const {
@@ -32,12 +33,11 @@ bool NsIndex::IsAncestorOrSelf(uint64_t ino, uint64_t dir) const {
 }
 
 Status NsIndex::Insert(NsDir* d, std::string_view name, NsEntry e) {
-  auto [it, fresh] = d->names.try_emplace(std::string(name), e);
-  if (!fresh) return Misfit("record adds a name that exists");
+  if (!d->names.Insert(name, e)) return Misfit("record adds a name that exists");
   if (e.type == FileType::kDirectory) {
     ++d->subdirs;
   } else {
-    ++links_[e.ino];
+    links_.Add(e.ino);
   }
   return Status::OK();
 }
@@ -48,16 +48,14 @@ void NsIndex::Unref(const NsEntry& e, uint64_t parent) {
     dirs_.erase(e.ino);
     return;
   }
-  auto it = links_.find(e.ino);
-  if (it != links_.end() && --it->second == 0) links_.erase(it);
+  links_.Drop(e.ino);
 }
 
 Status NsIndex::Remove(NsDir* d, uint64_t dir_ino, std::string_view name, uint64_t expect_ino) {
-  auto it = d->names.find(name);
-  if (it == d->names.end() || it->second.ino != expect_ino)
-    return Misfit("record removes a name that does not exist");
-  const NsEntry e = it->second;
-  d->names.erase(it);
+  const NsEntry* found = d->names.Find(name);
+  if (!found || found->ino != expect_ino) return Misfit("record removes a name that does not exist");
+  const NsEntry e = *found;
+  d->names.Erase(name);
   if (e.type == FileType::kDirectory) {
     const NsDir* victim = Dir(e.ino);
     if (victim && !victim->names.empty()) return Misfit("record removes a directory that is not empty");
@@ -68,13 +66,13 @@ Status NsIndex::Remove(NsDir* d, uint64_t dir_ino, std::string_view name, uint64
 
 void NsIndex::Reserve(uint64_t dirs, uint64_t entries) {
   dirs_.reserve(dirs);
-  links_.reserve(entries);
+  links_.Reserve(entries);
 }
 
 NsDir* NsIndex::LoadDir(uint64_t ino, uint64_t parent, uint64_t entries) {
   NsDir& d = dirs_[ino];
   d.parent = parent;
-  d.names.reserve(entries);
+  d.names.Reserve(entries);
   return &d;
 }
 
@@ -88,12 +86,14 @@ Status NsIndex::CheckLoaded() const {
   uint64_t named = 0;
   for (const auto& [ino, d] : dirs_) {
     if (ino != root_ && !Dir(d.parent)) return Misfit("checkpoint directory without its parent");
-    for (const auto& [name, e] : d.names) {
-      if (e.type != format::pool::FileType::kDirectory) continue;
+    bool ok = true;
+    d.names.ForEach([&](std::string_view, const NsEntry& e) {
+      if (e.type != format::pool::FileType::kDirectory) return;
       const NsDir* c = Dir(e.ino);
-      if (!c || c->parent != ino) return Misfit("checkpoint entry names a directory not in the image");
+      if (!c || c->parent != ino) ok = false;
       ++named;
-    }
+    });
+    if (!ok) return Misfit("checkpoint entry names a directory not in the image");
   }
   if (named + 1 != dirs_.size()) return Misfit("checkpoint directory without a name");
   return Status::OK();
@@ -125,8 +125,8 @@ Status NsIndex::Apply(const NsRecord& r) {
       const NsEntry moved = *src;
       if (r.victim != 0) UPFS_RETURN_IF_ERROR(Remove(d2, r.dir2, r.name2, r.victim));
       else if (Find(*d2, r.name2)) return Misfit("rename over a name it does not name");
-      d1->names.erase(d1->names.find(r.name1));
-      d2->names.emplace(std::string(r.name2), moved);
+      d1->names.Erase(r.name1);
+      d2->names.Insert(r.name2, moved);
       if (moved.type == FileType::kDirectory && r.dir1 != r.dir2) {
         --d1->subdirs;
         ++d2->subdirs;
@@ -137,14 +137,14 @@ Status NsIndex::Apply(const NsRecord& r) {
     case RecordType::kExchange: {
       NsDir* d2 = MutableDir(r.dir2);
       if (!d2) return Misfit("exchange with a directory that does not exist");
-      auto a = d1->names.find(r.name1);
-      auto b = d2->names.find(r.name2);
-      if (a == d1->names.end() || b == d2->names.end() || a->second.ino != r.ino ||
-          b->second.ino != r.victim)
+      NsEntry* pa = d1->names.Find(r.name1);
+      NsEntry* pb = d2->names.Find(r.name2);
+      if (!pa || !pb || pa->ino != r.ino || pb->ino != r.victim)
         return Misfit("exchange of names that do not exist");
-      std::swap(a->second, b->second);
+      std::swap(*pa, *pb);
+      const NsEntry now_in_1 = *pa, now_in_2 = *pb;
       if (r.dir1 != r.dir2) {
-        for (auto [e, from, to] : {std::tuple{b->second, d1, d2}, std::tuple{a->second, d2, d1}}) {
+        for (auto [e, from, to] : {std::tuple{now_in_2, d1, d2}, std::tuple{now_in_1, d2, d1}}) {
           if (e.type != FileType::kDirectory) continue;
           --from->subdirs;
           ++to->subdirs;

@@ -13,26 +13,17 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "container/pool/name_table.h"
 #include "container/pool/ns_log.h"
 #include "container/pool/pool_format.h"
 #include "util/status.h"
 
 namespace upfs {
 
-struct NsEntry {
-  uint64_t ino = 0;
-  format::pool::FileType type{};
-};
-
-struct NameHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-
 struct NsDir {
   uint64_t parent = 0;  // the root's parent is itself
   uint32_t subdirs = 0;
-  std::unordered_map<std::string, NsEntry, NameHash, std::equal_to<>> names;
+  NameTable names;
 };
 
 class NsIndex {
@@ -43,10 +34,8 @@ class NsIndex {
     auto it = dirs_.find(ino);
     return it == dirs_.end() ? nullptr : &it->second;
   }
-  const NsEntry* Find(const NsDir& d, std::string_view name) const {
-    auto it = d.names.find(name);
-    return it == d.names.end() ? nullptr : &it->second;
-  }
+  // Valid until the next change of the index.
+  const NsEntry* Find(const NsDir& d, std::string_view name) const { return d.names.Find(name); }
   // Links of a file, or 2 + subdirectories of a directory; 0 if unlinked.
   uint32_t Nlink(uint64_t ino) const;
   // Whether `ino` is `dir` or one of its ancestors (a directory may not
@@ -65,7 +54,7 @@ class NsIndex {
   Status LoadEntry(NsDir* d, std::string_view name, NsEntry e);
   Status CheckLoaded() const;
 
-  uint64_t files() const { return links_.size(); }
+  uint64_t files() const { return links_.size(); }  // non-directories with a name
   uint64_t directories() const { return dirs_.size(); }
   template <typename Fn>
   void ForEachDir(Fn fn) const {
@@ -83,7 +72,7 @@ class NsIndex {
 
   uint64_t root_ = 0;
   std::unordered_map<uint64_t, NsDir> dirs_;
-  std::unordered_map<uint64_t, uint32_t> links_;  // non-directories: names per inode
+  LinkCounts links_;  // non-directories: names per inode
 };
 
 }  // namespace upfs

@@ -200,12 +200,12 @@ Status Checker::Run() {
   UPFS_RETURN_IF_ERROR(WalkInodes());
   // Every name must lead to an inode in use of its kind.
   index_.ForEachDir([&](uint64_t dir, const NsDir& d) {
-    for (const auto& [name, e] : d.names) {
+    d.names.ForEach([&](std::string_view name, const NsEntry& e) {
       Inode* in;
       if (!inodes_.At(e.ino, &in).ok() || IdentKind(in->ident.load()) != e.type)
-        Problem("name '" + name + "' in directory " + std::to_string(dir) +
+        Problem("name '" + std::string(name) + "' in directory " + std::to_string(dir) +
                 " refers to inode " + std::to_string(e.ino) + ", which is not in use as such");
-    }
+    });
   });
   r_->directories = index_.directories();
   if (Status st = marker_.status(); !st.ok()) Problem(st.message());
