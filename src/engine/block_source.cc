@@ -191,8 +191,10 @@ void BlockSource::Retire(ThreadBlocks* t, uint32_t lblock, uint32_t count) {
 void BlockSource::DrainLimbo(ThreadBlocks* t, bool force) {
   if (t->limbo.empty()) return;
   uint64_t e = epochs_->epoch().load(std::memory_order_acquire);
-  for (int i = 0; i < (force ? 3 : 1) && t->limbo.front().epoch + 2 > e; ++i)
-    e = epochs_->TryAdvanceEpoch();
+  // With force, aim at everything (the newest retirement), not only the
+  // oldest: a close or a detach leaves nothing behind that it could free.
+  const uint64_t want = (force ? t->limbo.back().epoch : t->limbo.front().epoch) + 2;
+  for (int i = 0; i < (force ? 3 : 1) && want > e; ++i) e = epochs_->TryAdvanceEpoch();
   size_t kept = 0;
   for (const auto& r : t->limbo) {
     if (r.epoch + 2 <= e)

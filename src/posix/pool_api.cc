@@ -457,12 +457,15 @@ int upfs_statvfs(const char* path, struct statvfs* buf) {
   buf->f_bsize = buf->f_frsize = format::kBlockSize;
   buf->f_blocks = cap + host_free;
   buf->f_bfree = buf->f_bavail = cap - std::min(cap, taken) + host_free;
-  {
-    std::shared_lock<std::shared_mutex> lk(pool->index_mu());
-    buf->f_files = pool->index()->files() + pool->index()->directories();
-  }
-  buf->f_files += buf->f_bfree * (format::pool::kInodesPerBlock - 1);
+  // Inodes: the slots of the inode blocks made so far (in use or free),
+  // plus what the free blocks could hold.
+  uint64_t inode_blocks = 0;
+  (void)pool->inodes()->ForEachBlock([&](uint32_t) {
+    ++inode_blocks;
+    return Status::OK();
+  });
   buf->f_ffree = buf->f_favail = buf->f_bfree * (format::pool::kInodesPerBlock - 1);
+  buf->f_files = inode_blocks * (format::pool::kInodesPerBlock - 1) + buf->f_ffree;
   buf->f_fsid = pool->dev();
   buf->f_namemax = format::pool::kMaxNameLen;
   return 0;

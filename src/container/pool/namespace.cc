@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <optional>
 
 #include "engine/epoch_pin.h"
 #include "medium/pm.h"
@@ -66,6 +67,11 @@ struct InodeImage {
   Inode* get() { return reinterpret_cast<Inode*>(bytes); }
 };
 
+uint64_t ParentOf(const NsIndex& idx, uint64_t dir) {
+  NsDirInfo i;
+  return idx.Dir(dir, &i) ? i.parent : dir;
+}
+
 // A change that lost a race with another: the caller resolves again.
 Status Stale() { return Status::Error(ESTALE, "the namespace changed under the call"); }
 
@@ -109,6 +115,8 @@ Status PoolNamespace::Permit(const Inode* in, int want) const {
 }
 
 Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape) {
+  std::optional<EpochPin> pin;
+  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   UPFS_RETURN_IF_ERROR(pool_->CatchUp());
   std::shared_lock<std::shared_mutex> g(pool_->index_mu());
   const NsIndex& idx = *pool_->index();
@@ -122,14 +130,14 @@ Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out,
     std::string c = std::move(parts.front());
     parts.pop_front();
     if (c.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "name longer than 255 bytes");
-    const NsDir* d = idx.Dir(cur);
-    if (!d) return Status::Error(ENOTDIR, "not a directory");
+    NsDirInfo d;
+    if (!idx.Dir(cur, &d)) return Status::Error(ENOTDIR, "not a directory");
     Inode* din;
     UPFS_RETURN_IF_ERROR(pool_->InodeAt(cur, &din));
     UPFS_RETURN_IF_ERROR(Permit(din, kWantExec));
     const bool last = parts.empty();
     if (c == ".") {
-      if (last) *out = Resolved{d->parent, "", cur, FileType::kDirectory};
+      if (last) *out = Resolved{d.parent, "", cur, FileType::kDirectory};
       continue;
     }
     if (c == "..") {
@@ -139,11 +147,12 @@ Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out,
         if (escape) *escape = rest;
         return Status::Error(EXDEV, "path leaves the pool");
       }
-      cur = d->parent;
-      if (last) *out = Resolved{idx.Dir(cur) ? idx.Dir(cur)->parent : cur, "", cur, FileType::kDirectory};
+      cur = d.parent;
+      if (last) *out = Resolved{ParentOf(idx, cur), "", cur, FileType::kDirectory};
       continue;
     }
-    const NsEntry* e = idx.Find(*d, c);
+    NsEntry found;
+    const NsEntry* e = idx.Find(cur, c, &found) ? &found : nullptr;
     if (!e) {
       if (!last) return Status::Error(ENOENT, "no such file or directory");
       *out = Resolved{cur, std::move(c), 0, FileType::kFree};
@@ -162,7 +171,7 @@ Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out,
       std::deque<std::string> t;
       SplitPath(target, &t);
       parts.insert(parts.begin(), t.begin(), t.end());
-      if (parts.empty()) *out = Resolved{idx.Dir(cur) ? idx.Dir(cur)->parent : cur, "", cur, FileType::kDirectory};
+      if (parts.empty()) *out = Resolved{ParentOf(idx, cur), "", cur, FileType::kDirectory};
       continue;
     }
     if (last) {
@@ -269,9 +278,9 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
   NsRecord rec{RecordType::kCreate, FileType::kRegular, n, at.dir, 0, 0, at.name, {}};
   TouchDir(at.dir);
   Status st = Commit(rec, [&]() -> Status {
-    const NsDir* d = pool_->index()->Dir(at.dir);
-    if (!d) return Status::Error(ENOENT, "directory removed");
-    if (pool_->index()->Find(*d, at.name)) return Status::Error(EEXIST, "file exists");
+    NsEntry e;
+    if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
+    if (pool_->index()->Find(at.dir, at.name, &e)) return Status::Error(EEXIST, "file exists");
     return Status::OK();
   });
   if (!st.ok()) {
@@ -295,9 +304,9 @@ Status PoolNamespace::Mkdir(const Resolved& at, mode_t mode) {
   NsRecord rec{RecordType::kMkdir, FileType::kDirectory, n, at.dir, 0, 0, at.name, {}};
   TouchDir(at.dir);
   Status st = Commit(rec, [&]() -> Status {
-    const NsDir* d = pool_->index()->Dir(at.dir);
-    if (!d) return Status::Error(ENOENT, "directory removed");
-    if (pool_->index()->Find(*d, at.name)) return Status::Error(EEXIST, "file exists");
+    NsEntry e;
+    if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
+    if (pool_->index()->Find(at.dir, at.name, &e)) return Status::Error(EEXIST, "file exists");
     return Status::OK();
   });
   if (!st.ok()) pool_->inodes()->Free(n);
@@ -332,9 +341,9 @@ Status PoolNamespace::Symlink(const Resolved& at, std::string_view target) {
   NsRecord rec{RecordType::kCreate, FileType::kSymlink, n, at.dir, 0, 0, at.name, {}};
   TouchDir(at.dir);
   Status st = Commit(rec, [&]() -> Status {
-    const NsDir* d = pool_->index()->Dir(at.dir);
-    if (!d) return Status::Error(ENOENT, "directory removed");
-    if (pool_->index()->Find(*d, at.name)) return Status::Error(EEXIST, "file exists");
+    NsEntry e;
+    if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
+    if (pool_->index()->Find(at.dir, at.name, &e)) return Status::Error(EEXIST, "file exists");
     return Status::OK();
   });
   if (!st.ok()) pool_->ReleaseInode(n);
@@ -353,12 +362,10 @@ Status PoolNamespace::Link(const Resolved& from, const Resolved& to) {
   TouchCtime(from.ino);
   return Commit(rec, [&]() -> Status {
     const NsIndex* idx = pool_->index();
-    const NsDir* fd = idx->Dir(from.dir);
-    const NsEntry* e = fd ? idx->Find(*fd, from.name) : nullptr;
-    if (!e || e->ino != from.ino) return Stale();
-    const NsDir* d = idx->Dir(to.dir);
-    if (!d) return Status::Error(ENOENT, "directory removed");
-    if (idx->Find(*d, to.name)) return Status::Error(EEXIST, "file exists");
+    NsEntry e;
+    if (!idx->Find(from.dir, from.name, &e) || e.ino != from.ino) return Stale();
+    if (!idx->IsDir(to.dir)) return Status::Error(ENOENT, "directory removed");
+    if (idx->Find(to.dir, to.name, &e)) return Status::Error(EEXIST, "file exists");
     return Status::OK();
   });
 }
@@ -377,18 +384,22 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
   TouchDir(at.dir);
   UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
     const NsIndex* idx = pool_->index();
-    const NsDir* d = idx->Dir(at.dir);
-    const NsEntry* e = d ? idx->Find(*d, at.name) : nullptr;
-    if (!e || e->ino != at.ino) return Stale();
-    if (dir && !idx->Dir(at.ino)->names.empty()) return Status::Error(ENOTEMPTY, "directory not empty");
+    NsEntry e;
+    if (!idx->Find(at.dir, at.name, &e) || e.ino != at.ino) return Stale();
+    NsDirInfo info;
+    if (dir && idx->Dir(at.ino, &info) && info.entries != 0)
+      return Status::Error(ENOTEMPTY, "directory not empty");
     return Status::OK();
   }));
   if (!dir) TouchCtime(at.ino);
+  MarkIfUnlinked(at.ino, at.type);
   MaybeRelease(at.ino);
   return Status::OK();
 }
 
 Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned flags) {
+  std::optional<EpochPin> pin;
+  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   if (flags & ~unsigned(RENAME_NOREPLACE | RENAME_EXCHANGE))
     return Status::Error(EINVAL, "unknown rename flags");
   const bool exchange = flags & RENAME_EXCHANGE;
@@ -436,27 +447,33 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
   if (to.dir != from.dir) TouchDir(to.dir);
   TouchCtime(from.ino);
   UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
-    const NsDir* a = idx->Dir(from.dir);
-    const NsDir* b = idx->Dir(to.dir);
-    const NsEntry* ea = a ? idx->Find(*a, from.name) : nullptr;
-    const NsEntry* eb = b ? idx->Find(*b, to.name) : nullptr;
-    if (!a || !b || !ea || ea->ino != from.ino || (eb ? eb->ino : 0) != to.ino) return Stale();
+    NsEntry a, b;
+    const bool has_a = idx->Find(from.dir, from.name, &a), has_b = idx->Find(to.dir, to.name, &b);
+    const NsEntry* ea = has_a ? &a : nullptr;
+    const NsEntry* eb = has_b ? &b : nullptr;
+    if (!idx->IsDir(from.dir) || !idx->IsDir(to.dir) || !ea || ea->ino != from.ino ||
+        (eb ? eb->ino : 0) != to.ino)
+      return Stale();
     if (from.type == FileType::kDirectory && idx->IsAncestorOrSelf(from.ino, to.dir))
       return Status::Error(EINVAL, "a directory cannot move below itself");
     if (exchange && to.type == FileType::kDirectory && idx->IsAncestorOrSelf(to.ino, from.dir))
       return Status::Error(EINVAL, "a directory cannot move below itself");
-    if (!exchange && eb && eb->type == FileType::kDirectory && !idx->Dir(eb->ino)->names.empty())
+    NsDirInfo vi;
+    if (!exchange && eb && eb->type == FileType::kDirectory && idx->Dir(eb->ino, &vi) && vi.entries != 0)
       return Status::Error(ENOTEMPTY, "directory not empty");
     return Status::OK();
   }));
   if (!exchange && to.ino != 0) {
     TouchCtime(to.ino);
+    MarkIfUnlinked(to.ino, to.type);
     MaybeRelease(to.ino);
   }
   return Status::OK();
 }
 
 Status PoolNamespace::TakeHold(uint64_t ino, uint32_t* gen) {
+  std::optional<EpochPin> pin;
+  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   Inode* in;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
   in->open_count.fetch_add(1, std::memory_order_seq_cst);
@@ -467,7 +484,7 @@ Status PoolNamespace::TakeHold(uint64_t ino, uint32_t* gen) {
   bool linked;
   {
     std::shared_lock<std::shared_mutex> g(pool_->index_mu());
-    linked = pool_->index()->Nlink(ino) > 0 || ino == pool_->root_ino();
+    linked = LinkedLocked(ino, in);
   }
   if (!st.ok() || IdentKind(id) == FileType::kFree || !linked) {
     in->open_count.fetch_sub(1, std::memory_order_seq_cst);
@@ -475,6 +492,30 @@ Status PoolNamespace::TakeHold(uint64_t ino, uint32_t* gen) {
   }
   *gen = IdentGen(id);
   return Status::OK();
+}
+
+bool PoolNamespace::LinkedLocked(uint64_t ino, const Inode* in) const {
+  const uint64_t id = in->ident.load(std::memory_order_acquire);
+  if (id & kIdentUnlinked) return false;
+  if (ino == pool_->root_ino()) return true;
+  return pool_->index()->Nlink(ino, IdentKind(id)) > 0;
+}
+
+void PoolNamespace::MarkIfUnlinked(uint64_t ino, FileType type) {
+  std::optional<EpochPin> pin;
+  if (!pool_->Pin(&pin).ok()) return;
+  Inode* in;
+  if (!pool_->InodeAt(ino, &in).ok()) return;
+  {
+    std::shared_lock<std::shared_mutex> g(pool_->index_mu());
+    if (pool_->index()->Nlink(ino, type) > 0) return;
+  }
+  // The last name is gone (committed): say so in the inode, for the
+  // processes whose index no longer holds that record after a checkpoint.
+  uint64_t id = in->ident.load(std::memory_order_acquire);
+  while (!(id & kIdentUnlinked) && IdentKind(id) != FileType::kFree &&
+         !pm::Cas64(&in->ident, id, id | kIdentUnlinked)) {
+  }
 }
 
 void PoolNamespace::DropHold(uint64_t ino, uint32_t gen) {
@@ -486,12 +527,14 @@ void PoolNamespace::DropHold(uint64_t ino, uint32_t gen) {
 }
 
 void PoolNamespace::MaybeRelease(uint64_t ino) {
+  std::optional<EpochPin> pin;
+  if (!pool_->Pin(&pin).ok()) return;
   Inode* in;
   if (!pool_->InodeAt(ino, &in).ok()) return;
   if (!pool_->CatchUp().ok()) return;
   {
     std::shared_lock<std::shared_mutex> g(pool_->index_mu());
-    if (pool_->index()->Nlink(ino) > 0) return;
+    if (LinkedLocked(ino, in)) return;
   }
   if (in->open_count.load(std::memory_order_seq_cst) != 0) return;
   // Exactly one releaser wins this CAS (an unlinker and a last closer may
@@ -521,6 +564,8 @@ Status PoolNamespace::Readlink(uint64_t ino, std::string* target) {
 }
 
 Status PoolNamespace::Stat(uint64_t ino, struct stat* st) {
+  std::optional<EpochPin> pin;
+  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   Inode* in;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
   const uint64_t id = in->ident.load(std::memory_order_acquire);
@@ -537,8 +582,9 @@ Status PoolNamespace::Stat(uint64_t ino, struct stat* st) {
   uint64_t entries = 0;
   {
     std::shared_lock<std::shared_mutex> g(pool_->index_mu());
-    st->st_nlink = nlink_t(pool_->index()->Nlink(ino));
-    if (const NsDir* d = pool_->index()->Dir(ino)) entries = d->names.size();
+    st->st_nlink = nlink_t(LinkedLocked(ino, in) ? pool_->index()->Nlink(ino, kind) : 0);
+    NsDirInfo info;
+    if (pool_->index()->Dir(ino, &info)) entries = info.entries;
   }
   int64_t data_ctime = int64_t(in->ctime_ns.load());
   if (kind == FileType::kDirectory) {
@@ -675,15 +721,17 @@ Status PoolNamespace::MayOpen(uint64_t ino, int acc, bool trunc) {
 }
 
 Status PoolNamespace::List(uint64_t dir, std::vector<Listed>* out) {
+  std::optional<EpochPin> pin;
+  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   UPFS_RETURN_IF_ERROR(pool_->CatchUp());
   std::shared_lock<std::shared_mutex> g(pool_->index_mu());
-  const NsDir* d = pool_->index()->Dir(dir);
-  if (!d) return Status::Error(ENOENT, "directory removed");
+  NsDirInfo d;
+  if (!pool_->index()->Dir(dir, &d)) return Status::Error(ENOENT, "directory removed");
   out->clear();
-  out->reserve(d->names.size() + 2);
+  out->reserve(d.entries + 2);
   out->push_back(Listed{".", dir, FileType::kDirectory});
-  out->push_back(Listed{"..", d->parent, FileType::kDirectory});
-  d->names.ForEach([&](std::string_view name, const NsEntry& e) {
+  out->push_back(Listed{"..", d.parent, FileType::kDirectory});
+  pool_->index()->List(dir, [&](std::string_view name, const NsEntry& e) {
     out->push_back(Listed{std::string(name), e.ino, e.type});
   });
   return Status::OK();

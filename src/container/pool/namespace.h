@@ -91,6 +91,11 @@ class PoolNamespace {
   Status CheckSticky(uint64_t dir, uint64_t ino) const;
   // After a name went: frees the inode if it has no name and no holder.
   void MaybeRelease(uint64_t ino);
+  // Whether ino has a name (index lock held, shared).
+  bool LinkedLocked(uint64_t ino, const format::pool::Inode* in) const;
+  // After a committed removal: sets the inode's unlinked bit if that was
+  // its last name.
+  void MarkIfUnlinked(uint64_t ino, format::pool::FileType type);
 
   Pool* pool_;
   const Credentials* who_;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <unordered_set>
 #include <vector>
 
 #include "container/pool/checkpoint.h"
@@ -241,12 +242,14 @@ Status Pool::LoadNamespace() {
   const uint64_t ck = super()->checkpoint.load(std::memory_order_acquire);
   seen_checkpoint_.store(ck, std::memory_order_release);
   if (ck == 0) {
-    index_.Reset(root_ino());
+    index_.Rebase(root_ino(), nullptr);
     return log_.Init(&access_, uint32_t(super()->nslog_head.load()), alloc, free);
   }
   const CheckpointHeader* h;
   UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, ck, &h));
-  UPFS_RETURN_IF_ERROR(LoadCheckpoint(access_, *h, root_ino(), &index_));
+  auto base = std::make_unique<BaseImage>();
+  UPFS_RETURN_IF_ERROR(base->Open(access_, *h, ck));
+  index_.Rebase(root_ino(), std::move(base));
   return log_.InitAt(&access_, NsPos{h->cont_lblock, h->cont_slot, h->cont_seq}, alloc, free);
 }
 
@@ -274,16 +277,18 @@ Status Pool::NamespaceSlot(uint32_t* slot) {
   return Status::OK();
 }
 
+Status Pool::Pin(std::optional<EpochPin>* pin) {
+  uint32_t slot;
+  UPFS_RETURN_IF_ERROR(NamespaceSlot(&slot));
+  pin->emplace(epochs_.get(), slot);
+  return Status::OK();
+}
+
 Status Pool::CatchUpLocked() {
-  const uint64_t ck = super()->checkpoint.load(std::memory_order_acquire);
-  if (ck != seen_checkpoint_.load(std::memory_order_relaxed)) {
-    // A new checkpoint retired the log before its predecessor's end: a
-    // position older than that may lie in blocks already reused.
-    const CheckpointHeader* h;
-    UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, ck, &h));
-    if (log_.pos().seq < h->keep_seq) return LoadNamespace();
-    seen_checkpoint_.store(ck, std::memory_order_release);
-  }
+  // A new checkpoint: a new base, and an empty delta from where it ends
+  // (the old image is retired; the log from its end on is kept).
+  if (super()->checkpoint.load(std::memory_order_acquire) != seen_checkpoint_.load(std::memory_order_relaxed))
+    UPFS_RETURN_IF_ERROR(LoadNamespace());
   return log_.ReadNew([this](const NsRecord& r) { return index_.Apply(r); });
 }
 
@@ -366,10 +371,17 @@ Status Pool::Recover() {
     marker.Mark(l, "inode");
     return marker.status();
   }));
+  std::unordered_set<uint64_t> linked;
+  index_.ForEachDir([&](uint64_t dir, const NsDirInfo&) {
+    linked.insert(dir);
+    index_.List(dir, [&](std::string_view, const NsEntry& e) { linked.insert(e.ino); });
+  });
   UPFS_RETURN_IF_ERROR(inodes_.Rebuild([&](uint64_t ino, Inode* in) -> Status {
-    if (ino != root_ino() && index_.Nlink(ino) == 0) return inodes_.Free(ino);  // an orphan
+    if (!linked.count(ino)) return inodes_.Free(ino);  // an orphan
     UPFS_RETURN_IF_ERROR(MarkFileBlocks(in, &marker));
     pm::Store64(&in->open_count, 0);
+    if (const uint64_t id = in->ident.load(); id & (kIdentUnlinked | kIdentReleasing))
+      pm::Store64(&in->ident, id & ~(kIdentUnlinked | kIdentReleasing));
     if (IdentKind(in->ident.load()) == FileType::kRegular) in->words.Reset();
     return Status::OK();
   }));

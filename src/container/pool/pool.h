@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
@@ -29,6 +30,7 @@
 #include "container/pool/pool_format.h"
 #include "engine/alloc_bitmap.h"
 #include "engine/block_source.h"
+#include "engine/epoch_pin.h"
 #include "engine/file.h"
 #include "engine/reclamation.h"
 #include "medium/medium.h"
@@ -87,6 +89,9 @@ class Pool {
   // The same, for a caller holding the index lock exclusively and pinned.
   Status CatchUpLocked();
 
+  // Pins this thread in the pool's epochs for as long as *pin lives: the
+  // checkpoint image and the log blocks it reads stay (re-entrant).
+  Status Pin(std::optional<EpochPin>* pin);
   // This thread's slot in the pool's epoch domain for namespace work
   // (reading the log, whose blocks a checkpoint retires).
   Status NamespaceSlot(uint32_t* slot);

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "container/pool/checkpoint.h"
@@ -66,6 +67,7 @@ class Checker {
   AllocationBitmap bitmap_;
   BlockMarker marker_;
   NsIndex index_;
+  std::unordered_map<uint64_t, uint32_t> names_;  // names per inode (directories: 0)
   InodeAllocator inodes_;
 };
 
@@ -75,7 +77,9 @@ Status Checker::ReadNamespace() {
   if (const uint64_t ck = sb_->checkpoint.load(); ck != 0) {
     const CheckpointHeader* h;
     UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(ba_, ck, &h));
-    UPFS_RETURN_IF_ERROR(LoadCheckpoint(ba_, *h, sb_->root_ino, &index_));
+    auto base = std::make_unique<BaseImage>();
+    UPFS_RETURN_IF_ERROR(base->Open(ba_, *h, ck));
+    index_.Rebase(sb_->root_ino, std::move(base));
     UPFS_RETURN_IF_ERROR(log.InitAt(&ba_, NsPos{h->cont_lblock, h->cont_slot, h->cont_seq}, no_alloc,
                                     [](uint32_t) {}));
     ForEachCheckpointBlock(ck, *h, [&](uint32_t l) { marker_.Mark(l, "checkpoint"); });
@@ -83,9 +87,15 @@ Status Checker::ReadNamespace() {
     r_->checkpoint_entries = h->entries;
   } else {
     UPFS_RETURN_IF_ERROR(log.Init(&ba_, uint32_t(sb_->nslog_head.load()), no_alloc, [](uint32_t) {}));
-    index_.Reset(sb_->root_ino);
+    index_.Rebase(sb_->root_ino, nullptr);
   }
   UPFS_RETURN_IF_ERROR(log.ReadNew([&](const NsRecord& rec) { return index_.Apply(rec); }));
+  // Names per inode, counted from the whole view: the link counts the
+  // index derives must agree with them.
+  index_.ForEachDir([&](uint64_t dir, const NsDirInfo&) {
+    names_[dir] += 0;
+    index_.List(dir, [&](std::string_view, const NsEntry& e) { ++names_[e.ino]; });
+  });
   UPFS_RETURN_IF_ERROR(log.Measure(uint32_t(sb_->nslog_head.load()), &r_->log_blocks, &r_->log_records));
   for (uint64_t l = sb_->nslog_head.load(); l != 0;) {
     marker_.Mark(l, "namespace log");
@@ -132,17 +142,21 @@ Status Checker::CheckInode(uint64_t ino, Inode* in) {
   const FileType kind = IdentKind(id);
   if (kind == FileType::kFree) return Status::OK();
   ++r_->inodes_in_use;
-  if (kind > FileType::kSymlink || (id & 0x7f00) != 0 || (id >> 48) != 0) {
+  if (kind > FileType::kSymlink || (id & 0x3f00) != 0 || (id >> 48) != 0) {
     Problem("inode " + std::to_string(ino) + ": unknown kind");
     return Status::OK();
   }
-  const uint32_t links = index_.Nlink(ino);
+  auto it = names_.find(ino);
+  const uint32_t links = it == names_.end() ? 0 : it->second;
   if (links == 0 && ino != sb_->root_ino) {
     ++r_->orphans;  // unlinked while open, or a creation cut short: recovery frees it
     return MarkFile(ino, in);
   }
-  if ((kind == FileType::kDirectory) != (index_.Dir(ino) != nullptr))
+  if ((kind == FileType::kDirectory) != index_.IsDir(ino))
     Problem("inode " + std::to_string(ino) + ": kind does not match the namespace");
+  if (kind != FileType::kDirectory && index_.Nlink(ino, kind) != links)
+    Problem("inode " + std::to_string(ino) + ": the index counts " +
+            std::to_string(index_.Nlink(ino, kind)) + " links, the directories hold " + std::to_string(links));
   if (in->mode.load() & ~uint64_t(07777)) Problem("inode " + std::to_string(ino) + ": mode out of range");
   if (kind == FileType::kRegular) {
     ++r_->files;
@@ -199,15 +213,15 @@ Status Checker::Run() {
   UPFS_RETURN_IF_ERROR(ReadNamespace());
   UPFS_RETURN_IF_ERROR(WalkInodes());
   // Every name must lead to an inode in use of its kind.
-  index_.ForEachDir([&](uint64_t dir, const NsDir& d) {
-    d.names.ForEach([&](std::string_view name, const NsEntry& e) {
+  index_.ForEachDir([&](uint64_t dir, const NsDirInfo&) {
+    ++r_->directories;
+    index_.List(dir, [&](std::string_view name, const NsEntry& e) {
       Inode* in;
       if (!inodes_.At(e.ino, &in).ok() || IdentKind(in->ident.load()) != e.type)
         Problem("name '" + std::string(name) + "' in directory " + std::to_string(dir) +
                 " refers to inode " + std::to_string(e.ino) + ", which is not in use as such");
     });
   });
-  r_->directories = index_.directories();
   if (Status st = marker_.status(); !st.ok()) Problem(st.message());
   for (uint64_t b = 0; b < r_->capacity_blocks; ++b) r_->referenced_blocks += bitmap_.Test(b);
   CompareBitmap();

@@ -8,7 +8,9 @@
 // previous checkpoint's P on, so that a process a little behind the tail
 // keeps reading the log; blocks before that, and the previous image, are
 // retired under the pool's epochs and freed when no reader can be in them.
+#include <algorithm>
 #include <cstring>
+#include <unordered_map>
 #include <vector>
 
 #include "container/pool/checkpoint.h"
@@ -26,12 +28,32 @@ namespace {
 PoolWords* Words(const BlockAccess& ba) {
   return reinterpret_cast<PoolWords*>(ba.AddrUnchecked(kWordsBlock));
 }
+
+// The image of the index's whole view (its base and its delta).
+std::vector<uint64_t> BuildImage(const NsIndex& idx, CheckpointHeader* h) {
+  std::vector<std::pair<uint64_t, NsDirInfo>> dirs;
+  idx.ForEachDir([&](uint64_t ino, const NsDirInfo& i) { dirs.emplace_back(ino, i); });
+  std::sort(dirs.begin(), dirs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  ImageWriter w;
+  std::vector<std::pair<std::string_view, NsEntry>> names;
+  for (const auto& [ino, info] : dirs) {
+    names.clear();
+    idx.List(ino, [&](std::string_view n, const NsEntry& e) { names.emplace_back(n, e); });
+    w.AddDir(ino, info.parent, info.subdirs, names);
+  }
+  std::unordered_map<uint64_t, uint32_t> multi;
+  if (idx.base()) idx.base()->ForEachMultiLink([&](uint64_t ino, uint32_t links) { multi[ino] = links; });
+  idx.ForEachTouchedFile([&](uint64_t ino, uint32_t links) {
+    if (links > 1) multi[ino] = links;
+    else multi.erase(ino);
+  });
+  for (const auto& [ino, links] : multi) w.AddMultiLink(ino, links);
+  return w.Finish(h);
+}
 }  // namespace
 
 bool Pool::CheckpointDue() const {
-  const uint64_t ck = super()->checkpoint.load(std::memory_order_acquire);
-  uint64_t base = 1;
-  if (ck != 0) base = reinterpret_cast<const CheckpointHeader*>(access_.AddrUnchecked(ck))->cont_seq;
+  const uint64_t base = index_.base() ? index_.base()->header().cont_seq : 1;
   return log_.pos().seq >= base + kCheckpointEveryBlocks;
 }
 
@@ -60,13 +82,14 @@ Status Pool::WriteCheckpoint() {
   uint32_t slot;
   UPFS_RETURN_IF_ERROR(NamespaceSlot(&slot));
   EpochPin pin(epochs_.get(), slot);
+  alignas(64) static thread_local CheckpointHeader h;
+  std::memset(&h, 0, sizeof(h));
   std::vector<uint64_t> image;
-  uint64_t dirs, entries;
   NsPos at;
   {
     std::unique_lock<std::shared_mutex> g(index_mu_);
     UPFS_RETURN_IF_ERROR(CatchUpLocked());
-    SerializeIndex(index_, &image, &dirs, &entries);
+    image = BuildImage(index_, &h);
     at = log_.pos();
   }
   const uint64_t old_block = super()->checkpoint.load(std::memory_order_acquire);
@@ -107,8 +130,6 @@ Status Pool::WriteCheckpoint() {
       done += n;
     }
   }
-  alignas(64) static thread_local CheckpointHeader h;
-  std::memset(&h, 0, sizeof(h));
   h.magic = kCheckpointMagic;
   h.number = old ? old->number + 1 : 1;
   h.cont_seq = at.seq;
@@ -119,12 +140,7 @@ Status Pool::WriteCheckpoint() {
   h.keep_seq = old ? old->cont_seq : reinterpret_cast<const LogBlock*>(access_.AddrUnchecked(head))->seq;
   h.nruns = uint32_t(image_runs.size());
   for (uint32_t i = 0; i < h.nruns; ++i) h.runs[i] = image_runs[i];
-  h.dirs = dirs;
-  h.entries = entries;
-  h.image_words = image.size();
-  h.image_crc = Crc32c(image.data(), image.size() * 8);
-  h.header_crc = Crc32c(&h, offsetof(CheckpointHeader, header_crc));
-  h.header_crc = Crc32c(h.runs, h.nruns * sizeof(Run), h.header_crc);
+  h.header_crc = CheckpointHeaderCrc(h);
   pm::CopyNT(medium_->base() + (uint64_t(header_block) << kBlockShift), &h, kBlockSize);
   pm::Fence();
   uint64_t expected = old_block;
@@ -133,7 +149,6 @@ Status Pool::WriteCheckpoint() {
     return Status::Error(EBUSY, "another checkpoint was published first");
   }
   pm::PersistWord(&mutable_super()->checkpoint);
-  seen_checkpoint_.store(header_block, std::memory_order_release);
   RetireOldLog(h.keep_lblock);
   if (old) {
     std::lock_guard<std::mutex> g(retired_mu_);

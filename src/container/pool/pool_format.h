@@ -140,7 +140,7 @@ inline constexpr uint64_t InodeNumber(uint32_t lblock, uint32_t slot) {
 inline constexpr uint32_t InodeBlockOf(uint64_t ino) { return uint32_t(ino / kInodesPerBlock); }
 inline constexpr uint32_t InodeSlotOf(uint64_t ino) { return uint32_t(ino % kInodesPerBlock); }
 
-// The identity word: kind:8 | zero:7 | releasing:1 | gen:32 | zero:16.
+// The identity word: kind:8 | zero:6 | unlinked:1 | releasing:1 | gen:32 | zero:16.
 // kind kFree = free (gen kept, bumped by each allocation, so that a stale
 // reference is told apart). The releasing bit is set by the one CAS that
 // decides who frees an inode that lost its last name and holder.
@@ -148,6 +148,8 @@ inline constexpr uint64_t EncodeIdent(FileType kind, uint32_t gen) {
   return uint64_t(kind) | (uint64_t(gen) << 16);
 }
 inline constexpr uint64_t kIdentReleasing = uint64_t{1} << 15;
+// Set once the inode's last name is gone (soft: recovery frees such inodes).
+inline constexpr uint64_t kIdentUnlinked = uint64_t{1} << 14;
 inline FileType IdentKind(uint64_t w) { return FileType(w & 0xff); }
 inline uint32_t IdentGen(uint64_t w) { return uint32_t(w >> 16); }
 
@@ -190,16 +192,27 @@ static_assert(offsetof(Inode, target) == 2 * kCacheLine);
 
 // ---------------------------------------------------------------------------
 // Checkpoint: the whole namespace as of one position of the namespace log,
-// so that the log before it can be freed and a process attaching reads the
-// image and only the log after it. A header block, then the image in
-// `nruns` runs of blocks. Published by the CAS of Superblock::checkpoint.
+// read in place by every process (it is never loaded into DRAM), so that
+// the log before it can be freed and a process attaching reads only the
+// log after it. A header block, then the image in `nruns` runs of blocks.
+// Published by the CAS of Superblock::checkpoint.
 //
-// The image, in 8-byte words: the directory table, `dirs` rows of
-//   ino, parent, first entry word (from the image's start), entry count
-// sorted by ino; then the entries, each
-//   ino; type:8 | name_len:8 | zero:48; the name padded with zeros to 8.
-inline constexpr uint64_t kCheckpointMagic = 0x54504b4353465055ull;  // "UPFSCKPT"
+// The image, in 8-byte words (word w lives in image block w / 512; nothing
+// crosses a block boundary: a name that would starts in the next block):
+//   the directory table: `dirs` rows of 8 words, sorted by ino:
+//     ino, parent, subdirectories, entries, table (first word), slots, 0, 0
+//   each directory's table: `slots` (a power of two, at least twice the
+//   entries) slots of 4 words, by linear probing from crc % slots:
+//     ino (0: empty slot), crc:32 | type:8 | name_len:8 | zero:16,
+//     name (first word), 0
+//   where crc is the CRC-32C of the name;
+//   the names, padded with zeros to 8 bytes;
+//   at `multi_words`: `multi` pairs (ino, links), sorted by ino, of the
+//   non-directories with more than one name (the others have one).
+inline constexpr uint64_t kCheckpointMagic = 0x32504b4353465055ull;  // "UPFSCKP2"
 inline constexpr uint32_t kMaxCheckpointRuns = 480;
+inline constexpr uint32_t kDirRowWords = 8;
+inline constexpr uint32_t kNameSlotWords = 4;
 
 struct CheckpointHeader {
   uint64_t magic;
@@ -218,13 +231,16 @@ struct CheckpointHeader {
   uint64_t entries;
   uint64_t image_words;
   uint32_t image_crc;     // CRC-32C of the image's words
-  uint32_t header_crc;    // CRC-32C of bytes [0, offsetof(header_crc)) and of the runs
+  uint32_t header_crc;    // CRC-32C of bytes [0, offsetof(header_crc)), then of the runs
+  uint64_t multi;         // rows of the multi-link table
+  uint64_t multi_words;   // where it starts
   Run runs[kMaxCheckpointRuns];
-  unsigned char pad[kBlockSize - 80 - kMaxCheckpointRuns * sizeof(Run)];
+  unsigned char pad[kBlockSize - 96 - kMaxCheckpointRuns * sizeof(Run)];
 };
 static_assert(sizeof(CheckpointHeader) == kBlockSize);
 static_assert(offsetof(CheckpointHeader, header_crc) == 76);
-static_assert(offsetof(CheckpointHeader, runs) == 80);
+static_assert(offsetof(CheckpointHeader, multi) == 80);
+static_assert(offsetof(CheckpointHeader, runs) == 96);
 
 // ---------------------------------------------------------------------------
 // The volatile area's words: logical block kWordsBlock. Soft: valid while
