@@ -27,6 +27,8 @@ constexpr off_t kAttachByte = off_t{1} << 50;  // serializes joining and leaving
 constexpr off_t kUsersByte = kAttachByte + 1;  // shared by every attached process
 constexpr off_t kSlotLockBase = kAttachByte + 64;
 constexpr uint64_t kDefaultInitialBytes = 64ull << 20;
+// A detaching process whose delta holds this many records checkpoints.
+constexpr uint64_t kCheckpointAtDetachRecords = 1024;
 
 int OfdLock(int fd, short type, off_t start, bool wait) {
   struct flock fl;
@@ -483,6 +485,9 @@ Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out) {
 Pool::~Pool() {
   files_.clear();
   if (!joined_) return;
+  // A long delta costs the next process to attach its replay: leave a
+  // checkpoint instead (at most one interval of records, written once).
+  if (index_.delta_records() >= kCheckpointAtDetachRecords) (void)Checkpoint();
   {
     std::lock_guard<std::mutex> g(retired_mu_);
     source_->DrainLimbo(&retired_, true);
