@@ -111,7 +111,7 @@ int PoolClose(int fd, OpenFile* of) {
 
 int PoolFstat(OpenFile* of, struct stat* out) {
   PoolNode* n = of->d->pool.get();
-  Status st = PoolNamespace(n->pool, n->who).Stat(n->ino, out);
+  Status st = PoolNamespace(n->pool, n->who).Stat(n->ino, out, /*held=*/true);
   return st.ok() ? 0 : Fail(st);
 }
 
@@ -308,7 +308,7 @@ int PoolFchown(int fd, uid_t uid, gid_t gid) {
   return OnDescriptor(fd, [&](PoolNamespace& ns, uint64_t ino) { return ns.Chown(ino, uid, gid); });
 }
 int PoolFutimens(int fd, const struct timespec ts[2]) {
-  return OnDescriptor(fd, [&](PoolNamespace& ns, uint64_t ino) { return ns.Utimens(ino, ts); });
+  return OnDescriptor(fd, [&](PoolNamespace& ns, uint64_t ino) { return ns.Utimens(ino, ts, /*held=*/true); });
 }
 
 }  // namespace upfs

@@ -563,7 +563,7 @@ Status PoolNamespace::Readlink(uint64_t ino, std::string* target) {
   return Status::OK();
 }
 
-Status PoolNamespace::Stat(uint64_t ino, struct stat* st) {
+Status PoolNamespace::Stat(uint64_t ino, struct stat* st, bool held) {
   std::optional<EpochPin> pin;
   UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   Inode* in;
@@ -592,14 +592,14 @@ Status PoolNamespace::Stat(uint64_t ino, struct stat* st) {
   } else if (kind == FileType::kSymlink) {
     st->st_size = off_t(in->target_len);
   } else if (in->log_head.load(std::memory_order_acquire) != 0) {
-    uint32_t gen;
-    UPFS_RETURN_IF_ERROR(TakeHold(ino, &gen));
+    uint32_t gen = 0;
+    if (!held) UPFS_RETURN_IF_ERROR(TakeHold(ino, &gen));
     std::shared_ptr<File> f;
     Status s = pool_->FileOf(ino, &f);
     FileStat fs;
     if (s.ok()) s = f->Stat(&fs);
     f.reset();
-    DropHold(ino, gen);
+    if (!held) DropHold(ino, gen);
     UPFS_RETURN_IF_ERROR(s);
     st->st_size = off_t(fs.size);
     st->st_blocks = blkcnt_t(fs.blocks * (kBlockSize / 512));
@@ -658,7 +658,7 @@ Status PoolNamespace::Chown(uint64_t ino, uid_t uid, gid_t gid) {
   return Status::OK();
 }
 
-Status PoolNamespace::Utimens(uint64_t ino, const struct timespec ts[2]) {
+Status PoolNamespace::Utimens(uint64_t ino, const struct timespec ts[2], bool held) {
   Inode* in;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
   const bool owner = who_->uid == 0 || OwnerUid(in->owner.load()) == who_->uid;
@@ -682,12 +682,12 @@ Status PoolNamespace::Utimens(uint64_t ino, const struct timespec ts[2]) {
   if (!ts || ts[1].tv_nsec != UTIME_OMIT) {
     std::shared_ptr<File> f;
     if (IdentKind(in->ident.load()) == FileType::kRegular && in->log_head.load() != 0) {
-      uint32_t gen;
-      UPFS_RETURN_IF_ERROR(TakeHold(ino, &gen));
+      uint32_t gen = 0;
+      if (!held) UPFS_RETURN_IF_ERROR(TakeHold(ino, &gen));
       Status s = pool_->FileOf(ino, &f);
       if (s.ok()) s = f->SetMtime(int64_t(ts ? value(ts[1]) : now));
       f.reset();
-      DropHold(ino, gen);
+      if (!held) DropHold(ino, gen);
       UPFS_RETURN_IF_ERROR(s);
     } else {
       pm::Store64(&in->times.mtime_ns, ts ? value(ts[1]) : now);

@@ -56,12 +56,14 @@ class PoolNamespace {
   Status Remove(const Resolved& at, bool dir);
   Status Rename(const Resolved& from, const Resolved& to, unsigned flags);
 
-  Status Stat(uint64_t ino, struct stat* st);
+  // `held`: the caller holds the inode (a descriptor's fstat), which may
+  // have no name left.
+  Status Stat(uint64_t ino, struct stat* st, bool held = false);
   Status Readlink(uint64_t ino, std::string* target);
   Status Chmod(uint64_t ino, mode_t mode);
   Status Chown(uint64_t ino, uid_t uid, gid_t gid);
   // ts[0] atime, ts[1] mtime: UTIME_NOW, UTIME_OMIT, or a time; null: now.
-  Status Utimens(uint64_t ino, const struct timespec ts[2]);
+  Status Utimens(uint64_t ino, const struct timespec ts[2], bool held = false);
   // mode: F_OK, or R_OK | W_OK | X_OK against this caller.
   Status Access(uint64_t ino, int mode);
   // Whether the caller may open ino with `acc` (O_RDONLY, ...): EACCES.
