@@ -170,10 +170,11 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
     Status st = ns.Resolve(p.inner, !(flags & O_NOFOLLOW) && !excl, &r);
     if (!st.ok()) return Fail(st);
     bool created = false;
+    uint32_t gen = 0;
     if (r.ino == 0) {
       if (!creat) return FailErrno(ENOENT, "no such file or directory");
       if (!p.inner.empty() && p.inner.back() == '/') return FailErrno(EISDIR, "is a directory");
-      st = ns.Create(r, mode, c, &r.ino, &created);
+      st = ns.Create(r, mode, c, &r.ino, &created, &gen);
       if (st.err() == EEXIST && !excl) continue;  // another creator won: open theirs
       if (!st.ok()) return Fail(st);
       r.type = FileType::kRegular;
@@ -181,10 +182,11 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
       if (excl) return FailErrno(EEXIST, "file exists");
       if (Status o = OpenExisting(ns, r, flags); !o.ok()) return Fail(o);
     }
-    uint32_t gen;
-    st = ns.TakeHold(r.ino, &gen);
-    if (st.err() == ENOENT && !created) continue;  // removed meanwhile: resolve again
-    if (!st.ok()) return Fail(st);
+    if (!created) {
+      st = ns.TakeHold(r.ino, &gen);
+      if (st.err() == ENOENT) continue;  // removed meanwhile: resolve again
+      if (!st.ok()) return Fail(st);
+    }
     const int fd = NewDescriptor(p, r, gen, flags);
     if (fd < 0) return -1;
     if ((flags & O_TRUNC) && !created && r.type == FileType::kRegular && (flags & O_ACCMODE) != O_RDONLY) {

@@ -265,7 +265,7 @@ Status PoolNamespace::CheckSticky(uint64_t dir, uint64_t ino) const {
 }
 
 Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uint64_t* ino,
-                             bool* created) {
+                             bool* created, uint32_t* held_gen) {
   *created = false;
   Inode* din;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(at.dir, &din));
@@ -273,6 +273,9 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
   InodeImage img;
   Inode& image = *img.get();
   image.consistency = uint32_t(c);
+  // A creator that keeps the file open holds it from birth: no window in
+  // which another process could remove and free it first.
+  if (held_gen) image.open_count.store(1, std::memory_order_relaxed);
   uint64_t n;
   UPFS_RETURN_IF_ERROR(NewInode(FileType::kRegular, at.dir, mode & ~who_->umask, &n, &image));
   NsRecord rec{RecordType::kCreate, FileType::kRegular, n, at.dir, 0, 0, at.name, {}};
@@ -289,6 +292,7 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
   }
   *ino = n;
   *created = true;
+  if (held_gen) *held_gen = IdentGen(image.ident.load(std::memory_order_relaxed));
   return Status::OK();
 }
 
@@ -527,21 +531,17 @@ void PoolNamespace::DropHold(uint64_t ino, uint32_t gen) {
 }
 
 void PoolNamespace::MaybeRelease(uint64_t ino) {
-  std::optional<EpochPin> pin;
-  if (!pool_->Pin(&pin).ok()) return;
   Inode* in;
   if (!pool_->InodeAt(ino, &in).ok()) return;
-  if (!pool_->CatchUp().ok()) return;
-  {
-    std::shared_lock<std::shared_mutex> g(pool_->index_mu());
-    if (LinkedLocked(ino, in)) return;
-  }
+  // The remover of the last name sets the unlinked bit, then reads the
+  // count; a last closer drops the count, then reads the bit: one of them
+  // sees the other (both sequentially consistent), so no index is needed.
+  uint64_t id = in->ident.load(std::memory_order_seq_cst);
+  if (!(id & kIdentUnlinked) || (id & kIdentReleasing) || IdentKind(id) == FileType::kFree) return;
   if (in->open_count.load(std::memory_order_seq_cst) != 0) return;
-  // Exactly one releaser wins this CAS (an unlinker and a last closer may
+  // Exactly one releaser wins this CAS (a remover and a last closer may
   // both get here).
-  uint64_t id = in->ident.load(std::memory_order_acquire);
-  if (IdentKind(id) == FileType::kFree) return;
-  if (!in->ident.compare_exchange_strong(id, id | kIdentReleasing)) return;
+  if (!pm::Cas64(&in->ident, id, id | kIdentReleasing)) return;
   pool_->ReleaseInode(ino);
 }
 

@@ -47,8 +47,10 @@ class PoolNamespace {
   // to be resolved by the caller from `mount_dir`.
   Status Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape = nullptr);
 
-  // Creates a regular file (or returns the existing one unless `excl`).
-  Status Create(const Resolved& at, mode_t mode, format::Consistency c, uint64_t* ino, bool* created);
+  // Creates a regular file (EEXIST if the name exists). With held_gen, the
+  // new inode is born held (as TakeHold) and *held_gen is its generation.
+  Status Create(const Resolved& at, mode_t mode, format::Consistency c, uint64_t* ino, bool* created,
+                uint32_t* held_gen = nullptr);
   Status Mkdir(const Resolved& at, mode_t mode);
   Status Symlink(const Resolved& at, std::string_view target);
   Status Link(const Resolved& from, const Resolved& to);
