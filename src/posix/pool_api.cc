@@ -62,13 +62,6 @@ int WithRetry(Fn fn) {
   }
 }
 
-std::string ParentOf(const std::string& inner) {
-  size_t e = inner.find_last_not_of('/');
-  if (e == std::string::npos) return "/";
-  size_t s = inner.rfind('/', e);
-  return s == 0 || s == std::string::npos ? "/" : inner.substr(0, s);
-}
-
 }  // namespace
 
 PoolNode::~PoolNode() {
@@ -151,7 +144,7 @@ Status OpenExisting(PoolNamespace& ns, const Resolved& r, int flags) {
   const int acc = flags & O_ACCMODE;
   if (r.type == FileType::kSymlink) return Status::Error(ELOOP, "a symbolic link (O_NOFOLLOW)");
   if (r.type == FileType::kDirectory) {
-    if (acc != O_RDONLY || (flags & O_TRUNC)) return Status::Error(EISDIR, "is a directory");
+    if (acc != O_RDONLY || (flags & (O_TRUNC | O_CREAT))) return Status::Error(EISDIR, "is a directory");
   } else if (flags & O_DIRECTORY) {
     return Status::Error(ENOTDIR, "not a directory");
   }

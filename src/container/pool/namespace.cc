@@ -356,8 +356,8 @@ Status PoolNamespace::Symlink(const Resolved& at, std::string_view target) {
 
 Status PoolNamespace::Link(const Resolved& from, const Resolved& to) {
   if (from.ino == 0) return Status::Error(ENOENT, "no such file");
+  if (to.ino != 0) return Status::Error(EEXIST, "file exists");  // checked first, as the kernel's
   if (from.type == FileType::kDirectory) return Status::Error(EPERM, "hard link to a directory");
-  if (to.ino != 0) return Status::Error(EEXIST, "file exists");
   Inode* din;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(to.dir, &din));
   UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
@@ -414,15 +414,18 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
     return Status::Error(EBUSY, "cannot rename the root or a dot entry");
   if (exchange && to.ino == 0) return Status::Error(ENOENT, "no such file or directory");
   if (!exchange && to.ino != 0 && (flags & RENAME_NOREPLACE)) return Status::Error(EEXIST, "file exists");
-  if (from.ino == to.ino && !exchange) return Status::OK();  // two names of one file: nothing to do
   const NsIndex* idx = pool_->index();
-  {
+  if (from.dir != to.dir) {
+    // The kernel's checks of lock_rename's trap, before any other: the
+    // source may not be an ancestor of the target's directory, nor the
+    // target an ancestor of the source's.
     std::shared_lock<std::shared_mutex> g(pool_->index_mu());
-    if (from.type == FileType::kDirectory && idx->IsAncestorOrSelf(from.ino, to.dir))
+    if (idx->IsAncestorOrSelf(from.ino, to.dir))
       return Status::Error(EINVAL, "a directory cannot move below itself");
-    if (exchange && to.type == FileType::kDirectory && idx->IsAncestorOrSelf(to.ino, from.dir))
-      return Status::Error(EINVAL, "a directory cannot move below itself");
+    if (to.ino != 0 && idx->IsAncestorOrSelf(to.ino, from.dir))
+      return Status::Error(exchange ? EINVAL : ENOTEMPTY, "the target holds the source");
   }
+  if (from.ino == to.ino) return Status::OK();  // two names of one file: nothing to do
   if (!exchange && to.ino != 0) {
     if (from.type == FileType::kDirectory && to.type != FileType::kDirectory)
       return Status::Error(ENOTDIR, "not a directory");

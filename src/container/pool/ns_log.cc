@@ -45,8 +45,9 @@ uint32_t EncodeRecord(const NsRecord& rec, uint64_t* out) {
   out[3] = rec.dir2;
   out[4] = rec.victim;
   auto* names = reinterpret_cast<char*>(out + kRecordHeaderWords);
-  std::memcpy(names, rec.name1.data(), rec.name1.size());
-  std::memcpy(names + w1 * 8, rec.name2.data(), rec.name2.size());
+  // An empty name's data() may be null, which memcpy must never see.
+  if (!rec.name1.empty()) std::memcpy(names, rec.name1.data(), rec.name1.size());
+  if (!rec.name2.empty()) std::memcpy(names + w1 * 8, rec.name2.data(), rec.name2.size());
   return n;
 }
 
