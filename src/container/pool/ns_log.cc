@@ -239,6 +239,10 @@ Status NsLog::Reserve(const NsRecord& rec, Reservation* r) {
     LogBlock* b = Block(p.lblock);
     uint64_t expected = 0;
     if (pm::Cas64(&b->slots[p.slot], expected, EncodeReserve(n))) {
+      // The reservation is durable before its payload: after a crash, a
+      // payload without the word that says how long it is would be read
+      // as log entries (found by upfs-crashtest-pool).
+      pm::PersistWord(&b->slots[p.slot]);
       pm::CopyNT(&b->slots[p.slot + 1], words, n * 8);
       pm::Fence();
       *r = Reservation{p.lblock, p.slot, n, Crc32c(words, n * 8), p.seq};
