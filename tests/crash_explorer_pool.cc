@@ -296,6 +296,34 @@ std::vector<Workload> MakeWorkloads() {
     w.push_back(r);
   }
   {
+    // Each of these creates is raced by another at its reservation's fence,
+    // across the end of the first namespace log block: a racer may close
+    // the block under a held reservation, which must then be made again
+    // in the next block.
+    Workload r{"ns-rollover-races", {}, {}};
+    for (int i = 0; i < 40; ++i) {
+      char n[16], m[16];
+      std::snprintf(n, sizeof(n), "/n%03d", i);
+      std::snprintf(m, sizeof(m), "/r%03d", i);
+      r.ops.push_back(Raced(Create(n), i % 3 == 2 ? Mkdir(m) : Create(m), 2));
+    }
+    r.explore_from = 26;
+    w.push_back(r);
+  }
+  w.push_back({"ns-deep",
+               {Mkdir("/a"), Mkdir("/a/b"), Mkdir("/a/b/c"), Create("/a/b/c/f"), Write("/a/b/c/f", 0, 7000, 1),
+                Mkdir("/z"), Symlink("/a/b/l", long_target)},
+               {Rename("/a/b", "/z/b"),           // a subtree moves under another parent
+                Write("/z/b/c/f", 6000, 3000, 2), Symlink("/z/l", "b/c/f"), Rmdir("/a"),
+                Unlink("/z/b/l"),                 // a long target's block is freed
+                Symlink("/z/b/l2", long_target + "2"), Rename("/z/b/c", "/c"), Exchange("/c", "/z"),
+                Chmod("/c/b", 0500)}});
+  w.push_back({"pool-growth",
+               {Create("/big"), Create("/small"), Write("/small", 0, 1000, 1)},
+               {Write("/big", 0, 3 << 20, 2),    // past the pool's first 2 MiB of data: it grows
+                Create("/after"), Write("/after", 0, 4096, 3), Unlink("/big"), Create("/x"),
+                Write("/x", 0, 70000, 4), Rename("/x", "/small")}});
+  {
     // Races: a second thread commits while the first is held after its
     // inode is made (fence 1) or after its payload is copied (fence 2), so
     // the first must skip the other's slots or commit after it; and one
@@ -315,10 +343,11 @@ std::vector<Workload> MakeWorkloads() {
 // Exploration.
 
 struct Options {
-  uint32_t max_exhaustive_lines = 8;
-  uint32_t samples = 24;
+  uint32_t max_exhaustive_lines = 10;
+  uint32_t samples = 48;
   uint64_t seed = 1;
   bool long_mode = false;
+  bool verbose = false;
   std::string only;
 };
 
@@ -427,6 +456,10 @@ class Explorer {
         break;
       }
       model = matched->tree;
+      if (opt_.verbose)
+        std::printf("  op %zu %s: %d fences (racer %d), namespace log at block %u slot %u\n", i,
+                    op.Describe().c_str(), fence, racer_fences, pool->log()->pos().lblock,
+                    pool->log()->pos().slot);
       const std::vector<std::string> done{live};
       if (explore) Explore(done, "end of operation", true);
     }
@@ -549,18 +582,20 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--long") {
       opt.long_mode = true;
-      opt.max_exhaustive_lines = 12;
-      opt.samples = 200;
+      opt.max_exhaustive_lines = 14;
+      opt.samples = 400;
     } else if (a == "--seed" && i + 1 < argc) {
       opt.seed = std::strtoull(argv[++i], nullptr, 10);
     } else if (a == "--workload" && i + 1 < argc) {
       opt.only = argv[++i];
+    } else if (a == "--verbose" || a == "-v") {
+      opt.verbose = true;
     } else if (a == "--list") {
       for (const Workload& w : MakeWorkloads()) std::printf("%s\n", w.name.c_str());
       return 0;
     } else if (a == "--help" || a == "-h") {
       std::printf(
-          "usage: upfs-crashtest-pool [--long] [--seed N] [--workload NAME] [--list]\n"
+          "usage: upfs-crashtest-pool [--long] [--seed N] [--workload NAME] [--list] [--verbose]\n"
           "Explores crash states of pool workloads (namespace operations and file writes)\n"
           "at every fence and checks recovery. Bounded by default (CI); --long explores\n"
           "more subsets of in-flight lines.\n");

@@ -185,6 +185,7 @@ class TreeModel {
     return s == 0 || s == std::string::npos ? "" : p.substr(0, s);
   }
   int Find(const std::string& p) const {
+    if (p == "/") return 0;
     auto it = names_.find(p);
     return it == names_.end() ? -1 : it->second;
   }
