@@ -144,6 +144,18 @@ class TreeModel {
     return 0;
   }
   bool Exists(const std::string& p) const { return names_.count(p) != 0; }
+  // Every name (not the root) with its type, sorted by path.
+  std::vector<std::pair<std::string, FileType>> List() const {
+    std::vector<std::pair<std::string, FileType>> v;
+    for (const auto& [p, id] : names_) v.emplace_back(p, inodes_.at(id).type);
+    return v;
+  }
+  // A regular file's size (0 for anything else or nothing).
+  uint64_t Size(const std::string& p) const {
+    const int id = Find(p);
+    return id < 0 ? 0 : inodes_.at(id).data.size();
+  }
+  bool IsEmptyDir(const std::string& p) const { return Children(p).empty(); }
 
   std::string Dump() const {
     std::map<int, std::string> first;
