@@ -46,6 +46,13 @@ const Verb* FindVerb(const std::string& name);
 
 int RunInfo(const std::vector<std::string>& args);
 int RunFsck(const std::vector<std::string>& args);
+// The pool forms of info and fsck (pool_inspect.cc).
+bool IsPoolFile(const std::string& path);
+int RunPoolInfo(const std::string& path);
+int RunPoolFsck(const std::string& path);
+// An info line ("key: value") and a block count with its size (info.cc).
+void Row(const char* key, const std::string& value);
+std::string Blocks(uint64_t n);
 int RunConvert(const std::vector<std::string>& args);
 int RunBench(const std::vector<std::string>& args);
 int RunRm(const std::vector<std::string>& args);

@@ -31,6 +31,7 @@ int RunFsck(const std::vector<std::string>& args) {
   ParsedArgs p = ParseArgs(args, {});
   if (p.positional.size() != 1) throw UsageError("expected exactly one FILE");
   const std::string& path = p.positional[0];
+  if (IsPoolFile(path)) return RunPoolFsck(path);
 
   FileReport r;
   Status st = InspectFile(path, /*full_check=*/true, &r);

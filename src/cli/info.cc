@@ -44,13 +44,13 @@ std::string ConsistencyLine(const std::string& c, const std::string& medium) {
   return c;
 }
 
+}  // namespace
+
 std::string Blocks(uint64_t n) { return WithCommas(n) + " (" + HumanBytes(n * 4096) + ")"; }
 
 void Row(const char* key, const std::string& value) {
   std::printf("%-16s %s\n", key, value.c_str());
 }
-
-}  // namespace
 
 void PrintSharedState(const FileReport& r) {
   std::string s;
@@ -74,6 +74,7 @@ int RunInfo(const std::vector<std::string>& args) {
   ParsedArgs p = ParseArgs(args, {});
   if (p.positional.size() != 1) throw UsageError("expected exactly one FILE");
   const std::string& path = p.positional[0];
+  if (IsPoolFile(path)) return RunPoolInfo(path);
 
   FileReport r;
   Status st = InspectFile(path, /*full_check=*/false, &r);

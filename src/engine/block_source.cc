@@ -66,6 +66,14 @@ bool BlockSource::TryClaim(uint64_t cap, uint64_t want, uint64_t* first, uint64_
   return false;
 }
 
+bool BlockSource::FreeAtLeast(uint64_t cap, uint64_t n) const {
+  std::atomic<uint64_t>* bm = bm_->bits();
+  uint64_t free = 0;
+  for (uint64_t w = 0; w < cap / 64 && free < n; ++w)
+    free += uint64_t(std::popcount(~bm[w].load(std::memory_order_relaxed)));
+  return free >= n;
+}
+
 Status BlockSource::ClaimChunk(ThreadBlocks* t, uint64_t want) {
   want = std::max(want, kChunkBlocks);
   for (int attempt = 0; attempt < 1000; ++attempt) {
@@ -81,8 +89,12 @@ Status BlockSource::ClaimChunk(ThreadBlocks* t, uint64_t want) {
       // a journal's size and start a thread for it. The headroom bounds
       // what a growing file holds beyond its data: a quarter made RocksDB's
       // tables and logs half again their size.
+      // Not while a headroom's worth of blocks is free behind the hint
+      // (freed by overwrites, truncates or, in a pool, deleted files): the
+      // hint wraps round to them instead of the space growing for ever.
       uint64_t headroom = cap / 8;
-      if (cap >= kGrowAheadFromBlocks && first + count + headroom > cap)
+      if (cap >= kGrowAheadFromBlocks && first + count + headroom > cap &&
+          !FreeAtLeast(cap, headroom))
         // The callback runs on the space's worker, which never outlives the
         // space and the bitmap (their owner joins the worker first).
         space_->GrowAhead((cap + 2 * headroom) << kBlockShift,
@@ -179,8 +191,10 @@ void BlockSource::Retire(ThreadBlocks* t, uint32_t lblock, uint32_t count) {
 void BlockSource::DrainLimbo(ThreadBlocks* t, bool force) {
   if (t->limbo.empty()) return;
   uint64_t e = epochs_->epoch().load(std::memory_order_acquire);
-  for (int i = 0; i < (force ? 3 : 1) && t->limbo.front().epoch + 2 > e; ++i)
-    e = epochs_->TryAdvanceEpoch();
+  // With force, aim at everything (the newest retirement), not only the
+  // oldest: a close or a detach leaves nothing behind that it could free.
+  const uint64_t want = (force ? t->limbo.back().epoch : t->limbo.front().epoch) + 2;
+  for (int i = 0; i < (force ? 3 : 1) && want > e; ++i) e = epochs_->TryAdvanceEpoch();
   size_t kept = 0;
   for (const auto& r : t->limbo) {
     if (r.epoch + 2 <= e)

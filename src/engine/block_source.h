@@ -72,6 +72,9 @@ class BlockSource {
  private:
   Status ClaimChunk(ThreadBlocks* t, uint64_t want);
   bool TryClaim(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count);
+  // Whether at least n of the first `cap` blocks are free (a scan of the
+  // bitmap that stops as soon as it has seen n).
+  bool FreeAtLeast(uint64_t cap, uint64_t n) const;
   void ReturnRange(uint64_t l, uint64_t count);
   static void PublishCapacity(const BlockSpace* space, AllocationBitmap* bm);
 

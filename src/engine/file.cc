@@ -44,12 +44,13 @@ struct ThreadIndexHolder {
   }
 };
 
+
+}  // namespace
+
 uint32_t ThreadIndex() {
   thread_local ThreadIndexHolder h;
   return h.id;
 }
-
-}  // namespace
 
 File::File(const FileStorage& storage, std::unique_ptr<StorageLease> lease)
     : lease_(std::move(lease)),

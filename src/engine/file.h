@@ -33,6 +33,8 @@
 namespace upfs {
 
 inline constexpr uint32_t kMaxThreads = 1024;
+// This thread's index below kMaxThreads (reused after the thread ends).
+uint32_t ThreadIndex();
 
 struct FileStat {
   uint64_t size = 0;

@@ -111,7 +111,7 @@ int PoolClose(int fd, OpenFile* of) {
 
 int PoolFstat(OpenFile* of, struct stat* out) {
   PoolNode* n = of->d->pool.get();
-  Status st = PoolNamespace(n->pool, n->who).Stat(n->ino, out);
+  Status st = PoolNamespace(n->pool, n->who).Stat(n->ino, out, /*held=*/true);
   return st.ok() ? 0 : Fail(st);
 }
 
@@ -170,10 +170,11 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
     Status st = ns.Resolve(p.inner, !(flags & O_NOFOLLOW) && !excl, &r);
     if (!st.ok()) return Fail(st);
     bool created = false;
+    uint32_t gen = 0;
     if (r.ino == 0) {
       if (!creat) return FailErrno(ENOENT, "no such file or directory");
       if (!p.inner.empty() && p.inner.back() == '/') return FailErrno(EISDIR, "is a directory");
-      st = ns.Create(r, mode, c, &r.ino, &created);
+      st = ns.Create(r, mode, c, &r.ino, &created, &gen);
       if (st.err() == EEXIST && !excl) continue;  // another creator won: open theirs
       if (!st.ok()) return Fail(st);
       r.type = FileType::kRegular;
@@ -181,10 +182,11 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
       if (excl) return FailErrno(EEXIST, "file exists");
       if (Status o = OpenExisting(ns, r, flags); !o.ok()) return Fail(o);
     }
-    uint32_t gen;
-    st = ns.TakeHold(r.ino, &gen);
-    if (st.err() == ENOENT && !created) continue;  // removed meanwhile: resolve again
-    if (!st.ok()) return Fail(st);
+    if (!created) {
+      st = ns.TakeHold(r.ino, &gen);
+      if (st.err() == ENOENT) continue;  // removed meanwhile: resolve again
+      if (!st.ok()) return Fail(st);
+    }
     const int fd = NewDescriptor(p, r, gen, flags);
     if (fd < 0) return -1;
     if ((flags & O_TRUNC) && !created && r.type == FileType::kRegular && (flags & O_ACCMODE) != O_RDONLY) {
@@ -308,7 +310,7 @@ int PoolFchown(int fd, uid_t uid, gid_t gid) {
   return OnDescriptor(fd, [&](PoolNamespace& ns, uint64_t ino) { return ns.Chown(ino, uid, gid); });
 }
 int PoolFutimens(int fd, const struct timespec ts[2]) {
-  return OnDescriptor(fd, [&](PoolNamespace& ns, uint64_t ino) { return ns.Utimens(ino, ts); });
+  return OnDescriptor(fd, [&](PoolNamespace& ns, uint64_t ino) { return ns.Utimens(ino, ts, /*held=*/true); });
 }
 
 }  // namespace upfs
@@ -457,12 +459,15 @@ int upfs_statvfs(const char* path, struct statvfs* buf) {
   buf->f_bsize = buf->f_frsize = format::kBlockSize;
   buf->f_blocks = cap + host_free;
   buf->f_bfree = buf->f_bavail = cap - std::min(cap, taken) + host_free;
-  {
-    std::shared_lock<std::shared_mutex> lk(pool->index_mu());
-    buf->f_files = pool->index()->files() + pool->index()->directories();
-  }
-  buf->f_files += buf->f_bfree * (format::pool::kInodesPerBlock - 1);
+  // Inodes: the slots of the inode blocks made so far (in use or free),
+  // plus what the free blocks could hold.
+  uint64_t inode_blocks = 0;
+  (void)pool->inodes()->ForEachBlock([&](uint32_t) {
+    ++inode_blocks;
+    return Status::OK();
+  });
   buf->f_ffree = buf->f_favail = buf->f_bfree * (format::pool::kInodesPerBlock - 1);
+  buf->f_files = inode_blocks * (format::pool::kInodesPerBlock - 1) + buf->f_ffree;
   buf->f_fsid = pool->dev();
   buf->f_namemax = format::pool::kMaxNameLen;
   return 0;

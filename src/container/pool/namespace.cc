@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <optional>
 
+#include "engine/epoch_pin.h"
 #include "medium/pm.h"
 
 namespace upfs {
@@ -65,6 +67,11 @@ struct InodeImage {
   Inode* get() { return reinterpret_cast<Inode*>(bytes); }
 };
 
+uint64_t ParentOf(const NsIndex& idx, uint64_t dir) {
+  NsDirInfo i;
+  return idx.Dir(dir, &i) ? i.parent : dir;
+}
+
 // A change that lost a race with another: the caller resolves again.
 Status Stale() { return Status::Error(ESTALE, "the namespace changed under the call"); }
 
@@ -108,6 +115,8 @@ Status PoolNamespace::Permit(const Inode* in, int want) const {
 }
 
 Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape) {
+  std::optional<EpochPin> pin;
+  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   UPFS_RETURN_IF_ERROR(pool_->CatchUp());
   std::shared_lock<std::shared_mutex> g(pool_->index_mu());
   const NsIndex& idx = *pool_->index();
@@ -121,14 +130,14 @@ Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out,
     std::string c = std::move(parts.front());
     parts.pop_front();
     if (c.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "name longer than 255 bytes");
-    const NsDir* d = idx.Dir(cur);
-    if (!d) return Status::Error(ENOTDIR, "not a directory");
+    NsDirInfo d;
+    if (!idx.Dir(cur, &d)) return Status::Error(ENOTDIR, "not a directory");
     Inode* din;
     UPFS_RETURN_IF_ERROR(pool_->InodeAt(cur, &din));
     UPFS_RETURN_IF_ERROR(Permit(din, kWantExec));
     const bool last = parts.empty();
     if (c == ".") {
-      if (last) *out = Resolved{d->parent, "", cur, FileType::kDirectory};
+      if (last) *out = Resolved{d.parent, "", cur, FileType::kDirectory};
       continue;
     }
     if (c == "..") {
@@ -138,11 +147,12 @@ Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out,
         if (escape) *escape = rest;
         return Status::Error(EXDEV, "path leaves the pool");
       }
-      cur = d->parent;
-      if (last) *out = Resolved{idx.Dir(cur) ? idx.Dir(cur)->parent : cur, "", cur, FileType::kDirectory};
+      cur = d.parent;
+      if (last) *out = Resolved{ParentOf(idx, cur), "", cur, FileType::kDirectory};
       continue;
     }
-    const NsEntry* e = idx.Find(*d, c);
+    NsEntry found;
+    const NsEntry* e = idx.Find(cur, c, &found) ? &found : nullptr;
     if (!e) {
       if (!last) return Status::Error(ENOENT, "no such file or directory");
       *out = Resolved{cur, std::move(c), 0, FileType::kFree};
@@ -161,7 +171,7 @@ Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out,
       std::deque<std::string> t;
       SplitPath(target, &t);
       parts.insert(parts.begin(), t.begin(), t.end());
-      if (parts.empty()) *out = Resolved{idx.Dir(cur) ? idx.Dir(cur)->parent : cur, "", cur, FileType::kDirectory};
+      if (parts.empty()) *out = Resolved{ParentOf(idx, cur), "", cur, FileType::kDirectory};
       continue;
     }
     if (last) {
@@ -177,6 +187,9 @@ Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out,
 }
 
 Status PoolNamespace::Commit(const NsRecord& rec, const std::function<Status()>& validate) {
+  uint32_t slot;
+  UPFS_RETURN_IF_ERROR(pool_->NamespaceSlot(&slot));
+  EpochPin pin(pool_->epochs(), slot);  // the log's blocks stay while it is read
   NsLog* log = pool_->log();
   NsLog::Reservation r;
   bool reserved = false;
@@ -188,7 +201,13 @@ Status PoolNamespace::Commit(const NsRecord& rec, const std::function<Status()>&
     UPFS_RETURN_IF_ERROR(validate());
     bool committed, lost;
     UPFS_RETURN_IF_ERROR(log->TryCommit(r, &committed, &lost));
-    if (committed) return pool_->index()->Apply(rec);
+    if (committed) {
+      Status applied = pool_->index()->Apply(rec);
+      const bool due = pool_->CheckpointDue();
+      g.unlock();
+      pool_->MaybeCheckpoint(due);
+      return applied;
+    }
     if (lost) reserved = false;
   }
 }
@@ -246,7 +265,7 @@ Status PoolNamespace::CheckSticky(uint64_t dir, uint64_t ino) const {
 }
 
 Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uint64_t* ino,
-                             bool* created) {
+                             bool* created, uint32_t* held_gen) {
   *created = false;
   Inode* din;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(at.dir, &din));
@@ -254,14 +273,17 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
   InodeImage img;
   Inode& image = *img.get();
   image.consistency = uint32_t(c);
+  // A creator that keeps the file open holds it from birth: no window in
+  // which another process could remove and free it first.
+  if (held_gen) image.open_count.store(1, std::memory_order_relaxed);
   uint64_t n;
   UPFS_RETURN_IF_ERROR(NewInode(FileType::kRegular, at.dir, mode & ~who_->umask, &n, &image));
   NsRecord rec{RecordType::kCreate, FileType::kRegular, n, at.dir, 0, 0, at.name, {}};
   TouchDir(at.dir);
   Status st = Commit(rec, [&]() -> Status {
-    const NsDir* d = pool_->index()->Dir(at.dir);
-    if (!d) return Status::Error(ENOENT, "directory removed");
-    if (pool_->index()->Find(*d, at.name)) return Status::Error(EEXIST, "file exists");
+    NsEntry e;
+    if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
+    if (pool_->index()->Find(at.dir, at.name, &e)) return Status::Error(EEXIST, "file exists");
     return Status::OK();
   });
   if (!st.ok()) {
@@ -270,6 +292,7 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
   }
   *ino = n;
   *created = true;
+  if (held_gen) *held_gen = IdentGen(image.ident.load(std::memory_order_relaxed));
   return Status::OK();
 }
 
@@ -285,9 +308,9 @@ Status PoolNamespace::Mkdir(const Resolved& at, mode_t mode) {
   NsRecord rec{RecordType::kMkdir, FileType::kDirectory, n, at.dir, 0, 0, at.name, {}};
   TouchDir(at.dir);
   Status st = Commit(rec, [&]() -> Status {
-    const NsDir* d = pool_->index()->Dir(at.dir);
-    if (!d) return Status::Error(ENOENT, "directory removed");
-    if (pool_->index()->Find(*d, at.name)) return Status::Error(EEXIST, "file exists");
+    NsEntry e;
+    if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
+    if (pool_->index()->Find(at.dir, at.name, &e)) return Status::Error(EEXIST, "file exists");
     return Status::OK();
   });
   if (!st.ok()) pool_->inodes()->Free(n);
@@ -322,9 +345,9 @@ Status PoolNamespace::Symlink(const Resolved& at, std::string_view target) {
   NsRecord rec{RecordType::kCreate, FileType::kSymlink, n, at.dir, 0, 0, at.name, {}};
   TouchDir(at.dir);
   Status st = Commit(rec, [&]() -> Status {
-    const NsDir* d = pool_->index()->Dir(at.dir);
-    if (!d) return Status::Error(ENOENT, "directory removed");
-    if (pool_->index()->Find(*d, at.name)) return Status::Error(EEXIST, "file exists");
+    NsEntry e;
+    if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
+    if (pool_->index()->Find(at.dir, at.name, &e)) return Status::Error(EEXIST, "file exists");
     return Status::OK();
   });
   if (!st.ok()) pool_->ReleaseInode(n);
@@ -343,12 +366,10 @@ Status PoolNamespace::Link(const Resolved& from, const Resolved& to) {
   TouchCtime(from.ino);
   return Commit(rec, [&]() -> Status {
     const NsIndex* idx = pool_->index();
-    const NsDir* fd = idx->Dir(from.dir);
-    const NsEntry* e = fd ? idx->Find(*fd, from.name) : nullptr;
-    if (!e || e->ino != from.ino) return Stale();
-    const NsDir* d = idx->Dir(to.dir);
-    if (!d) return Status::Error(ENOENT, "directory removed");
-    if (idx->Find(*d, to.name)) return Status::Error(EEXIST, "file exists");
+    NsEntry e;
+    if (!idx->Find(from.dir, from.name, &e) || e.ino != from.ino) return Stale();
+    if (!idx->IsDir(to.dir)) return Status::Error(ENOENT, "directory removed");
+    if (idx->Find(to.dir, to.name, &e)) return Status::Error(EEXIST, "file exists");
     return Status::OK();
   });
 }
@@ -367,18 +388,22 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
   TouchDir(at.dir);
   UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
     const NsIndex* idx = pool_->index();
-    const NsDir* d = idx->Dir(at.dir);
-    const NsEntry* e = d ? idx->Find(*d, at.name) : nullptr;
-    if (!e || e->ino != at.ino) return Stale();
-    if (dir && !idx->Dir(at.ino)->names.empty()) return Status::Error(ENOTEMPTY, "directory not empty");
+    NsEntry e;
+    if (!idx->Find(at.dir, at.name, &e) || e.ino != at.ino) return Stale();
+    NsDirInfo info;
+    if (dir && idx->Dir(at.ino, &info) && info.entries != 0)
+      return Status::Error(ENOTEMPTY, "directory not empty");
     return Status::OK();
   }));
   if (!dir) TouchCtime(at.ino);
+  MarkIfUnlinked(at.ino, at.type);
   MaybeRelease(at.ino);
   return Status::OK();
 }
 
 Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned flags) {
+  std::optional<EpochPin> pin;
+  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   if (flags & ~unsigned(RENAME_NOREPLACE | RENAME_EXCHANGE))
     return Status::Error(EINVAL, "unknown rename flags");
   const bool exchange = flags & RENAME_EXCHANGE;
@@ -426,27 +451,33 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
   if (to.dir != from.dir) TouchDir(to.dir);
   TouchCtime(from.ino);
   UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
-    const NsDir* a = idx->Dir(from.dir);
-    const NsDir* b = idx->Dir(to.dir);
-    const NsEntry* ea = a ? idx->Find(*a, from.name) : nullptr;
-    const NsEntry* eb = b ? idx->Find(*b, to.name) : nullptr;
-    if (!a || !b || !ea || ea->ino != from.ino || (eb ? eb->ino : 0) != to.ino) return Stale();
+    NsEntry a, b;
+    const bool has_a = idx->Find(from.dir, from.name, &a), has_b = idx->Find(to.dir, to.name, &b);
+    const NsEntry* ea = has_a ? &a : nullptr;
+    const NsEntry* eb = has_b ? &b : nullptr;
+    if (!idx->IsDir(from.dir) || !idx->IsDir(to.dir) || !ea || ea->ino != from.ino ||
+        (eb ? eb->ino : 0) != to.ino)
+      return Stale();
     if (from.type == FileType::kDirectory && idx->IsAncestorOrSelf(from.ino, to.dir))
       return Status::Error(EINVAL, "a directory cannot move below itself");
     if (exchange && to.type == FileType::kDirectory && idx->IsAncestorOrSelf(to.ino, from.dir))
       return Status::Error(EINVAL, "a directory cannot move below itself");
-    if (!exchange && eb && eb->type == FileType::kDirectory && !idx->Dir(eb->ino)->names.empty())
+    NsDirInfo vi;
+    if (!exchange && eb && eb->type == FileType::kDirectory && idx->Dir(eb->ino, &vi) && vi.entries != 0)
       return Status::Error(ENOTEMPTY, "directory not empty");
     return Status::OK();
   }));
   if (!exchange && to.ino != 0) {
     TouchCtime(to.ino);
+    MarkIfUnlinked(to.ino, to.type);
     MaybeRelease(to.ino);
   }
   return Status::OK();
 }
 
 Status PoolNamespace::TakeHold(uint64_t ino, uint32_t* gen) {
+  std::optional<EpochPin> pin;
+  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   Inode* in;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
   in->open_count.fetch_add(1, std::memory_order_seq_cst);
@@ -457,7 +488,7 @@ Status PoolNamespace::TakeHold(uint64_t ino, uint32_t* gen) {
   bool linked;
   {
     std::shared_lock<std::shared_mutex> g(pool_->index_mu());
-    linked = pool_->index()->Nlink(ino) > 0 || ino == pool_->root_ino();
+    linked = LinkedLocked(ino, in);
   }
   if (!st.ok() || IdentKind(id) == FileType::kFree || !linked) {
     in->open_count.fetch_sub(1, std::memory_order_seq_cst);
@@ -465,6 +496,30 @@ Status PoolNamespace::TakeHold(uint64_t ino, uint32_t* gen) {
   }
   *gen = IdentGen(id);
   return Status::OK();
+}
+
+bool PoolNamespace::LinkedLocked(uint64_t ino, const Inode* in) const {
+  const uint64_t id = in->ident.load(std::memory_order_acquire);
+  if (id & kIdentUnlinked) return false;
+  if (ino == pool_->root_ino()) return true;
+  return pool_->index()->Nlink(ino, IdentKind(id)) > 0;
+}
+
+void PoolNamespace::MarkIfUnlinked(uint64_t ino, FileType type) {
+  std::optional<EpochPin> pin;
+  if (!pool_->Pin(&pin).ok()) return;
+  Inode* in;
+  if (!pool_->InodeAt(ino, &in).ok()) return;
+  {
+    std::shared_lock<std::shared_mutex> g(pool_->index_mu());
+    if (pool_->index()->Nlink(ino, type) > 0) return;
+  }
+  // The last name is gone (committed): say so in the inode, for the
+  // processes whose index no longer holds that record after a checkpoint.
+  uint64_t id = in->ident.load(std::memory_order_acquire);
+  while (!(id & kIdentUnlinked) && IdentKind(id) != FileType::kFree &&
+         !pm::Cas64(&in->ident, id, id | kIdentUnlinked)) {
+  }
 }
 
 void PoolNamespace::DropHold(uint64_t ino, uint32_t gen) {
@@ -478,17 +533,15 @@ void PoolNamespace::DropHold(uint64_t ino, uint32_t gen) {
 void PoolNamespace::MaybeRelease(uint64_t ino) {
   Inode* in;
   if (!pool_->InodeAt(ino, &in).ok()) return;
-  if (!pool_->CatchUp().ok()) return;
-  {
-    std::shared_lock<std::shared_mutex> g(pool_->index_mu());
-    if (pool_->index()->Nlink(ino) > 0) return;
-  }
+  // The remover of the last name sets the unlinked bit, then reads the
+  // count; a last closer drops the count, then reads the bit: one of them
+  // sees the other (both sequentially consistent), so no index is needed.
+  uint64_t id = in->ident.load(std::memory_order_seq_cst);
+  if (!(id & kIdentUnlinked) || (id & kIdentReleasing) || IdentKind(id) == FileType::kFree) return;
   if (in->open_count.load(std::memory_order_seq_cst) != 0) return;
-  // Exactly one releaser wins this CAS (an unlinker and a last closer may
+  // Exactly one releaser wins this CAS (a remover and a last closer may
   // both get here).
-  uint64_t id = in->ident.load(std::memory_order_acquire);
-  if (IdentKind(id) == FileType::kFree) return;
-  if (!in->ident.compare_exchange_strong(id, id | kIdentReleasing)) return;
+  if (!pm::Cas64(&in->ident, id, id | kIdentReleasing)) return;
   pool_->ReleaseInode(ino);
 }
 
@@ -510,7 +563,9 @@ Status PoolNamespace::Readlink(uint64_t ino, std::string* target) {
   return Status::OK();
 }
 
-Status PoolNamespace::Stat(uint64_t ino, struct stat* st) {
+Status PoolNamespace::Stat(uint64_t ino, struct stat* st, bool held) {
+  std::optional<EpochPin> pin;
+  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   Inode* in;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
   const uint64_t id = in->ident.load(std::memory_order_acquire);
@@ -527,8 +582,9 @@ Status PoolNamespace::Stat(uint64_t ino, struct stat* st) {
   uint64_t entries = 0;
   {
     std::shared_lock<std::shared_mutex> g(pool_->index_mu());
-    st->st_nlink = nlink_t(pool_->index()->Nlink(ino));
-    if (const NsDir* d = pool_->index()->Dir(ino)) entries = d->names.size();
+    st->st_nlink = nlink_t(LinkedLocked(ino, in) ? pool_->index()->Nlink(ino, kind) : 0);
+    NsDirInfo info;
+    if (pool_->index()->Dir(ino, &info)) entries = info.entries;
   }
   int64_t data_ctime = int64_t(in->ctime_ns.load());
   if (kind == FileType::kDirectory) {
@@ -536,14 +592,14 @@ Status PoolNamespace::Stat(uint64_t ino, struct stat* st) {
   } else if (kind == FileType::kSymlink) {
     st->st_size = off_t(in->target_len);
   } else if (in->log_head.load(std::memory_order_acquire) != 0) {
-    uint32_t gen;
-    UPFS_RETURN_IF_ERROR(TakeHold(ino, &gen));
+    uint32_t gen = 0;
+    if (!held) UPFS_RETURN_IF_ERROR(TakeHold(ino, &gen));
     std::shared_ptr<File> f;
     Status s = pool_->FileOf(ino, &f);
     FileStat fs;
     if (s.ok()) s = f->Stat(&fs);
     f.reset();
-    DropHold(ino, gen);
+    if (!held) DropHold(ino, gen);
     UPFS_RETURN_IF_ERROR(s);
     st->st_size = off_t(fs.size);
     st->st_blocks = blkcnt_t(fs.blocks * (kBlockSize / 512));
@@ -602,7 +658,7 @@ Status PoolNamespace::Chown(uint64_t ino, uid_t uid, gid_t gid) {
   return Status::OK();
 }
 
-Status PoolNamespace::Utimens(uint64_t ino, const struct timespec ts[2]) {
+Status PoolNamespace::Utimens(uint64_t ino, const struct timespec ts[2], bool held) {
   Inode* in;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
   const bool owner = who_->uid == 0 || OwnerUid(in->owner.load()) == who_->uid;
@@ -626,12 +682,12 @@ Status PoolNamespace::Utimens(uint64_t ino, const struct timespec ts[2]) {
   if (!ts || ts[1].tv_nsec != UTIME_OMIT) {
     std::shared_ptr<File> f;
     if (IdentKind(in->ident.load()) == FileType::kRegular && in->log_head.load() != 0) {
-      uint32_t gen;
-      UPFS_RETURN_IF_ERROR(TakeHold(ino, &gen));
+      uint32_t gen = 0;
+      if (!held) UPFS_RETURN_IF_ERROR(TakeHold(ino, &gen));
       Status s = pool_->FileOf(ino, &f);
       if (s.ok()) s = f->SetMtime(int64_t(ts ? value(ts[1]) : now));
       f.reset();
-      DropHold(ino, gen);
+      if (!held) DropHold(ino, gen);
       UPFS_RETURN_IF_ERROR(s);
     } else {
       pm::Store64(&in->times.mtime_ns, ts ? value(ts[1]) : now);
@@ -665,15 +721,19 @@ Status PoolNamespace::MayOpen(uint64_t ino, int acc, bool trunc) {
 }
 
 Status PoolNamespace::List(uint64_t dir, std::vector<Listed>* out) {
+  std::optional<EpochPin> pin;
+  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   UPFS_RETURN_IF_ERROR(pool_->CatchUp());
   std::shared_lock<std::shared_mutex> g(pool_->index_mu());
-  const NsDir* d = pool_->index()->Dir(dir);
-  if (!d) return Status::Error(ENOENT, "directory removed");
+  NsDirInfo d;
+  if (!pool_->index()->Dir(dir, &d)) return Status::Error(ENOENT, "directory removed");
   out->clear();
-  out->reserve(d->names.size() + 2);
+  out->reserve(d.entries + 2);
   out->push_back(Listed{".", dir, FileType::kDirectory});
-  out->push_back(Listed{"..", d->parent, FileType::kDirectory});
-  for (const auto& [name, e] : d->names) out->push_back(Listed{name, e.ino, e.type});
+  out->push_back(Listed{"..", d.parent, FileType::kDirectory});
+  pool_->index()->List(dir, [&](std::string_view name, const NsEntry& e) {
+    out->push_back(Listed{std::string(name), e.ino, e.type});
+  });
   return Status::OK();
 }
 

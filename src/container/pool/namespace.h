@@ -47,8 +47,10 @@ class PoolNamespace {
   // to be resolved by the caller from `mount_dir`.
   Status Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape = nullptr);
 
-  // Creates a regular file (or returns the existing one unless `excl`).
-  Status Create(const Resolved& at, mode_t mode, format::Consistency c, uint64_t* ino, bool* created);
+  // Creates a regular file (EEXIST if the name exists). With held_gen, the
+  // new inode is born held (as TakeHold) and *held_gen is its generation.
+  Status Create(const Resolved& at, mode_t mode, format::Consistency c, uint64_t* ino, bool* created,
+                uint32_t* held_gen = nullptr);
   Status Mkdir(const Resolved& at, mode_t mode);
   Status Symlink(const Resolved& at, std::string_view target);
   Status Link(const Resolved& from, const Resolved& to);
@@ -56,12 +58,14 @@ class PoolNamespace {
   Status Remove(const Resolved& at, bool dir);
   Status Rename(const Resolved& from, const Resolved& to, unsigned flags);
 
-  Status Stat(uint64_t ino, struct stat* st);
+  // `held`: the caller holds the inode (a descriptor's fstat), which may
+  // have no name left.
+  Status Stat(uint64_t ino, struct stat* st, bool held = false);
   Status Readlink(uint64_t ino, std::string* target);
   Status Chmod(uint64_t ino, mode_t mode);
   Status Chown(uint64_t ino, uid_t uid, gid_t gid);
   // ts[0] atime, ts[1] mtime: UTIME_NOW, UTIME_OMIT, or a time; null: now.
-  Status Utimens(uint64_t ino, const struct timespec ts[2]);
+  Status Utimens(uint64_t ino, const struct timespec ts[2], bool held = false);
   // mode: F_OK, or R_OK | W_OK | X_OK against this caller.
   Status Access(uint64_t ino, int mode);
   // Whether the caller may open ino with `acc` (O_RDONLY, ...): EACCES.
@@ -91,6 +95,11 @@ class PoolNamespace {
   Status CheckSticky(uint64_t dir, uint64_t ino) const;
   // After a name went: frees the inode if it has no name and no holder.
   void MaybeRelease(uint64_t ino);
+  // Whether ino has a name (index lock held, shared).
+  bool LinkedLocked(uint64_t ino, const format::pool::Inode* in) const;
+  // After a committed removal: sets the inode's unlinked bit if that was
+  // its last name.
+  void MarkIfUnlinked(uint64_t ino, format::pool::FileType type);
 
   Pool* pool_;
   const Credentials* who_;

@@ -1,5 +1,7 @@
 #include "container/pool/ns_index.h"
 
+#include <utility>
+
 namespace upfs {
 
 using format::pool::FileType;
@@ -9,119 +11,189 @@ namespace {
 Status Misfit(const char* what) { return Status::Corrupt("namespace log", what); }
 }  // namespace
 
-void NsIndex::Reset(uint64_t root) {
+void NsIndex::Rebase(uint64_t root, std::unique_ptr<BaseImage> base) {
   root_ = root;
+  base_ = std::move(base);
   dirs_.clear();
   links_.clear();
-  dirs_[root].parent = root;
+  records_ = 0;
+  if (!base_) {
+    DeltaDir& r = dirs_[root];
+    r.info.parent = root;
+    r.fresh = true;
+  }
 }
 
-uint32_t NsIndex::Nlink(uint64_t ino) const {
-  if (const NsDir* d = Dir(ino)) return 2 + d->subdirs;
+bool NsIndex::Dir(uint64_t ino, NsDirInfo* out) const {
+  auto it = dirs_.find(ino);
+  if (it != dirs_.end()) {
+    if (it->second.removed) return false;
+    if (out) *out = it->second.info;
+    return true;
+  }
+  BaseDir b;
+  if (!base_ || !base_->FindDir(ino, &b)) return false;
+  if (out) *out = NsDirInfo{b.parent, b.subdirs, b.entries};
+  return true;
+}
+
+bool NsIndex::Find(uint64_t dir, std::string_view name, NsEntry* out) const {
+  auto it = dirs_.find(dir);
+  if (it != dirs_.end()) {
+    const DeltaDir& d = it->second;
+    if (d.removed) return false;
+    if (const NsEntry* e = d.names.Find(name)) {
+      if (e->type == FileType::kFree) return false;
+      *out = *e;
+      return true;
+    }
+    if (d.fresh) return false;
+  }
+  BaseDir b;
+  return base_ && base_->FindDir(dir, &b) && base_->FindName(b, name, out);
+}
+
+uint32_t NsIndex::FileLinks(uint64_t ino) const {
   auto it = links_.find(ino);
-  return it == links_.end() ? 0 : it->second;
+  if (it != links_.end()) return it->second;
+  return base_ ? base_->Links(ino) : 0;
+}
+
+uint32_t NsIndex::Nlink(uint64_t ino, FileType type) const {
+  if (type == FileType::kDirectory) {
+    NsDirInfo i;
+    return Dir(ino, &i) ? uint32_t(2 + i.subdirs) : 0;
+  }
+  return FileLinks(ino);
 }
 
 bool NsIndex::IsAncestorOrSelf(uint64_t ino, uint64_t dir) const {
-  for (uint64_t d = dir;;) {
+  for (uint64_t d = dir, steps = 0; steps < (uint64_t{1} << 32); ++steps) {
     if (d == ino) return true;
-    const NsDir* nd = Dir(d);
-    if (!nd || nd->parent == d) return false;
-    d = nd->parent;
+    NsDirInfo i;
+    if (!Dir(d, &i) || i.parent == d) return false;
+    d = i.parent;
   }
+  return false;
 }
 
-Status NsIndex::Insert(NsDir* d, std::string_view name, NsEntry e) {
-  auto [it, fresh] = d->names.try_emplace(std::string(name), e);
-  if (!fresh) return Misfit("record adds a name that exists");
-  if (e.type == FileType::kDirectory) {
-    ++d->subdirs;
+NsIndex::DeltaDir* NsIndex::Touch(uint64_t dir) {
+  auto it = dirs_.find(dir);
+  if (it != dirs_.end()) return it->second.removed ? nullptr : &it->second;
+  BaseDir b;
+  if (!base_ || !base_->FindDir(dir, &b)) return nullptr;
+  DeltaDir& d = dirs_[dir];
+  d.info = NsDirInfo{b.parent, b.subdirs, b.entries};
+  return &d;
+}
+
+Status NsIndex::Insert(uint64_t dir, std::string_view name, NsEntry e) {
+  DeltaDir* d = Touch(dir);
+  if (!d) return Misfit("record names a directory that does not exist");
+  NsEntry old;
+  if (Find(dir, name, &old)) return Misfit("record adds a name that exists");
+  if (NsEntry* t = d->names.Find(name)) {
+    *t = e;  // over a tombstone
   } else {
-    ++links_[e.ino];
+    d->names.Insert(name, e);
   }
+  ++d->info.entries;
+  if (e.type == FileType::kDirectory) ++d->info.subdirs;
   return Status::OK();
 }
 
-void NsIndex::Unref(const NsEntry& e, uint64_t parent) {
-  if (e.type == FileType::kDirectory) {
-    if (NsDir* p = MutableDir(parent)) --p->subdirs;
-    dirs_.erase(e.ino);
-    return;
-  }
-  auto it = links_.find(e.ino);
-  if (it != links_.end() && --it->second == 0) links_.erase(it);
-}
-
-Status NsIndex::Remove(NsDir* d, uint64_t dir_ino, std::string_view name, uint64_t expect_ino) {
-  auto it = d->names.find(name);
-  if (it == d->names.end() || it->second.ino != expect_ino)
+Status NsIndex::Remove(uint64_t dir, std::string_view name, uint64_t expect_ino, NsEntry* removed) {
+  DeltaDir* d = Touch(dir);
+  if (!d) return Misfit("record names a directory that does not exist");
+  if (!Find(dir, name, removed) || removed->ino != expect_ino)
     return Misfit("record removes a name that does not exist");
-  const NsEntry e = it->second;
-  d->names.erase(it);
-  if (e.type == FileType::kDirectory) {
-    const NsDir* victim = Dir(e.ino);
-    if (victim && !victim->names.empty()) return Misfit("record removes a directory that is not empty");
+  const NsEntry tomb{0, FileType::kFree};
+  if (NsEntry* t = d->names.Find(name)) {
+    *t = tomb;
+  } else {
+    d->names.Insert(name, tomb);
   }
-  Unref(e, dir_ino);
+  --d->info.entries;
+  if (removed->type == FileType::kDirectory) --d->info.subdirs;
   return Status::OK();
 }
 
 Status NsIndex::Apply(const NsRecord& r) {
-  NsDir* d1 = MutableDir(r.dir1);
-  if (!d1) return Misfit("record names a directory that does not exist");
+  ++records_;
   switch (r.type) {
     case RecordType::kCreate:
-    case RecordType::kLink:
+    case RecordType::kLink: {
       if (r.ftype == FileType::kDirectory || r.ftype == FileType::kFree)
         return Misfit("record links a directory");
-      if (r.type == RecordType::kLink && Nlink(r.ino) == 0) return Misfit("link to a free inode");
-      return Insert(d1, r.name1, NsEntry{r.ino, r.ftype});
-    case RecordType::kMkdir: {
-      if (dirs_.count(r.ino)) return Misfit("record makes a directory twice");
-      UPFS_RETURN_IF_ERROR(Insert(d1, r.name1, NsEntry{r.ino, FileType::kDirectory}));
-      dirs_[r.ino].parent = r.dir1;
+      const uint32_t links = r.type == RecordType::kLink ? FileLinks(r.ino) : 0;
+      if (r.type == RecordType::kLink && links == 0) return Misfit("link to an inode without a name");
+      UPFS_RETURN_IF_ERROR(Insert(r.dir1, r.name1, NsEntry{r.ino, r.ftype}));
+      SetLinks(r.ino, links + 1);
       return Status::OK();
     }
-    case RecordType::kUnlink:
-      return Remove(d1, r.dir1, r.name1, r.ino);
+    case RecordType::kMkdir: {
+      if (IsDir(r.ino)) return Misfit("record makes a directory twice");
+      UPFS_RETURN_IF_ERROR(Insert(r.dir1, r.name1, NsEntry{r.ino, FileType::kDirectory}));
+      DeltaDir& d = dirs_[r.ino];
+      d = DeltaDir();
+      d.info.parent = r.dir1;
+      d.fresh = true;
+      return Status::OK();
+    }
+    case RecordType::kUnlink: {
+      NsEntry e;
+      UPFS_RETURN_IF_ERROR(Remove(r.dir1, r.name1, r.ino, &e));
+      return Unref(e);
+    }
     case RecordType::kRename: {
-      NsDir* d2 = MutableDir(r.dir2);
-      if (!d2) return Misfit("rename into a directory that does not exist");
-      const NsEntry* src = Find(*d1, r.name1);
-      if (!src || src->ino != r.ino) return Misfit("rename of a name that does not exist");
-      const NsEntry moved = *src;
-      if (r.victim != 0) UPFS_RETURN_IF_ERROR(Remove(d2, r.dir2, r.name2, r.victim));
-      else if (Find(*d2, r.name2)) return Misfit("rename over a name it does not name");
-      d1->names.erase(d1->names.find(r.name1));
-      d2->names.emplace(std::string(r.name2), moved);
-      if (moved.type == FileType::kDirectory && r.dir1 != r.dir2) {
-        --d1->subdirs;
-        ++d2->subdirs;
-        dirs_[moved.ino].parent = r.dir2;
+      NsEntry moved;
+      if (!Find(r.dir1, r.name1, &moved) || moved.ino != r.ino)
+        return Misfit("rename of a name that does not exist");
+      if (!IsDir(r.dir2)) return Misfit("rename into a directory that does not exist");
+      if (r.victim != 0) {
+        NsEntry v;
+        UPFS_RETURN_IF_ERROR(Remove(r.dir2, r.name2, r.victim, &v));
+        UPFS_RETURN_IF_ERROR(Unref(v));
       }
+      NsEntry gone;
+      UPFS_RETURN_IF_ERROR(Remove(r.dir1, r.name1, r.ino, &gone));
+      UPFS_RETURN_IF_ERROR(Insert(r.dir2, r.name2, moved));
+      if (moved.type == FileType::kDirectory && r.dir1 != r.dir2) Touch(moved.ino)->info.parent = r.dir2;
       return Status::OK();
     }
     case RecordType::kExchange: {
-      NsDir* d2 = MutableDir(r.dir2);
-      if (!d2) return Misfit("exchange with a directory that does not exist");
-      auto a = d1->names.find(r.name1);
-      auto b = d2->names.find(r.name2);
-      if (a == d1->names.end() || b == d2->names.end() || a->second.ino != r.ino ||
-          b->second.ino != r.victim)
+      NsEntry a, b;
+      if (!Find(r.dir1, r.name1, &a) || !Find(r.dir2, r.name2, &b) || a.ino != r.ino || b.ino != r.victim)
         return Misfit("exchange of names that do not exist");
-      std::swap(a->second, b->second);
+      NsEntry x;
+      UPFS_RETURN_IF_ERROR(Remove(r.dir1, r.name1, a.ino, &x));
+      UPFS_RETURN_IF_ERROR(Remove(r.dir2, r.name2, b.ino, &x));
+      UPFS_RETURN_IF_ERROR(Insert(r.dir1, r.name1, b));
+      UPFS_RETURN_IF_ERROR(Insert(r.dir2, r.name2, a));
       if (r.dir1 != r.dir2) {
-        for (auto [e, from, to] : {std::tuple{b->second, d1, d2}, std::tuple{a->second, d2, d1}}) {
-          if (e.type != FileType::kDirectory) continue;
-          --from->subdirs;
-          ++to->subdirs;
-          dirs_[e.ino].parent = to == d1 ? r.dir1 : r.dir2;
-        }
+        if (a.type == FileType::kDirectory) Touch(a.ino)->info.parent = r.dir2;
+        if (b.type == FileType::kDirectory) Touch(b.ino)->info.parent = r.dir1;
       }
       return Status::OK();
     }
   }
   return Misfit("unknown record type");
+}
+
+Status NsIndex::Unref(const NsEntry& e) {
+  if (e.type == FileType::kDirectory) {
+    NsDirInfo i;
+    if (!Dir(e.ino, &i)) return Misfit("record removes a directory that does not exist");
+    if (i.entries != 0) return Misfit("record removes a directory that is not empty");
+    DeltaDir& d = dirs_[e.ino];
+    d.removed = true;
+    d.names = NameTable();
+    return Status::OK();
+  }
+  const uint32_t links = FileLinks(e.ino);
+  if (links == 0) return Misfit("record removes a name of an inode without one");
+  SetLinks(e.ino, links - 1);
+  return Status::OK();
 }
 
 }  // namespace upfs

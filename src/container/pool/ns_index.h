@@ -1,81 +1,124 @@
-// NsIndex: one process's DRAM index of a pool's namespace, kept up to date
-// by applying the namespace log's records in order (KucoFS's DRAM index,
-// NVMKVFS's hash-indexed metadata): a hash table per directory keyed by
-// name, so that lookup, create and unlink cost the same in a directory of
-// ten entries and of a hundred thousand.
+// NsIndex: one process's view of a pool's namespace: the newest checkpoint
+// image, read in place (the base), plus the records committed after it,
+// applied in DRAM (the delta), KucoFS's DRAM index over NVMKVFS's
+// hash-indexed metadata. A lookup costs one hash probe in the delta and at
+// most one in the image, whatever the directory's size; attaching reads
+// only the records after the checkpoint. Each checkpoint starts a new,
+// empty delta (Rebase).
 //
-// Link counts are derived, never stored: a file's is the number of names
-// the index holds for it, a directory's 2 plus its subdirectories.
+// Link counts are derived, never stored per inode: a directory's is 2 plus
+// its subdirectories; a non-directory's is the delta's count if a record
+// after the checkpoint touched it, else the image's (1, or its multi-link
+// row). An inode the image does not name and no record touched has no link
+// the index knows of: callers that ask by inode alone combine this with the
+// inode's own unlinked bit (docs/design.md, "Holds").
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
+#include "container/pool/checkpoint.h"
+#include "container/pool/name_table.h"
 #include "container/pool/ns_log.h"
 #include "container/pool/pool_format.h"
 #include "util/status.h"
 
 namespace upfs {
 
-struct NsEntry {
-  uint64_t ino = 0;
-  format::pool::FileType type{};
-};
-
-struct NameHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-
-struct NsDir {
+struct NsDirInfo {
   uint64_t parent = 0;  // the root's parent is itself
-  uint32_t subdirs = 0;
-  std::unordered_map<std::string, NsEntry, NameHash, std::equal_to<>> names;
+  uint64_t subdirs = 0;
+  uint64_t entries = 0;
 };
 
 class NsIndex {
  public:
-  void Reset(uint64_t root);
+  // An empty delta over `base` (null: no checkpoint, an empty root).
+  void Rebase(uint64_t root, std::unique_ptr<BaseImage> base);
+  const BaseImage* base() const { return base_.get(); }
+  uint64_t delta_records() const { return records_; }
 
-  const NsDir* Dir(uint64_t ino) const {
-    auto it = dirs_.find(ino);
-    return it == dirs_.end() ? nullptr : &it->second;
-  }
-  const NsEntry* Find(const NsDir& d, std::string_view name) const {
-    auto it = d.names.find(name);
-    return it == d.names.end() ? nullptr : &it->second;
-  }
-  // Links of a file, or 2 + subdirectories of a directory; 0 if unlinked.
-  uint32_t Nlink(uint64_t ino) const;
-  // Whether `ino` is `dir` or one of its ancestors (a directory may not
-  // move below itself).
+  bool Dir(uint64_t ino, NsDirInfo* out) const;
+  bool IsDir(uint64_t ino) const { return Dir(ino, nullptr); }
+  bool Find(uint64_t dir, std::string_view name, NsEntry* out) const;
+  // Links of ino (of kind `type`); see above for what 0 means.
+  uint32_t Nlink(uint64_t ino, format::pool::FileType type) const;
+  // Whether `ino` is `dir` or one of its ancestors.
   bool IsAncestorOrSelf(uint64_t ino, uint64_t dir) const;
+  // fn(name, entry) for every name of directory `dir`.
+  template <typename Fn>
+  void List(uint64_t dir, Fn fn) const;
+  // fn(ino, info) for every directory.
+  template <typename Fn>
+  void ForEachDir(Fn fn) const;
+  // fn(ino, links) for every non-directory whose count the delta holds.
+  template <typename Fn>
+  void ForEachTouchedFile(Fn fn) const {
+    for (const auto& [ino, links] : links_) fn(ino, links);
+  }
 
   // Applies one committed record. The committer validated it against the
   // same state; a record that does not fit is damage (EUCLEAN).
   Status Apply(const NsRecord& r);
 
-  uint64_t files() const { return links_.size(); }
-  uint64_t directories() const { return dirs_.size(); }
-  template <typename Fn>
-  void ForEachDir(Fn fn) const {
-    for (const auto& [ino, d] : dirs_) fn(ino, d);
-  }
-
  private:
-  Status Insert(NsDir* d, std::string_view name, NsEntry e);
-  Status Remove(NsDir* d, uint64_t dir_ino, std::string_view name, uint64_t expect_ino);
-  NsDir* MutableDir(uint64_t ino) {
-    auto it = dirs_.find(ino);
-    return it == dirs_.end() ? nullptr : &it->second;
-  }
-  void Unref(const NsEntry& e, uint64_t parent);
+  // A directory some record after the checkpoint changed.
+  struct DeltaDir {
+    NsDirInfo info;
+    bool removed = false;
+    bool fresh = false;  // made after the checkpoint: the image has nothing of it
+    NameTable names;     // type kFree: a tombstone (the name is gone)
+  };
+  DeltaDir* Touch(uint64_t dir);
+  Status Insert(uint64_t dir, std::string_view name, NsEntry e);
+  Status Remove(uint64_t dir, std::string_view name, uint64_t expect_ino, NsEntry* removed);
+  uint32_t FileLinks(uint64_t ino) const;
+  // The inode named by a removed entry loses that name.
+  Status Unref(const NsEntry& e);
+  void SetLinks(uint64_t ino, uint32_t links) { links_[ino] = links; }
 
   uint64_t root_ = 0;
-  std::unordered_map<uint64_t, NsDir> dirs_;
-  std::unordered_map<uint64_t, uint32_t> links_;  // non-directories: names per inode
+  std::unique_ptr<BaseImage> base_;
+  std::unordered_map<uint64_t, DeltaDir> dirs_;
+  std::unordered_map<uint64_t, uint32_t> links_;
+  uint64_t records_ = 0;
 };
+
+template <typename Fn>
+void NsIndex::List(uint64_t dir, Fn fn) const {
+  auto d = dirs_.find(dir);
+  const DeltaDir* dd = d == dirs_.end() ? nullptr : &d->second;
+  if (dd && dd->removed) return;
+  if (base_ && !(dd && dd->fresh)) {
+    BaseDir b;
+    if (base_->FindDir(dir, &b)) {
+      base_->ForEachName(b, [&](std::string_view name, const NsEntry& e) {
+        if (!dd || !dd->names.Find(name)) fn(name, e);
+      });
+    }
+  }
+  if (dd) {
+    dd->names.ForEach([&](std::string_view name, const NsEntry& e) {
+      if (e.type != format::pool::FileType::kFree) fn(name, e);
+    });
+  }
+}
+
+template <typename Fn>
+void NsIndex::ForEachDir(Fn fn) const {
+  if (base_) {
+    base_->ForEachDir([&](const BaseDir& b) {
+      if (!dirs_.count(b.ino)) fn(b.ino, NsDirInfo{b.parent, b.subdirs, b.entries});
+    });
+  } else if (!dirs_.count(root_)) {
+    fn(root_, NsDirInfo{root_, 0, 0});
+  }
+  for (const auto& [ino, d] : dirs_)
+    if (!d.removed) fn(ino, d.info);
+}
 
 }  // namespace upfs

@@ -96,6 +96,21 @@ Status NsLog::Init(BlockAccess* ba, uint32_t head, AllocBlock alloc, FreeBlock f
   return Status::OK();
 }
 
+Status NsLog::InitAt(BlockAccess* ba, NsPos pos, AllocBlock alloc, FreeBlock free) {
+  ba_ = ba;
+  alloc_ = std::move(alloc);
+  free_ = std::move(free);
+  return MoveTo(pos);
+}
+
+Status NsLog::MoveTo(NsPos pos) {
+  UPFS_RETURN_IF_ERROR(CheckNsBlock(*ba_, pos.lblock, pos.seq, "namespace log position"));
+  if (pos.slot > kSlotsPerLogBlock) return Status::Corrupt("namespace log", "position out of range");
+  pos_ = pos;
+  durable_ = pos_;
+  return Status::OK();
+}
+
 bool NsLog::AnyNew() const {
   const LogBlock* b = Block(pos_.lblock);
   if (pos_.slot < kSlotsPerLogBlock) return b->slots[pos_.slot].load(std::memory_order_acquire) != 0;

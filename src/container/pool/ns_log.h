@@ -51,6 +51,10 @@ class NsLog {
 
   // Starts reading at the chain's head `head` (the superblock's word).
   Status Init(BlockAccess* ba, uint32_t head, AllocBlock alloc, FreeBlock free);
+  // Starts reading at `pos` (where a checkpoint's image ends).
+  Status InitAt(BlockAccess* ba, NsPos pos, AllocBlock alloc, FreeBlock free);
+  // Moves to `pos` (a reload from a checkpoint).
+  Status MoveTo(NsPos pos);
   const NsPos& pos() const { return pos_; }
 
   // Makes a new, empty log block (for mkfs and for extending the chain).

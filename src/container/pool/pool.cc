@@ -7,8 +7,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <unordered_set>
 #include <vector>
 
+#include "container/pool/checkpoint.h"
+#include "engine/epoch_pin.h"
 #include "medium/pm.h"
 #include "util/crc32c.h"
 
@@ -24,6 +27,8 @@ constexpr off_t kAttachByte = off_t{1} << 50;  // serializes joining and leaving
 constexpr off_t kUsersByte = kAttachByte + 1;  // shared by every attached process
 constexpr off_t kSlotLockBase = kAttachByte + 64;
 constexpr uint64_t kDefaultInitialBytes = 64ull << 20;
+// A detaching process whose delta holds this many records checkpoints.
+constexpr uint64_t kCheckpointAtDetachRecords = 1024;
 
 int OfdLock(int fd, short type, off_t start, bool wait) {
   struct flock fl;
@@ -45,11 +50,19 @@ uint64_t NowNs(clockid_t clock = CLOCK_REALTIME) {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
-Status PreadAll(int fd, void* buf, size_t n, off_t off) {
-  ssize_t r = pread(fd, buf, n, off);
-  if (r < 0) return Status::FromErrno("read pool");
-  if (size_t(r) != n) return Status::Error(EUCLEAN, "superblock: pool file truncated");
-  return Status::OK();
+}  // namespace
+
+Status ReadSuperblock(int fd, const std::string& path, format::pool::Superblock* sb, uint64_t* file_bytes) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return Status::FromErrno("stat " + path);
+  if (!S_ISREG(st.st_mode)) return Status::Error(EMEDIUMTYPE, path + ": not a regular file, not a upfs pool");
+  if (uint64_t(st.st_size) < sizeof(*sb))
+    return Status::Error(EMEDIUMTYPE, path + ": too short for a upfs pool");
+  ssize_t r = pread(fd, sb, sizeof(*sb), 0);
+  if (r < 0) return Status::FromErrno("read " + path);
+  if (size_t(r) != sizeof(*sb)) return Status::Corrupt("superblock", path + ": short read");
+  *file_bytes = uint64_t(st.st_size);
+  return CheckSuperblockImage(*sb, *file_bytes, path);
 }
 
 Status CheckSuperblockImage(const Superblock& sb, uint64_t file_bytes, const std::string& path) {
@@ -71,12 +84,10 @@ Status CheckSuperblockImage(const Superblock& sb, uint64_t file_bytes, const std
   auto in_pool = [&](uint64_t l) { return l >= kDataStart && l < blocks; };
   if (!in_pool(InodeBlockOf(sb.root_ino)) || InodeSlotOf(sb.root_ino) == 0)
     return Status::Corrupt("superblock", path + ": root inode out of range");
-  if (!in_pool(sb.nslog_head.load()) || !in_pool(sb.inode_chain.load()) || sb.checkpoint.load() != 0)
+  if (!in_pool(sb.nslog_head.load()) || !in_pool(sb.inode_chain.load()) || (sb.checkpoint.load() != 0 && !in_pool(sb.checkpoint.load())))
     return Status::Corrupt("superblock", path + ": a root pointer is out of range");
   return Status::OK();
 }
-
-}  // namespace
 
 // Slot liveness through OFD locks on the pool file itself.
 class Pool::SlotLocks final : public SlotLiveness {
@@ -161,29 +172,21 @@ Status Pool::Create(const std::string& path, uint64_t size_hint) {
 }
 
 Pool::Pool(std::string path, std::unique_ptr<Medium> medium, uint64_t dev)
-    : path_(std::move(path)), medium_(std::move(medium)), access_(medium_.get()), dev_(dev) {}
+    : path_(std::move(path)), medium_(std::move(medium)), access_(medium_.get()), dev_(dev) {
+  for (auto& s : ns_slots_) s.store(kMaxSlots, std::memory_order_relaxed);
+}
 
 Status Pool::Attach(const std::string& path, std::unique_ptr<Pool>* out) {
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno("open pool " + path);
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return Status::Error(EMEDIUMTYPE, path + ": not a regular file, not a upfs pool");
-  }
   alignas(64) static thread_local Superblock sb;
-  if (uint64_t(st.st_size) < sizeof(sb)) {
-    close(fd);
-    return Status::Error(EMEDIUMTYPE, path + ": too short for a upfs pool");
-  }
-  if (Status s = PreadAll(fd, &sb, sizeof(sb), 0); !s.ok()) {
+  uint64_t bytes;
+  if (Status s = ReadSuperblock(fd, path, &sb, &bytes); !s.ok()) {
     close(fd);
     return s;
   }
-  if (Status s = CheckSuperblockImage(sb, uint64_t(st.st_size), path); !s.ok()) {
-    close(fd);
-    return s;
-  }
+  struct stat st;
+  fstat(fd, &st);
   std::unique_ptr<Medium> m;
   UPFS_RETURN_IF_ERROR(Medium::Open(fd, path, &m));
   std::unique_ptr<Pool> pool(new Pool(path, std::move(m), uint64_t(st.st_dev)));
@@ -197,10 +200,6 @@ Status Pool::Join() {
   if (OfdLock(fd, F_WRLCK, kAttachByte, true) != 0) return Status::FromErrno("lock pool");
   const bool first = OfdLock(fd, F_WRLCK, kUsersByte, false) == 0;
   Status st = InitVolatile(first);
-  if (st.ok()) {
-    process_slot_ = epochs_->ClaimSlot();
-    if (process_slot_ >= kMaxSlots) st = Status::Error(EAGAIN, path_ + ": no free process slot");
-  }
   if (st.ok() && first) {
     pm::Store64(&mutable_super()->clean, 0);
     pm::PersistWord(&mutable_super()->clean);
@@ -225,15 +224,35 @@ Status Pool::InitVolatile(bool first) {
   epochs_->KeepReleasedSlots();
   source_ = std::make_unique<BlockSource>(medium_.get(), bitmap_.get(), epochs_.get(), kDataStart);
   inodes_.Init(&access_, mutable_super(), words, [this](uint32_t* l) { return AllocBlock(l); });
-  UPFS_RETURN_IF_ERROR(log_.Init(&access_, uint32_t(super()->nslog_head.load()),
-                                 [this](uint32_t* l) { return AllocBlock(l); },
-                                 [this](uint32_t l) { FreeBlock(l); }));
-  index_.Reset(root_ino());
   const bool valid = words->magic == kVolatileMagic && words->pool_id == super()->pool_id;
-  if (first && (!valid || super()->clean.load() != 1)) return Recover();
-  if (!valid) return Status::Corrupt("volatile area", path_ + ": in use but not initialized");
+  const bool recover = first && (!valid || super()->clean.load() != 1);
+  if (!recover && !valid) return Status::Corrupt("volatile area", path_ + ": in use but not initialized");
+  if (recover) UPFS_RETURN_IF_ERROR(Recover());  // resets the slots: claim ours after it
+  process_slot_ = epochs_->ClaimSlot();
+  if (process_slot_ >= kMaxSlots) return Status::Error(EAGAIN, path_ + ": no free process slot");
+  if (recover) return Status::OK();
+  // Pinned: a checkpoint in another process may retire log blocks meanwhile.
+  EpochPin pin(epochs_.get(), process_slot_);
   std::unique_lock<std::shared_mutex> g(index_mu_);
+  UPFS_RETURN_IF_ERROR(LoadNamespace());
   return CatchUpLocked();
+}
+
+Status Pool::LoadNamespace() {
+  auto alloc = [this](uint32_t* l) { return AllocBlock(l); };
+  auto free = [this](uint32_t l) { FreeBlock(l); };
+  const uint64_t ck = super()->checkpoint.load(std::memory_order_acquire);
+  seen_checkpoint_.store(ck, std::memory_order_release);
+  if (ck == 0) {
+    index_.Rebase(root_ino(), nullptr);
+    return log_.Init(&access_, uint32_t(super()->nslog_head.load()), alloc, free);
+  }
+  const CheckpointHeader* h;
+  UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, ck, &h));
+  auto base = std::make_unique<BaseImage>();
+  UPFS_RETURN_IF_ERROR(base->Open(access_, *h, ck));
+  index_.Rebase(root_ino(), std::move(base));
+  return log_.InitAt(&access_, NsPos{h->cont_lblock, h->cont_slot, h->cont_seq}, alloc, free);
 }
 
 Status Pool::AllocBlock(uint32_t* l) {
@@ -247,12 +266,44 @@ void Pool::FreeBlock(uint32_t l) { bitmap_->Clear(l); }
 
 Status Pool::InodeAt(uint64_t ino, Inode** out) const { return inodes_.At(ino, out); }
 
+Status Pool::NamespaceSlot(uint32_t* slot) {
+  const uint32_t t = ThreadIndex();
+  if (t >= kMaxThreads) return Status::Error(EAGAIN, "too many threads using upfs");
+  uint32_t s = ns_slots_[t].load(std::memory_order_acquire);
+  if (s >= kMaxSlots) {
+    s = epochs_->ClaimSlot();
+    if (s >= kMaxSlots) return Status::Error(EAGAIN, path_ + ": no free thread slot");
+    ns_slots_[t].store(s, std::memory_order_release);
+  }
+  *slot = s;
+  return Status::OK();
+}
+
+Status Pool::Pin(std::optional<EpochPin>* pin) {
+  uint32_t slot;
+  UPFS_RETURN_IF_ERROR(NamespaceSlot(&slot));
+  pin->emplace(epochs_.get(), slot);
+  return Status::OK();
+}
+
 Status Pool::CatchUpLocked() {
+  // A new checkpoint: a new base, and an empty delta from where it ends
+  // (the old image is retired; the log from its end on is kept).
+  if (super()->checkpoint.load(std::memory_order_acquire) != seen_checkpoint_.load(std::memory_order_relaxed))
+    UPFS_RETURN_IF_ERROR(LoadNamespace());
   return log_.ReadNew([this](const NsRecord& r) { return index_.Apply(r); });
 }
 
 Status Pool::CatchUp() {
-  if (!log_.AnyNew()) return Status::OK();
+  uint32_t slot;
+  UPFS_RETURN_IF_ERROR(NamespaceSlot(&slot));
+  EpochPin pin(epochs_.get(), slot);
+  {
+    std::shared_lock<std::shared_mutex> g(index_mu_);
+    if (!log_.AnyNew() &&
+        super()->checkpoint.load(std::memory_order_acquire) == seen_checkpoint_.load(std::memory_order_relaxed))
+      return Status::OK();
+  }
   std::unique_lock<std::shared_mutex> g(index_mu_);
   return CatchUpLocked();
 }
@@ -305,7 +356,13 @@ Status Pool::Recover() {
   for (uint32_t b = 0; b < kDataStart; ++b) marker.Mark(b, "pool header");
   {
     std::unique_lock<std::shared_mutex> g(index_mu_);
+    UPFS_RETURN_IF_ERROR(LoadNamespace());
     UPFS_RETURN_IF_ERROR(CatchUpLocked());
+  }
+  if (const uint64_t ck = super()->checkpoint.load(); ck != 0) {
+    const CheckpointHeader* h;
+    UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, ck, &h));
+    ForEachCheckpointBlock(ck, *h, [&](uint32_t l) { marker.Mark(l, "checkpoint"); });
   }
   for (uint64_t l = super()->nslog_head.load(); l != 0;) {
     marker.Mark(l, "namespace log");
@@ -316,10 +373,17 @@ Status Pool::Recover() {
     marker.Mark(l, "inode");
     return marker.status();
   }));
+  std::unordered_set<uint64_t> linked;
+  index_.ForEachDir([&](uint64_t dir, const NsDirInfo&) {
+    linked.insert(dir);
+    index_.List(dir, [&](std::string_view, const NsEntry& e) { linked.insert(e.ino); });
+  });
   UPFS_RETURN_IF_ERROR(inodes_.Rebuild([&](uint64_t ino, Inode* in) -> Status {
-    if (ino != root_ino() && index_.Nlink(ino) == 0) return inodes_.Free(ino);  // an orphan
+    if (!linked.count(ino)) return inodes_.Free(ino);  // an orphan
     UPFS_RETURN_IF_ERROR(MarkFileBlocks(in, &marker));
     pm::Store64(&in->open_count, 0);
+    if (const uint64_t id = in->ident.load(); id & (kIdentUnlinked | kIdentReleasing))
+      pm::Store64(&in->ident, id & ~(kIdentUnlinked | kIdentReleasing));
     if (IdentKind(in->ident.load()) == FileType::kRegular) in->words.Reset();
     return Status::OK();
   }));
@@ -421,11 +485,23 @@ Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out) {
 Pool::~Pool() {
   files_.clear();
   if (!joined_) return;
+  // A long delta costs the next process to attach its replay: leave a
+  // checkpoint instead (at most one interval of records, written once).
+  if (index_.delta_records() >= kCheckpointAtDetachRecords) (void)Checkpoint();
+  {
+    std::lock_guard<std::mutex> g(retired_mu_);
+    source_->DrainLimbo(&retired_, true);
+    source_->ReturnAll(&retired_);
+  }
+  for (auto& s : ns_slots_)
+    if (const uint32_t v = s.load(); v < kMaxSlots) epochs_->ReleaseSlot(v);
   epochs_->ReleaseSlot(process_slot_);
   epochs_->ReleaseKeptSlots();
   const int fd = lock_fd();
   if (OfdLock(fd, F_WRLCK, kAttachByte, true) == 0) {
-    if (OfdLock(fd, F_WRLCK, kUsersByte, false) == 0 && !AnySlotInUse() &&
+    // Not clean if this process leaves holds behind (descriptors still
+    // open at exit) or some process died attached: recovery frees them.
+    if (OfdLock(fd, F_WRLCK, kUsersByte, false) == 0 && users_.load() == 0 && !AnySlotInUse() &&
         medium_->SyncAll().ok()) {
       // The last to leave: the volatile area is consistent (every thread
       // of every process has left it), so the next attach need not rebuild.

@@ -14,10 +14,12 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
@@ -28,12 +30,25 @@
 #include "container/pool/pool_format.h"
 #include "engine/alloc_bitmap.h"
 #include "engine/block_source.h"
+#include "engine/epoch_pin.h"
 #include "engine/file.h"
 #include "engine/reclamation.h"
 #include "medium/medium.h"
 #include "util/status.h"
 
 namespace upfs {
+
+// Reads and checks the superblock of the pool file behind fd: EMEDIUMTYPE
+// for a file that is not a pool, EUCLEAN (naming the superblock) for a
+// damaged or truncated one, EPROTONOSUPPORT for another format version.
+Status ReadSuperblock(int fd, const std::string& path, format::pool::Superblock* sb,
+                      uint64_t* file_bytes);
+Status CheckSuperblockImage(const format::pool::Superblock& sb, uint64_t file_bytes,
+                            const std::string& path);
+
+// The namespace log is checkpointed every this many log blocks (about
+// 14,000 records of creates); the log keeps at most two intervals.
+inline constexpr uint64_t kCheckpointEveryBlocks = 256;
 
 class Pool {
  public:
@@ -69,9 +84,26 @@ class Pool {
   Status InodeAt(uint64_t ino, format::pool::Inode** out) const;
   // Brings the index up to the log's tail (cheap when nothing is new).
   // Takes the index lock exclusively when there is something to apply.
+  // Pins the calling thread while it reads the log.
   Status CatchUp();
-  // The same, for a caller holding the index lock exclusively.
+  // The same, for a caller holding the index lock exclusively and pinned.
   Status CatchUpLocked();
+
+  // Pins this thread in the pool's epochs for as long as *pin lives: the
+  // checkpoint image and the log blocks it reads stay (re-entrant).
+  Status Pin(std::optional<EpochPin>* pin);
+  // This thread's slot in the pool's epoch domain for namespace work
+  // (reading the log, whose blocks a checkpoint retires).
+  Status NamespaceSlot(uint32_t* slot);
+  // Writes a checkpoint if the log has grown by kCheckpointEveryBlocks
+  // since the last one and no other process is writing one (`due` is the
+  // caller's reading of that, taken under the index lock).
+  void MaybeCheckpoint(bool due);
+  // Whether the log has grown enough for a checkpoint (index lock held).
+  bool CheckpointDue() const;
+  // Writes a checkpoint now (for tests and `upfs checkpoint`), unless
+  // another process is writing one (EBUSY).
+  Status Checkpoint();
 
   // One block for namespace structures (log and inode blocks), and back.
   Status AllocBlock(uint32_t* l);
@@ -92,6 +124,13 @@ class Pool {
   Status Recover();
   Status CheckSuperblock() const;
   Status InitVolatile(bool first);
+  // Loads the index from the newest checkpoint (or the empty root) and
+  // moves the log to where it ends (index lock held, pinned).
+  Status LoadNamespace();
+  Status WriteCheckpoint();
+  // Retires the log blocks from the head up to keep_lblock (exclusive)
+  // and makes keep_lblock the head.
+  void RetireOldLog(uint32_t keep_lblock);
   bool AnySlotInUse() const;
   class SlotLocks;
 
@@ -117,6 +156,13 @@ class Pool {
   // leaves it in use, which tells the last process to leave that the
   // volatile area holds leaks only a recovery takes back.
   uint32_t process_slot_ = kMaxSlots;
+  // The checkpoint this process last saw (its header block, 0 = none).
+  std::atomic<uint64_t> seen_checkpoint_{0};
+  std::array<std::atomic<uint32_t>, kMaxThreads> ns_slots_;
+  // Blocks of old checkpoints and of the log before them, retired under
+  // the pool's epochs and freed when no reader can still be in them.
+  std::mutex retired_mu_;
+  ThreadBlocks retired_;
 };
 
 }  // namespace upfs

@@ -61,7 +61,7 @@ struct Superblock {
 
   std::atomic<uint64_t> nslog_head;   // first block of the namespace log
   std::atomic<uint64_t> inode_chain;  // newest inode block (chain through InodeBlockHeader::next)
-  std::atomic<uint64_t> checkpoint;   // reserved for the checkpoint (0 in v1)
+  std::atomic<uint64_t> checkpoint;   // the newest checkpoint's header block, 0 = none
   unsigned char pad1[kCacheLine - 24];
 
   // Cache line 2: 1 when the volatile area was left consistent by the last
@@ -140,7 +140,7 @@ inline constexpr uint64_t InodeNumber(uint32_t lblock, uint32_t slot) {
 inline constexpr uint32_t InodeBlockOf(uint64_t ino) { return uint32_t(ino / kInodesPerBlock); }
 inline constexpr uint32_t InodeSlotOf(uint64_t ino) { return uint32_t(ino % kInodesPerBlock); }
 
-// The identity word: kind:8 | zero:7 | releasing:1 | gen:32 | zero:16.
+// The identity word: kind:8 | zero:6 | unlinked:1 | releasing:1 | gen:32 | zero:16.
 // kind kFree = free (gen kept, bumped by each allocation, so that a stale
 // reference is told apart). The releasing bit is set by the one CAS that
 // decides who frees an inode that lost its last name and holder.
@@ -148,6 +148,8 @@ inline constexpr uint64_t EncodeIdent(FileType kind, uint32_t gen) {
   return uint64_t(kind) | (uint64_t(gen) << 16);
 }
 inline constexpr uint64_t kIdentReleasing = uint64_t{1} << 15;
+// Set once the inode's last name is gone (soft: recovery frees such inodes).
+inline constexpr uint64_t kIdentUnlinked = uint64_t{1} << 14;
 inline FileType IdentKind(uint64_t w) { return FileType(w & 0xff); }
 inline uint32_t IdentGen(uint64_t w) { return uint32_t(w >> 16); }
 
@@ -189,6 +191,58 @@ static_assert(offsetof(Inode, words) == 2 * kCacheLine);
 static_assert(offsetof(Inode, target) == 2 * kCacheLine);
 
 // ---------------------------------------------------------------------------
+// Checkpoint: the whole namespace as of one position of the namespace log,
+// read in place by every process (it is never loaded into DRAM), so that
+// the log before it can be freed and a process attaching reads only the
+// log after it. A header block, then the image in `nruns` runs of blocks.
+// Published by the CAS of Superblock::checkpoint.
+//
+// The image, in 8-byte words (word w lives in image block w / 512; nothing
+// crosses a block boundary: a name that would starts in the next block):
+//   the directory table: `dirs` rows of 8 words, sorted by ino:
+//     ino, parent, subdirectories, entries, table (first word), slots, 0, 0
+//   each directory's table: `slots` (a power of two, at least twice the
+//   entries) slots of 4 words, by linear probing from crc % slots:
+//     ino (0: empty slot), crc:32 | type:8 | name_len:8 | zero:16,
+//     name (first word), 0
+//   where crc is the CRC-32C of the name;
+//   the names, padded with zeros to 8 bytes;
+//   at `multi_words`: `multi` pairs (ino, links), sorted by ino, of the
+//   non-directories with more than one name (the others have one).
+inline constexpr uint64_t kCheckpointMagic = 0x32504b4353465055ull;  // "UPFSCKP2"
+inline constexpr uint32_t kMaxCheckpointRuns = 480;
+inline constexpr uint32_t kDirRowWords = 8;
+inline constexpr uint32_t kNameSlotWords = 4;
+
+struct CheckpointHeader {
+  uint64_t magic;
+  uint64_t number;        // 1, 2, ... (one more than the checkpoint it replaces)
+  // Reading continues at this position of the log (the first record the
+  // image does not hold).
+  uint64_t cont_seq;
+  uint32_t cont_lblock;
+  uint32_t cont_slot;
+  // The log is kept from this block on (the previous checkpoint's
+  // continuation): a process whose position is older reloads the image.
+  uint64_t keep_seq;
+  uint32_t keep_lblock;
+  uint32_t nruns;
+  uint64_t dirs;
+  uint64_t entries;
+  uint64_t image_words;
+  uint32_t image_crc;     // CRC-32C of the image's words
+  uint32_t header_crc;    // CRC-32C of bytes [0, offsetof(header_crc)), then of the runs
+  uint64_t multi;         // rows of the multi-link table
+  uint64_t multi_words;   // where it starts
+  Run runs[kMaxCheckpointRuns];
+  unsigned char pad[kBlockSize - 96 - kMaxCheckpointRuns * sizeof(Run)];
+};
+static_assert(sizeof(CheckpointHeader) == kBlockSize);
+static_assert(offsetof(CheckpointHeader, header_crc) == 76);
+static_assert(offsetof(CheckpointHeader, multi) == 80);
+static_assert(offsetof(CheckpointHeader, runs) == 96);
+
+// ---------------------------------------------------------------------------
 // The volatile area's words: logical block kWordsBlock. Soft: valid while
 // Superblock::clean says so or processes are attached; rebuilt otherwise.
 inline constexpr uint64_t kVolatileMagic = 0x31544c4f56534655ull;  // "UFSVOLT1"
@@ -202,6 +256,8 @@ struct PoolWords {
   // Free inodes: a stack through each free inode's log_head word, head =
   // tag:28 | ino:36 (tag against ABA).
   alignas(kCacheLine) std::atomic<uint64_t> free_inodes;
+  // The process slot + 1 of the process writing a checkpoint, 0 = none.
+  alignas(kCacheLine) std::atomic<uint64_t> checkpoint_owner;
 };
 static_assert(sizeof(PoolWords) <= kBlockSize);
 

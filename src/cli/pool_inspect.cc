@@ -1,0 +1,86 @@
+// upfs info POOL and upfs fsck POOL: the pool forms of info and fsck,
+// chosen when the file carries the pool magic.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cli/cli.h"
+#include "container/pool/pool_check.h"
+#include "container/pool/pool_format.h"
+
+namespace upfs::cli {
+
+bool IsPoolFile(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  unsigned char magic[sizeof(format::pool::kPoolMagic)];
+  const bool pool = pread(fd, magic, sizeof(magic), 0) == ssize_t(sizeof(magic)) &&
+                    std::memcmp(magic, format::pool::kPoolMagic, sizeof(magic)) == 0;
+  close(fd);
+  return pool;
+}
+
+namespace {
+
+std::string Plural(uint64_t n, const char* one, const char* many) {
+  return WithCommas(n) + " " + (n == 1 ? one : many);
+}
+
+}  // namespace
+
+int RunPoolInfo(const std::string& path) {
+  PoolReport r;
+  Status st = CheckPool(path, &r);
+  if (!st.ok()) {
+    if (st.err() == EUCLEAN)
+      return Fail("info", path + ": damaged: " + st.message() + " (run 'upfs fsck " + path +
+                              "' for every problem)");
+    return Fail("info", path + ": " + st.ToString());
+  }
+  Row("pool:", path);
+  Row("namespace:", Plural(r.directories, "directory", "directories") + ", " +
+                        Plural(r.files, "file", "files") + ", " +
+                        Plural(r.symlinks, "symbolic link", "symbolic links") + ", " +
+                        Plural(r.extra_links, "extra hard link", "extra hard links"));
+  Row("inodes:", WithCommas(r.inodes_in_use) + " in use in " + Plural(r.inode_blocks, "block", "blocks") +
+                     (r.orphans ? ", " + WithCommas(r.orphans) + " orphaned (freed at the next recovery)" : ""));
+  Row("namespace log:", Plural(r.log_blocks, "block", "blocks") + ", " +
+                            Plural(r.log_records, "record", "records") + "; " +
+                            (r.checkpoint_number ? "checkpoint " + std::to_string(r.checkpoint_number) +
+                                                       " (" + Plural(r.checkpoint_entries, "entry", "entries") + ")"
+                                                 : std::string("no checkpoint yet")));
+  Row("space:", WithCommas(r.capacity_blocks) + " blocks of 4 KiB (pool file " + HumanBytes(r.pool_bytes) + ")");
+  Row("  used:", Blocks(r.referenced_blocks) + " (files " + Blocks(r.file_blocks) + ")");
+  Row("  free:", Blocks(r.capacity_blocks - std::min(r.capacity_blocks, r.referenced_blocks)));
+  Row("medium:", r.medium + ": " + r.durability);
+  Row("processes:", r.attached_processes ? "attached" : "none attached");
+  Row("volatile area:", r.clean ? "clean" : "to be rebuilt by the next attach");
+  if (r.leaked_blocks >= 0) Row("leaked blocks:", WithCommas(uint64_t(r.leaked_blocks)));
+  for (const std::string& p : r.problems) std::printf("problem: %s\n", p.c_str());
+  return r.problems.empty() ? 0 : 1;
+}
+
+int RunPoolFsck(const std::string& path) {
+  PoolReport r;
+  Status st = CheckPool(path, &r);
+  if (!st.ok() && st.err() != EUCLEAN) {
+    std::printf("%s: %s\n", path.c_str(), st.message().c_str());
+    return 1;
+  }
+  if (!st.ok()) r.problems.push_back(st.message());
+  for (const std::string& p : r.problems) std::printf("problem: %s\n", p.c_str());
+  std::printf("%s: %s directories, %s files, %s symbolic links, %s orphaned inodes, %s log records\n",
+              path.c_str(), WithCommas(r.directories).c_str(), WithCommas(r.files).c_str(),
+              WithCommas(r.symlinks).c_str(), WithCommas(r.orphans).c_str(),
+              WithCommas(r.log_records).c_str());
+  if (r.leaked_blocks > 0)
+    std::printf("%s: %s leaked blocks (reclaimed at the next recovery)\n", path.c_str(),
+                WithCommas(uint64_t(r.leaked_blocks)).c_str());
+  std::printf("%s: %s\n", path.c_str(), r.problems.empty() ? "clean" : "DAMAGED");
+  return r.problems.empty() ? 0 : 1;
+}
+
+}  // namespace upfs::cli

@@ -1,0 +1,210 @@
+#include "container/pool/checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "util/crc32c.h"
+
+namespace upfs {
+
+using namespace format;
+using namespace format::pool;
+
+namespace {
+
+constexpr uint64_t kWordsPerBlock = kBlockSize / 8;
+
+Status Bad(const std::string& what) { return Status::Corrupt("checkpoint", what); }
+
+uint32_t NameCrc(std::string_view name) { return Crc32c(name.data(), name.size()); }
+
+}  // namespace
+
+uint32_t CheckpointHeaderCrc(const CheckpointHeader& h) {
+  uint32_t c = Crc32c(&h, offsetof(CheckpointHeader, header_crc));
+  c = Crc32c(&h.multi, 16, c);
+  return Crc32c(h.runs, std::min(h.nruns, kMaxCheckpointRuns) * sizeof(Run), c);
+}
+
+// ---------------------------------------------------------------------------
+// Writing.
+
+uint64_t ImageWriter::PlaceName(std::string_view name) {
+  // Word positions count from the end of the directory table, which is
+  // only known at Finish: tables_ starts block-aligned there (Finish pads
+  // the table to a whole block), so block boundaries are the same.
+  const uint64_t words = (name.size() + 7) / 8;
+  const uint64_t in_block = tables_.size() % kWordsPerBlock;
+  if (in_block + words > kWordsPerBlock) tables_.resize(tables_.size() + (kWordsPerBlock - in_block), 0);
+  const uint64_t at = tables_.size();
+  tables_.resize(at + words, 0);
+  std::memcpy(tables_.data() + at, name.data(), name.size());
+  return at;
+}
+
+void ImageWriter::AddDir(uint64_t ino, uint64_t parent, uint64_t subdirs,
+                         const std::vector<std::pair<std::string_view, NsEntry>>& names) {
+  uint64_t slots = 2;
+  while (slots < names.size() * 2) slots *= 2;
+  // The table, 4-word aligned (so no slot crosses a block).
+  while (tables_.size() % kNameSlotWords) tables_.push_back(0);
+  const uint64_t table = tables_.size();
+  tables_.resize(table + slots * kNameSlotWords, 0);
+  for (const auto& [name, e] : names) {
+    const uint32_t crc = NameCrc(name);
+    uint64_t s = crc & (slots - 1);
+    while (tables_[table + s * kNameSlotWords] != 0) s = (s + 1) & (slots - 1);
+    const uint64_t name_at = PlaceName(name);  // may grow tables_: index, not pointer
+    uint64_t* slot = &tables_[table + s * kNameSlotWords];
+    slot[0] = e.ino;
+    slot[1] = uint64_t(crc) | (uint64_t(e.type) << 32) | (uint64_t(name.size()) << 40);
+    slot[2] = name_at;
+  }
+  rows_.push_back(Row{ino, parent, subdirs, names.size(), table, slots});
+  entries_ += names.size();
+}
+
+std::vector<uint64_t> ImageWriter::Finish(CheckpointHeader* h) {
+  std::sort(multi_.begin(), multi_.end());
+  const uint64_t table_words = (rows_.size() * kDirRowWords + kWordsPerBlock - 1) / kWordsPerBlock * kWordsPerBlock;
+  std::vector<uint64_t> img(table_words, 0);
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const Row& r = rows_[i];
+    uint64_t* row = &img[i * kDirRowWords];
+    row[0] = r.ino;
+    row[1] = r.parent;
+    row[2] = r.subdirs;
+    row[3] = r.entries;
+    row[4] = table_words + r.table;
+    row[5] = r.slots;
+  }
+  // Name offsets were relative to the tables' start.
+  for (const Row& r : rows_)
+    for (uint64_t s = 0; s < r.slots; ++s)
+      if (tables_[r.table + s * kNameSlotWords] != 0) tables_[r.table + s * kNameSlotWords + 2] += table_words;
+  img.insert(img.end(), tables_.begin(), tables_.end());
+  h->multi_words = img.size();
+  for (const auto& [ino, links] : multi_) {
+    img.push_back(ino);
+    img.push_back(links);
+  }
+  h->dirs = rows_.size();
+  h->entries = entries_;
+  h->multi = multi_.size();
+  h->image_words = img.size();
+  h->image_crc = Crc32c(img.data(), img.size() * 8);
+  return img;
+}
+
+// ---------------------------------------------------------------------------
+// Reading in place.
+
+Status ReadCheckpointHeader(const BlockAccess& ba, uint64_t l, const CheckpointHeader** out) {
+  UPFS_RETURN_IF_ERROR(ba.CheckRange(l, 1, "checkpoint header"));
+  char* p;
+  UPFS_RETURN_IF_ERROR(ba.Addr(l, &p));
+  const auto* h = reinterpret_cast<const CheckpointHeader*>(p);
+  if (h->magic != kCheckpointMagic) return Bad("header magic missing");
+  if (h->nruns > kMaxCheckpointRuns) return Bad("too many runs");
+  if (h->header_crc != CheckpointHeaderCrc(*h)) return Bad("header checksum mismatch");
+  uint64_t blocks = 0;
+  for (uint32_t r = 0; r < h->nruns; ++r) {
+    if (h->runs[r].lblock < kDataStart) return Bad("image run inside the pool header");
+    UPFS_RETURN_IF_ERROR(ba.CheckRange(h->runs[r].lblock, h->runs[r].count, "checkpoint image"));
+    blocks += h->runs[r].count;
+  }
+  if (h->image_words > blocks * kWordsPerBlock) return Bad("image larger than its blocks");
+  if (h->dirs == 0 || h->dirs * kDirRowWords > h->image_words) return Bad("directory table out of range");
+  if (h->multi_words + 2 * h->multi > h->image_words) return Bad("multi-link table out of range");
+  if (h->cont_slot > kSlotsPerLogBlock || h->keep_seq > h->cont_seq) return Bad("log position out of range");
+  UPFS_RETURN_IF_ERROR(ba.CheckRange(h->cont_lblock, 1, "checkpoint log position"));
+  UPFS_RETURN_IF_ERROR(ba.CheckRange(h->keep_lblock, 1, "checkpoint log position"));
+  *out = h;
+  return Status::OK();
+}
+
+Status BaseImage::Open(const BlockAccess& ba, const CheckpointHeader& h, uint64_t header_block) {
+  h_ = &h;
+  header_block_ = header_block;
+  blocks_.clear();
+  uint32_t crc = 0;
+  uint64_t left = h.image_words;
+  for (uint32_t r = 0; r < h.nruns && left > 0; ++r) {
+    for (uint32_t i = 0; i < h.runs[r].count && left > 0; ++i) {
+      char* p;
+      UPFS_RETURN_IF_ERROR(ba.Addr(h.runs[r].lblock + i, &p));
+      blocks_.push_back(reinterpret_cast<const uint64_t*>(p));
+      const uint64_t n = std::min(left, kWordsPerBlock);
+      crc = Crc32c(p, n * 8, crc);
+      left -= n;
+    }
+  }
+  if (left != 0) return Bad("image shorter than its header says");
+  if (crc != h.image_crc) return Bad("image checksum mismatch");
+  BaseDir prev;
+  for (uint64_t i = 0; i < h.dirs; ++i) {
+    BaseDir d;
+    if (!RowAt(i, &d) || (i > 0 && d.ino <= prev.ino)) return Bad("directory table damaged");
+    prev = d;
+  }
+  return Status::OK();
+}
+
+bool BaseImage::RowAt(uint64_t i, BaseDir* out) const {
+  const uint64_t at = i * kDirRowWords;
+  *out = BaseDir{Word(at), Word(at + 1), Word(at + 2), Word(at + 3), Word(at + 4), Word(at + 5)};
+  // A table must lie inside the image, its slot count a power of two.
+  return out->ino != 0 && out->slots != 0 && (out->slots & (out->slots - 1)) == 0 &&
+         out->slots <= h_->image_words && out->table % kNameSlotWords == 0 &&
+         out->table + out->slots * kNameSlotWords <= h_->image_words && out->entries <= out->slots;
+}
+
+bool BaseImage::FindDir(uint64_t ino, BaseDir* out) const {
+  uint64_t lo = 0, hi = h_->dirs;
+  while (lo < hi) {
+    const uint64_t mid = (lo + hi) / 2;
+    const uint64_t v = Word(mid * kDirRowWords);
+    if (v == ino) return RowAt(mid, out);
+    if (v < ino) lo = mid + 1;
+    else hi = mid;
+  }
+  return false;
+}
+
+bool BaseImage::DecodeSlot(uint64_t at, std::string_view* name, NsEntry* e) const {
+  const uint64_t meta = Word(at + 1), name_at = Word(at + 2);
+  const uint64_t type = (meta >> 32) & 0xff, len = (meta >> 40) & 0xff;
+  if (len == 0 || type == 0 || type > uint64_t(FileType::kSymlink) ||
+      name_at + (len + 7) / 8 > h_->image_words ||
+      name_at / kWordsPerBlock != (name_at + (len + 7) / 8 - 1) / kWordsPerBlock)
+    return false;
+  *name = std::string_view(reinterpret_cast<const char*>(&blocks_[name_at / kWordsPerBlock][name_at % kWordsPerBlock]), len);
+  *e = NsEntry{Word(at), FileType(type)};
+  return true;
+}
+
+bool BaseImage::FindName(const BaseDir& d, std::string_view name, NsEntry* out) const {
+  const uint32_t crc = NameCrc(name);
+  for (uint64_t i = 0, s = crc & (d.slots - 1); i < d.slots; ++i, s = (s + 1) & (d.slots - 1)) {
+    const uint64_t at = d.table + s * kNameSlotWords;
+    if (Word(at) == 0) return false;
+    if (uint32_t(Word(at + 1)) != crc) continue;
+    std::string_view n;
+    if (DecodeSlot(at, &n, out) && n == name) return true;
+  }
+  return false;
+}
+
+uint32_t BaseImage::Links(uint64_t ino) const {
+  uint64_t lo = 0, hi = h_->multi;
+  while (lo < hi) {
+    const uint64_t mid = (lo + hi) / 2;
+    const uint64_t v = Word(h_->multi_words + 2 * mid);
+    if (v == ino) return uint32_t(Word(h_->multi_words + 2 * mid + 1));
+    if (v < ino) lo = mid + 1;
+    else hi = mid;
+  }
+  return 1;
+}
+
+}  // namespace upfs

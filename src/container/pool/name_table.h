@@ -1,0 +1,218 @@
+// NameTable: one directory's names in DRAM, an open-addressing hash table
+// (linear probing, deletion by backward shift) whose names live in one
+// arena. Loading a checkpoint of 100,000 names costs no allocation per name,
+// and a lookup touches one slot array and the arena.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "container/pool/pool_format.h"
+#include "util/assert.h"
+
+namespace upfs {
+
+struct NsEntry {
+  uint64_t ino = 0;
+  format::pool::FileType type{};
+};
+
+class NameTable {
+ public:
+  NsEntry* Find(std::string_view name) {
+    if (count_ == 0) return nullptr;
+    const uint64_t h = Hash(name);
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (!s.used) return nullptr;
+      if (s.hash == h && NameOf(s) == name) return &s.e;
+    }
+  }
+  const NsEntry* Find(std::string_view name) const { return const_cast<NameTable*>(this)->Find(name); }
+
+  // False if the name is there already.
+  bool Insert(std::string_view name, NsEntry e) {
+    if ((count_ + 1) * 4 > slots_.size() * 3) Rehash(slots_.empty() ? 8 : slots_.size() * 2);
+    const uint64_t h = Hash(name);
+    size_t i = h & mask_;
+    for (;; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (!s.used) break;
+      if (s.hash == h && NameOf(s) == name) return false;
+    }
+    Slot& s = slots_[i];
+    s.hash = h;
+    s.e = e;
+    s.off = uint32_t(arena_.size());
+    s.len = uint16_t(name.size());
+    s.used = 1;
+    arena_.append(name);
+    ++count_;
+    return true;
+  }
+
+  // False if the name is not there.
+  bool Erase(std::string_view name) {
+    if (count_ == 0) return false;
+    const uint64_t h = Hash(name);
+    size_t i = h & mask_;
+    for (;; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (!s.used) return false;
+      if (s.hash == h && NameOf(s) == name) break;
+    }
+    garbage_ += slots_[i].len;
+    // Backward shift: move later members of the probe run into the hole.
+    for (size_t j = (i + 1) & mask_;; j = (j + 1) & mask_) {
+      Slot& s = slots_[j];
+      if (!s.used) break;
+      const size_t home = s.hash & mask_;
+      // s may move to i if i lies cyclically in [home, j).
+      if (((j - home) & mask_) >= ((j - i) & mask_)) {
+        slots_[i] = s;
+        i = j;
+      }
+    }
+    slots_[i].used = 0;
+    --count_;
+    if (garbage_ > 4096 && garbage_ > arena_.size() / 2) Rehash(slots_.size());
+    return true;
+  }
+
+  size_t size() const { return count_; }
+  bool empty() const { return count_ == 0; }
+  void Reserve(size_t n) {
+    size_t cap = 8;
+    while (cap * 3 < n * 4) cap *= 2;
+    if (cap > slots_.size()) Rehash(cap);
+  }
+  template <typename Fn>
+  void ForEach(Fn fn) const {
+    for (const Slot& s : slots_)
+      if (s.used) fn(NameOf(s), s.e);
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash;
+    NsEntry e;
+    uint32_t off;
+    uint16_t len;
+    uint16_t used;
+  };
+  static uint64_t Hash(std::string_view s) { return std::hash<std::string_view>{}(s); }
+  std::string_view NameOf(const Slot& s) const { return std::string_view(arena_.data() + s.off, s.len); }
+
+  // Rebuilds with `cap` slots and a compacted arena.
+  void Rehash(size_t cap) {
+    std::vector<Slot> old;
+    old.swap(slots_);
+    std::string old_arena;
+    old_arena.swap(arena_);
+    slots_.assign(cap, Slot{});
+    mask_ = cap - 1;
+    arena_.reserve(old_arena.size() - garbage_ + 64);
+    garbage_ = 0;
+    for (const Slot& s : old) {
+      if (!s.used) continue;
+      size_t i = s.hash & mask_;
+      while (slots_[i].used) i = (i + 1) & mask_;
+      slots_[i] = s;
+      slots_[i].off = uint32_t(arena_.size());
+      arena_.append(old_arena.data() + s.off, s.len);
+    }
+  }
+
+  std::vector<Slot> slots_;
+  std::string arena_;
+  size_t mask_ = 0;
+  size_t count_ = 0;
+  size_t garbage_ = 0;  // arena bytes of erased names
+};
+
+// LinkCounts: names per inode of the non-directories, the same kind of table
+// keyed by inode number (0 never is one).
+class LinkCounts {
+ public:
+  uint32_t Get(uint64_t ino) const {
+    if (count_ == 0) return 0;
+    for (size_t i = Mix(ino) & mask_;; i = (i + 1) & mask_) {
+      if (slots_[i].ino == ino) return slots_[i].links;
+      if (slots_[i].ino == 0) return 0;
+    }
+  }
+  void Add(uint64_t ino) {
+    UPFS_ASSERT(ino != 0);
+    if ((count_ + 1) * 4 > slots_.size() * 3) Rehash(slots_.empty() ? 16 : slots_.size() * 2);
+    size_t i = Mix(ino) & mask_;
+    while (slots_[i].ino != 0 && slots_[i].ino != ino) i = (i + 1) & mask_;
+    if (slots_[i].ino == 0) {
+      slots_[i] = Slot{ino, 0};
+      ++count_;
+    }
+    ++slots_[i].links;
+  }
+  // One name fewer; the inode leaves the table at zero.
+  void Drop(uint64_t ino) {
+    if (count_ == 0) return;
+    size_t i = Mix(ino) & mask_;
+    for (;; i = (i + 1) & mask_) {
+      if (slots_[i].ino == 0) return;
+      if (slots_[i].ino == ino) break;
+    }
+    if (--slots_[i].links != 0) return;
+    for (size_t j = (i + 1) & mask_;; j = (j + 1) & mask_) {
+      if (slots_[j].ino == 0) break;
+      const size_t home = Mix(slots_[j].ino) & mask_;
+      if (((j - home) & mask_) >= ((j - i) & mask_)) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i] = Slot{};
+    --count_;
+  }
+  size_t size() const { return count_; }
+  void Reserve(size_t n) {
+    size_t cap = 16;
+    while (cap * 3 < n * 4) cap *= 2;
+    if (cap > slots_.size()) Rehash(cap);
+  }
+  void Clear() {
+    slots_.clear();
+    mask_ = 0;
+    count_ = 0;
+  }
+
+ private:
+  struct Slot {
+    uint64_t ino = 0;
+    uint32_t links = 0;
+  };
+  static uint64_t Mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    return x ^ (x >> 33);
+  }
+  void Rehash(size_t cap) {
+    std::vector<Slot> old;
+    old.swap(slots_);
+    slots_.assign(cap, Slot{});
+    mask_ = cap - 1;
+    for (const Slot& s : old) {
+      if (s.ino == 0) continue;
+      size_t i = Mix(s.ino) & mask_;
+      while (slots_[i].ino != 0) i = (i + 1) & mask_;
+      slots_[i] = s;
+    }
+  }
+
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  size_t count_ = 0;
+};
+
+}  // namespace upfs

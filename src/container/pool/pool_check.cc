@@ -1,0 +1,254 @@
+#include "container/pool/pool_check.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "container/pool/checkpoint.h"
+#include "container/pool/inode_alloc.h"
+#include "container/pool/ns_index.h"
+#include "container/pool/ns_log.h"
+#include "container/pool/pool.h"
+#include "engine/alloc_bitmap.h"
+#include "engine/log.h"
+#include "medium/medium.h"
+
+namespace upfs {
+
+using namespace format;
+using namespace format::pool;
+
+namespace {
+
+constexpr off_t kUsersByte = (off_t{1} << 50) + 1;  // as pool.cc
+
+bool UsersByteHeld(int fd) {
+  struct flock fl;
+  std::memset(&fl, 0, sizeof(fl));
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = kUsersByte;
+  fl.l_len = 1;
+  return fcntl(fd, F_OFD_GETLK, &fl) != 0 || fl.l_type != F_UNLCK;
+}
+
+// The walk over one read-only mapping.
+class Checker {
+ public:
+  Checker(Medium* m, const Superblock* sb, PoolReport* r)
+      : m_(m), ba_(m), sb_(sb), r_(r),
+        words_(std::make_unique<BitmapWords>()),
+        bits_(new std::atomic<uint64_t>[Capacity(m) / 64 + 1]()),
+        bitmap_(words_.get(), bits_.get()), marker_(&bitmap_) {}
+  static uint64_t Capacity(const Medium* m) {
+    return std::min<uint64_t>(m->capacity() / kBlockSize, kMaxPoolBlocks);
+  }
+
+  Status Run();
+
+ private:
+  void Problem(std::string p) { r_->problems.push_back(std::move(p)); }
+  Status ReadNamespace();
+  Status WalkInodes();
+  Status CheckInode(uint64_t ino, Inode* in);
+  Status MarkFile(uint64_t ino, Inode* in);
+  void CompareBitmap();
+
+  Medium* m_;
+  BlockAccess ba_;
+  const Superblock* sb_;
+  PoolReport* r_;
+  std::unique_ptr<BitmapWords> words_;
+  std::unique_ptr<std::atomic<uint64_t>[]> bits_;
+  AllocationBitmap bitmap_;
+  BlockMarker marker_;
+  NsIndex index_;
+  std::unordered_map<uint64_t, uint32_t> names_;  // names per inode (directories: 0)
+  InodeAllocator inodes_;
+};
+
+Status Checker::ReadNamespace() {
+  NsLog log;
+  auto no_alloc = [](uint32_t*) { return Status::Error(EROFS, "read-only check"); };
+  if (const uint64_t ck = sb_->checkpoint.load(); ck != 0) {
+    const CheckpointHeader* h;
+    UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(ba_, ck, &h));
+    auto base = std::make_unique<BaseImage>();
+    UPFS_RETURN_IF_ERROR(base->Open(ba_, *h, ck));
+    index_.Rebase(sb_->root_ino, std::move(base));
+    UPFS_RETURN_IF_ERROR(log.InitAt(&ba_, NsPos{h->cont_lblock, h->cont_slot, h->cont_seq}, no_alloc,
+                                    [](uint32_t) {}));
+    ForEachCheckpointBlock(ck, *h, [&](uint32_t l) { marker_.Mark(l, "checkpoint"); });
+    r_->checkpoint_number = h->number;
+    r_->checkpoint_entries = h->entries;
+  } else {
+    UPFS_RETURN_IF_ERROR(log.Init(&ba_, uint32_t(sb_->nslog_head.load()), no_alloc, [](uint32_t) {}));
+    index_.Rebase(sb_->root_ino, nullptr);
+  }
+  UPFS_RETURN_IF_ERROR(log.ReadNew([&](const NsRecord& rec) { return index_.Apply(rec); }));
+  // Names per inode, counted from the whole view: the link counts the
+  // index derives must agree with them.
+  index_.ForEachDir([&](uint64_t dir, const NsDirInfo&) {
+    names_[dir] += 0;
+    index_.List(dir, [&](std::string_view, const NsEntry& e) { ++names_[e.ino]; });
+  });
+  UPFS_RETURN_IF_ERROR(log.Measure(uint32_t(sb_->nslog_head.load()), &r_->log_blocks, &r_->log_records));
+  for (uint64_t l = sb_->nslog_head.load(); l != 0;) {
+    marker_.Mark(l, "namespace log");
+    l = NextBlock(reinterpret_cast<const LogBlock*>(ba_.AddrUnchecked(l))->next.load());
+  }
+  return Status::OK();
+}
+
+Status Checker::MarkFile(uint64_t ino, Inode* in) {
+  if (const uint64_t t = in->target_block.load(); t != 0) {
+    if (t < kDataStart || (t + 1) * kBlockSize > m_->capacity()) {
+      Problem("inode " + std::to_string(ino) + ": symbolic link target block out of range");
+      return Status::OK();
+    }
+    marker_.Mark(t, "symbolic link target");
+    ++r_->file_blocks;
+  }
+  const uint64_t head = in->log_head.load();
+  if (head == 0) return Status::OK();
+  if (head < kDataStart || head >= kMaxPoolBlocks) {
+    Problem("inode " + std::to_string(ino) + ": log head out of range");
+    return Status::OK();
+  }
+  BlockTable table;
+  ReplayResult res;
+  if (Status st = ReplayChain(ba_, uint32_t(head), &table, &res, true); !st.ok()) {
+    Problem("file " + std::to_string(ino) + ": " + st.message());
+    return Status::OK();
+  }
+  for (uint32_t l : res.log_blocks) marker_.Mark(l, "log");
+  for (const format::Run& run : res.overflow)
+    for (uint32_t i = 0; i < run.count; ++i) marker_.Mark(run.lblock + i, "overflow");
+  uint64_t data = 0;
+  table.ForEachMapped([&](uint64_t, uint32_t l) {
+    marker_.Mark(l, "data");
+    ++data;
+  });
+  r_->file_blocks += res.log_blocks.size() + data;
+  return Status::OK();
+}
+
+Status Checker::CheckInode(uint64_t ino, Inode* in) {
+  const uint64_t id = in->ident.load();
+  const FileType kind = IdentKind(id);
+  if (kind == FileType::kFree) return Status::OK();
+  ++r_->inodes_in_use;
+  if (kind > FileType::kSymlink || (id & 0x3f00) != 0 || (id >> 48) != 0) {
+    Problem("inode " + std::to_string(ino) + ": unknown kind");
+    return Status::OK();
+  }
+  auto it = names_.find(ino);
+  const uint32_t links = it == names_.end() ? 0 : it->second;
+  if (links == 0 && ino != sb_->root_ino) {
+    ++r_->orphans;  // unlinked while open, or a creation cut short: recovery frees it
+    return MarkFile(ino, in);
+  }
+  if ((kind == FileType::kDirectory) != index_.IsDir(ino))
+    Problem("inode " + std::to_string(ino) + ": kind does not match the namespace");
+  if (kind != FileType::kDirectory && index_.Nlink(ino, kind) != links)
+    Problem("inode " + std::to_string(ino) + ": the index counts " +
+            std::to_string(index_.Nlink(ino, kind)) + " links, the directories hold " + std::to_string(links));
+  if (in->mode.load() & ~uint64_t(07777)) Problem("inode " + std::to_string(ino) + ": mode out of range");
+  if (kind == FileType::kRegular) {
+    ++r_->files;
+    r_->extra_links += links - 1;
+    if (in->consistency != uint32_t(Consistency::kStrict) && in->consistency != uint32_t(Consistency::kSync))
+      Problem("inode " + std::to_string(ino) + ": no consistency mode");
+  } else if (kind == FileType::kSymlink) {
+    ++r_->symlinks;
+    r_->extra_links += links - 1;
+    if (in->target_len == 0 || in->target_len >= kBlockSize ||
+        (in->target_len > kInlineTargetMax) != (in->target_block.load() != 0))
+      Problem("inode " + std::to_string(ino) + ": symbolic link target length");
+  }
+  return MarkFile(ino, in);
+}
+
+Status Checker::WalkInodes() {
+  inodes_.Init(&ba_, const_cast<Superblock*>(sb_), nullptr, nullptr);
+  return inodes_.ForEachBlock([&](uint32_t l) -> Status {
+    ++r_->inode_blocks;
+    marker_.Mark(l, "inode");
+    for (uint32_t s = 1; s < kInodesPerBlock; ++s) {
+      Inode* in;
+      UPFS_RETURN_IF_ERROR(inodes_.At(InodeNumber(l, s), &in));
+      UPFS_RETURN_IF_ERROR(CheckInode(InodeNumber(l, s), in));
+    }
+    return Status::OK();
+  });
+}
+
+void Checker::CompareBitmap() {
+  const auto* words = reinterpret_cast<const PoolWords*>(ba_.AddrUnchecked(kWordsBlock));
+  if (!r_->clean || r_->attached_processes != 0 || words->magic != kVolatileMagic ||
+      words->pool_id != sb_->pool_id)
+    return;
+  const auto* bits = reinterpret_cast<const std::atomic<uint64_t>*>(ba_.AddrUnchecked(kBitmapBlock));
+  int64_t leaked = 0;
+  for (uint64_t b = kDataStart; b < r_->capacity_blocks; ++b) {
+    const bool taken = (bits[b >> 6].load() >> (b & 63)) & 1;
+    const bool used = bitmap_.Test(b);
+    if (taken && !used) ++leaked;
+    if (used && !taken) {
+      Problem("block " + std::to_string(b) + " is in use but free in the allocation bitmap");
+      break;
+    }
+  }
+  r_->leaked_blocks = leaked;
+}
+
+Status Checker::Run() {
+  r_->capacity_blocks = Capacity(m_);
+  words_->Reset(r_->capacity_blocks);
+  for (uint32_t b = 0; b < kDataStart; ++b) marker_.Mark(b, "pool header");
+  UPFS_RETURN_IF_ERROR(ReadNamespace());
+  UPFS_RETURN_IF_ERROR(WalkInodes());
+  // Every name must lead to an inode in use of its kind.
+  index_.ForEachDir([&](uint64_t dir, const NsDirInfo&) {
+    ++r_->directories;
+    index_.List(dir, [&](std::string_view name, const NsEntry& e) {
+      Inode* in;
+      if (!inodes_.At(e.ino, &in).ok() || IdentKind(in->ident.load()) != e.type)
+        Problem("name '" + std::string(name) + "' in directory " + std::to_string(dir) +
+                " refers to inode " + std::to_string(e.ino) + ", which is not in use as such");
+    });
+  });
+  if (Status st = marker_.status(); !st.ok()) Problem(st.message());
+  for (uint64_t b = 0; b < r_->capacity_blocks; ++b) r_->referenced_blocks += bitmap_.Test(b);
+  CompareBitmap();
+  return Status::OK();
+}
+
+}  // namespace
+
+Status CheckPool(const std::string& path, PoolReport* out) {
+  *out = PoolReport();
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("open " + path);
+  alignas(64) static thread_local Superblock sb;
+  uint64_t bytes;
+  if (Status st = ReadSuperblock(fd, path, &sb, &bytes); !st.ok()) {
+    close(fd);
+    return st;
+  }
+  out->pool_bytes = bytes;
+  out->clean = sb.clean.load() == 1;
+  out->attached_processes = UsersByteHeld(fd) ? 1 : 0;
+  std::unique_ptr<Medium> m;
+  UPFS_RETURN_IF_ERROR(Medium::Open(fd, path, &m, /*read_only=*/true));
+  out->medium = MediumKindName(m->kind());
+  out->durability = MediumDurability(m->kind());
+  Checker c(m.get(), reinterpret_cast<const Superblock*>(m->base()), out);
+  return c.Run();
+}
+
+}  // namespace upfs

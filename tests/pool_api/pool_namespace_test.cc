@@ -1,0 +1,304 @@
+// The pool through the C API: the namespace calls against what the kernel
+// does on tmpfs, checkpoints, a second attach, and recovery after a
+// process dies with files open. (The random differential test and the
+// concurrency tests are elsewhere; these pin down individual rules.)
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "container/pool/pool_check.h"
+#include "upfs/upfs.h"
+
+namespace {
+
+class PoolTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pool_ = "/dev/shm/upfs-pooltest-" + std::to_string(getpid()) + ".pool";
+    mnt_ = "/upfs-pooltest-" + std::to_string(getpid());
+    unlink(pool_.c_str());
+    ASSERT_EQ(upfs_mkfs(pool_.c_str(), 0), 0) << upfs_last_error();
+    ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
+  }
+  void TearDown() override {
+    upfs_umount(mnt_.c_str());
+    unlink(pool_.c_str());
+  }
+  std::string P(const std::string& rel) const { return mnt_ + "/" + rel; }
+  int Create(const std::string& rel, const std::string& data = "") {
+    int fd = upfs_open(P(rel).c_str(), O_CREAT | O_RDWR, 0644);
+    if (fd < 0) return -1;
+    if (!data.empty() && upfs_write(fd, data.data(), data.size()) != ssize_t(data.size())) return -1;
+    return upfs_close(fd);
+  }
+  std::string Read(const std::string& rel) {
+    int fd = upfs_open(P(rel).c_str(), O_RDONLY);
+    if (fd < 0) return "<" + std::string(strerror(errno)) + ">";
+    char buf[4096];
+    ssize_t n = upfs_read(fd, buf, sizeof(buf));
+    upfs_close(fd);
+    return n < 0 ? "<read error>" : std::string(buf, size_t(n));
+  }
+  std::vector<std::string> List(const std::string& rel) {
+    std::vector<std::string> out;
+    UPFS_DIR* d = upfs_opendir(P(rel).c_str());
+    if (!d) return {"<" + std::string(strerror(errno)) + ">"};
+    while (struct dirent* e = upfs_readdir(d)) out.push_back(e->d_name);
+    upfs_closedir(d);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  void ExpectClean() {
+    upfs::PoolReport r;
+    ASSERT_TRUE(upfs::CheckPool(pool_, &r).ok());
+    EXPECT_TRUE(r.problems.empty()) << r.problems[0];
+  }
+  std::string pool_, mnt_;
+};
+
+TEST_F(PoolTest, CreateOpenReadStat) {
+  ASSERT_EQ(Create("a", "hello"), 0);
+  EXPECT_EQ(Read("a"), "hello");
+  struct stat st;
+  ASSERT_EQ(upfs_stat(P("a").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_size, 5);
+  EXPECT_EQ(st.st_nlink, 1u);
+  EXPECT_EQ(st.st_uid, geteuid());
+  EXPECT_EQ(upfs_open(P("a").c_str(), O_CREAT | O_EXCL | O_RDWR, 0644), -1);
+  EXPECT_EQ(errno, EEXIST);
+  EXPECT_EQ(upfs_open(P("missing").c_str(), O_RDONLY), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(upfs_open(P("a/b").c_str(), O_RDONLY), -1);
+  EXPECT_EQ(errno, ENOTDIR);
+}
+
+TEST_F(PoolTest, NamesUpTo255Bytes) {
+  EXPECT_EQ(Create(std::string(255, 'n')), 0);
+  EXPECT_EQ(upfs_open(P(std::string(256, 'n')).c_str(), O_CREAT | O_RDWR, 0644), -1);
+  EXPECT_EQ(errno, ENAMETOOLONG);
+}
+
+TEST_F(PoolTest, DirectoriesAndLinkCounts) {
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  ASSERT_EQ(upfs_mkdir(P("d/e").c_str(), 0755), 0);
+  struct stat st;
+  ASSERT_EQ(upfs_stat(P("d").c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 3u);  // ., its name, e/..
+  EXPECT_EQ(upfs_rmdir(P("d").c_str()), -1);
+  EXPECT_EQ(errno, ENOTEMPTY);
+  EXPECT_EQ(upfs_unlink(P("d").c_str()), -1);
+  EXPECT_EQ(errno, EISDIR);
+  EXPECT_EQ(upfs_rmdir(P("d/e").c_str()), 0);
+  EXPECT_EQ(upfs_rmdir(P("d").c_str()), 0);
+  EXPECT_EQ(upfs_mkdir(P("x/y").c_str(), 0755), -1);
+  EXPECT_EQ(errno, ENOENT);
+}
+
+TEST_F(PoolTest, RenameRules) {
+  ASSERT_EQ(Create("a", "A"), 0);
+  ASSERT_EQ(Create("b", "B"), 0);
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  ASSERT_EQ(upfs_mkdir(P("d/sub").c_str(), 0755), 0);
+  EXPECT_EQ(upfs_renameat2(AT_FDCWD, P("a").c_str(), AT_FDCWD, P("b").c_str(), RENAME_NOREPLACE), -1);
+  EXPECT_EQ(errno, EEXIST);
+  ASSERT_EQ(upfs_renameat2(AT_FDCWD, P("a").c_str(), AT_FDCWD, P("b").c_str(), RENAME_EXCHANGE), 0);
+  EXPECT_EQ(Read("a"), "B");
+  EXPECT_EQ(Read("b"), "A");
+  ASSERT_EQ(upfs_rename(P("a").c_str(), P("b").c_str()), 0);  // over an existing file
+  EXPECT_EQ(Read("b"), "B");
+  EXPECT_EQ(upfs_rename(P("d").c_str(), P("d/sub/x").c_str()), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(upfs_rename(P("b").c_str(), P("d").c_str()), -1);
+  EXPECT_EQ(errno, EISDIR);
+  EXPECT_EQ(upfs_rename(P("d/sub").c_str(), P("b").c_str()), -1);
+  EXPECT_EQ(errno, ENOTDIR);
+  ASSERT_EQ(upfs_rename(P("b").c_str(), P("d/sub/b").c_str()), 0);  // across directories
+  EXPECT_EQ(Read("d/sub/b"), "B");
+  ASSERT_EQ(upfs_mkdir(P("e").c_str(), 0755), 0);
+  ASSERT_EQ(upfs_rename(P("e").c_str(), P("d/sub2").c_str()), 0);  // a directory moves
+  struct stat st;
+  ASSERT_EQ(upfs_stat(P("d").c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 4u);
+  ExpectClean();
+}
+
+TEST_F(PoolTest, HardAndSymbolicLinks) {
+  ASSERT_EQ(Create("f", "data"), 0);
+  ASSERT_EQ(upfs_link(P("f").c_str(), P("g").c_str()), 0);
+  struct stat st;
+  ASSERT_EQ(upfs_stat(P("g").c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 2u);
+  ASSERT_EQ(upfs_symlink("f", P("s").c_str()), 0);
+  EXPECT_EQ(Read("s"), "data");
+  char buf[64];
+  ASSERT_EQ(upfs_readlink(P("s").c_str(), buf, sizeof(buf)), 1);
+  EXPECT_EQ(buf[0], 'f');
+  ASSERT_EQ(upfs_lstat(P("s").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  ASSERT_EQ(upfs_symlink("loop", P("loop").c_str()), 0);
+  EXPECT_EQ(upfs_open(P("loop").c_str(), O_RDONLY), -1);
+  EXPECT_EQ(errno, ELOOP);
+  std::string long_target(300, 'x');
+  ASSERT_EQ(upfs_symlink(long_target.c_str(), P("long").c_str()), 0);
+  char big[512];
+  EXPECT_EQ(upfs_readlink(P("long").c_str(), big, sizeof(big)), 300);
+  EXPECT_EQ(upfs_unlink(P("f").c_str()), 0);
+  EXPECT_EQ(Read("g"), "data");
+  ExpectClean();
+}
+
+TEST_F(PoolTest, UnlinkedFileLivesUntilClosed) {
+  ASSERT_EQ(Create("f", "kept"), 0);
+  int fd = upfs_open(P("f").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(upfs_unlink(P("f").c_str()), 0);
+  char buf[8] = {};
+  EXPECT_EQ(upfs_pread(fd, buf, 4, 0), 4);
+  EXPECT_STREQ(buf, "kept");
+  struct stat st;
+  ASSERT_EQ(upfs_fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_nlink, 0u);
+  upfs::PoolReport r;
+  ASSERT_TRUE(upfs::CheckPool(pool_, &r).ok());
+  EXPECT_EQ(r.orphans, 1u);
+  EXPECT_EQ(upfs_close(fd), 0);
+  ASSERT_TRUE(upfs::CheckPool(pool_, &r).ok());
+  EXPECT_EQ(r.orphans, 0u);
+}
+
+TEST_F(PoolTest, PermissionsAgainstTheCaller) {
+  if (geteuid() == 0) {
+    // Root passes every check but execution of a file nobody may execute.
+    ASSERT_EQ(Create("f", "x"), 0);
+    ASSERT_EQ(upfs_chmod(P("f").c_str(), 0), 0);
+    EXPECT_EQ(upfs_access(P("f").c_str(), R_OK | W_OK), 0);
+    EXPECT_EQ(upfs_access(P("f").c_str(), X_OK), -1);
+    EXPECT_EQ(errno, EACCES);
+    ASSERT_EQ(upfs_chmod(P("f").c_str(), 0100), 0);
+    EXPECT_EQ(upfs_access(P("f").c_str(), X_OK), 0);
+  }
+  ASSERT_EQ(Create("g", "y"), 0);
+  ASSERT_EQ(upfs_chmod(P("g").c_str(), 04755), 0);
+  struct stat st;
+  ASSERT_EQ(upfs_stat(P("g").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 04755u);
+  ASSERT_EQ(upfs_chown(P("g").c_str(), geteuid(), getegid()), 0);
+  ASSERT_EQ(upfs_stat(P("g").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);  // chown drops set-user-ID
+}
+
+TEST_F(PoolTest, ListingsAndGetdents) {
+  std::set<std::string> want = {".", ".."};
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_EQ(Create("n" + std::to_string(i)), 0);
+    want.insert("n" + std::to_string(i));
+  }
+  std::vector<std::string> got = List("");
+  EXPECT_EQ(std::set<std::string>(got.begin(), got.end()), want);
+  EXPECT_EQ(got.size(), want.size());
+  int fd = upfs_open(mnt_.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(fd, 0);
+  char buf[1024];
+  size_t names = 0;
+  for (ssize_t n; (n = upfs_getdents64(fd, buf, sizeof(buf))) > 0;) {
+    for (ssize_t at = 0; at < n;) {
+      uint16_t reclen;
+      memcpy(&reclen, buf + at + 16, 2);
+      ++names;
+      at += reclen;
+    }
+  }
+  EXPECT_EQ(names, want.size());
+  upfs_close(fd);
+}
+
+TEST_F(PoolTest, CheckpointsKeepEverythingAndBoundTheLog) {
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  for (int i = 0; i < 40000; ++i) {
+    const std::string n = "d/f" + std::to_string(i);
+    ASSERT_EQ(Create(n), 0) << i << " " << upfs_last_error();
+    if (i % 4 != 0) ASSERT_EQ(upfs_unlink(P(n).c_str()), 0) << i;
+  }
+  ASSERT_EQ(upfs_link(P("d/f0").c_str(), P("d/link").c_str()), 0);
+  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
+  upfs::PoolReport r;
+  ASSERT_TRUE(upfs::CheckPool(pool_, &r).ok());
+  EXPECT_TRUE(r.problems.empty());
+  EXPECT_GE(r.checkpoint_number, 1u);
+  EXPECT_EQ(r.files, 10000u);
+  EXPECT_EQ(r.extra_links, 1u);
+  EXPECT_LE(r.log_blocks, 2 * 256u + 2);
+  ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0);
+  struct stat st;
+  ASSERT_EQ(upfs_stat(P("d/f0").c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 2u);
+  EXPECT_EQ(upfs_stat(P("d/f1").c_str(), &st), -1);
+  EXPECT_EQ(List("d").size(), 10000u + 3);
+}
+
+TEST_F(PoolTest, RecoveryAfterAProcessDiesWithFilesOpen) {
+  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The child mounts, leaves an unlinked file open and a file created,
+    // and is killed.
+    if (upfs_mount(pool_.c_str(), mnt_.c_str()) != 0) _exit(2);
+    int fd = upfs_open(P("orphan").c_str(), O_CREAT | O_RDWR, 0644);
+    upfs_write(fd, "x", 1);
+    upfs_unlink(P("orphan").c_str());
+    int k = upfs_open(P("kept").c_str(), O_CREAT | O_RDWR, 0644);
+    upfs_write(k, "kept", 4);
+    kill(getpid(), SIGKILL);
+    _exit(3);
+  }
+  int status;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  upfs::PoolReport r;
+  ASSERT_TRUE(upfs::CheckPool(pool_, &r).ok());
+  EXPECT_EQ(r.orphans, 1u);
+  EXPECT_FALSE(r.clean);
+  ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0);  // recovery
+  EXPECT_EQ(Read("kept"), "kept");
+  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
+  ASSERT_TRUE(upfs::CheckPool(pool_, &r).ok());
+  EXPECT_TRUE(r.problems.empty());
+  EXPECT_EQ(r.orphans, 0u);
+  EXPECT_EQ(r.leaked_blocks, 0);
+  ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0);
+}
+
+TEST_F(PoolTest, ForeignAndDamagedPoolsAreRefused) {
+  const std::string other = pool_ + ".foreign";
+  int fd = open(other.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  std::vector<char> junk(1 << 20, 'j');
+  ASSERT_EQ(write(fd, junk.data(), junk.size()), ssize_t(junk.size()));
+  close(fd);
+  EXPECT_EQ(upfs_mount(other.c_str(), "/upfs-pooltest-foreign"), -1);
+  EXPECT_EQ(errno, EMEDIUMTYPE);
+  unlink(other.c_str());
+  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
+  fd = open(pool_.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const char bad = 0x7f;
+  ASSERT_EQ(pwrite(fd, &bad, 1, 20), 1);  // inside the checksummed superblock line
+  close(fd);
+  EXPECT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), -1);
+  EXPECT_EQ(errno, EUCLEAN);
+  EXPECT_NE(std::string(upfs_last_error()).find("superblock"), std::string::npos);
+}
+
+}  // namespace
