@@ -21,6 +21,7 @@ struct NsOp {
     kCreate, kMkdir, kSymlink, kLink, kUnlink, kRmdir, kRename, kExchange, kChmod,
     kWrite, kAppend, kTruncate,
     kUnlinkOpen,  // holds the file, unlinks it, writes to it, lets go (the release)
+    kCheckpoint,  // writes a checkpoint of the namespace (the tree does not change)
   } kind;
   std::string a, b;  // paths; b: the second path, or a symbolic link's target
   uint64_t off = 0, len = 0;
@@ -33,7 +34,8 @@ struct NsOp {
 
   std::string Describe() const {
     static const char* names[] = {"create", "mkdir", "symlink", "link", "unlink", "rmdir", "rename",
-                                  "exchange", "chmod", "write", "append", "truncate", "unlink-open"};
+                                  "exchange", "chmod", "write", "append", "truncate", "unlink-open",
+                                  "checkpoint"};
     auto brief = [](const std::string& s) { return s.size() > 40 ? s.substr(0, 37) + "..." : s; };
     std::string d = std::string(names[kind]) + " " + brief(a);
     if (!b.empty()) d += " " + brief(b);
@@ -65,6 +67,7 @@ inline int ApplyModel(TreeModel* t, const NsOp& op) {
     case NsOp::kAppend: return t->Append(op.a, FillBytes(op.len, op.seed));
     case NsOp::kTruncate: return t->Truncate(op.a, op.len);
     case NsOp::kUnlinkOpen: return t->Unlink(op.a);  // the write lands in an unlinked file
+    case NsOp::kCheckpoint: return 0;
   }
   return EINVAL;
 }
@@ -95,6 +98,7 @@ inline NsOp Write(std::string p, uint64_t off, uint64_t len, uint32_t seed) {
 }
 inline NsOp Append(std::string p, uint64_t len, uint32_t seed) { return Make(NsOp::kAppend, std::move(p), "", 0, len, seed); }
 inline NsOp Truncate(std::string p, uint64_t len) { return Make(NsOp::kTruncate, std::move(p), "", 0, len); }
+inline NsOp Checkpoint() { return Make(NsOp::kCheckpoint, ""); }
 inline NsOp UnlinkOpen(std::string p, uint64_t off, uint64_t len, uint32_t seed) {
   return Make(NsOp::kUnlinkOpen, std::move(p), "", off, len, seed);
 }
