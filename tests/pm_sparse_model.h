@@ -1,0 +1,191 @@
+// A cache-line model of persistence over a sparse host file, for crash-state
+// exploration of large, mostly empty files (a pool is 34 MiB of header and
+// volatile area before its first data block, nearly all of it holes).
+//
+// The same model as the per-file explorer's (docs/design.md, "Crash
+// testing"): a cached store (Store64, a successful Cas64) makes its line
+// dirty, durable only after a Flush and then a Fence; a non-temporal copy or
+// fill makes its lines pending, durable at the next Fence; until then any
+// subset of the lines in flight may have reached the media, each whole and
+// at its latest value; growing the host file is metadata, durable at once.
+//
+// What differs is the representation: the durable bytes are kept per 4 KiB
+// block, only for blocks that hold something, and a crash image is written
+// straight to a file (holes stay holes), so that one image costs a few
+// dozen pwrite calls, not a copy of the whole pool.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "medium/medium.h"
+#include "medium/pm.h"
+
+namespace upfs::crashtest {
+
+class SparsePersistenceModel : public pm::Recorder {
+ public:
+  static constexpr uint64_t kLine = 64;
+  static constexpr uint64_t kBlock = 4096;
+
+  // Called at each fence, before it takes effect.
+  using CrashPoint = std::function<void()>;
+
+  void Attach(Medium* m) { medium_ = m; }
+  void SetCrashPoint(CrashPoint cp) { crash_point_ = std::move(cp); }
+
+  // The durable bytes start as the file's current content (its data
+  // extents; all-zero blocks are left out, they read back as holes).
+  bool Reset(const std::string& path) {
+    durable_.clear();
+    lines_.clear();
+    int fd = open(path.c_str(), O_RDONLY);
+    if (fd < 0) return false;
+    struct stat st;
+    if (fstat(fd, &st) != 0) return false;
+    file_bytes_ = uint64_t(st.st_size);
+    std::string buf(kBlock, '\0');
+    off_t pos = 0;
+    for (;;) {
+      off_t data = lseek(fd, pos, SEEK_DATA);
+      if (data < 0) break;  // ENXIO: no data past pos
+      off_t hole = lseek(fd, data, SEEK_HOLE);
+      if (hole < 0) hole = off_t(file_bytes_);
+      for (uint64_t b = uint64_t(data) / kBlock * kBlock; b < uint64_t(hole); b += kBlock) {
+        if (pread(fd, buf.data(), kBlock, off_t(b)) != ssize_t(kBlock)) break;
+        if (buf.find_first_not_of('\0') != std::string::npos) durable_[b / kBlock] = buf;
+      }
+      pos = hole;
+    }
+    close(fd);
+    return true;
+  }
+
+  void OnCopy(void* dst, const void* src, size_t n) override { Write(dst, src, n, true); }
+  void OnZero(void* dst, size_t n) override {
+    std::vector<char> z(n, 0);
+    Write(dst, z.data(), n, true);
+  }
+  void OnStore(void* dst, uint64_t value) override { Write(dst, &value, 8, false); }
+  void OnFlush(const void* addr, size_t n) override {
+    uint64_t off;
+    if (!Offset(addr, &off)) return;
+    for (uint64_t l = off / kLine * kLine; l < off + n; l += kLine) {
+      auto it = lines_.find(l);
+      if (it != lines_.end()) it->second.flushed = true;
+    }
+  }
+  void OnFence() override {
+    if (crash_point_) crash_point_();
+    for (auto it = lines_.begin(); it != lines_.end();) {
+      if (it->second.nt || it->second.flushed) {
+        Apply(it->first, it->second.bytes);
+        it = lines_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // Lines in flight, in offset order.
+  std::vector<uint64_t> InFlight() const {
+    std::vector<uint64_t> v;
+    for (const auto& [off, st] : lines_) v.push_back(off);
+    return v;
+  }
+
+  // Writes the crash image with the chosen in-flight lines persisted to
+  // `path` (created or replaced). Returns false if the file cannot be made.
+  bool WriteImage(const std::vector<uint64_t>& chosen, const std::string& path) const {
+    // Blocks a chosen line lands in are composed in DRAM; the others go
+    // from the durable map as they are.
+    std::map<uint64_t, std::string> patched;
+    for (uint64_t l : chosen) {
+      const uint64_t b = l / kBlock;
+      auto it = patched.find(b);
+      if (it == patched.end()) {
+        auto d = durable_.find(b);
+        it = patched.emplace(b, d == durable_.end() ? std::string(kBlock, '\0') : d->second).first;
+      }
+      std::memcpy(it->second.data() + (l - b * kBlock), lines_.at(l).bytes, kLine);
+    }
+    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return false;
+    bool ok = ftruncate(fd, off_t(ImageBytes())) == 0;
+    for (const auto& [b, bytes] : durable_)
+      if (ok && !patched.count(b)) ok = pwrite(fd, bytes.data(), kBlock, off_t(b * kBlock)) == ssize_t(kBlock);
+    for (const auto& [b, bytes] : patched)
+      if (ok) ok = pwrite(fd, bytes.data(), kBlock, off_t(b * kBlock)) == ssize_t(kBlock);
+    close(fd);
+    return ok;
+  }
+
+ private:
+  struct LineState {
+    char bytes[kLine];
+    bool nt = false;       // written non-temporally: durable at the next fence
+    bool flushed = false;  // flushed: durable at the next fence
+  };
+
+  bool Offset(const void* addr, uint64_t* off) const {
+    if (!medium_) return false;
+    auto a = reinterpret_cast<uintptr_t>(addr);
+    auto b = reinterpret_cast<uintptr_t>(medium_->base());
+    if (a < b || a >= b + medium_->mapped_bytes()) return false;
+    *off = a - b;
+    return true;
+  }
+  // The host file grows by fallocate/ftruncate, which is metadata: durable
+  // at once, so an image is as long as the file is now.
+  uint64_t ImageBytes() const {
+    uint64_t n = std::max<uint64_t>(file_bytes_, medium_ ? medium_->capacity() : 0);
+    if (!durable_.empty()) n = std::max<uint64_t>(n, (durable_.rbegin()->first + 1) * kBlock);
+    return n;
+  }
+  void DurableLine(uint64_t l, char* out) const {
+    auto it = durable_.find(l / kBlock);
+    if (it == durable_.end()) std::memset(out, 0, kLine);
+    else std::memcpy(out, it->second.data() + (l % kBlock), kLine);
+  }
+  void Write(void* dst, const void* src, size_t n, bool nt) {
+    uint64_t off;
+    if (!Offset(dst, &off)) return;
+    const char* s = static_cast<const char*>(src);
+    for (uint64_t l = off / kLine * kLine; l < off + n; l += kLine) {
+      auto it = lines_.find(l);
+      if (it == lines_.end()) {
+        LineState st;
+        DurableLine(l, st.bytes);
+        it = lines_.emplace(l, st).first;
+      }
+      uint64_t lo = std::max(l, off), hi = std::min(l + kLine, off + n);
+      std::memcpy(it->second.bytes + (lo - l), s + (lo - off), hi - lo);
+      if (nt) it->second.nt = true;
+      // A store after a flush needs another flush.
+      if (!nt) it->second.flushed = false;
+    }
+  }
+  void Apply(uint64_t l, const char* bytes) {
+    auto it = durable_.find(l / kBlock);
+    if (it == durable_.end()) it = durable_.emplace(l / kBlock, std::string(kBlock, '\0')).first;
+    std::memcpy(it->second.data() + (l % kBlock), bytes, kLine);
+  }
+
+  Medium* medium_ = nullptr;
+  uint64_t file_bytes_ = 0;
+  std::map<uint64_t, std::string> durable_;  // block number -> its 4 KiB
+  std::map<uint64_t, LineState> lines_;
+  CrashPoint crash_point_;
+};
+
+}  // namespace upfs::crashtest
