@@ -321,25 +321,6 @@ Status Bench::Run() {
   return Status::OK();
 }
 
-namespace {
-
-uint64_t ParseSize(const std::string& s) {
-  if (s.empty()) throw UsageError("--size: empty");
-  uint64_t mult = 1;
-  std::string digits = s;
-  switch (s.back()) {
-    case 'k': case 'K': mult = 1ull << 10; break;
-    case 'm': case 'M': mult = 1ull << 20; break;
-    case 'g': case 'G': mult = 1ull << 30; break;
-    default: break;
-  }
-  if (mult != 1) digits.pop_back();
-  uint64_t v = ParseUint(digits, "--size");
-  if (v > (1ull << 44) / mult) throw UsageError("--size: too large");
-  return v * mult;
-}
-
-}  // namespace
 }  // namespace bench
 
 using namespace bench;
@@ -383,7 +364,7 @@ int RunBench(const std::vector<std::string>& args) {
     }
   }
   if (auto v = p.Value("size")) {
-    cfg.file_size = ParseSize(*v);
+    cfg.file_size = ParseSize(*v, "--size");
     if (cfg.file_size < (1u << 20) || cfg.file_size % 4096 != 0) {
       throw UsageError("--size must be a multiple of 4 KiB and at least 1M");
     }
