@@ -14,8 +14,8 @@ namespace {
 constexpr size_t kChunk = 1u << 20;
 }
 
-TreeCopy::TreeCopy(const Fs& src, const Fs& dst, bool recursive, Progress* progress)
-    : src_(src), dst_(dst), recursive_(recursive), progress_(progress), root_(geteuid() == 0),
+TreeCopy::TreeCopy(const Fs& dst, bool recursive, Progress* progress)
+    : dst_(dst), recursive_(recursive), progress_(progress), root_(geteuid() == 0),
       buf_(kChunk) {}
 
 bool TreeCopy::Failed(const Fs& fs, const std::string& path) {
@@ -39,17 +39,23 @@ uint64_t TreeCopy::BytesBelow(const Fs& fs, const std::string& path) {
   return total;
 }
 
+bool TreeCopy::CopyFrom(const Fs& from, const std::string& src, const struct stat& st,
+                        const std::string& dst) {
+  src_ = &from;
+  return Copy(src, st, dst);
+}
+
 bool TreeCopy::Copy(const std::string& src, const struct stat& st, const std::string& dst) {
   if (S_ISDIR(st.st_mode)) {
     if (recursive_) return CopyDir(src, st, dst);
-    std::fprintf(stderr, "upfs cp: %s: is a directory (copy trees with -r)\n", src_.Display(src).c_str());
+    std::fprintf(stderr, "upfs cp: %s: is a directory (copy trees with -r)\n", src_->Display(src).c_str());
     return false;
   }
   if (S_ISLNK(st.st_mode)) return CopySymlink(src, st, dst);
   if (S_ISREG(st.st_mode)) return CopyFile(src, st, dst);
   // A pool holds directories, files and symbolic links only.
   std::fprintf(stderr, "upfs cp: %s: not copied: not a regular file, directory or symbolic link\n",
-               src_.Display(src).c_str());
+               src_->Display(src).c_str());
   return false;
 }
 
@@ -64,13 +70,13 @@ bool TreeCopy::CopyDir(const std::string& src, const struct stat& st, const std:
     }
   }
   std::vector<std::string> names;
-  if (src_.List(src, &names) != 0) return Failed(src_, src);
+  if (src_->List(src, &names) != 0) return Failed(*src_, src);
   bool ok = true;
   for (const std::string& name : names) {
     const std::string from = JoinPath(src, name);
     struct stat child;
-    if (src_.Lstat(from, &child) != 0) {
-      ok = Failed(src_, from);
+    if (src_->Lstat(from, &child) != 0) {
+      ok = Failed(*src_, from);
       continue;
     }
     ok = Copy(from, child, JoinPath(dst, name)) && ok;
@@ -85,7 +91,7 @@ void TreeCopy::RemoveNonDirectory(const std::string& dst) {
 
 bool TreeCopy::CopySymlink(const std::string& src, const struct stat& st, const std::string& dst) {
   std::string target;
-  if (src_.Readlink(src, &target) != 0) return Failed(src_, src);
+  if (src_->Readlink(src, &target) != 0) return Failed(*src_, src);
   if (dst_.Symlink(target, dst) != 0) {
     if (errno != EEXIST) return Failed(dst_, dst);
     RemoveNonDirectory(dst);
@@ -102,17 +108,17 @@ bool TreeCopy::LinkToFirstCopy(const std::string& first, const std::string& dst)
 }
 
 bool TreeCopy::CopyFile(const std::string& src, const struct stat& st, const std::string& dst) {
-  const std::pair<dev_t, ino_t> id{st.st_dev, st.st_ino};
+  const std::tuple<const Fs*, dev_t, ino_t> id{src_, st.st_dev, st.st_ino};
   if (st.st_nlink > 1) {
     auto it = first_copy_.find(id);
     if (it != first_copy_.end()) return LinkToFirstCopy(it->second, dst);
   }
-  const int sfd = src_.Open(src, O_RDONLY);
-  if (sfd < 0) return Failed(src_, src);
+  const int sfd = src_->Open(src, O_RDONLY);
+  if (sfd < 0) return Failed(*src_, src);
   struct stat sst;
-  if (src_.Fstat(sfd, &sst) != 0) {
-    Failed(src_, src);
-    src_.Close(sfd);
+  if (src_->Fstat(sfd, &sst) != 0) {
+    Failed(*src_, src);
+    src_->Close(sfd);
     return false;
   }
   // A symbolic link in the way would be followed by O_CREAT: replace it,
@@ -122,11 +128,11 @@ bool TreeCopy::CopyFile(const std::string& src, const struct stat& st, const std
   const int dfd = dst_.Open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (dfd < 0) {
     Failed(dst_, dst);
-    src_.Close(sfd);
+    src_->Close(sfd);
     return false;
   }
   bool ok = CopyData(sfd, dfd, uint64_t(sst.st_size), src, dst) && SetFileAttributes(dfd, sst, dst);
-  src_.Close(sfd);
+  src_->Close(sfd);
   if (dst_.Close(dfd) != 0) ok = Failed(dst_, dst);
   if (ok && st.st_nlink > 1) first_copy_[id] = dst;
   return ok;
@@ -139,15 +145,15 @@ bool TreeCopy::CopyData(int sfd, int dfd, uint64_t size, const std::string& src,
   const uint64_t base = done_;
   uint64_t off = 0;
   while (off < size) {
-    off_t data = src_.Lseek(sfd, off_t(off), SEEK_DATA);
+    off_t data = src_->Lseek(sfd, off_t(off), SEEK_DATA);
     uint64_t end = size;
     if (data < 0) {
       if (errno == ENXIO) break;  // nothing but a hole up to the end
-      if (errno != EINVAL && errno != EOPNOTSUPP) return Failed(src_, src);
+      if (errno != EINVAL && errno != EOPNOTSUPP) return Failed(*src_, src);
       data = off_t(off);  // no hole reporting here: all of it is data
     } else {
-      off_t hole = src_.Lseek(sfd, data, SEEK_HOLE);
-      if (hole < 0) return Failed(src_, src);
+      off_t hole = src_->Lseek(sfd, data, SEEK_HOLE);
+      if (hole < 0) return Failed(*src_, src);
       end = std::min<uint64_t>(size, uint64_t(hole));
     }
     if (!CopyRange(sfd, dfd, uint64_t(data), end, src, dst)) return false;
@@ -164,8 +170,8 @@ bool TreeCopy::CopyRange(int sfd, int dfd, uint64_t from, uint64_t to, const std
   const uint64_t base = done_;
   for (uint64_t off = from; off < to;) {
     const size_t want = size_t(std::min<uint64_t>(buf_.size(), to - off));
-    const ssize_t got = src_.Pread(sfd, buf_.data(), want, off_t(off));
-    if (got < 0) return Failed(src_, src);
+    const ssize_t got = src_->Pread(sfd, buf_.data(), want, off_t(off));
+    if (got < 0) return Failed(*src_, src);
     if (got == 0) return true;  // the source shrank meanwhile: copy what there is
     for (ssize_t put = 0; put < got;) {
       ssize_t n = dst_.Pwrite(dfd, buf_.data() + put, size_t(got - put), off_t(off) + put);

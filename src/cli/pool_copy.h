@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -20,18 +21,21 @@ namespace upfs::cli {
 
 class TreeCopy {
  public:
-  // progress may be null.
-  TreeCopy(const Fs& src, const Fs& dst, bool recursive, Progress* progress);
+  // Copies to `dst`; progress may be null.
+  TreeCopy(const Fs& dst, bool recursive, Progress* progress);
 
-  // Copies `src` (whose lstat is `st`) to `dst`. False if anything failed
-  // (each failure printed on stderr).
-  bool Copy(const std::string& src, const struct stat& st, const std::string& dst);
+  // Copies `src` of `from` (whose lstat is `st`) to `dst`. False if
+  // anything failed (each failure printed on stderr). Hard links are found
+  // across the calls of one TreeCopy, as cp finds them across its SOURCEs.
+  bool CopyFrom(const Fs& from, const std::string& src, const struct stat& st,
+                const std::string& dst);
 
   // The bytes of the regular files at or below `path` (each inode once):
   // the total of a progress bar.
   static uint64_t BytesBelow(const Fs& fs, const std::string& path);
 
  private:
+  bool Copy(const std::string& src, const struct stat& st, const std::string& dst);
   bool CopyDir(const std::string& src, const struct stat& st, const std::string& dst);
   bool CopyFile(const std::string& src, const struct stat& st, const std::string& dst);
   bool CopySymlink(const std::string& src, const struct stat& st, const std::string& dst);
@@ -45,13 +49,15 @@ class TreeCopy {
   void RemoveNonDirectory(const std::string& dst);
   bool Failed(const Fs& fs, const std::string& path);
 
-  const Fs& src_;
+  const Fs* src_ = nullptr;  // the current CopyFrom's
   const Fs& dst_;
   bool recursive_;
   Progress* progress_;
   uint64_t done_ = 0;  // bytes of finished files, for the progress bar
   bool root_;          // only root may give files to others
-  std::map<std::pair<dev_t, ino_t>, std::string> first_copy_;
+  // The first copy of each source inode with more than one link, by its
+  // side (two sides may number inodes alike), device and inode.
+  std::map<std::tuple<const Fs*, dev_t, ino_t>, std::string> first_copy_;
   std::vector<char> buf_;
 };
 

@@ -94,11 +94,19 @@ expect 0 "cp over an existing pool file" "$UPFS" cp "$DIR/new.txt" "$P:/src/d/he
 expect 0 "cp its other link out" "$UPFS" cp "$P:/src/d/deep/hard" "$DIR/hard.txt"
 if [ "$(cat "$DIR/hard.txt")" = replaced ]; then ok "overwriting keeps the other link"; else bad "other link not updated"; fi
 
+expect 0 "cp of several sources into a pool directory" "$UPFS" cp -r "$S/empty" "$S/with space" "$Q:/copy/d" "$P:/src/ro"
+expect 0 "ls it" "$UPFS" ls "$P:/src/ro"
+contains "with space" "every source arrived"
+expect 0 "ls the tree that came from the other pool" "$UPFS" ls "$P:/src/ro/d"
+contains "random.bin" "a pool source arrived"
+expect 1 "several sources into a file" "$UPFS" cp "$S/empty" "$S/sparse" "$P:/src/empty"
+contains "not a directory" "the error says the target must be a directory"
+
 # -- errors ---------------------------------------------------------------------
 expect 1 "cp of a directory without -r" "$UPFS" cp "$P:/src" "$DIR/x"
 contains "-r" "the error suggests -r"
 expect 1 "cp between host paths" "$UPFS" cp "$S/empty" "$DIR/x"
-contains "neither SRC nor DST is in a pool" "the error says why"
+contains "no operand is in a pool" "the error says why"
 expect 1 "cp of a missing pool path" "$UPFS" cp "$P:/nothing" "$DIR/x"
 contains "No such file or directory" "the error names the cause"
 expect 1 "cp into a missing pool directory" "$UPFS" cp "$S/empty" "$P:/no/such/dir"
