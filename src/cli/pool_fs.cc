@@ -33,17 +33,22 @@ std::string Fs::Error(const std::string& path) const {
   return msg;
 }
 
+// upfs_lstat and upfs_stat are the kernel's for anything but a upfs file,
+// and give a upfs file's own size and times.
 int Fs::Lstat(const std::string& path, struct stat* st) const {
-  return pool_ ? upfs_lstat(Real(path).c_str(), st) : lstat(path.c_str(), st);
+  return upfs_lstat(Real(path).c_str(), st);
 }
 
 int Fs::Stat(const std::string& path, struct stat* st) const {
-  return pool_ ? upfs_stat(Real(path).c_str(), st) : stat(path.c_str(), st);
+  return upfs_stat(Real(path).c_str(), st);
 }
 
 int Fs::Open(const std::string& path, int flags, mode_t mode) const {
-  return pool_ ? upfs_open(Real(path).c_str(), flags, mode)
-               : open(path.c_str(), flags | O_CLOEXEC, mode);
+  if (pool_) return upfs_open(Real(path).c_str(), flags, mode);
+  if (upfs_is_upfs_file(path.c_str()) != 1) return open(path.c_str(), flags | O_CLOEXEC, mode);
+  const int fd = upfs_open(path.c_str(), flags, mode);
+  if (fd >= 0) upfs_fds_.insert(fd);
+  return fd;
 }
 
 int Fs::Mkdir(const std::string& path, mode_t mode) const {
@@ -74,9 +79,8 @@ int Fs::Link(const std::string& existing, const std::string& path) const {
                : link(existing.c_str(), path.c_str());
 }
 
-int Fs::Unlink(const std::string& path) const {
-  return pool_ ? upfs_unlink(Real(path).c_str()) : unlink(path.c_str());
-}
+// upfs_unlink also removes a host upfs file's shared state.
+int Fs::Unlink(const std::string& path) const { return upfs_unlink(Real(path).c_str()); }
 
 int Fs::Chmod(const std::string& path, mode_t mode) const {
   return pool_ ? upfs_chmod(Real(path).c_str(), mode) : chmod(path.c_str(), mode);
@@ -115,34 +119,38 @@ int Fs::List(const std::string& path, std::vector<std::string>* names) const {
   return err ? -1 : 0;
 }
 
-int Fs::Close(int fd) const { return pool_ ? upfs_close(fd) : close(fd); }
+int Fs::Close(int fd) const {
+  if (!Upfs(fd)) return close(fd);
+  upfs_fds_.erase(fd);
+  return upfs_close(fd);
+}
 
 ssize_t Fs::Pread(int fd, void* buf, size_t n, off_t off) const {
-  return pool_ ? upfs_pread(fd, buf, n, off) : pread(fd, buf, n, off);
+  return Upfs(fd) ? upfs_pread(fd, buf, n, off) : pread(fd, buf, n, off);
 }
 
 ssize_t Fs::Pwrite(int fd, const void* buf, size_t n, off_t off) const {
-  return pool_ ? upfs_pwrite(fd, buf, n, off) : pwrite(fd, buf, n, off);
+  return Upfs(fd) ? upfs_pwrite(fd, buf, n, off) : pwrite(fd, buf, n, off);
 }
 
 off_t Fs::Lseek(int fd, off_t off, int whence) const {
-  return pool_ ? upfs_lseek(fd, off, whence) : lseek(fd, off, whence);
+  return Upfs(fd) ? upfs_lseek(fd, off, whence) : lseek(fd, off, whence);
 }
 
-int Fs::Fstat(int fd, struct stat* st) const { return pool_ ? upfs_fstat(fd, st) : fstat(fd, st); }
+int Fs::Fstat(int fd, struct stat* st) const { return Upfs(fd) ? upfs_fstat(fd, st) : fstat(fd, st); }
 
 int Fs::Ftruncate(int fd, off_t len) const {
-  return pool_ ? upfs_ftruncate(fd, len) : ftruncate(fd, len);
+  return Upfs(fd) ? upfs_ftruncate(fd, len) : ftruncate(fd, len);
 }
 
-int Fs::Fchmod(int fd, mode_t mode) const { return pool_ ? upfs_fchmod(fd, mode) : fchmod(fd, mode); }
+int Fs::Fchmod(int fd, mode_t mode) const { return Upfs(fd) ? upfs_fchmod(fd, mode) : fchmod(fd, mode); }
 
 int Fs::Fchown(int fd, uid_t uid, gid_t gid) const {
-  return pool_ ? upfs_fchown(fd, uid, gid) : fchown(fd, uid, gid);
+  return Upfs(fd) ? upfs_fchown(fd, uid, gid) : fchown(fd, uid, gid);
 }
 
 int Fs::Futimens(int fd, const struct timespec times[2]) const {
-  return pool_ ? upfs_futimens(fd, times) : futimens(fd, times);
+  return Upfs(fd) ? upfs_futimens(fd, times) : futimens(fd, times);
 }
 
 }  // namespace upfs::cli

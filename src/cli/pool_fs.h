@@ -1,13 +1,16 @@
 // One side of `upfs cp` and `upfs ls`: a mounted pool (through the upfs_*
-// calls) or the host (through the kernel's). Host files go to the kernel
-// directly, not through upfs_open, which would make new files upfs files.
-// Paths are the side's own: inside the pool ("/a/b") or on the host.
-// Calls return what their POSIX twins return, with errno set.
+// calls) or the host. On the host, an existing upfs file is read and
+// written through upfs (its bytes are its contents, not its log) and
+// everything else goes to the kernel, not through upfs_open, which would
+// make new files upfs files. Paths are the side's own: inside the pool
+// ("/a/b") or on the host. Calls return what their POSIX twins return,
+// with errno set.
 #pragma once
 
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,10 +56,13 @@ class Fs {
 
  private:
   std::string Real(const std::string& path) const { return pool_ ? root_ + path : path; }
+  // Whether fd is a upfs descriptor (a pool's, or a host upfs file's).
+  bool Upfs(int fd) const { return pool_ || upfs_fds_.count(fd) != 0; }
 
   bool pool_ = false;
   std::string name_;  // the pool file
   std::string root_;  // its mount directory
+  mutable std::set<int> upfs_fds_;  // host: the open upfs files' descriptors
 };
 
 // `dir` + "/" + `name`, without doubling a trailing slash.

@@ -10,7 +10,9 @@ set -uo pipefail
 UPFS="${1:?usage: pool_smoke_test.sh PATH/TO/upfs}"
 BASE="${UPFS_TEST_DIR:-/dev/shm}"
 DIR=$(mktemp -d "$BASE/upfs-pool-test.XXXXXX")
-trap 'rm -rf "$DIR"' EXIT  # pools keep nothing outside their file
+# Pools keep nothing outside their file; upfs rm also removes the shared
+# state of the per-file upfs file the test makes.
+trap '"$UPFS" rm --force "$DIR"/*.upfs >/dev/null 2>&1; rm -rf "$DIR"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/smoke_lib.sh"
 P="$DIR/a.pool"
 Q="$DIR/b.pool"
@@ -101,6 +103,17 @@ expect 0 "ls the tree that came from the other pool" "$UPFS" ls "$P:/src/ro/d"
 contains "random.bin" "a pool source arrived"
 expect 1 "several sources into a file" "$UPFS" cp "$S/empty" "$S/sparse" "$P:/src/empty"
 contains "not a directory" "the error says the target must be a directory"
+
+# A per-file upfs file on the host holds its contents in its own format:
+# cp reads and overwrites it through upfs.
+expect 0 "convert a file to upfs" "$UPFS" convert --to-upfs "$S/d/random.bin" "$DIR/r.upfs"
+expect 0 "cp a upfs file into a pool" "$UPFS" cp "$DIR/r.upfs" "$P:/r"
+expect 0 "cp it out again" "$UPFS" cp "$P:/r" "$DIR/r.back"
+if cmp -s "$S/d/random.bin" "$DIR/r.back"; then ok "a upfs file's contents go in"; else bad "upfs file copied as raw bytes"; fi
+expect 0 "cp over the upfs file" "$UPFS" cp "$P:/src/empty" "$DIR/r.upfs"
+expect 0 "convert it back" "$UPFS" convert --to-plain "$DIR/r.upfs" "$DIR/r.plain"
+if [ -f "$DIR/r.plain" ] && [ ! -s "$DIR/r.plain" ]; then ok "a upfs file is overwritten through upfs"; else bad "upfs file overwrite"; fi
+expect 0 "rm the upfs file" "$UPFS" rm "$DIR/r.upfs"
 
 # -- errors ---------------------------------------------------------------------
 expect 1 "cp of a directory without -r" "$UPFS" cp "$P:/src" "$DIR/x"
