@@ -42,7 +42,7 @@ namespace upfs::cli {
 const char kBenchHelp[] =
     "usage: upfs bench [--dir D] [--json FILE] [--quick] [--seconds S] [--rounds R]\n"
     "                  [--filter NAME[,NAME...]] [--size BYTES] [--mode strict|sync]\n"
-    "                  [--verbose]\n"
+    "                  [--verbose] [--pool]\n"
     "\n"
     "Runs each workload on upfs (C API) and on the kernel (a plain file in the\n"
     "same directory, open(2)/pread(2)/pwrite(2)). After one unrecorded warm-up\n"
@@ -72,6 +72,22 @@ const char kBenchHelp[] =
     "                     rollback journal's life)\n"
     "  open-close         open and close a 4 KiB file not otherwise open\n"
     "\n"
+    "pool workloads (--pool; upfs: a pool in D, mounted in the process;\n"
+    "kernel: a directory in D; namespace operations are not followed by an\n"
+    "fsync of the directory on either side):\n"
+    "  pool-create            create a new file and close it\n"
+    "  pool-stat              stat a random file of 1,000 in a directory\n"
+    "  pool-open-close        open and close a random 4 KiB file of 1,000\n"
+    "  pool-unlink            remove a file (made off the clock)\n"
+    "  pool-rename            rename a file within its directory of 1,000\n"
+    "  pool-mkdir-rmdir       make a directory and remove it\n"
+    "  pool-readdir-10k       list a directory of 10,000 entries\n"
+    "  pool-create-512        create, write 512 bytes, fsync, close, remove\n"
+    "  pool-create-2t         2 threads creating files in one directory\n"
+    "  pool-stat-100k         stat a random file of 100,000 in a directory\n"
+    "  pool-read-rand-4k, pool-overwrite-rand-4k, pool-append-4k\n"
+    "                         the file workloads, on a file in the pool\n"
+    "\n"
     "options:\n"
     "  --dir D            where the files go (default /dev/shm); a private\n"
     "                     directory is made in D and removed at the end\n"
@@ -86,13 +102,16 @@ const char kBenchHelp[] =
     "                     --quick); suffixes K, M, G\n"
     "  --mode strict|sync consistency mode of the upfs files (default strict)\n"
     "  --verbose          also print every round's ops/s on stderr\n"
+    "  --pool             run the pool workloads instead (--filter picks among\n"
+    "                     them)\n"
     "\n"
     "Random offsets come from a fixed-seed generator; round r of both sides\n"
     "uses the same sequence. See bench/README.md for how to read the ratios.\n"
     "\n"
     "examples:\n"
     "  upfs bench --quick\n"
-    "  upfs bench --filter overwrite --json results.json\n";
+    "  upfs bench --filter overwrite --json results.json\n"
+    "  upfs bench --pool --quick\n";
 
 namespace bench {
 
@@ -147,6 +166,7 @@ Status Bench::Setup() {
     side.append_path = bench_dir_ + "/append." + tag;
     side.small_path = bench_dir_ + "/small." + tag;
   }
+  if (cfg_.pool) UPFS_RETURN_IF_ERROR(SetupPool());
   wbuf_ = RandomBuffer(4096, kSeed + 1);
   rbuf_[0] = RandomBuffer(4096, kSeed + 2);
   rbuf_[1] = RandomBuffer(4096, kSeed + 3);
@@ -166,6 +186,7 @@ void Bench::Cleanup() {
       upfs_unlink(s.small_path.c_str());  // left by a metadata round that failed
     }
   }
+  CleanupPool();  // after every pool descriptor is closed
   if (!bench_dir_.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(bench_dir_, ec);
@@ -245,9 +266,38 @@ Status Bench::Reference() {
   return Status::OK();
 }
 
-std::vector<std::pair<size_t, const Workload*>> Chosen(const std::vector<std::string>& filters) {
+// What a workload needs before its rounds: the prefilled file, or the
+// namespace rounds' directory with its files.
+Status Bench::Prepare(const Workload& w) {
+  for (SideState& s : sides_) {
+    if (IsNamespace(w.kind)) {
+      UPFS_RETURN_IF_ERROR(PrepareNamespace(w, &s));
+    } else if (w.kind != Kind::kAppend) {
+      UPFS_RETURN_IF_ERROR(EnsureData(&s));
+    }
+  }
+  return Status::OK();
+}
+
+// Removes what only this workload used, so that the next starts afresh.
+Status Bench::Finish(const Workload& w) {
+  for (SideState& s : sides_) {
+    if (IsNamespace(w.kind)) UPFS_RETURN_IF_ERROR(FinishNamespace(&s));
+    if (w.kind != Kind::kAppend) continue;
+    s.append.Close();
+    if (s.upfs) {
+      upfs_unlink(s.append_path.c_str());
+    } else {
+      unlink(s.append_path.c_str());
+    }
+  }
+  return Status::OK();
+}
+
+std::vector<std::pair<size_t, const Workload*>> Chosen(const std::vector<std::string>& filters,
+                                                       bool pool) {
   std::vector<std::pair<size_t, const Workload*>> chosen;
-  const auto& all = AllWorkloads();
+  const auto& all = pool ? PoolWorkloads() : AllWorkloads();
   for (size_t i = 0; i < all.size(); i++) {
     bool take = filters.empty();
     for (const std::string& f : filters) {
@@ -259,12 +309,13 @@ std::vector<std::pair<size_t, const Workload*>> Chosen(const std::vector<std::st
 }
 
 Status Bench::Run() {
-  std::vector<std::pair<size_t, const Workload*>> chosen = Chosen(cfg_.filters);
+  std::vector<std::pair<size_t, const Workload*>> chosen = Chosen(cfg_.filters, cfg_.pool);
 
   UPFS_RETURN_IF_ERROR(Setup());
-  std::printf("upfs bench: %s on %s, %s files, %s mode, %d rounds x %.2f s per side\n\n",
+  std::printf("upfs bench: %s on %s, %s files, %s mode, %d rounds x %.2f s per side%s\n\n",
               cfg_.dir.c_str(), MediumKindName(medium_), HumanBytes(cfg_.file_size).c_str(),
-              cfg_.mode == UPFS_STRICT ? "strict" : "sync", cfg_.rounds, cfg_.seconds);
+              cfg_.mode == UPFS_STRICT ? "strict" : "sync", cfg_.rounds, cfg_.seconds,
+              cfg_.pool ? ";\n            upfs: files in a pool there; kernel: files in a directory there" : "");
   std::fflush(stdout);
   UPFS_RETURN_IF_ERROR(Reference());
   std::fflush(stdout);
@@ -273,10 +324,7 @@ Status Bench::Run() {
   for (auto [wi, w] : chosen) {
     Result r;
     r.name = w->name;
-    // Prefill outside the rounds.
-    if (w->kind != Kind::kAppend) {
-      for (SideState& s : sides_) UPFS_RETURN_IF_ERROR(EnsureData(&s));
-    }
+    UPFS_RETURN_IF_ERROR(Prepare(*w));  // outside the rounds
     // One unrecorded warm-up round per side (round index -1 is never used
     // for a recorded round, so its offsets differ from theirs).
     for (int side = 0; side < 2; side++) {
@@ -293,16 +341,7 @@ Status Bench::Run() {
         (side == 0 ? r.upfs_ops : r.kernel_ops).push_back(ops);
       }
     }
-    if (w->kind == Kind::kAppend) {
-      for (SideState& s : sides_) {
-        s.append.Close();
-        if (s.upfs) {
-          upfs_unlink(s.append_path.c_str());
-        } else {
-          unlink(s.append_path.c_str());
-        }
-      }
-    }
+    UPFS_RETURN_IF_ERROR(Finish(*w));
     if (cfg_.verbose) {
       status_.Clear();
       for (int side = 0; side < 2; side++) {
@@ -321,25 +360,6 @@ Status Bench::Run() {
   return Status::OK();
 }
 
-namespace {
-
-uint64_t ParseSize(const std::string& s) {
-  if (s.empty()) throw UsageError("--size: empty");
-  uint64_t mult = 1;
-  std::string digits = s;
-  switch (s.back()) {
-    case 'k': case 'K': mult = 1ull << 10; break;
-    case 'm': case 'M': mult = 1ull << 20; break;
-    case 'g': case 'G': mult = 1ull << 30; break;
-    default: break;
-  }
-  if (mult != 1) digits.pop_back();
-  uint64_t v = ParseUint(digits, "--size");
-  if (v > (1ull << 44) / mult) throw UsageError("--size: too large");
-  return v * mult;
-}
-
-}  // namespace
 }  // namespace bench
 
 using namespace bench;
@@ -347,7 +367,7 @@ using namespace bench;
 int RunBench(const std::vector<std::string>& args) {
   ParsedArgs p = ParseArgs(args, {{"dir", true}, {"json", true}, {"quick"}, {"seconds", true},
                                   {"rounds", true}, {"filter", true}, {"size", true},
-                                  {"mode", true}, {"verbose"}});
+                                  {"mode", true}, {"verbose"}, {"pool"}});
   if (!p.positional.empty()) throw UsageError("unexpected argument '" + p.positional[0] + "'");
   Config cfg;
   if (p.Has("quick")) {
@@ -378,17 +398,18 @@ int RunBench(const std::vector<std::string>& args) {
       start = comma + 1;
     }
     if (cfg.filters.empty()) throw UsageError("--filter: empty");
-    if (Chosen(cfg.filters).empty()) {
+    if (Chosen(cfg.filters, p.Has("pool")).empty()) {
       throw UsageError("--filter matches no workload (see 'upfs help bench')");
     }
   }
   if (auto v = p.Value("size")) {
-    cfg.file_size = ParseSize(*v);
+    cfg.file_size = ParseSize(*v, "--size");
     if (cfg.file_size < (1u << 20) || cfg.file_size % 4096 != 0) {
       throw UsageError("--size must be a multiple of 4 KiB and at least 1M");
     }
   }
   cfg.verbose = p.Has("verbose");
+  cfg.pool = p.Has("pool");
   if (auto v = p.Value("mode")) {
     if (*v == "strict") {
       cfg.mode = UPFS_STRICT;

@@ -182,7 +182,20 @@ enum class Kind {
   kMixed,
   kCreate,     // create, write `io` bytes, (kernel: fsync,) close, remove
   kOpenClose,  // open and close a small existing file
+  // Namespace operations (bench_pool.cc), on a pool against a kernel
+  // directory; `io` is the number of files the workload's directory holds.
+  kNsCreate,        // create + close
+  kNsStat,          // stat of a random file
+  kNsOpenClose,     // open + close of a random 4 KiB file
+  kNsUnlink,        // unlink of a file made off the clock
+  kNsRename,        // rename within the directory
+  kNsMkdirRmdir,    // mkdir + rmdir
+  kNsReaddir,       // a whole listing
+  kNsCreate512,     // create, write 512 B, fsync, close, unlink
+  kNsCreate2t,      // create + close, two threads, one directory
 };
+
+inline bool IsNamespace(Kind k) { return k >= Kind::kNsCreate; }
 
 struct Workload {
   const char* name;
@@ -203,6 +216,27 @@ inline const std::vector<Workload>& AllWorkloads() {
   return w;
 }
 
+// The rounds of `upfs bench --pool`: namespace operations, and the file
+// workloads of the same kind on files in a pool.
+inline const std::vector<Workload>& PoolWorkloads() {
+  static const std::vector<Workload> w = {
+      {"pool-create", Kind::kNsCreate, 0},
+      {"pool-stat", Kind::kNsStat, 1000},
+      {"pool-open-close", Kind::kNsOpenClose, 1000},
+      {"pool-unlink", Kind::kNsUnlink, 0},
+      {"pool-rename", Kind::kNsRename, 1000},
+      {"pool-mkdir-rmdir", Kind::kNsMkdirRmdir, 0},
+      {"pool-readdir-10k", Kind::kNsReaddir, 10000},
+      {"pool-create-512", Kind::kNsCreate512, 0},
+      {"pool-create-2t", Kind::kNsCreate2t, 0},
+      {"pool-stat-100k", Kind::kNsStat, 100000},
+      {"pool-read-rand-4k", Kind::kReadRand, 4096},
+      {"pool-overwrite-rand-4k", Kind::kWriteRand, 4096},
+      {"pool-append-4k", Kind::kAppend, 4096},
+  };
+  return w;
+}
+
 struct Config {
   std::string dir = "/dev/shm";
   std::optional<std::string> json;
@@ -213,6 +247,7 @@ struct Config {
   uint64_t file_size = 1ull << 30;
   upfs_consistency mode = UPFS_STRICT;
   bool verbose = false;
+  bool pool = false;  // the pool rounds instead of the per-file ones
 };
 
 struct Result {
@@ -228,6 +263,8 @@ struct SideState {
   std::string data_path, append_path, small_path;
   File data;
   File append;
+  std::string ns_dir;    // the namespace rounds' directory
+  uint64_t renamed = 0;  // renames so far in ns_dir (which name each file has)
 };
 
 // A status line on a terminal, erased before the table is printed.
@@ -267,12 +304,23 @@ class Bench {
   Status RunAppend(const Workload& w, SideState* s, double* ops_per_s);
   Status RunMixed(size_t wi, SideState* s, int round, double* ops_per_s);
   Status RunMetadata(const Workload& w, SideState* s, double* ops_per_s);
+  // bench_pool.cc
+  Status SetupPool();
+  void CleanupPool();
+  Status PrepareNamespace(const Workload& w, SideState* s);
+  Status FinishNamespace(SideState* s);
+  Status RunNamespace(size_t wi, const Workload& w, SideState* s, int round, double* ops_per_s);
+  Status RunBatched(const Workload& w, SideState* s, double* ops_per_s);
+  Status RunCreate2t(SideState* s, double* ops_per_s);
+  Status Prepare(const Workload& w);
+  Status Finish(const Workload& w);
   void PrintTable(const std::vector<Result>& results) const;
   Status WriteJson(const std::vector<Result>& results) const;
 
   Config cfg_;
   std::string bench_dir_;
   MediumKind medium_ = MediumKind::kTmpfs;
+  std::string pool_file_, mount_dir_;  // --pool: the pool and where it is mounted
   SideState sides_[2];  // 0 = upfs, 1 = kernel
   Buffer wbuf_, rbuf_[2], prefill_;
   StatusLine status_;
@@ -300,7 +348,9 @@ Status TimedLoop(double seconds, Op&& op, uint64_t* ops, double* elapsed) {
   return Status::OK();
 }
 
-// The workloads whose names contain one of `filters` (all if none).
-std::vector<std::pair<size_t, const Workload*>> Chosen(const std::vector<std::string>& filters);
+// The workloads (pool ones with `pool`) whose names contain one of
+// `filters` (all if none).
+std::vector<std::pair<size_t, const Workload*>> Chosen(const std::vector<std::string>& filters,
+                                                       bool pool);
 
 }  // namespace upfs::cli::bench

@@ -23,17 +23,24 @@ double Spread(const std::vector<double>& v) {
 }
 
 void Bench::PrintTable(const std::vector<Result>& results) const {
-  std::printf("%-18s %14s %6s %14s %6s %12s\n", "workload", "upfs ops/s", "+-%", "kernel ops/s",
+  int w = 18;  // the pool workloads' names are longer
+  for (const Result& r : results) w = std::max(w, int(r.name.size()));
+  std::printf("%-*s %14s %6s %14s %6s %12s\n", w, "workload", "upfs ops/s", "+-%", "kernel ops/s",
               "+-%", "upfs/kernel");
   for (const Result& r : results) {
     double u = Median(r.upfs_ops), k = Median(r.kernel_ops);
-    std::printf("%-18s %14s %6.1f %14s %6.1f %11.2fx\n", r.name.c_str(),
+    std::printf("%-*s %14s %6.1f %14s %6.1f %11.2fx\n", w, r.name.c_str(),
                 WithCommas(uint64_t(u)).c_str(), Spread(r.upfs_ops),
                 WithCommas(uint64_t(k)).c_str(), Spread(r.kernel_ops), k > 0 ? u / k : 0.0);
   }
   std::printf("\nops/s: median over %d rounds of %.2f s per side; +-%%: half the range of the "
               "rounds, in %% of the median.\n",
               cfg_.rounds, cfg_.seconds);
+  if (cfg_.pool) {
+    std::printf("pool-*: upfs in a pool on %s, kernel in a directory there; namespace operations\n"
+                "are not followed by an fsync of the directory on either side.\n",
+                MediumKindName(medium_));
+  }
   if (medium_ == MediumKind::kPageCache) {
     std::printf("medium is a page-cache file system: both sides fsync after every write.\n");
   } else {

@@ -58,6 +58,9 @@ int RunBench(const std::vector<std::string>& args);
 int RunRm(const std::vector<std::string>& args);
 int RunSweep(const std::vector<std::string>& args);
 int RunRun(const std::vector<std::string>& args);
+int RunMkfs(const std::vector<std::string>& args);
+int RunLs(const std::vector<std::string>& args);
+int RunCp(const std::vector<std::string>& args);
 
 extern const char kInfoHelp[];
 extern const char kFsckHelp[];
@@ -66,6 +69,9 @@ extern const char kBenchHelp[];
 extern const char kRmHelp[];
 extern const char kSweepHelp[];
 extern const char kRunHelp[];
+extern const char kMkfsHelp[];
+extern const char kLsHelp[];
+extern const char kCpHelp[];
 
 // ---------------------------------------------------------------------------
 // Argument parsing. Options are long (`--name`), take a value either as
@@ -91,6 +97,14 @@ ParsedArgs ParseArgs(const std::vector<std::string>& args, const std::vector<Opt
 // Strict number parsing for option values; throw UsageError naming `what`.
 double ParseDouble(const std::string& s, const std::string& what);
 uint64_t ParseUint(const std::string& s, const std::string& what);
+// A byte count with an optional suffix K, M or G (powers of 1024).
+uint64_t ParseSize(const std::string& s, const std::string& what);
+
+// The pool verbs mimic ls(1) and cp(1), whose users type `-lR` and `-r`:
+// this rewrites such bundles into the long options ParseArgs knows
+// (`short_to_long` maps 'l' to "long"); other arguments pass unchanged.
+std::vector<std::string> ExpandShortFlags(const std::vector<std::string>& args,
+                                          const std::map<char, std::string>& short_to_long);
 
 // ---------------------------------------------------------------------------
 // Formatting.

@@ -10,34 +10,7 @@ BASE="${UPFS_TEST_DIR:-/dev/shm}"
 DIR=$(mktemp -d "$BASE/upfs-cli-test.XXXXXX")
 # upfs rm also removes the shared state in /dev/shm of each upfs file.
 trap '"$UPFS" rm --force "$DIR"/*.upfs >/dev/null 2>&1; rm -rf "$DIR"' EXIT
-failures=0
-passes=0
-
-ok() { passes=$((passes + 1)); echo "ok: $*"; }
-bad() { failures=$((failures + 1)); echo "FAIL: $*"; }
-
-# expect CODE DESCRIPTION CMD...: runs CMD, checks its exit code; its
-# stdout+stderr are kept in $DIR/out.
-expect() {
-  local want="$1" what="$2"
-  shift 2
-  "$@" >"$DIR/out" 2>&1
-  local got=$?
-  if [ "$got" = "$want" ]; then
-    ok "$what (exit $got)"
-  else
-    bad "$what: exit $got, expected $want; output:"
-    sed 's/^/    /' "$DIR/out"
-  fi
-}
-
-# contains TEXT DESCRIPTION: checks that the last command's output has TEXT.
-contains() {
-  if grep -qF -- "$1" "$DIR/out"; then ok "$2"; else
-    bad "$2: output lacks '$1'; output:"
-    sed 's/^/    /' "$DIR/out"
-  fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/smoke_lib.sh"
 
 # -- help and usage ---------------------------------------------------------
 expect 0 "upfs --help" "$UPFS" --help
@@ -136,6 +109,4 @@ contains "create-512" "bench runs create-512"
 contains "open-close" "bench runs open-close"
 if ls -d "$DIR"/upfs-bench.* >/dev/null 2>&1; then bad "metadata bench left its directory"; else ok "metadata bench cleaned up"; fi
 
-echo
-echo "$passes passed, $failures failed"
-[ "$failures" = 0 ]
+summary

@@ -90,6 +90,41 @@ uint64_t ParseUint(const std::string& s, const std::string& what) {
   return v;
 }
 
+uint64_t ParseSize(const std::string& s, const std::string& what) {
+  if (s.empty()) throw UsageError(what + ": empty");
+  uint64_t mult = 1;
+  std::string digits = s;
+  switch (s.back()) {
+    case 'k': case 'K': mult = 1ull << 10; break;
+    case 'm': case 'M': mult = 1ull << 20; break;
+    case 'g': case 'G': mult = 1ull << 30; break;
+    default: break;
+  }
+  if (mult != 1) digits.pop_back();
+  uint64_t v = ParseUint(digits, what);
+  if (v > (1ull << 44) / mult) throw UsageError(what + ": too large");
+  return v * mult;
+}
+
+std::vector<std::string> ExpandShortFlags(const std::vector<std::string>& args,
+                                          const std::map<char, std::string>& short_to_long) {
+  std::vector<std::string> out;
+  bool options_done = false;
+  for (const std::string& a : args) {
+    if (options_done || a.size() < 2 || a[0] != '-' || a[1] == '-') {
+      if (a == "--") options_done = true;
+      out.push_back(a);
+      continue;
+    }
+    for (size_t i = 1; i < a.size(); i++) {
+      auto it = short_to_long.find(a[i]);
+      if (it == short_to_long.end()) throw UsageError("unknown option '-" + std::string(1, a[i]) + "'");
+      out.push_back("--" + it->second);
+    }
+  }
+  return out;
+}
+
 std::string HumanBytes(uint64_t bytes) {
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   double v = double(bytes);

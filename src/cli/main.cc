@@ -15,6 +15,9 @@ namespace upfs::cli {
 
 const std::vector<Verb>& Verbs() {
   static const std::vector<Verb> verbs = {
+      {"mkfs", "make a new, empty pool: a whole namespace in one file", kMkfsHelp, RunMkfs},
+      {"ls", "list the directories of a pool (POOL[:PATH])", kLsHelp, RunLs},
+      {"cp", "copy files and trees into, out of and between pools (POOL:PATH)", kCpHelp, RunCp},
       {"info", "show the header, log, block usage, medium and shared state of a upfs file",
        kInfoHelp, RunInfo},
       {"fsck", "check every structure of a upfs file; exit 0 if clean, 1 if damaged", kFsckHelp,
