@@ -83,14 +83,70 @@ Mount* MountOfPool(const Pool* pool) {
   return nullptr;
 }
 
+namespace {
+
+// The mount whose directory is exactly `dir` (lexically normal), or null.
+// Caller holds g_mounts_mu.
+Mount* MountAt(std::string_view dir) {
+  for (auto& m : g_mounts)
+    if (m->dir == dir) return m.get();
+  return nullptr;
+}
+
+// Splits an absolute path with "." or ".." or "//" in it at the mount it
+// enters. Only the part up to the mount directory is normalized lexically
+// (it is the kernel's, and the mount directory need not exist there); the
+// rest goes to the pool's resolver as written, so that ".." after a
+// symbolic link and "d/." keep the kernel's meaning. A rest whose ".."
+// climbs out of the mount lexically is not in that mount.
+bool SplitAtMount(const std::string& abs, PoolPath* out) {
+  std::vector<std::string_view> parts;
+  std::string norm;
+  size_t i = 0;
+  while (i < abs.size()) {
+    size_t j = abs.find('/', i);
+    if (j == std::string::npos) j = abs.size();
+    std::string_view c(abs.data() + i, j - i);
+    i = j + 1;
+    if (c.empty() || c == ".") {
+      // nothing
+    } else if (c == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else {
+      parts.push_back(c);
+    }
+    norm.clear();
+    for (std::string_view p : parts) (norm += '/') += p;
+    Mount* m = norm.empty() ? nullptr : MountAt(norm);
+    if (!m) continue;
+    std::string rest = i < abs.size() ? abs.substr(i) : std::string();
+    int depth = 0;
+    bool escapes = false;
+    for (size_t k = 0; k < rest.size() && !escapes;) {
+      size_t e = rest.find('/', k);
+      if (e == std::string::npos) e = rest.size();
+      std::string_view rc(rest.data() + k, e - k);
+      if (rc == "..") escapes = --depth < 0;
+      else if (!rc.empty() && rc != ".") ++depth;
+      k = e + 1;
+    }
+    if (escapes) continue;
+    *out = PoolPath{m, "/" + rest};
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 bool InPool(int dirfd, const char* path, PoolPath* out) {
   if (g_mount_count.load(std::memory_order_acquire) == 0 || !path) return false;
-  // The common case, an absolute path, needs no copy to be matched.
   std::string abs;
   if (!Absolute(dirfd, path, &abs)) return false;
-  const bool dotdot = abs.find("/.") != std::string::npos || abs.find("//") != std::string::npos;
-  if (dotdot) abs = Normalize(abs);
   std::shared_lock<std::shared_mutex> g(g_mounts_mu);
+  if (abs.find("/.") != std::string::npos || abs.find("//") != std::string::npos)
+    return SplitAtMount(abs, out);
+  // The common case, a plain absolute path, is matched as it is.
   for (auto& m : g_mounts) {
     const std::string& d = m->dir;
     if (abs.compare(0, d.size(), d) != 0) continue;

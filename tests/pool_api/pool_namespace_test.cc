@@ -133,6 +133,35 @@ TEST_F(PoolTest, RenameRules) {
   ExpectClean();
 }
 
+// "." and ".." keep the kernel's meaning: resolved step by step, after
+// symbolic links, never by lexical shortening of the path.
+TEST_F(PoolTest, DotAndDotDotAreResolvedNotShortened) {
+  ASSERT_EQ(upfs_mkdir(P("a").c_str(), 0755), 0);
+  ASSERT_EQ(upfs_mkdir(P("a/b").c_str(), 0755), 0);
+  ASSERT_EQ(Create("a/marker"), 0);
+  ASSERT_EQ(upfs_symlink("a/b", P("l").c_str()), 0);
+  struct stat st, want;
+  ASSERT_EQ(upfs_stat(P("a/marker").c_str(), &want), 0);
+  ASSERT_EQ(upfs_stat(P("l/../marker").c_str(), &st), 0);  // l/.. is a, not the root
+  EXPECT_EQ(st.st_ino, want.st_ino);
+  EXPECT_EQ(upfs_stat(P("missing/..").c_str(), &st), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(upfs_stat(P("a/marker/..").c_str(), &st), -1);
+  EXPECT_EQ(errno, ENOTDIR);
+  EXPECT_EQ(upfs_rmdir(P("a/b/.").c_str()), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(upfs_rename(P("a/b/.").c_str(), P("x").c_str()), -1);
+  EXPECT_EQ(errno, EBUSY);
+  EXPECT_EQ(upfs_unlink(P("a/b/.").c_str()), -1);
+  EXPECT_EQ(errno, EISDIR);
+  EXPECT_EQ(upfs_mkdir(P("a/b/.").c_str(), 0755), -1);
+  EXPECT_EQ(errno, EEXIST);
+  ASSERT_EQ(upfs_stat(P("a/b").c_str(), &st), 0);  // still there
+  // A ".." that leaves the mount lexically is the kernel's path again.
+  EXPECT_EQ(upfs_stat((mnt_ + "/a/../../" + mnt_.substr(1) + "/a/marker").c_str(), &st), 0);
+  EXPECT_EQ(st.st_ino, want.st_ino);
+}
+
 TEST_F(PoolTest, HardAndSymbolicLinks) {
   ASSERT_EQ(Create("f", "data"), 0);
   ASSERT_EQ(upfs_link(P("f").c_str(), P("g").c_str()), 0);
