@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <optional>
 
 #include "engine/epoch_pin.h"
@@ -50,16 +49,6 @@ mode_t TypeBits(FileType t) {
 
 uid_t OwnerUid(uint64_t w) { return uid_t(uint32_t(w)); }
 gid_t OwnerGid(uint64_t w) { return gid_t(uint32_t(w >> 32)); }
-
-void SplitPath(std::string_view path, std::deque<std::string>* parts) {
-  size_t i = 0;
-  while (i < path.size()) {
-    size_t j = path.find('/', i);
-    if (j == std::string_view::npos) j = path.size();
-    if (j > i) parts->emplace_back(path.substr(i, j - i));
-    i = j + 1;
-  }
-}
 
 // A new inode's bytes, built in DRAM and copied to the pool whole.
 struct InodeImage {
@@ -114,37 +103,76 @@ Status PoolNamespace::Permit(const Inode* in, int want) const {
   return Status::Error(EACCES, "permission denied");
 }
 
+namespace {
+
+// The components of a path still to resolve, as views into the caller's
+// path until a symbolic link is followed, and into `owned` after that.
+class PathCursor {
+ public:
+  explicit PathCursor(std::string_view path) : rest_(path) {}
+  // The next component, or false at the end.
+  bool Next(std::string_view* c) {
+    size_t i = rest_.find_first_not_of('/');
+    if (i == std::string_view::npos) return false;
+    rest_.remove_prefix(i);
+    size_t j = rest_.find('/');
+    if (j == std::string_view::npos) j = rest_.size();
+    *c = rest_.substr(0, j);
+    rest_.remove_prefix(j);
+    return true;
+  }
+  bool AtEnd() const { return rest_.find_first_not_of('/') == std::string_view::npos; }
+  // What is left, after a link's target.
+  void Prepend(std::string_view target) {
+    std::string joined;
+    joined.reserve(target.size() + 1 + rest_.size());
+    joined.append(target).append("/").append(rest_);
+    owned_ = std::move(joined);
+    rest_ = owned_;
+  }
+  std::string_view rest() const { return rest_; }
+
+ private:
+  std::string_view rest_;
+  std::string owned_;
+};
+
+}  // namespace
+
 Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape) {
   std::optional<EpochPin> pin;
   UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
-  UPFS_RETURN_IF_ERROR(pool_->CatchUp());
-  std::shared_lock<std::shared_mutex> g(pool_->index_mu());
+  std::shared_lock<std::shared_mutex> g;
+  UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
+  return ResolveLocked(path, follow, out, escape);
+}
+
+Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved* out, std::string* escape) {
   const NsIndex& idx = *pool_->index();
   const bool trailing_slash = !path.empty() && path.back() == '/';
-  std::deque<std::string> parts;
-  SplitPath(path, &parts);
+  PathCursor parts(path);
   uint64_t cur = pool_->root_ino();
   int links = 0;
-  *out = Resolved{cur, "", cur, FileType::kDirectory};
-  while (!parts.empty()) {
-    std::string c = std::move(parts.front());
-    parts.pop_front();
+  out->dir = cur;
+  out->name.clear();
+  out->ino = cur;
+  out->type = FileType::kDirectory;
+  std::string target;
+  for (std::string_view c; parts.Next(&c);) {
     if (c.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "name longer than 255 bytes");
     NsDirInfo d;
     if (!idx.Dir(cur, &d)) return Status::Error(ENOTDIR, "not a directory");
     Inode* din;
     UPFS_RETURN_IF_ERROR(pool_->InodeAt(cur, &din));
     UPFS_RETURN_IF_ERROR(Permit(din, kWantExec));
-    const bool last = parts.empty();
+    const bool last = parts.AtEnd();
     if (c == ".") {
       if (last) *out = Resolved{d.parent, "", cur, FileType::kDirectory};
       continue;
     }
     if (c == "..") {
       if (cur == pool_->root_ino()) {
-        std::string rest = "..";
-        for (const std::string& p : parts) rest += "/" + p;
-        if (escape) *escape = rest;
+        if (escape) *escape = std::string("..") + std::string(parts.rest());
         return Status::Error(EXDEV, "path leaves the pool");
       }
       cur = d.parent;
@@ -152,34 +180,28 @@ Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out,
       continue;
     }
     NsEntry found;
-    const NsEntry* e = idx.Find(cur, c, &found) ? &found : nullptr;
-    if (!e) {
+    if (!idx.Find(cur, c, &found)) {
       if (!last) return Status::Error(ENOENT, "no such file or directory");
-      *out = Resolved{cur, std::move(c), 0, FileType::kFree};
+      *out = Resolved{cur, std::string(c), 0, FileType::kFree};
       return Status::OK();
     }
-    if (e->type == FileType::kSymlink && (!last || follow || trailing_slash)) {
+    if (found.type == FileType::kSymlink && (!last || follow || trailing_slash)) {
       if (++links > kMaxSymlinkDepth) return Status::Error(ELOOP, "too many symbolic links");
-      std::string target;
-      UPFS_RETURN_IF_ERROR(Readlink(e->ino, &target));
+      UPFS_RETURN_IF_ERROR(Readlink(found.ino, &target));
       if (!target.empty() && target[0] == '/') {
-        std::string rest = target;
-        for (const std::string& p : parts) rest += "/" + p;
-        if (escape) *escape = rest;
+        if (escape) *escape = target + std::string(parts.rest());
         return Status::Error(EXDEV, "symbolic link leaves the pool");
       }
-      std::deque<std::string> t;
-      SplitPath(target, &t);
-      parts.insert(parts.begin(), t.begin(), t.end());
-      if (parts.empty()) *out = Resolved{ParentOf(idx, cur), "", cur, FileType::kDirectory};
+      parts.Prepend(target);
+      if (parts.AtEnd()) *out = Resolved{ParentOf(idx, cur), "", cur, FileType::kDirectory};
       continue;
     }
     if (last) {
-      *out = Resolved{cur, std::move(c), e->ino, e->type};
+      *out = Resolved{cur, std::string(c), found.ino, found.type};
       break;
     }
-    if (e->type != FileType::kDirectory) return Status::Error(ENOTDIR, "not a directory");
-    cur = e->ino;
+    if (found.type != FileType::kDirectory) return Status::Error(ENOTDIR, "not a directory");
+    cur = found.ino;
   }
   if (trailing_slash && out->ino != 0 && out->type != FileType::kDirectory)
     return Status::Error(ENOTDIR, "not a directory");
@@ -487,11 +509,12 @@ Status PoolNamespace::TakeHold(uint64_t ino, uint32_t* gen) {
   const uint64_t id = in->ident.load(std::memory_order_seq_cst);
   // Whoever frees the inode committed its last unlink before looking at
   // the count: either it saw this hold, or the index shows the unlink.
-  Status st = pool_->CatchUp();
-  bool linked;
+  bool linked = false;
+  Status st;
   {
-    std::shared_lock<std::shared_mutex> g(pool_->index_mu());
-    linked = LinkedLocked(ino, in);
+    std::shared_lock<std::shared_mutex> g;
+    st = pool_->LockLatest(&g);
+    if (st.ok()) linked = LinkedLocked(ino, in);
   }
   if (!st.ok() || IdentKind(id) == FileType::kFree || !linked) {
     in->open_count.fetch_sub(1, std::memory_order_seq_cst);
@@ -726,8 +749,8 @@ Status PoolNamespace::MayOpen(uint64_t ino, int acc, bool trunc) {
 Status PoolNamespace::List(uint64_t dir, std::vector<Listed>* out) {
   std::optional<EpochPin> pin;
   UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
-  UPFS_RETURN_IF_ERROR(pool_->CatchUp());
-  std::shared_lock<std::shared_mutex> g(pool_->index_mu());
+  std::shared_lock<std::shared_mutex> g;
+  UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
   NsDirInfo d;
   if (!pool_->index()->Dir(dir, &d)) return Status::Error(ENOENT, "directory removed");
   out->clear();

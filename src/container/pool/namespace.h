@@ -46,6 +46,9 @@ class PoolNamespace {
   // above the root) fails with EXDEV and *escape set to the rest of it,
   // to be resolved by the caller from `mount_dir`.
   Status Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape = nullptr);
+  // The same, for a caller that is pinned and holds the index lock shared
+  // (Pool::LockLatest).
+  Status ResolveLocked(std::string_view path, bool follow, Resolved* out, std::string* escape = nullptr);
 
   // Creates a regular file (EEXIST if the name exists). With held_gen, the
   // new inode is born held (as TakeHold) and *held_gen is its generation.

@@ -294,18 +294,30 @@ Status Pool::CatchUpLocked() {
   return log_.ReadNew([this](const NsRecord& r) { return index_.Apply(r); });
 }
 
+Status Pool::LockLatest(std::shared_lock<std::shared_mutex>* g) {
+  std::shared_lock<std::shared_mutex> s(index_mu_);
+  if (!log_.AnyNew() &&
+      super()->checkpoint.load(std::memory_order_acquire) == seen_checkpoint_.load(std::memory_order_relaxed)) {
+    *g = std::move(s);
+    return Status::OK();
+  }
+  s.unlock();
+  {
+    std::unique_lock<std::shared_mutex> u(index_mu_);
+    UPFS_RETURN_IF_ERROR(CatchUpLocked());
+  }
+  // Records committed after the catch-up began are concurrent with the
+  // caller: they need not be seen, and others' catch-ups only add to it.
+  *g = std::shared_lock<std::shared_mutex>(index_mu_);
+  return Status::OK();
+}
+
 Status Pool::CatchUp() {
   uint32_t slot;
   UPFS_RETURN_IF_ERROR(NamespaceSlot(&slot));
   EpochPin pin(epochs_.get(), slot);
-  {
-    std::shared_lock<std::shared_mutex> g(index_mu_);
-    if (!log_.AnyNew() &&
-        super()->checkpoint.load(std::memory_order_acquire) == seen_checkpoint_.load(std::memory_order_relaxed))
-      return Status::OK();
-  }
-  std::unique_lock<std::shared_mutex> g(index_mu_);
-  return CatchUpLocked();
+  std::shared_lock<std::shared_mutex> g;
+  return LockLatest(&g);
 }
 
 bool Pool::AnySlotInUse() const {

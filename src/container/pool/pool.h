@@ -88,6 +88,10 @@ class Pool {
   Status CatchUp();
   // The same, for a caller holding the index lock exclusively and pinned.
   Status CatchUpLocked();
+  // Takes the index lock shared, on an index that holds every record
+  // committed before the call (catching up first if the log moved). The
+  // caller is pinned. One lock round trip when nothing is new.
+  Status LockLatest(std::shared_lock<std::shared_mutex>* g);
 
   // Pins this thread in the pool's epochs for as long as *pin lives: the
   // checkpoint image and the log blocks it reads stay (re-entrant).
