@@ -85,8 +85,9 @@ Status InodeAllocator::Allocate(FileType kind, Inode* image, uint64_t* ino) {
   if (IdentKind(was) != FileType::kFree)
     return Status::Corrupt("inode", "free list names inode " + std::to_string(n) + " in use");
   image->ident.store(EncodeIdent(kind, IdentGen(was) + 1), std::memory_order_relaxed);
+  // No fence of its own: the inode is only reachable once a record naming
+  // it commits, and the record's reservation fences first (NsLog::Reserve).
   pm::CopyNT(in, image, kInodeSize);
-  pm::Fence();
   *ino = n;
   return Status::OK();
 }

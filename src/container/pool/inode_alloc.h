@@ -33,7 +33,8 @@ class InodeAllocator {
   // can hold).
   Status At(uint64_t ino, format::pool::Inode** out) const;
   // Takes a free inode for a new file of `kind` and writes `image` (whose
-  // ident this sets) into it, persisted.
+  // ident this sets) into it with non-temporal stores, not yet fenced: the
+  // caller's next fence (the namespace log reservation) makes it durable.
   Status Allocate(format::pool::FileType kind, format::pool::Inode* image, uint64_t* ino);
   // Gives back inode `ino` (nothing references it any more).
   Status Free(uint64_t ino);

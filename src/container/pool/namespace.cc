@@ -355,8 +355,7 @@ Status PoolNamespace::Symlink(const Resolved& at, std::string_view target) {
   } else {
     UPFS_RETURN_IF_ERROR(pool_->AllocBlock(&block));
     char* p = pool_->medium()->base() + (uint64_t(block) << kBlockShift);
-    pm::CopyNT(p, target.data(), target.size());
-    pm::Fence();
+    pm::CopyNT(p, target.data(), target.size());  // fenced by the reservation, as the inode
     image.target_block.store(block, std::memory_order_relaxed);
   }
   uint64_t n;
