@@ -58,13 +58,16 @@ File::File(const FileStorage& storage, std::unique_ptr<StorageLease> lease)
       source_(storage.source),
       root_(storage.root),
       access_(storage.space),
-      writer_(storage.space, storage.source, storage.root) {
+      writer_(storage.space, storage.source, storage.root),
+      space_outlives_file_(storage.space_outlives_file) {
   UPFS_ASSERT(space_ && root_.head && root_.times);
   UPFS_ASSERT(!source_ || (root_.words && source_->space() == space_));
 }
 
 File::~File() {
-  space_->JoinBackground();  // its growth callback publishes into the bitmap
+  // A per-file container's growth callback publishes into this File's
+  // bitmap: stopped before the File goes. A pool's outlives its files.
+  if (!space_outlives_file_) space_->JoinBackground();
   for (auto& slot : ctx_) {
     ThreadCtx* c = slot.load();
     if (!c) continue;
@@ -89,7 +92,7 @@ Status File::Open(const FileStorage& storage, BlockMarker* rebuild,
 
 Status File::OpenReadOnly(const FileStorage& storage, std::unique_ptr<StorageLease> lease,
                           std::unique_ptr<File>* out) {
-  std::unique_ptr<File> f(new File(FileStorage{storage.space, nullptr, storage.root},
+  std::unique_ptr<File> f(new File(FileStorage{storage.space, nullptr, storage.root, storage.space_outlives_file},
                                    std::move(lease)));
   UPFS_RETURN_IF_ERROR(f->Init(nullptr));
   *out = std::move(f);

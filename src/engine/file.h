@@ -60,6 +60,9 @@ struct FileStorage {
   BlockSpace* space = nullptr;
   BlockSource* source = nullptr;  // null for a read-only File
   LogRoot root;
+  // The space belongs to a container that outlives this File and stops its
+  // background work itself (a pool): the File must not stop it on close.
+  bool space_outlives_file = false;
 };
 
 // The container's hold on what it lent (host file, shared memory, pool):
@@ -199,6 +202,7 @@ class File {
   LogRoot root_;
   BlockAccess access_;
   LogWriter writer_;
+  const bool space_outlives_file_;
 
   std::atomic<BlockTable*> table_{nullptr};
   std::vector<std::unique_ptr<BlockTable>> tables_;  // current and retired, freed at close

@@ -381,6 +381,9 @@ void Medium::JoinBackground() {
     stopping_ = true;
     work_cv_.notify_all();
   }
+  // Several threads may stop it at once (closes of a shared space):
+  // std::thread::join from two threads at once is undefined.
+  std::lock_guard<std::mutex> j(join_mu_);
   if (worker_.joinable()) worker_.join();
 }
 

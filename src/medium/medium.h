@@ -115,6 +115,7 @@ class Medium final : public BlockSpace {
   bool settle_ = false;
   std::chrono::steady_clock::time_point last_growth_{};
   std::thread worker_;
+  std::mutex join_mu_;  // serializes joins of worker_
   bool worker_running_ = false;
   bool stopping_ = false;
   uint64_t grow_target_ = 0;

@@ -216,7 +216,14 @@ Status PoolNamespace::Commit(const NsRecord& rec, const std::function<Status()>&
   NsLog::Reservation r;
   bool reserved = false;
   for (;;) {
-    if (!reserved) UPFS_RETURN_IF_ERROR(log->Reserve(rec, &r));
+    if (!reserved) {
+      NsPos from;
+      {
+        std::shared_lock<std::shared_mutex> s(pool_->index_mu());
+        from = log->pos();
+      }
+      UPFS_RETURN_IF_ERROR(log->Reserve(rec, from, &r));
+    }
     reserved = true;
     std::unique_lock<std::shared_mutex> g(pool_->index_mu());
     UPFS_RETURN_IF_ERROR(pool_->CatchUpLocked());

@@ -225,10 +225,10 @@ Status NsLog::MoveToNextBlock(NsPos* p) {
   return Status::OK();
 }
 
-Status NsLog::Reserve(const NsRecord& rec, Reservation* r) {
+Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r) {
   alignas(64) uint64_t words[kMaxRecordWords];
   const uint32_t n = EncodeRecord(rec, words);
-  NsPos p = pos_;
+  NsPos p = from;
   for (;;) {
     // The reservation, its payload and the commit entry after it must fit
     // in the block.

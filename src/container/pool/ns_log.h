@@ -76,9 +76,11 @@ class NsLog {
     uint32_t crc = 0;
     uint64_t seq = 0;
   };
-  // Reserves slots at or after the position for `rec` and persists its
-  // payload there.
-  Status Reserve(const NsRecord& rec, Reservation* r);
+  // Reserves slots at or after `from` for `rec` and persists its payload
+  // there. `from` is a copy of pos() the caller took under the index lock
+  // (pos() itself moves under that lock; reservations are made without
+  // it, so that their fences do not serialize the threads).
+  Status Reserve(const NsRecord& rec, NsPos from, Reservation* r);
   // The caller has read every record up to the tail (AnyNew() was false
   // when it validated its change): tries to commit r by a CAS of its kApply
   // into the slot at the position. *committed false: something was

@@ -29,6 +29,10 @@ constexpr off_t kSlotLockBase = kAttachByte + 64;
 constexpr uint64_t kDefaultInitialBytes = 64ull << 20;
 // A detaching process whose delta holds this many records checkpoints.
 constexpr uint64_t kCheckpointAtDetachRecords = 1024;
+// How long a detaching process waits for others' readers to leave the
+// epoch of its retired blocks: 1000 x 200 us, 0.2 s at most.
+constexpr int kDetachDrainTries = 1000;
+constexpr useconds_t kDetachDrainSleepUs = 200;
 
 int OfdLock(int fd, short type, off_t start, bool wait) {
   struct flock fl;
@@ -486,7 +490,7 @@ Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out) {
   if (root.consistency != Consistency::kStrict && root.consistency != Consistency::kSync)
     return Status::Corrupt("inode", std::to_string(ino) + " has no consistency mode");
   std::unique_ptr<File> f;
-  UPFS_RETURN_IF_ERROR(File::Open(FileStorage{medium_.get(), source_.get(), root}, nullptr,
+  UPFS_RETURN_IF_ERROR(File::Open(FileStorage{medium_.get(), source_.get(), root, true}, nullptr,
                                   std::make_unique<PoolFileLease>(ino), &f));
   std::shared_ptr<File> sf(std::move(f));
   files_[ino] = sf;
@@ -500,14 +504,26 @@ Pool::~Pool() {
   // A long delta costs the next process to attach its replay: leave a
   // checkpoint instead (at most one interval of records, written once).
   if (index_.delta_records() >= kCheckpointAtDetachRecords) (void)Checkpoint();
+  bool left_blocks = false;
   {
     std::lock_guard<std::mutex> g(retired_mu_);
-    source_->DrainLimbo(&retired_, true);
+    // Retired log and image blocks are freed once every process has moved
+    // past their epoch; a reader of another process holds it for the
+    // length of one call, so wait a little for it (bounded: it may have
+    // died pinned).
+    for (int i = 0; i < kDetachDrainTries && !retired_.limbo.empty(); ++i) {
+      source_->DrainLimbo(&retired_, true);
+      if (!retired_.limbo.empty()) usleep(kDetachDrainSleepUs);
+    }
+    left_blocks = !retired_.limbo.empty();
     source_->ReturnAll(&retired_);
   }
   for (auto& s : ns_slots_)
     if (const uint32_t v = s.load(); v < kMaxSlots) epochs_->ReleaseSlot(v);
-  epochs_->ReleaseSlot(process_slot_);
+  // Blocks still retired are lost to this process's memory: its slot stays
+  // claimed, as a dead process's would, so that no one marks the pool
+  // clean and the next recovery (which rebuilds the bitmap) frees them.
+  if (!left_blocks) epochs_->ReleaseSlot(process_slot_);
   epochs_->ReleaseKeptSlots();
   const int fd = lock_fd();
   if (OfdLock(fd, F_WRLCK, kAttachByte, true) == 0) {
