@@ -515,6 +515,8 @@ struct TokenParams {
   uint64_t ops;  // per mover, before scaling
 };
 
+void PrintTo(const TokenParams& p, std::ostream* os) { *os << p.name; }
+
 class PoolTokenTest : public PoolConcurrencyTest, public ::testing::WithParamInterface<TokenParams> {};
 
 TEST_P(PoolTokenTest, RenamesNeitherLoseNorDuplicateTokens) {
