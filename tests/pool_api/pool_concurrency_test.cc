@@ -25,6 +25,9 @@
 //     rounds left (and removed) is there (and not) in every later scan. At
 //     the end the directory holds exactly the expected names and contents;
 //     CheckPool: no problem, no orphan, no leaked block, no leaked inode.
+// (3) Tokens with processes: child processes mount the pool themselves and
+//     move tokens while the parent moves and lists in threads.
+// Two disabled tests reproduce bugs these tests found (see each).
 //
 // Knobs: UPFS_TEST_SCALE (operations and rounds), UPFS_TEST_SEED.
 // Must stay clean under ThreadSanitizer: test threads share only atomics,
