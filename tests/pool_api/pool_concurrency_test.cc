@@ -1,0 +1,983 @@
+// Concurrency tests of a pool's namespace: threads and processes creating,
+// renaming and unlinking in shared directories while others list them.
+//
+// (1) Tokens (threads; and processes, (3)). N token files, each holding its
+//     id, spread over K shared directories; movers rename random names
+//     between the directories with plain rename, RENAME_NOREPLACE and
+//     RENAME_EXCHANGE. Names are chosen so that no rename may ever destroy
+//     a token: a plain rename only targets a "private" name of the mover
+//     that it knows to be free (only its owner ever renames *into* a private
+//     name, so once seen free it stays free until the owner fills it);
+//     NOREPLACE targets shared slot names; EXCHANGE any two names. Every
+//     result must be one the kernel could give (ENOENT when a source has
+//     gone, EEXIST for an occupied NOREPLACE target, nothing else). Readers
+//     of a moved name see either ENOENT or a whole token.
+//     Listers scan every directory meanwhile: no name twice in one scan,
+//     "." and ".." once, only names of the universe, and the pinned files
+//     (never moved) exactly once each; with one directory (K = 1) every
+//     scan must also hold exactly N tokens (a rename within one directory
+//     is one atomic change of it). At the end every token exists exactly
+//     once, with its id, and CheckPool finds nothing wrong and no leak.
+// (2) Create/unlink churn in one directory by several threads (each with
+//     its own names and a model of them, plus shared names raced in rounds
+//     with O_CREAT|O_EXCL: exactly one creator wins each, exactly one
+//     unlinker wins each) while listers scan it, checking that what whole
+//     rounds left (and removed) is there (and not) in every later scan. At
+//     the end the directory holds exactly the expected names and contents;
+//     CheckPool: no problem, no orphan, no leaked block, no leaked inode.
+// (3) Tokens with processes: child processes mount the pool themselves and
+//     move tokens while the parent moves and lists in threads.
+// Two disabled tests reproduce bugs these tests found (see each).
+//
+// Knobs: UPFS_TEST_SCALE (operations and rounds), UPFS_TEST_SEED.
+// Must stay clean under ThreadSanitizer: test threads share only atomics,
+// a mutex-protected error list and the pool.
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <barrier>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "container/pool/pool_check.h"
+#include "test_util.h"
+#include "upfs/upfs.h"
+
+namespace {
+
+using upfs_test::ErrnoText;
+using upfs_test::Scaled;
+using upfs_test::TestSeed;
+
+constexpr size_t kMaxErrors = 20;
+
+// Errors of every thread: the first kMaxErrors kept, all counted.
+class Errors {
+ public:
+  void Add(const std::string& e) {
+    std::lock_guard<std::mutex> g(mu_);
+    ++count_;
+    if (list_.size() < kMaxErrors) list_.push_back(e);
+  }
+  bool Many() const { return count_.load(std::memory_order_relaxed) >= kMaxErrors; }
+  uint64_t count() const { return count_.load(); }
+  std::string Text() {
+    std::lock_guard<std::mutex> g(mu_);
+    std::string s;
+    for (const auto& e : list_) s += "  " + e + "\n";
+    if (count_ > list_.size()) s += "  ... " + std::to_string(count_ - list_.size()) + " more\n";
+    return s;
+  }
+
+ private:
+  std::mutex mu_;
+  std::atomic<uint64_t> count_{0};
+  std::vector<std::string> list_;
+};
+
+uint32_t Mix(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352d;
+  x ^= x >> 15;
+  x *= 0x846ca68b;
+  return x ^ (x >> 16);
+}
+
+// A token's whole content (fixed size).
+std::string TokenText(uint32_t id) {
+  char b[64];
+  std::snprintf(b, sizeof b, "token %08u %08x\n", id, Mix(id));
+  return b;
+}
+
+bool ParseToken(const std::string& s, uint32_t* id) {
+  unsigned v, h;
+  char nl;
+  if (s.size() != TokenText(0).size() || std::sscanf(s.c_str(), "token %8u %8x%c", &v, &h, &nl) != 3) return false;
+  if (nl != '\n' || h != Mix(v)) return false;
+  *id = v;
+  return true;
+}
+
+// The whole content of pool file `path`: 0, or the errno of open/read.
+int ReadFile(const std::string& path, std::string* out) {
+  out->clear();
+  int fd = upfs_open(path.c_str(), O_RDONLY);
+  if (fd < 0) return errno;
+  char buf[256];
+  ssize_t n = upfs_pread(fd, buf, sizeof buf, 0);
+  int e = n < 0 ? errno : 0;
+  if (n > 0) out->assign(buf, size_t(n));
+  upfs_close(fd);
+  return e;
+}
+
+// Creates pool file `path` with `data` (O_EXCL): 0 or errno.
+int CreateFile(const std::string& path, const std::string& data) {
+  int fd = upfs_open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+  if (fd < 0) return errno;
+  int e = 0;
+  if (upfs_pwrite(fd, data.data(), data.size(), 0) != ssize_t(data.size())) e = errno ? errno : EIO;
+  if (upfs_close(fd) != 0 && e == 0) e = errno;
+  return e;
+}
+
+// One scan of a directory with opendir/readdir: the names in the order
+// listed, or false (and *err) if opendir or readdir failed.
+bool Scan(const std::string& dir, std::vector<std::string>* names, int* err) {
+  names->clear();
+  UPFS_DIR* d = upfs_opendir(dir.c_str());
+  if (!d) {
+    *err = errno;
+    return false;
+  }
+  for (;;) {
+    errno = 0;
+    struct dirent* e = upfs_readdir(d);
+    if (!e) break;
+    names->push_back(e->d_name);
+  }
+  *err = errno;
+  upfs_closedir(d);
+  return *err == 0;
+}
+
+int Rename(const std::string& a, const std::string& b, unsigned flags) {
+  return upfs_renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), flags) == 0 ? 0 : errno;
+}
+
+// Counts and remembers results, e.g. to show that a run was not trivial.
+struct OpStats {
+  uint64_t ok = 0, enoent = 0, eexist = 0;
+  void Count(int e) {
+    if (e == 0) ++ok;
+    if (e == ENOENT) ++enoent;
+    if (e == EEXIST) ++eexist;
+  }
+  std::string Text() const {
+    return std::to_string(ok) + " ok/" + std::to_string(enoent) + " ENOENT/" + std::to_string(eexist) + " EEXIST";
+  }
+  void Add(const OpStats& o) {
+    ok += o.ok;
+    enoent += o.enoent;
+    eexist += o.eexist;
+  }
+};
+
+// ---------------------------------------------------------------------------
+// The fixture: a fresh pool in /dev/shm, mounted; removed at the end.
+
+class PoolConcurrencyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int counter = 0;
+    const std::string tag = std::to_string(getpid()) + "-" + std::to_string(counter++);
+    pool_ = "/dev/shm/upfs-poolconc-" + tag + ".pool";
+    mnt_ = "/upfs-poolconc-" + tag;
+    unlink(pool_.c_str());
+    ASSERT_EQ(upfs_mkfs(pool_.c_str(), 0), 0) << upfs_last_error();
+    Mount();
+  }
+  void TearDown() override {
+    if (mounted_) upfs_umount(mnt_.c_str());
+    unlink(pool_.c_str());
+  }
+  void Mount() {
+    ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
+    mounted_ = true;
+  }
+  void Umount() {
+    mounted_ = false;
+    ASSERT_EQ(upfs_umount(mnt_.c_str()), 0) << upfs_last_error();
+  }
+  std::string P(const std::string& rel) const { return mnt_ + "/" + rel; }
+
+  // Detaches and checks the pool: no problem, nothing orphaned, no block
+  // leaked, no inode in use but the files and directories named. Leaves
+  // the pool detached. With tolerate_leak, leaked blocks are only reported
+  // (for a known bug that a disabled test reproduces).
+  void CheckDetached(uint64_t want_files, uint64_t want_dirs, bool tolerate_leak = false) {
+    Umount();
+    upfs::PoolReport r;
+    upfs::Status st = upfs::CheckPool(pool_, &r);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    std::string probs;
+    for (size_t i = 0; i < r.problems.size() && i < 10; ++i) probs += "  " + r.problems[i] + "\n";
+    EXPECT_TRUE(r.problems.empty()) << r.problems.size() << " problems:\n" << probs;
+    EXPECT_TRUE(r.clean);
+    EXPECT_EQ(r.attached_processes, 0u);
+    EXPECT_EQ(r.orphans, 0u);
+    if (tolerate_leak && r.leaked_blocks > 0) {
+      std::printf("WARNING: %" PRId64 " leaked blocks (known bug, see "
+                  "DISABLED_DetachWhileAnotherProcessListsLeaksNoBlocks)\n", r.leaked_blocks);
+    } else {
+      EXPECT_EQ(r.leaked_blocks, 0);
+    }
+    EXPECT_EQ(r.files, want_files);
+    EXPECT_EQ(r.directories, want_dirs);
+    EXPECT_EQ(r.inodes_in_use, r.files + r.directories + r.symlinks);
+    std::printf("CheckPool: %" PRIu64 " files, %" PRIu64 " directories, %" PRIu64 " inodes, %" PRIu64
+                " log records, checkpoint %" PRIu64 ", %" PRId64 " leaked blocks\n",
+                r.files, r.directories, r.inodes_in_use, r.log_records, r.checkpoint_number, r.leaked_blocks);
+  }
+
+  std::string pool_, mnt_;
+  bool mounted_ = false;
+};
+
+// ---------------------------------------------------------------------------
+// (1) and (3): tokens.
+
+struct TokenLayout {
+  int dirs;      // K shared directories d0..
+  int tokens;    // N
+  int slots;     // shared slot names per directory: s0..
+  int owners;    // movers: each has private names p<owner>-<x> in every directory
+  int privates;  // private names per owner and directory
+  int pinned;    // pin0.. in every directory, never moved
+
+  std::string Dir(const std::string& mnt, int d) const { return mnt + "/d" + std::to_string(d); }
+  static std::string Slot(int x) { return "s" + std::to_string(x); }
+  static std::string Private(int o, int x) { return "p" + std::to_string(o) + "-" + std::to_string(x); }
+  static std::string Pin(int x) { return "pin" + std::to_string(x); }
+  static std::string PinText(int d, int x) { return "pinned " + std::to_string(d) + " " + std::to_string(x) + "\n"; }
+
+  enum Kind { kDot, kSlot, kPrivate, kPin, kBad };
+  Kind Classify(const std::string& n, int* x = nullptr) const {
+    int a = -1, b = -1, used = 0;
+    if (n == "." || n == "..") return kDot;
+    if (std::sscanf(n.c_str(), "s%d%n", &a, &used) == 1 && size_t(used) == n.size() && a >= 0 && a < slots &&
+        n == Slot(a))
+      return kSlot;
+    if (std::sscanf(n.c_str(), "pin%d%n", &a, &used) == 1 && size_t(used) == n.size() && a >= 0 && a < pinned &&
+        n == Pin(a)) {
+      if (x) *x = a;
+      return kPin;
+    }
+    if (std::sscanf(n.c_str(), "p%d-%d%n", &a, &b, &used) == 2 && size_t(used) == n.size() && a >= 0 &&
+        a < owners && b >= 0 && b < privates && n == Private(a, b))
+      return kPrivate;
+    return kBad;
+  }
+};
+
+// Makes the directories, the pinned files and the tokens (token i in
+// directory i % K, slot i / K).
+void MakeTokens(const std::string& mnt, const TokenLayout& L) {
+  ASSERT_LE((L.tokens + L.dirs - 1) / L.dirs, L.slots);
+  for (int d = 0; d < L.dirs; ++d) {
+    ASSERT_EQ(upfs_mkdir(L.Dir(mnt, d).c_str(), 0755), 0) << upfs_last_error();
+    for (int x = 0; x < L.pinned; ++x)
+      ASSERT_EQ(CreateFile(L.Dir(mnt, d) + "/" + L.Pin(x), L.PinText(d, x)), 0) << upfs_last_error();
+  }
+  for (int i = 0; i < L.tokens; ++i)
+    ASSERT_EQ(CreateFile(L.Dir(mnt, i % L.dirs) + "/" + L.Slot(i / L.dirs), TokenText(uint32_t(i))), 0)
+        << upfs_last_error();
+}
+
+struct MoverStats {
+  OpStats plain, noreplace, exchange;
+  uint64_t probes = 0, reads = 0;
+  std::string Text() const {
+    return "plain " + plain.Text() + "; noreplace " + noreplace.Text() + "; exchange " + exchange.Text() +
+           "; " + std::to_string(reads) + " reads";
+  }
+  void Add(const MoverStats& o) {
+    plain.Add(o.plain);
+    noreplace.Add(o.noreplace);
+    exchange.Add(o.exchange);
+    probes += o.probes;
+    reads += o.reads;
+  }
+};
+
+// Mover `owner`: `ops` random renames. Errors go to err(text).
+template <typename ErrFn>
+void RunMover(const std::string& mnt, const TokenLayout& L, int owner, uint64_t ops, uint64_t seed, ErrFn err,
+              MoverStats* stats) {
+  std::mt19937_64 rng(seed * 7919 + uint64_t(owner));
+  // Whether each of my private names may be occupied (only I fill them).
+  std::vector<std::vector<bool>> maybe(L.dirs, std::vector<bool>(L.privates, false));
+  struct Name {
+    int dir;
+    std::string name;
+    bool mine_private;  // one of my private names
+    int x;              // its index then
+  };
+  auto path = [&](const Name& n) { return L.Dir(mnt, n.dir) + "/" + n.name; };
+  auto any_name = [&]() -> Name {
+    int d = int(rng() % L.dirs);
+    if (rng() % 10 < 6) return Name{d, L.Slot(int(rng() % L.slots)), false, -1};
+    int o = int(rng() % L.owners), x = int(rng() % L.privates);
+    return Name{d, L.Private(o, x), o == owner, x};
+  };
+  // A whole token, or ENOENT, at `p` just after something moved there.
+  auto check_read = [&](const std::string& p, const char* what) {
+    std::string s;
+    int e = ReadFile(p, &s);
+    ++stats->reads;
+    uint32_t id;
+    if (e == ENOENT) return;
+    if (e != 0) {
+      err(std::string("reading ") + p + " after " + what + ": " + ErrnoText(e));
+    } else if (!ParseToken(s, &id) || id >= uint32_t(L.tokens)) {
+      err(std::string("reading ") + p + " after " + what + ": not a token: '" + s + "'");
+    }
+  };
+  for (uint64_t i = 0; i < ops; ++i) {
+    const unsigned r = unsigned(rng() % 10);
+    Name a = any_name();
+    if (r < 4) {
+      // Plain rename into one of my private names known to be free.
+      std::vector<std::pair<int, int>> free_names;
+      for (int d = 0; d < L.dirs; ++d)
+        for (int x = 0; x < L.privates; ++x)
+          if (!maybe[d][x]) free_names.push_back({d, x});
+      if (free_names.empty()) {
+        // Probe: a private name seen free stays free until I fill it.
+        ++stats->probes;
+        int d = int(rng() % L.dirs), x = int(rng() % L.privates);
+        struct stat st;
+        std::string p = L.Dir(mnt, d) + "/" + L.Private(owner, x);
+        if (upfs_stat(p.c_str(), &st) == 0) continue;
+        if (errno != ENOENT) err("stat " + p + ": " + ErrnoText(errno));
+        maybe[d][x] = false;
+        continue;
+      }
+      auto [d, x] = free_names[rng() % free_names.size()];
+      Name b{d, L.Private(owner, x), true, x};
+      if (a.dir == b.dir && a.name == b.name) continue;
+      const int e = Rename(path(a), path(b), 0);
+      stats->plain.Count(e);
+      if (e == 0) {
+        maybe[b.dir][b.x] = true;
+        if (a.mine_private) maybe[a.dir][a.x] = false;
+        if (rng() % 4 == 0) check_read(path(b), "rename");
+      } else if (e == ENOENT) {
+        if (a.mine_private) maybe[a.dir][a.x] = false;
+      } else {
+        err("rename " + path(a) + " -> " + path(b) + " (a free name): " + ErrnoText(e));
+      }
+    } else if (r < 7) {
+      // NOREPLACE into a shared slot.
+      Name b{int(rng() % L.dirs), L.Slot(int(rng() % L.slots)), false, -1};
+      const bool same = a.dir == b.dir && a.name == b.name;
+      const int e = Rename(path(a), path(b), RENAME_NOREPLACE);
+      stats->noreplace.Count(e);
+      if (e == 0 && same) {
+        err(std::string("RENAME_NOREPLACE of ") + path(a) + " onto itself succeeded (the kernel: EEXIST)");
+      } else if (e == 0) {
+        if (a.mine_private) maybe[a.dir][a.x] = false;
+        if (rng() % 4 == 0) check_read(path(b), "RENAME_NOREPLACE");
+      } else if (e == ENOENT) {
+        if (a.mine_private) maybe[a.dir][a.x] = false;
+      } else if (e != EEXIST) {
+        err(std::string("RENAME_NOREPLACE ") + path(a) + " -> " + path(b) + ": " + ErrnoText(e));
+      }
+    } else {
+      // EXCHANGE of any two names.
+      Name b = any_name();
+      if (a.dir == b.dir && a.name == b.name) continue;
+      const int e = Rename(path(a), path(b), RENAME_EXCHANGE);
+      stats->exchange.Count(e);
+      if (e == 0) {
+        if (rng() % 4 == 0) check_read(path(rng() % 2 ? a : b), "RENAME_EXCHANGE");
+      } else if (e != ENOENT) {
+        err(std::string("RENAME_EXCHANGE ") + path(a) + " <-> " + path(b) + ": " + ErrnoText(e));
+      }
+    }
+  }
+}
+
+struct ListerStats {
+  uint64_t scans = 0, entries = 0, reads = 0;
+};
+
+// Scans every directory until stop (at least min_scans rounds of them).
+void RunLister(const std::string& mnt, const TokenLayout& L, uint64_t seed, const std::atomic<bool>& stop,
+               uint64_t min_scans, Errors* errs, ListerStats* stats) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::string> names;
+  for (uint64_t round = 0; (round < min_scans || !stop.load(std::memory_order_acquire)) && !errs->Many();
+       ++round) {
+    for (int d = 0; d < L.dirs; ++d) {
+      const std::string dir = L.Dir(mnt, d);
+      int e;
+      if (!Scan(dir, &names, &e)) {
+        errs->Add("scan of " + dir + ": " + ErrnoText(e));
+        continue;
+      }
+      ++stats->scans;
+      stats->entries += names.size();
+      std::map<std::string, int> count;
+      std::vector<int> pins(L.pinned, 0);
+      int tokens = 0;
+      for (const auto& n : names) {
+        int x;
+        const TokenLayout::Kind k = L.Classify(n, &x);
+        if (++count[n] == 2) errs->Add("scan of " + dir + " lists '" + n + "' twice");
+        if (k == TokenLayout::kBad) errs->Add("scan of " + dir + " lists a foreign name '" + n + "'");
+        if (k == TokenLayout::kPin) ++pins[x];
+        if (k == TokenLayout::kSlot || k == TokenLayout::kPrivate) ++tokens;
+      }
+      if (count["."] != 1 || count[".."] != 1) errs->Add("scan of " + dir + ": '.' or '..' missing");
+      for (int x = 0; x < L.pinned; ++x)
+        if (pins[x] != 1)
+          errs->Add("scan of " + dir + " lists pinned " + L.Pin(x) + " " + std::to_string(pins[x]) + " times");
+      if (tokens > L.tokens) errs->Add("scan of " + dir + " lists " + std::to_string(tokens) + " tokens");
+      if (L.dirs == 1 && tokens != L.tokens)
+        errs->Add("scan of the only directory lists " + std::to_string(tokens) + " tokens, not " +
+                  std::to_string(L.tokens));
+      // Read a few of what was listed: gone (ENOENT), or whole.
+      for (int k = 0; k < 2 && !names.empty(); ++k) {
+        const std::string& n = names[rng() % names.size()];
+        int x;
+        const TokenLayout::Kind kind = L.Classify(n, &x);
+        if (kind == TokenLayout::kDot || kind == TokenLayout::kBad) continue;
+        std::string s;
+        const int re = ReadFile(dir + "/" + n, &s);
+        ++stats->reads;
+        uint32_t id;
+        if (kind == TokenLayout::kPin) {
+          if (re != 0 || s != L.PinText(d, x))
+            errs->Add("pinned " + dir + "/" + n + " reads " + (re ? ErrnoText(re) : "'" + s + "'"));
+        } else if (re != 0 && re != ENOENT) {
+          errs->Add("reading listed " + dir + "/" + n + ": " + ErrnoText(re));
+        } else if (re == 0 && (!ParseToken(s, &id) || id >= uint32_t(L.tokens))) {
+          errs->Add("listed " + dir + "/" + n + " is not a token: '" + s + "'");
+        }
+      }
+    }
+  }
+}
+
+// The end: every token exactly once, whole; the pinned files as made;
+// nothing else.
+void CheckTokens(const std::string& mnt, const TokenLayout& L) {
+  std::vector<int> seen(L.tokens, 0);
+  std::vector<std::string> where(L.tokens);
+  std::vector<std::string> names;
+  for (int d = 0; d < L.dirs; ++d) {
+    const std::string dir = L.Dir(mnt, d);
+    int e;
+    ASSERT_TRUE(Scan(dir, &names, &e)) << dir << ": " << ErrnoText(e);
+    std::set<std::string> unique(names.begin(), names.end());
+    EXPECT_EQ(unique.size(), names.size()) << dir << " lists a name twice";
+    std::vector<int> pins(L.pinned, 0);
+    for (const auto& n : names) {
+      int x;
+      const TokenLayout::Kind k = L.Classify(n, &x);
+      if (k == TokenLayout::kDot) continue;
+      std::string s;
+      const int re = ReadFile(dir + "/" + n, &s);
+      ASSERT_EQ(re, 0) << dir << "/" << n << ": " << ErrnoText(re);
+      if (k == TokenLayout::kPin) {
+        ++pins[x];
+        EXPECT_EQ(s, L.PinText(d, x)) << dir << "/" << n;
+        continue;
+      }
+      ASSERT_NE(k, TokenLayout::kBad) << "foreign name " << dir << "/" << n;
+      uint32_t id;
+      if (!ParseToken(s, &id) || id >= uint32_t(L.tokens)) {
+        ADD_FAILURE() << dir << "/" << n << " holds '" << s << "', not a token";
+        continue;
+      }
+      if (++seen[id] > 1)
+        ADD_FAILURE() << "token " << id << " duplicated: at " << where[id] << " and " << dir << "/" << n;
+      where[id] = dir + "/" + n;
+    }
+    for (int x = 0; x < L.pinned; ++x) EXPECT_EQ(pins[x], 1) << dir << "/" << L.Pin(x);
+  }
+  int lost = 0;
+  for (int i = 0; i < L.tokens; ++i)
+    if (seen[i] == 0) {
+      if (++lost <= 10) ADD_FAILURE() << "token " << i << " lost";
+    }
+  EXPECT_EQ(lost, 0) << "tokens lost";
+}
+
+struct TokenParams {
+  const char* name;
+  TokenLayout layout;
+  int movers;
+  int listers;
+  uint64_t ops;  // per mover, before scaling
+};
+
+void PrintTo(const TokenParams& p, std::ostream* os) { *os << p.name; }
+
+class PoolTokenTest : public PoolConcurrencyTest, public ::testing::WithParamInterface<TokenParams> {};
+
+TEST_P(PoolTokenTest, RenamesNeitherLoseNorDuplicateTokens) {
+  const TokenParams& tp = GetParam();
+  const TokenLayout& L = tp.layout;
+  const uint64_t seed = TestSeed(0x70c3e5);
+  const uint64_t ops = Scaled(tp.ops, 50);
+  std::printf("tokens (%s): %d tokens in %d directories, %d movers x %" PRIu64 " renames, %d listers, seed %" PRIu64
+              "\n",
+              tp.name, L.tokens, L.dirs, tp.movers, ops, tp.listers, seed);
+  ASSERT_EQ(L.owners, tp.movers);
+  MakeTokens(mnt_, L);
+  if (HasFatalFailure()) return;
+
+  Errors errs;
+  std::atomic<bool> stop{false};
+  std::vector<MoverStats> ms(tp.movers);
+  std::vector<ListerStats> ls(tp.listers);
+  std::vector<std::thread> movers, listers;
+  for (int l = 0; l < tp.listers; ++l)
+    listers.emplace_back([&, l] { RunLister(mnt_, L, seed * 31 + 1000 + l, stop, 3, &errs, &ls[l]); });
+  for (int m = 0; m < tp.movers; ++m)
+    movers.emplace_back([&, m] {
+      RunMover(mnt_, L, m, ops, seed, [&](const std::string& e) { errs.Add("mover " + std::to_string(m) + ": " + e); },
+               &ms[m]);
+    });
+  for (auto& t : movers) t.join();
+  stop.store(true, std::memory_order_release);
+  for (auto& t : listers) t.join();
+
+  MoverStats total;
+  for (const auto& s : ms) total.Add(s);
+  ListerStats lt;
+  for (const auto& s : ls) lt.scans += s.scans, lt.entries += s.entries, lt.reads += s.reads;
+  std::printf("movers: %s\nlisters: %" PRIu64 " scans, %" PRIu64 " entries, %" PRIu64 " reads\n",
+              total.Text().c_str(), lt.scans, lt.entries, lt.reads);
+  EXPECT_EQ(errs.count(), 0u) << "seed " << seed << ":\n" << errs.Text();
+  // Not trivial: every kind of rename did move tokens.
+  EXPECT_GT(total.plain.ok, 0u);
+  EXPECT_GT(total.noreplace.ok, 0u);
+  EXPECT_GT(total.noreplace.eexist, 0u);
+  EXPECT_GT(total.exchange.ok, 0u);
+
+  CheckTokens(mnt_, L);
+  CheckDetached(uint64_t(L.tokens + L.dirs * L.pinned), uint64_t(L.dirs) + 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Threads, PoolTokenTest,
+    ::testing::Values(
+        // Across directories: a token in flight may be listed in both or in neither.
+        TokenParams{"four directories", TokenLayout{4, 96, 48, 4, 6, 4}, 4, 2, 120000},
+        // One directory: every scan holds every token exactly once.
+        TokenParams{"one directory", TokenLayout{1, 48, 56, 3, 8, 4}, 3, 2, 120000}),
+    [](const ::testing::TestParamInfo<TokenParams>& i) {
+      return i.param.layout.dirs == 1 ? std::string("OneDirectory") : std::string("ManyDirectories");
+    });
+
+// (3) The same with processes: child processes mount the pool themselves
+// and move tokens; the parent moves tokens in a thread of its own and lists
+// meanwhile, and checks the end.
+TEST_F(PoolConcurrencyTest, ProcessesMoveTokensWhileOthersList) {
+  const TokenLayout L{3, 72, 48, 4, 6, 4};
+  const int children = 3;  // owners 0..2; the parent's mover is owner 3
+  const uint64_t seed = TestSeed(0x9a0c);
+  const uint64_t ops = Scaled(100000, 50);
+  std::printf("processes: %d tokens in %d directories, %d child movers + 1 parent mover x %" PRIu64
+              " renames, 2 listers, seed %" PRIu64 "\n",
+              L.tokens, L.dirs, children, ops, seed);
+  MakeTokens(mnt_, L);
+  if (HasFatalFailure()) return;
+  // Nothing of the pool is attached across fork: each child attaches itself.
+  Umount();
+  if (HasFatalFailure()) return;
+  std::vector<upfs_test::ReportingChild> kids;
+  for (int c = 0; c < children; ++c) {
+    kids.push_back(upfs_test::ForkReporting("mover process " + std::to_string(c), {}, [&](int out) {
+      if (upfs_mount(pool_.c_str(), mnt_.c_str()) != 0) {
+        upfs_test::PipeWriteString(out, std::string("E mount: ") + upfs_last_error() + "\n");
+        _exit(2);
+      }
+      MoverStats st;
+      int nerr = 0;
+      RunMover(mnt_, L, c, ops, seed, [&](const std::string& e) {
+        if (nerr++ < int(kMaxErrors)) upfs_test::PipeWriteString(out, "E " + e + "\n");
+      }, &st);
+      upfs_test::PipeWriteString(out, "R " + st.Text() + "\n");
+      if (upfs_umount(mnt_.c_str()) != 0) {
+        upfs_test::PipeWriteString(out, std::string("E umount: ") + upfs_last_error() + "\n");
+        _exit(2);
+      }
+      _exit(0);
+    }));
+    ASSERT_GE(kids.back().pid, 0);
+  }
+  Mount();
+  if (HasFatalFailure()) return;
+  {
+    // Works round the hang DISABLED_ConcurrentClosesJustAfterMount shows:
+    // one File closed by one thread stops the pool's background worker
+    // before several threads close files at once. (The children have one
+    // thread each.) Remove once File::~File leaves a pool's worker alone.
+    std::string s;
+    ASSERT_EQ(ReadFile(L.Dir(mnt_, 0) + "/" + L.Pin(0), &s), 0);
+  }
+  Errors errs;
+  std::atomic<bool> stop{false};
+  MoverStats mine;
+  std::vector<ListerStats> ls(2);
+  std::vector<std::thread> threads;
+  for (int l = 0; l < 2; ++l)
+    threads.emplace_back([&, l] { RunLister(mnt_, L, seed * 31 + 1000 + l, stop, 3, &errs, &ls[l]); });
+  std::thread mover([&] {
+    RunMover(mnt_, L, children, ops, seed, [&](const std::string& e) { errs.Add("parent mover: " + e); }, &mine);
+  });
+  for (auto& k : kids) {
+    bool hung;
+    std::string how;
+    std::string out = upfs_test::CollectReport(k, 300 * 1000, &how, &hung);
+    if (hung) ADD_FAILURE() << k.what << " hung";
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("E ", 0) == 0) ADD_FAILURE() << k.what << " (seed " << seed << "): " << line.substr(2);
+      if (line.rfind("R ", 0) == 0) std::printf("%s: %s\n", k.what.c_str(), line.c_str() + 2);
+    }
+    EXPECT_EQ(how, "exit 0") << k.what;
+  }
+  mover.join();
+  stop.store(true, std::memory_order_release);
+  for (auto& t : threads) t.join();
+  ListerStats lt;
+  for (const auto& s : ls) lt.scans += s.scans, lt.reads += s.reads;
+  std::printf("parent mover: %s\nlisters: %" PRIu64 " scans, %" PRIu64 " reads\n", mine.Text().c_str(), lt.scans,
+              lt.reads);
+  EXPECT_EQ(errs.count(), 0u) << "seed " << seed << ":\n" << errs.Text();
+  CheckTokens(mnt_, L);
+  // Children detach while the parent lists: their retired blocks may leak
+  // (DISABLED_DetachWhileAnotherProcessListsLeaksNoBlocks). Make this strict
+  // once that is fixed.
+  CheckDetached(uint64_t(L.tokens + L.dirs * L.pinned), uint64_t(L.dirs) + 1, /*tolerate_leak=*/true);
+}
+
+// Threads that close the last descriptors of different files at once, just
+// after a mount. Disabled: it hangs (found by the process test below).
+// Every engine File's destructor calls JoinBackground() on its block space
+// (src/engine/file.cc, File::~File), and a pool's files share the pool's
+// Medium, whose collapse worker runs for the first second or so after a
+// mount of a pool of 64 MiB or more on tmpfs: concurrent closes then
+// std::thread::join the same worker from several threads
+// (Medium::JoinBackground, src/medium/medium.cc), which is undefined and
+// here blocks them all for ever. Run with --gtest_also_run_disabled_tests;
+// it forks so that a hang is a failure after 60 s, not a stuck test.
+TEST_F(PoolConcurrencyTest, DISABLED_ConcurrentClosesJustAfterMount) {
+  const int threads = 6;
+  const uint64_t mounts = Scaled(20, 3);
+  for (int t = 0; t < threads; ++t) ASSERT_EQ(CreateFile(P("f" + std::to_string(t)), "x"), 0);
+  Umount();
+  if (HasFatalFailure()) return;
+  upfs_test::ReportingChild kid = upfs_test::ForkReporting("closer process", {}, [&](int out) {
+    for (uint64_t m = 0; m < mounts; ++m) {
+      if (upfs_mount(pool_.c_str(), mnt_.c_str()) != 0) {
+        upfs_test::PipeWriteString(out, std::string("E mount: ") + upfs_last_error() + "\n");
+        _exit(2);
+      }
+      std::barrier sync(threads);
+      std::vector<std::thread> ts;
+      std::atomic<int> bad{0};
+      for (int t = 0; t < threads; ++t)
+        ts.emplace_back([&, t] {
+          const std::string p = P("f" + std::to_string(t));
+          int fd = upfs_open(p.c_str(), O_RDONLY);
+          char c;
+          if (fd < 0 || upfs_pread(fd, &c, 1, 0) != 1) bad.fetch_add(1);
+          sync.arrive_and_wait();
+          if (fd >= 0) upfs_close(fd);  // the engine File goes here
+        });
+      for (auto& th : ts) th.join();
+      if (bad.load()) upfs_test::PipeWriteString(out, "E open or read failed\n");
+      if (upfs_umount(mnt_.c_str()) != 0) {
+        upfs_test::PipeWriteString(out, std::string("E umount: ") + upfs_last_error() + "\n");
+        _exit(2);
+      }
+    }
+    _exit(0);
+  });
+  ASSERT_GE(kid.pid, 0);
+  bool hung;
+  std::string how;
+  std::string out = upfs_test::CollectReport(kid, 60 * 1000, &how, &hung);
+  EXPECT_FALSE(hung) << "closing files in several threads at once hung";
+  EXPECT_EQ(out, "");
+  if (!hung) {
+    EXPECT_EQ(how, "exit 0");
+  }
+  Mount();
+}
+
+// Processes that detach while a thread of another process lists. Disabled:
+// it leaks blocks (found by the process test above), most runs. A process
+// whose checkpoints retired log and checkpoint blocks frees them at detach
+// only if the pool's epoch can be advanced past them (~Pool:
+// DrainLimbo(&retired_, true), src/container/pool/pool.cc); while a reader
+// of another process is pinned in an older epoch it cannot, and the rest
+// of retired_ dies with the Pool. The last process to leave still marks
+// the pool clean, so no recovery takes the blocks back.
+TEST_F(PoolConcurrencyTest, DISABLED_DetachWhileAnotherProcessListsLeaksNoBlocks) {
+  const int children = 3, iters = 25000;  // each child writes checkpoints
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  Umount();
+  if (HasFatalFailure()) return;
+  std::vector<upfs_test::ReportingChild> kids;
+  for (int c = 0; c < children; ++c) {
+    kids.push_back(upfs_test::ForkReporting("churner " + std::to_string(c), {}, [&](int out) {
+      if (upfs_mount(pool_.c_str(), mnt_.c_str()) != 0) _exit(2);
+      for (int i = 0; i < iters; ++i) {
+        const std::string p = P("d/c" + std::to_string(c) + "-" + std::to_string(i));
+        if (CreateFile(p, "") != 0 || upfs_unlink(p.c_str()) != 0) {
+          upfs_test::PipeWriteString(out, "E create or unlink " + p + ": " + upfs_last_error() + "\n");
+          _exit(3);
+        }
+      }
+      if (upfs_umount(mnt_.c_str()) != 0) _exit(4);
+      _exit(0);
+    }));
+    ASSERT_GE(kids.back().pid, 0);
+  }
+  Mount();
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> listers;
+  for (int l = 0; l < 2; ++l)
+    listers.emplace_back([&] {
+      std::vector<std::string> names;
+      int e;
+      while (!stop.load(std::memory_order_acquire)) Scan(P("d"), &names, &e);
+    });
+  for (auto& k : kids) {
+    bool hung;
+    std::string how;
+    EXPECT_EQ(upfs_test::CollectReport(k, 120 * 1000, &how, &hung), "") << k.what;
+    EXPECT_EQ(how, "exit 0") << k.what;
+  }
+  stop.store(true, std::memory_order_release);
+  for (auto& t : listers) t.join();
+  CheckDetached(0, 2);
+}
+
+// ---------------------------------------------------------------------------
+// (2) Create/unlink churn in one directory.
+
+struct Churn {
+  int workers = 3;
+  int own = 16;      // own names per worker: w<w>-<k>
+  int shared = 6;    // shared names per round: r<r>-<j>; odd j are unlinked again
+  int own_ops = 24;  // per worker and round
+  int pinned = 8;    // keep<x>
+  uint64_t rounds = 1;
+
+  static std::string Own(int w, int k) { return "w" + std::to_string(w) + "-" + std::to_string(k); }
+  static std::string Shared(uint64_t r, int j) { return "r" + std::to_string(r) + "-" + std::to_string(j); }
+  static std::string Keep(int x) { return "keep" + std::to_string(x); }
+  static std::string SharedText(uint64_t r, int j, int w) { return Shared(r, j) + " by " + std::to_string(w) + "\n"; }
+};
+
+TEST_F(PoolConcurrencyTest, CreateUnlinkChurnWhileOthersList) {
+  Churn C;
+  C.rounds = Scaled(300, 5);
+  const int listers = 2;
+  const uint64_t seed = TestSeed(0xc4u);
+  std::printf("churn: %d workers x %" PRIu64 " rounds (%d own ops, %d shared names each), %d listers, seed %" PRIu64
+              "\n",
+              C.workers, C.rounds, C.own_ops, C.shared, listers, seed);
+  const std::string dir = P("churn");
+  ASSERT_EQ(upfs_mkdir(dir.c_str(), 0755), 0) << upfs_last_error();
+  for (int x = 0; x < C.pinned; ++x) ASSERT_EQ(CreateFile(dir + "/" + C.Keep(x), C.Keep(x) + "\n"), 0);
+
+  Errors errs;
+  const size_t nshared = size_t(C.rounds) * size_t(C.shared);
+  std::vector<std::atomic<int>> created(nshared), unlinked(nshared), winner(nshared);
+  for (size_t i = 0; i < nshared; ++i) created[i] = 0, unlinked[i] = 0, winner[i] = -1;
+  std::atomic<uint64_t> rounds_done{0};
+  std::atomic<bool> stop{false};
+  std::barrier sync(C.workers);
+  // Per worker: its names and their contents at the end.
+  std::vector<std::map<int, std::string>> model(C.workers);
+  std::vector<OpStats> own_stats(C.workers);
+
+  auto worker = [&](int w) {
+    std::mt19937_64 rng(seed * 131 + uint64_t(w));
+    std::map<int, std::string>& m = model[w];
+    uint64_t serial = 0;
+    auto fail = [&](const std::string& e) { errs.Add("worker " + std::to_string(w) + ": " + e); };
+    for (uint64_t r = 0; r < C.rounds; ++r) {
+      // Own names, against the model.
+      for (int i = 0; i < C.own_ops; ++i) {
+        const int k = int(rng() % C.own);
+        const std::string p = dir + "/" + C.Own(w, k);
+        const bool exists = m.count(k) != 0;
+        const unsigned op = unsigned(rng() % 8);
+        if (!exists || op == 0) {
+          const std::string text = C.Own(w, k) + "#" + std::to_string(serial++) + "\n";
+          const int e = CreateFile(p, text);
+          own_stats[w].Count(e);
+          if (e != (exists ? EEXIST : 0)) fail("create " + p + ": " + ErrnoText(e));
+          if (!exists && e == 0) m[k] = text;
+        } else if (op <= 3) {
+          const int e = upfs_unlink(p.c_str()) == 0 ? 0 : errno;
+          own_stats[w].Count(e);
+          if (e != 0) fail("unlink " + p + ": " + ErrnoText(e));
+          m.erase(k);
+        } else if (op <= 5) {
+          const int k2 = int(rng() % C.own);
+          if (k2 == k) continue;
+          const std::string p2 = dir + "/" + C.Own(w, k2);
+          const int e = Rename(p, p2, 0);  // over k2 if it exists
+          own_stats[w].Count(e);
+          if (e != 0) fail("rename " + p + " -> " + p2 + ": " + ErrnoText(e));
+          m[k2] = m[k];
+          m.erase(k);
+        } else {
+          std::string s;
+          const int e = ReadFile(p, &s);
+          if (e != 0 || s != m[k]) fail("read " + p + ": " + (e ? ErrnoText(e) : "'" + s + "'") + ", expected '" + m[k] + "'");
+        }
+      }
+      // Shared names: every worker tries to create each; one must win.
+      std::vector<int> order(C.shared);
+      for (int j = 0; j < C.shared; ++j) order[j] = j;
+      std::shuffle(order.begin(), order.end(), rng);
+      sync.arrive_and_wait();
+      for (int j : order) {
+        const size_t at = size_t(r) * C.shared + j;
+        const int e = CreateFile(dir + "/" + C.Shared(r, j), C.SharedText(r, j, w));
+        if (e == 0) {
+          created[at].fetch_add(1);
+          winner[at].store(w);
+        } else if (e != EEXIST) {
+          fail("create shared " + C.Shared(r, j) + ": " + ErrnoText(e));
+        }
+      }
+      sync.arrive_and_wait();
+      // Every worker tries to unlink the odd ones; one must succeed.
+      for (int j : order) {
+        if (j % 2 == 0) continue;
+        const size_t at = size_t(r) * C.shared + j;
+        const std::string p = dir + "/" + C.Shared(r, j);
+        const int ue = upfs_unlink(p.c_str()) == 0 ? 0 : errno;
+        if (ue == 0) {
+          unlinked[at].fetch_add(1);
+        } else if (ue != ENOENT) {
+          fail("unlink shared " + p + ": " + ErrnoText(ue));
+        }
+      }
+      sync.arrive_and_wait();
+      if (w == 0) rounds_done.store(r + 1, std::memory_order_release);
+    }
+  };
+
+  auto lister = [&](int l, uint64_t* scans) {
+    std::mt19937_64 rng(seed * 977 + uint64_t(l));
+    std::vector<std::string> names;
+    for (uint64_t i = 0; (i < 3 || !stop.load(std::memory_order_acquire)) && !errs.Many(); ++i) {
+      const uint64_t done = rounds_done.load(std::memory_order_acquire);
+      int e;
+      if (!Scan(dir, &names, &e)) {
+        errs.Add("scan: " + ErrnoText(e));
+        continue;
+      }
+      ++*scans;
+      std::set<std::string> seen;
+      std::string scan_err;
+      for (const auto& n : names) {
+        if (!seen.insert(n).second) errs.Add("a scan lists '" + n + "' twice");
+        int a, b, used = 0;
+        const bool ok = n == "." || n == ".." ||
+                        (std::sscanf(n.c_str(), "keep%d%n", &a, &used) == 1 && size_t(used) == n.size() &&
+                         a >= 0 && a < C.pinned) ||
+                        (std::sscanf(n.c_str(), "w%d-%d%n", &a, &b, &used) == 2 && size_t(used) == n.size() &&
+                         a >= 0 && a < C.workers && b >= 0 && b < C.own) ||
+                        (std::sscanf(n.c_str(), "r%d-%d%n", &a, &b, &used) == 2 && size_t(used) == n.size() &&
+                         a >= 0 && uint64_t(a) < C.rounds && b >= 0 && b < C.shared);
+        if (!ok) errs.Add("a scan lists a foreign name '" + n + "'");
+      }
+      if (!seen.count(".") || !seen.count("..")) errs.Add("a scan misses '.' or '..'");
+      for (int x = 0; x < C.pinned; ++x)
+        if (!seen.count(C.Keep(x))) errs.Add("a scan misses " + C.Keep(x));
+      // What finished rounds left, and what they removed.
+      for (uint64_t r = 0; r < done; ++r)
+        for (int j = 0; j < C.shared; ++j)
+          if (seen.count(C.Shared(r, j)) != (j % 2 == 0 ? 1u : 0u))
+            errs.Add("a scan after round " + std::to_string(done - 1) + " finished " +
+                     (j % 2 ? "lists " : "misses ") + C.Shared(r, j));
+      // Read one listed name of a finished round: it must be whole.
+      if (done > 0) {
+        const uint64_t r = rng() % done;
+        const int j = int(rng() % C.shared) & ~1;
+        const size_t at = size_t(r) * C.shared + j;
+        std::string s;
+        const int re = ReadFile(dir + "/" + C.Shared(r, j), &s);
+        if (re != 0 || s != C.SharedText(r, j, winner[at].load()))
+          errs.Add("read " + C.Shared(r, j) + ": " + (re ? ErrnoText(re) : "'" + s + "'"));
+      }
+    }
+  };
+
+  std::vector<uint64_t> scans(listers, 0);
+  std::vector<std::thread> ts;
+  for (int l = 0; l < listers; ++l) ts.emplace_back(lister, l, &scans[l]);
+  std::vector<std::thread> ws;
+  for (int w = 0; w < C.workers; ++w) ws.emplace_back(worker, w);
+  for (auto& t : ws) t.join();
+  stop.store(true, std::memory_order_release);
+  for (auto& t : ts) t.join();
+
+  OpStats own_total;
+  for (const auto& s : own_stats) own_total.Add(s);
+  uint64_t total_scans = 0;
+  for (uint64_t s : scans) total_scans += s;
+  std::printf("own names: %s; listers: %" PRIu64 " scans\n", own_total.Text().c_str(), total_scans);
+  EXPECT_EQ(errs.count(), 0u) << "seed " << seed << ":\n" << errs.Text();
+  for (size_t i = 0; i < nshared; ++i) {
+    const uint64_t r = i / C.shared;
+    const int j = int(i % C.shared);
+    EXPECT_EQ(created[i].load(), 1) << "creators of " << C.Shared(r, j) << " that won O_EXCL";
+    if (j % 2) {
+      EXPECT_EQ(unlinked[i].load(), 1) << "unlinkers of " << C.Shared(r, j) << " that succeeded";
+    }
+  }
+
+  // The directory holds exactly the expected names, with their contents.
+  std::map<std::string, std::string> want;
+  for (int x = 0; x < C.pinned; ++x) want[C.Keep(x)] = C.Keep(x) + "\n";
+  for (int w = 0; w < C.workers; ++w)
+    for (const auto& [k, text] : model[w]) want[C.Own(w, k)] = text;
+  for (size_t i = 0; i < nshared; ++i)
+    if (i % C.shared % 2 == 0) want[C.Shared(i / C.shared, int(i % C.shared))] = C.SharedText(i / C.shared, int(i % C.shared), winner[i].load());
+  std::vector<std::string> names;
+  int e;
+  ASSERT_TRUE(Scan(dir, &names, &e)) << ErrnoText(e);
+  std::map<std::string, std::string> got;
+  for (const auto& n : names) {
+    if (n == "." || n == "..") continue;
+    std::string s;
+    const int re = ReadFile(dir + "/" + n, &s);
+    EXPECT_EQ(re, 0) << n;
+    EXPECT_TRUE(got.emplace(n, s).second) << n << " listed twice";
+  }
+  EXPECT_EQ(names.size(), got.size() + 2);
+  for (const auto& [n, text] : want) {
+    auto it = got.find(n);
+    if (it == got.end()) {
+      ADD_FAILURE() << "missing: " << n;
+    } else {
+      EXPECT_EQ(it->second, text) << n;
+    }
+  }
+  for (const auto& [n, text] : got)
+    if (!want.count(n)) ADD_FAILURE() << "unexpected: " << n;
+  CheckDetached(want.size(), 2);
+}
+
+}  // namespace
