@@ -208,9 +208,8 @@ class PoolConcurrencyTest : public ::testing::Test {
 
   // Detaches and checks the pool: no problem, nothing orphaned, no block
   // leaked, no inode in use but the files and directories named. Leaves
-  // the pool detached. With tolerate_leak, leaked blocks are only reported
-  // (for a known bug that a disabled test reproduces).
-  void CheckDetached(uint64_t want_files, uint64_t want_dirs, bool tolerate_leak = false) {
+  // the pool detached.
+  void CheckDetached(uint64_t want_files, uint64_t want_dirs) {
     Umount();
     upfs::PoolReport r;
     upfs::Status st = upfs::CheckPool(pool_, &r);
@@ -221,12 +220,7 @@ class PoolConcurrencyTest : public ::testing::Test {
     EXPECT_TRUE(r.clean);
     EXPECT_EQ(r.attached_processes, 0u);
     EXPECT_EQ(r.orphans, 0u);
-    if (tolerate_leak && r.leaked_blocks > 0) {
-      std::printf("WARNING: %" PRId64 " leaked blocks (known bug, see "
-                  "DISABLED_DetachWhileAnotherProcessListsLeaksNoBlocks)\n", r.leaked_blocks);
-    } else {
-      EXPECT_EQ(r.leaked_blocks, 0);
-    }
+    EXPECT_EQ(r.leaked_blocks, 0);
     EXPECT_EQ(r.files, want_files);
     EXPECT_EQ(r.directories, want_dirs);
     EXPECT_EQ(r.inodes_in_use, r.files + r.directories + r.symlinks);
@@ -617,14 +611,6 @@ TEST_F(PoolConcurrencyTest, ProcessesMoveTokensWhileOthersList) {
   }
   Mount();
   if (HasFatalFailure()) return;
-  {
-    // Works round the hang DISABLED_ConcurrentClosesJustAfterMount shows:
-    // one File closed by one thread stops the pool's background worker
-    // before several threads close files at once. (The children have one
-    // thread each.) Remove once File::~File leaves a pool's worker alone.
-    std::string s;
-    ASSERT_EQ(ReadFile(L.Dir(mnt_, 0) + "/" + L.Pin(0), &s), 0);
-  }
   Errors errs;
   std::atomic<bool> stop{false};
   MoverStats mine;
@@ -656,23 +642,22 @@ TEST_F(PoolConcurrencyTest, ProcessesMoveTokensWhileOthersList) {
               lt.reads);
   EXPECT_EQ(errs.count(), 0u) << "seed " << seed << ":\n" << errs.Text();
   CheckTokens(mnt_, L);
-  // Children detach while the parent lists: their retired blocks may leak
-  // (DISABLED_DetachWhileAnotherProcessListsLeaksNoBlocks). Make this strict
-  // once that is fixed.
-  CheckDetached(uint64_t(L.tokens + L.dirs * L.pinned), uint64_t(L.dirs) + 1, /*tolerate_leak=*/true);
+  // Children detach while the parent lists: their retired blocks are
+  // freed all the same (DetachWhileAnotherProcessListsLeaksNoBlocks).
+  CheckDetached(uint64_t(L.tokens + L.dirs * L.pinned), uint64_t(L.dirs) + 1);
 }
 
 // Threads that close the last descriptors of different files at once, just
-// after a mount. Disabled: it hangs (found by the process test below).
-// Every engine File's destructor calls JoinBackground() on its block space
+// after a mount. It hung (found by the process test below): every engine
+// File's destructor called JoinBackground() on its block space
 // (src/engine/file.cc, File::~File), and a pool's files share the pool's
 // Medium, whose collapse worker runs for the first second or so after a
 // mount of a pool of 64 MiB or more on tmpfs: concurrent closes then
 // std::thread::join the same worker from several threads
 // (Medium::JoinBackground, src/medium/medium.cc), which is undefined and
-// here blocks them all for ever. Run with --gtest_also_run_disabled_tests;
-// it forks so that a hang is a failure after 60 s, not a stuck test.
-TEST_F(PoolConcurrencyTest, DISABLED_ConcurrentClosesJustAfterMount) {
+// here blocked them all for ever. Pool files no longer stop the pool's
+// worker (FileStorage::space_outlives_file); it forks so that a hang is a failure after 60 s, not a stuck test.
+TEST_F(PoolConcurrencyTest, ConcurrentClosesJustAfterMount) {
   const int threads = 6;
   const uint64_t mounts = Scaled(20, 3);
   for (int t = 0; t < threads; ++t) ASSERT_EQ(CreateFile(P("f" + std::to_string(t)), "x"), 0);
@@ -717,15 +702,13 @@ TEST_F(PoolConcurrencyTest, DISABLED_ConcurrentClosesJustAfterMount) {
   Mount();
 }
 
-// Processes that detach while a thread of another process lists. Disabled:
-// it leaks blocks (found by the process test above), most runs. A process
-// whose checkpoints retired log and checkpoint blocks frees them at detach
-// only if the pool's epoch can be advanced past them (~Pool:
-// DrainLimbo(&retired_, true), src/container/pool/pool.cc); while a reader
-// of another process is pinned in an older epoch it cannot, and the rest
-// of retired_ dies with the Pool. The last process to leave still marks
-// the pool clean, so no recovery takes the blocks back.
-TEST_F(PoolConcurrencyTest, DISABLED_DetachWhileAnotherProcessListsLeaksNoBlocks) {
+// Processes that detach while a thread of another process lists. It leaked
+// blocks (found by the process test above), most runs: a process whose
+// checkpoints retired log and image blocks freed them at detach only if
+// the pool's epoch could be advanced past them at once, and dropped the
+// rest while the last process to leave still marked the pool clean. ~Pool
+// now waits for the readers, and if it cannot, leaves the pool to recovery.
+TEST_F(PoolConcurrencyTest, DetachWhileAnotherProcessListsLeaksNoBlocks) {
   const int children = 3, iters = 25000;  // each child writes checkpoints
   ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
   Umount();
