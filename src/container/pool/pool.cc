@@ -364,10 +364,18 @@ Status Pool::Recover() {
     UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, ck, &h));
     ForEachCheckpointBlock(ck, *h, [&](uint32_t l) { marker.Mark(l, "checkpoint"); });
   }
+  // The whole kept chain, also the blocks before the checkpoint's
+  // continuation that replay did not read: each one checked before its
+  // link is followed (a damaged link must not lead outside the pool).
   for (uint64_t l = super()->nslog_head.load(); l != 0;) {
-    marker.Mark(l, "namespace log");
+    if (l < kDataStart) return Status::Corrupt("namespace log", "block link " + std::to_string(l) + " out of range");
+    UPFS_RETURN_IF_ERROR(access_.CheckRange(l, 1, "namespace log block"));
+    const uint64_t next = reinterpret_cast<LogBlock*>(access_.AddrUnchecked(l))->next.load();
+    if (!NsNextWordValid(next))
+      return Status::Corrupt("namespace log", "block " + std::to_string(l) + " has no log magic");
+    marker.Mark(l, "namespace log");  // a loop is a block referenced twice
     UPFS_RETURN_IF_ERROR(marker.status());
-    l = NextBlock(reinterpret_cast<LogBlock*>(access_.AddrUnchecked(l))->next.load());
+    l = NextBlock(next);
   }
   UPFS_RETURN_IF_ERROR(inodes_.ForEachBlock([&](uint32_t l) {
     marker.Mark(l, "inode");
