@@ -114,8 +114,10 @@ Status ReadCheckpointHeader(const BlockAccess& ba, uint64_t l, const CheckpointH
     blocks += h->runs[r].count;
   }
   if (h->image_words > blocks * kWordsPerBlock) return Bad("image larger than its blocks");
-  if (h->dirs == 0 || h->dirs * kDirRowWords > h->image_words) return Bad("directory table out of range");
-  if (h->multi_words + 2 * h->multi > h->image_words) return Bad("multi-link table out of range");
+  // Without overflow: counts near 2^64 must not wrap past the checks.
+  if (h->dirs == 0 || h->dirs > h->image_words / kDirRowWords) return Bad("directory table out of range");
+  if (h->multi_words > h->image_words || h->multi > (h->image_words - h->multi_words) / 2)
+    return Bad("multi-link table out of range");
   if (h->cont_slot > kSlotsPerLogBlock || h->keep_seq > h->cont_seq) return Bad("log position out of range");
   UPFS_RETURN_IF_ERROR(ba.CheckRange(h->cont_lblock, 1, "checkpoint log position"));
   UPFS_RETURN_IF_ERROR(ba.CheckRange(h->keep_lblock, 1, "checkpoint log position"));
