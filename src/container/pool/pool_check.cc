@@ -106,7 +106,7 @@ Status Checker::ReadNamespace() {
 
 Status Checker::MarkFile(uint64_t ino, Inode* in) {
   if (const uint64_t t = in->target_block.load(); t != 0) {
-    if (t < kDataStart || (t + 1) * kBlockSize > m_->capacity()) {
+    if (t < kDataStart || t >= m_->capacity() / kBlockSize) {  // (t + 1) * kBlockSize could wrap
       Problem("inode " + std::to_string(ino) + ": symbolic link target block out of range");
       return Status::OK();
     }
