@@ -212,6 +212,12 @@ Status Checker::Run() {
   for (uint32_t b = 0; b < kDataStart; ++b) marker_.Mark(b, "pool header");
   UPFS_RETURN_IF_ERROR(ReadNamespace());
   UPFS_RETURN_IF_ERROR(WalkInodes());
+  // The root is an inode in use as a directory (no name leads to it).
+  {
+    Inode* root;
+    if (!inodes_.At(sb_->root_ino, &root).ok() || IdentKind(root->ident.load()) != FileType::kDirectory)
+      Problem("inode " + std::to_string(sb_->root_ino) + ": the root directory's inode is not in use as a directory");
+  }
   // Every name must lead to an inode in use of its kind.
   index_.ForEachDir([&](uint64_t dir, const NsDirInfo&) {
     ++r_->directories;
