@@ -532,9 +532,9 @@ TEST_F(PoolCorruptionTest, ForeignFilesAreNotPools) {
     unlink(work_.c_str());
     int fd = open(work_.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0644);
     ASSERT_GE(fd, 0);
-    if (kind == 0) ASSERT_EQ(write(fd, junk.data(), junk.size()), ssize_t(junk.size()));
-    if (kind == 1) ASSERT_EQ(ftruncate(fd, 40 << 20), 0);
-    if (kind == 3) ASSERT_EQ(write(fd, "hello\n", 6), 6);
+    if (kind == 0) { ASSERT_EQ(write(fd, junk.data(), junk.size()), ssize_t(junk.size())); }
+    if (kind == 1) { ASSERT_EQ(ftruncate(fd, 40 << 20), 0); }
+    if (kind == 3) { ASSERT_EQ(write(fd, "hello\n", 6), 6); }
     close(fd);
     Outcome o = Try();
     EXPECT_FALSE(o.mounted) << kind;
@@ -724,7 +724,7 @@ TEST_F(PoolCorruptionTest, SuperblockPointersToTheWrongStructure) {
   ASSERT_TRUE(CopySparse(base_, work_));
   SetWord(work_, offsetof(Superblock, checkpoint), 0);
   Outcome o = Try();
-  if (!o.mounted) EXPECT_TRUE(o.unchanged);
+  if (!o.mounted) { EXPECT_TRUE(o.unchanged); }
 }
 
 TEST_F(PoolCorruptionTest, SuperblockUnusedSpaceAndSoftWords) {
