@@ -577,6 +577,13 @@ int PoolSeeds(const std::string& dir) {
   emit("pool-inode-kind", PoolSeed(1).Word(255, 256, 9));
   emit("pool-volatile-magic", PoolSeed(0).Word(254, 0, 0));
   emit("pool-bitmap", PoolSeed(0).Word(253, 0, 0));
+  // Several patches in one input: libFuzzer's length limit starts from the
+  // longest seed, so these let inputs with many patches in from the start.
+  for (uint8_t flags : {0, 1, 2, 3}) {
+    PoolSeed multi(flags);
+    for (uint8_t t = 0; t < 12; ++t) multi.Word(uint8_t(t * 7 + flags), uint16_t(16 + 8 * t * (flags + 1)), t);
+    emit("pool-multi-" + std::to_string(flags), multi);
+  }
   PoolSeed trunc(4), trunc_odd(5);  // the size word follows the flags
   trunc.b.insert(trunc.b.end(), {6, 0});
   trunc_odd.b.insert(trunc_odd.b.end(), {7, 0});
