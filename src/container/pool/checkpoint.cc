@@ -157,8 +157,8 @@ bool BaseImage::RowAt(uint64_t i, BaseDir* out) const {
   *out = BaseDir{Word(at), Word(at + 1), Word(at + 2), Word(at + 3), Word(at + 4), Word(at + 5)};
   // A table must lie inside the image, its slot count a power of two.
   return out->ino != 0 && out->slots != 0 && (out->slots & (out->slots - 1)) == 0 &&
-         out->slots <= h_->image_words && out->table % kNameSlotWords == 0 &&
-         out->table + out->slots * kNameSlotWords <= h_->image_words && out->entries <= out->slots;
+         out->slots <= h_->image_words && out->table % kNameSlotWords == 0 && out->table <= h_->image_words &&
+         out->slots * kNameSlotWords <= h_->image_words - out->table && out->entries <= out->slots;
 }
 
 bool BaseImage::FindDir(uint64_t ino, BaseDir* out) const {
@@ -176,8 +176,10 @@ bool BaseImage::FindDir(uint64_t ino, BaseDir* out) const {
 bool BaseImage::DecodeSlot(uint64_t at, std::string_view* name, NsEntry* e) const {
   const uint64_t meta = Word(at + 1), name_at = Word(at + 2);
   const uint64_t type = (meta >> 32) & 0xff, len = (meta >> 40) & 0xff;
-  if (len == 0 || type == 0 || type > uint64_t(FileType::kSymlink) ||
-      name_at + (len + 7) / 8 > h_->image_words ||
+  // Without overflow: a name position near 2^64 must not wrap past the
+  // check (it did: a read far outside the image, found by fuzz_pool).
+  if (len == 0 || type == 0 || type > uint64_t(FileType::kSymlink) || name_at >= h_->image_words ||
+      (len + 7) / 8 > h_->image_words - name_at ||
       name_at / kWordsPerBlock != (name_at + (len + 7) / 8 - 1) / kWordsPerBlock)
     return false;
   *name = std::string_view(reinterpret_cast<const char*>(&blocks_[name_at / kWordsPerBlock][name_at % kWordsPerBlock]), len);
