@@ -967,6 +967,7 @@ TEST_F(PoolCorruptionTest, CheckpointImageTables) {
   std::vector<C> cases = {
       {"row 0 ino 0", 0, 0},
       {"row 0 table out of range", 4, ~uint64_t{0} - 3},
+      {"row 0 table near 2^64", 4, ~uint64_t{0} - 7},
       {"row 0 slots not a power of two", 5, 3},
       {"row 0 slots huge", 5, uint64_t{1} << 62},
       {"row 0 entries > slots", 3, 1u << 20},
@@ -985,6 +986,7 @@ TEST_F(PoolCorruptionTest, CheckpointImageTables) {
     d0.table = row[4];
     d0.slots = row[5];
   }
+  uint64_t first_slot = ~uint64_t{0};
   for (uint64_t s = 0; s < d0.slots; ++s) {
     const uint64_t at = d0.table + s * kNameSlotWords;
     if (Word(base_, word_off(at)) == 0) continue;
@@ -996,6 +998,10 @@ TEST_F(PoolCorruptionTest, CheckpointImageTables) {
     cases.push_back({"slot name out of the image", at + 2, h.image_words + 10});
     cases.push_back({"slot name at a block end", at + 2, 511});
     cases.push_back({"slot name huge", at + 2, ~uint64_t{0} - 1});
+    cases.push_back({"slot name at 2^64 - 1", at + 2, ~uint64_t{0}});
+    // A one-word name at 2^64 - 1: the range check wrapped, and listing the
+    // directory read far outside the image (a SEGV found by fuzz_pool).
+    first_slot = at;
     break;
   }
   for (const C& c : cases) {
@@ -1011,6 +1017,18 @@ TEST_F(PoolCorruptionTest, CheckpointImageTables) {
     } else {
       ExpectRefused(o, {"checkpoint", "inode", "namespace"});
     }
+  }
+  ASSERT_NE(first_slot, ~uint64_t{0});
+  ASSERT_TRUE(CopySparse(base_, work_));
+  SetWord(work_, word_off(first_slot + 1),
+          (Word(base_, word_off(first_slot + 1)) & ~(uint64_t(0xff) << 40)) | (uint64_t(1) << 40));
+  SetWord(work_, word_off(first_slot + 2), ~uint64_t{0});
+  FixCheckpointCrcs(work_, L.ck);
+  Outcome o = Try();
+  if (o.mounted) {
+    ExpectDetected(o, {"checkpoint", "inode", "name", "directory", "links"});
+  } else {
+    ExpectRefused(o, {"checkpoint", "inode", "namespace"});
   }
 }
 
