@@ -7,7 +7,9 @@
 #   bash scripts/fuzz.sh 1800       # long mode: 30 min per target
 #
 # Targets: fuzz_open (upfs_open, replay, read/write/truncate/punch, close,
-# reopen) and fuzz_inspect (InspectFile, i.e. fsck); see fuzz/*.cc for what
+# reopen), fuzz_inspect (InspectFile, i.e. fsck) and fuzz_pool (patches to
+# a valid pool: upfs_mount, a walk of the tree, CheckPool, upfs_umount; its
+# seeds are patch lists, from make_corpus --pool); see fuzz/*.cc for what
 # each one requires. A crash, an ASan/UBSan report, a leak, a contract
 # violation (a trap), an input that runs longer than 10 s or a process over
 # 2 GiB RSS fails the run. For each target it prints
@@ -24,7 +26,7 @@
 # build-fuzz/fuzz-TARGET.log.
 #
 # Environment: JOBS (build parallelism, default 2), FUZZ_TARGETS (default
-# "fuzz_open fuzz_inspect"), FUZZ_ARGS (extra libFuzzer flags).
+# "fuzz_open fuzz_inspect fuzz_pool"), FUZZ_ARGS (extra libFuzzer flags).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -34,7 +36,7 @@ if ! [[ "$DURATION" =~ ^[0-9]+$ ]] || [ "$DURATION" -lt 1 ]; then
   exit 2
 fi
 JOBS="${JOBS:-2}"
-TARGETS="${FUZZ_TARGETS:-fuzz_open fuzz_inspect}"
+TARGETS="${FUZZ_TARGETS:-fuzz_open fuzz_inspect fuzz_pool}"
 BUILD=build-fuzz
 CRASHES="$BUILD/crashes"
 
@@ -99,6 +101,12 @@ if ! "$BUILD/bin/make_corpus" "$SEEDS" 65536; then
   echo "fuzz.sh: FAILED (make_corpus)"
   exit 1
 fi
+# fuzz_pool's inputs are patch lists to a pool it builds (fuzz/fuzz_pool.cc).
+POOL_SEEDS="$WORK/seeds-pool"
+if ! "$BUILD/bin/make_corpus" --pool "$POOL_SEEDS"; then
+  echo "fuzz.sh: FAILED (make_corpus --pool)"
+  exit 1
+fi
 
 # -- fuzzing ---------------------------------------------------------------------
 # artifacts: how many failing inputs of target $t are in $CRASHES.
@@ -111,7 +119,7 @@ summary=()
 for t in $TARGETS; do
   corpus="$WORK/corpus-$t"
   mkdir -p "$corpus"
-  cp "$SEEDS"/* "$corpus"/
+  if [ "$t" = fuzz_pool ]; then cp "$POOL_SEEDS"/* "$corpus"/; else cp "$SEEDS"/* "$corpus"/; fi
   # Every input that ever found a bug (fuzz/regressions/) is part of the
   # corpus, so libFuzzer replays it first and a regression fails at once.
   cp fuzz/regressions/* "$corpus"/ 2>/dev/null || true

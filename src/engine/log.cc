@@ -150,7 +150,9 @@ uint64_t BlockTable::NextMapped(uint64_t from, uint64_t limit, bool mapped) cons
 // Decoding
 
 Status BlockAccess::CheckRange(uint64_t l, uint64_t count, const char* what) const {
-  if (l == 0 || count == 0 || l + count > kMaxBlocks)
+  // Without overflow: a damaged block number near 2^64 must not wrap past
+  // the check (it did, and the address computed from it overflowed).
+  if (l == 0 || count == 0 || l >= kMaxBlocks || count > kMaxBlocks - l)
     return Status::Corrupt(what, "block run " + std::to_string(l) + "+" + std::to_string(count) +
                                      " is invalid");
   uint64_t end = (l + count) << kBlockShift;

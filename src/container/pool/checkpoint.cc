@@ -114,8 +114,10 @@ Status ReadCheckpointHeader(const BlockAccess& ba, uint64_t l, const CheckpointH
     blocks += h->runs[r].count;
   }
   if (h->image_words > blocks * kWordsPerBlock) return Bad("image larger than its blocks");
-  if (h->dirs == 0 || h->dirs * kDirRowWords > h->image_words) return Bad("directory table out of range");
-  if (h->multi_words + 2 * h->multi > h->image_words) return Bad("multi-link table out of range");
+  // Without overflow: counts near 2^64 must not wrap past the checks.
+  if (h->dirs == 0 || h->dirs > h->image_words / kDirRowWords) return Bad("directory table out of range");
+  if (h->multi_words > h->image_words || h->multi > (h->image_words - h->multi_words) / 2)
+    return Bad("multi-link table out of range");
   if (h->cont_slot > kSlotsPerLogBlock || h->keep_seq > h->cont_seq) return Bad("log position out of range");
   UPFS_RETURN_IF_ERROR(ba.CheckRange(h->cont_lblock, 1, "checkpoint log position"));
   UPFS_RETURN_IF_ERROR(ba.CheckRange(h->keep_lblock, 1, "checkpoint log position"));
@@ -155,8 +157,8 @@ bool BaseImage::RowAt(uint64_t i, BaseDir* out) const {
   *out = BaseDir{Word(at), Word(at + 1), Word(at + 2), Word(at + 3), Word(at + 4), Word(at + 5)};
   // A table must lie inside the image, its slot count a power of two.
   return out->ino != 0 && out->slots != 0 && (out->slots & (out->slots - 1)) == 0 &&
-         out->slots <= h_->image_words && out->table % kNameSlotWords == 0 &&
-         out->table + out->slots * kNameSlotWords <= h_->image_words && out->entries <= out->slots;
+         out->slots <= h_->image_words && out->table % kNameSlotWords == 0 && out->table <= h_->image_words &&
+         out->slots * kNameSlotWords <= h_->image_words - out->table && out->entries <= out->slots;
 }
 
 bool BaseImage::FindDir(uint64_t ino, BaseDir* out) const {
@@ -174,8 +176,10 @@ bool BaseImage::FindDir(uint64_t ino, BaseDir* out) const {
 bool BaseImage::DecodeSlot(uint64_t at, std::string_view* name, NsEntry* e) const {
   const uint64_t meta = Word(at + 1), name_at = Word(at + 2);
   const uint64_t type = (meta >> 32) & 0xff, len = (meta >> 40) & 0xff;
-  if (len == 0 || type == 0 || type > uint64_t(FileType::kSymlink) ||
-      name_at + (len + 7) / 8 > h_->image_words ||
+  // Without overflow: a name position near 2^64 must not wrap past the
+  // check (it did: a read far outside the image, found by fuzz_pool).
+  if (len == 0 || type == 0 || type > uint64_t(FileType::kSymlink) || name_at >= h_->image_words ||
+      (len + 7) / 8 > h_->image_words - name_at ||
       name_at / kWordsPerBlock != (name_at + (len + 7) / 8 - 1) / kWordsPerBlock)
     return false;
   *name = std::string_view(reinterpret_cast<const char*>(&blocks_[name_at / kWordsPerBlock][name_at % kWordsPerBlock]), len);

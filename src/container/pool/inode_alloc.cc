@@ -1,6 +1,7 @@
 #include "container/pool/inode_alloc.h"
 
 #include <cstring>
+#include <unordered_set>
 
 #include "medium/pm.h"
 
@@ -104,10 +105,14 @@ Status InodeAllocator::Free(uint64_t ino) {
 
 Status InodeAllocator::ForEachBlock(const std::function<Status(uint32_t)>& fn) const {
   uint64_t l = sb_->inode_chain.load(std::memory_order_acquire);
-  uint64_t n = 0;
+  // A link back into the chain would make the walk endless (fsck spun on
+  // one): every block is visited once.
+  std::unordered_set<uint64_t> seen;
   while (l != 0) {
-    if (l < kDataStart || l >= kMaxPoolBlocks || ++n > kMaxPoolBlocks)
+    if (l < kDataStart || l >= kMaxPoolBlocks)
       return Status::Corrupt("inode block chain", "link " + std::to_string(l) + " out of range");
+    if (!seen.insert(l).second)
+      return Status::Corrupt("inode block chain", "loops back to block " + std::to_string(l));
     UPFS_RETURN_IF_ERROR(ba_->CheckRange(l, 1, "inode block"));
     char* p;
     UPFS_RETURN_IF_ERROR(ba_->Addr(l, &p));

@@ -71,6 +71,14 @@ Status DecodeRecord(const uint64_t* words, uint32_t n, NsRecord* rec) {
   rec->name2 = std::string_view(names + NameWords(len1) * 8, len2);
   const bool two = rec->type == RecordType::kRename || rec->type == RecordType::kExchange;
   if (two != (len2 != 0)) return Status::Corrupt("namespace log", "record names do not fit its type");
+  // A name no path can reach ('/' or NUL in it, "." or "..") is damage,
+  // not an entry to list.
+  auto bad_name = [](std::string_view n) {
+    return n == "." || n == ".." || n.find('/') != std::string_view::npos ||
+           n.find('\0') != std::string_view::npos;
+  };
+  if (bad_name(rec->name1) || (two && bad_name(rec->name2)))
+    return Status::Corrupt("namespace log", "record name is not a file name");
   return Status::OK();
 }
 

@@ -380,23 +380,44 @@ Status Pool::Recover() {
     UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, ck, &h));
     ForEachCheckpointBlock(ck, *h, [&](uint32_t l) { marker.Mark(l, "checkpoint"); });
   }
+  // The whole kept chain, also the blocks before the checkpoint's
+  // continuation that replay did not read: each one checked before its
+  // link is followed (a damaged link must not lead outside the pool).
   for (uint64_t l = super()->nslog_head.load(); l != 0;) {
-    marker.Mark(l, "namespace log");
+    if (l < kDataStart) return Status::Corrupt("namespace log", "block link " + std::to_string(l) + " out of range");
+    UPFS_RETURN_IF_ERROR(access_.CheckRange(l, 1, "namespace log block"));
+    const uint64_t next = reinterpret_cast<LogBlock*>(access_.AddrUnchecked(l))->next.load();
+    if (!NsNextWordValid(next))
+      return Status::Corrupt("namespace log", "block " + std::to_string(l) + " has no log magic");
+    marker.Mark(l, "namespace log");  // a loop is a block referenced twice
     UPFS_RETURN_IF_ERROR(marker.status());
-    l = NextBlock(reinterpret_cast<LogBlock*>(access_.AddrUnchecked(l))->next.load());
+    l = NextBlock(next);
   }
-  UPFS_RETURN_IF_ERROR(inodes_.ForEachBlock([&](uint32_t l) {
-    marker.Mark(l, "inode");
-    return marker.status();
-  }));
   std::unordered_set<uint64_t> linked;
   index_.ForEachDir([&](uint64_t dir, const NsDirInfo&) {
     linked.insert(dir);
     index_.List(dir, [&](std::string_view, const NsEntry& e) { linked.insert(e.ino); });
   });
+  // Everything is checked before anything durable is written (orphans
+  // freed, soft words reset, free inodes relinked): a pool refused for
+  // damage found half way must be left as it was, not half recovered.
+  UPFS_RETURN_IF_ERROR(inodes_.ForEachBlock([&](uint32_t l) -> Status {
+    marker.Mark(l, "inode");
+    UPFS_RETURN_IF_ERROR(marker.status());
+    for (uint32_t s = 1; s < kInodesPerBlock; ++s) {
+      const uint64_t ino = InodeNumber(l, s);
+      Inode* in;
+      UPFS_RETURN_IF_ERROR(inodes_.At(ino, &in));
+      const FileType k = IdentKind(in->ident.load(std::memory_order_acquire));
+      if (k > FileType::kSymlink) return Status::Corrupt("inode", std::to_string(ino) + " has an unknown kind");
+      if (k == FileType::kFree || !linked.count(ino)) continue;  // free, or an orphan to free
+      if (Status st = MarkFileBlocks(in, &marker); !st.ok())
+        return Status::Error(st.err(), "file " + std::to_string(ino) + ": " + st.message());
+    }
+    return Status::OK();
+  }));
   UPFS_RETURN_IF_ERROR(inodes_.Rebuild([&](uint64_t ino, Inode* in) -> Status {
     if (!linked.count(ino)) return inodes_.Free(ino);  // an orphan
-    UPFS_RETURN_IF_ERROR(MarkFileBlocks(in, &marker));
     pm::Store64(&in->open_count, 0);
     if (const uint64_t id = in->ident.load(); id & (kIdentUnlinked | kIdentReleasing))
       pm::Store64(&in->ident, id & ~(kIdentUnlinked | kIdentReleasing));

@@ -53,6 +53,7 @@ class Checker {
  private:
   void Problem(std::string p) { r_->problems.push_back(std::move(p)); }
   Status ReadNamespace();
+  void CheckPastTail(const NsPos& tail);
   Status WalkInodes();
   Status CheckInode(uint64_t ino, Inode* in);
   Status MarkFile(uint64_t ino, Inode* in);
@@ -90,6 +91,7 @@ Status Checker::ReadNamespace() {
     index_.Rebase(sb_->root_ino, nullptr);
   }
   UPFS_RETURN_IF_ERROR(log.ReadNew([&](const NsRecord& rec) { return index_.Apply(rec); }));
+  CheckPastTail(log.pos());
   // Names per inode, counted from the whole view: the link counts the
   // index derives must agree with them.
   index_.ForEachDir([&](uint64_t dir, const NsDirInfo&) {
@@ -104,9 +106,38 @@ Status Checker::ReadNamespace() {
   return Status::OK();
 }
 
+// Past the committed tail (the first empty slot) a block holds zeros, or
+// dead reservations (a writer that died before its kApply, with an earlier
+// slot not yet durable); anything else is damage that readers do not see
+// (they stop at the empty slot) but that the next record committed there
+// would be read together with. And a block with a successor is closed (its
+// last slots covered by a reservation), so the tail is never in one. Only
+// when nobody is attached: a writer may be between its words otherwise.
+void Checker::CheckPastTail(const NsPos& tail) {
+  if (r_->attached_processes != 0 || tail.slot >= kSlotsPerLogBlock) return;
+  const auto* b = reinterpret_cast<const LogBlock*>(ba_.AddrUnchecked(tail.lblock));
+  const std::string where = " of namespace log block " + std::to_string(tail.lblock);
+  if (NextBlock(b->next.load()) != 0)
+    Problem("namespace log: the committed tail is at slot " + std::to_string(tail.slot) + where +
+            ", which has a successor");
+  for (uint32_t s = tail.slot; s < kSlotsPerLogBlock;) {
+    const uint64_t e = b->slots[s].load();
+    if (e == 0) {
+      ++s;
+    } else if (KindOf(e) == EntryKind::kReserve && ReserveWellFormed(e) &&
+               s + 1 + ReserveCount(e) <= kSlotsPerLogBlock) {
+      s += 1 + ReserveCount(e);
+    } else {
+      Problem("namespace log: non-zero word in slot " + std::to_string(s) + where +
+              ", past the committed tail (slot " + std::to_string(tail.slot) + ")");
+      return;
+    }
+  }
+}
+
 Status Checker::MarkFile(uint64_t ino, Inode* in) {
   if (const uint64_t t = in->target_block.load(); t != 0) {
-    if (t < kDataStart || (t + 1) * kBlockSize > m_->capacity()) {
+    if (t < kDataStart || t >= m_->capacity() / kBlockSize) {  // (t + 1) * kBlockSize could wrap
       Problem("inode " + std::to_string(ino) + ": symbolic link target block out of range");
       return Status::OK();
     }
@@ -212,6 +243,12 @@ Status Checker::Run() {
   for (uint32_t b = 0; b < kDataStart; ++b) marker_.Mark(b, "pool header");
   UPFS_RETURN_IF_ERROR(ReadNamespace());
   UPFS_RETURN_IF_ERROR(WalkInodes());
+  // The root is an inode in use as a directory (no name leads to it).
+  {
+    Inode* root;
+    if (!inodes_.At(sb_->root_ino, &root).ok() || IdentKind(root->ident.load()) != FileType::kDirectory)
+      Problem("inode " + std::to_string(sb_->root_ino) + ": the root directory's inode is not in use as a directory");
+  }
   // Every name must lead to an inode in use of its kind.
   index_.ForEachDir([&](uint64_t dir, const NsDirInfo&) {
     ++r_->directories;
