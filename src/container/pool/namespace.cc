@@ -142,7 +142,7 @@ class PathCursor {
 Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape) {
   std::optional<EpochPin> pin;
   UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
-  std::shared_lock<std::shared_mutex> g;
+  std::shared_lock<SpinSharedMutex> g;
   UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
   return ResolveLocked(path, follow, out, escape);
 }
@@ -219,13 +219,13 @@ Status PoolNamespace::Commit(const NsRecord& rec, const std::function<Status()>&
     if (!reserved) {
       NsPos from;
       {
-        std::shared_lock<std::shared_mutex> s(pool_->index_mu());
+        std::shared_lock<SpinSharedMutex> s(pool_->index_mu());
         from = log->pos();
       }
       UPFS_RETURN_IF_ERROR(log->Reserve(rec, from, &r));
     }
     reserved = true;
-    std::unique_lock<std::shared_mutex> g(pool_->index_mu());
+    std::unique_lock<SpinSharedMutex> g(pool_->index_mu());
     UPFS_RETURN_IF_ERROR(pool_->CatchUpLocked());
     UPFS_RETURN_IF_ERROR(validate());
     bool committed, lost;
@@ -447,7 +447,7 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
     // The kernel's checks of lock_rename's trap, before any other: the
     // source may not be an ancestor of the target's directory, nor the
     // target an ancestor of the source's.
-    std::shared_lock<std::shared_mutex> g(pool_->index_mu());
+    std::shared_lock<SpinSharedMutex> g(pool_->index_mu());
     if (idx->IsAncestorOrSelf(from.ino, to.dir))
       return Status::Error(EINVAL, "a directory cannot move below itself");
     if (to.ino != 0 && idx->IsAncestorOrSelf(to.ino, from.dir))
@@ -518,7 +518,7 @@ Status PoolNamespace::TakeHold(uint64_t ino, uint32_t* gen) {
   bool linked = false;
   Status st;
   {
-    std::shared_lock<std::shared_mutex> g;
+    std::shared_lock<SpinSharedMutex> g;
     st = pool_->LockLatest(&g);
     if (st.ok()) linked = LinkedLocked(ino, in);
   }
@@ -543,7 +543,7 @@ void PoolNamespace::MarkIfUnlinked(uint64_t ino, FileType type) {
   Inode* in;
   if (!pool_->InodeAt(ino, &in).ok()) return;
   {
-    std::shared_lock<std::shared_mutex> g(pool_->index_mu());
+    std::shared_lock<SpinSharedMutex> g(pool_->index_mu());
     if (pool_->index()->Nlink(ino, type) > 0) return;
   }
   // The last name is gone (committed): say so in the inode, for the
@@ -613,7 +613,7 @@ Status PoolNamespace::Stat(uint64_t ino, struct stat* st, bool held) {
   st->st_blksize = kBlockSize;
   uint64_t entries = 0;
   {
-    std::shared_lock<std::shared_mutex> g(pool_->index_mu());
+    std::shared_lock<SpinSharedMutex> g(pool_->index_mu());
     st->st_nlink = nlink_t(LinkedLocked(ino, in) ? pool_->index()->Nlink(ino, kind) : 0);
     NsDirInfo info;
     if (pool_->index()->Dir(ino, &info)) entries = info.entries;
@@ -755,7 +755,7 @@ Status PoolNamespace::MayOpen(uint64_t ino, int acc, bool trunc) {
 Status PoolNamespace::List(uint64_t dir, std::vector<Listed>* out) {
   std::optional<EpochPin> pin;
   UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
-  std::shared_lock<std::shared_mutex> g;
+  std::shared_lock<SpinSharedMutex> g;
   UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
   NsDirInfo d;
   if (!pool_->index()->Dir(dir, &d)) return Status::Error(ENOENT, "directory removed");

@@ -237,7 +237,7 @@ Status Pool::InitVolatile(bool first) {
   if (recover) return Status::OK();
   // Pinned: a checkpoint in another process may retire log blocks meanwhile.
   EpochPin pin(epochs_.get(), process_slot_);
-  std::unique_lock<std::shared_mutex> g(index_mu_);
+  std::unique_lock<SpinSharedMutex> g(index_mu_);
   UPFS_RETURN_IF_ERROR(LoadNamespace());
   return CatchUpLocked();
 }
@@ -298,8 +298,8 @@ Status Pool::CatchUpLocked() {
   return log_.ReadNew([this](const NsRecord& r) { return index_.Apply(r); });
 }
 
-Status Pool::LockLatest(std::shared_lock<std::shared_mutex>* g) {
-  std::shared_lock<std::shared_mutex> s(index_mu_);
+Status Pool::LockLatest(std::shared_lock<SpinSharedMutex>* g) {
+  std::shared_lock<SpinSharedMutex> s(index_mu_);
   if (!log_.AnyNew() &&
       super()->checkpoint.load(std::memory_order_acquire) == seen_checkpoint_.load(std::memory_order_relaxed)) {
     *g = std::move(s);
@@ -307,12 +307,12 @@ Status Pool::LockLatest(std::shared_lock<std::shared_mutex>* g) {
   }
   s.unlock();
   {
-    std::unique_lock<std::shared_mutex> u(index_mu_);
+    std::unique_lock<SpinSharedMutex> u(index_mu_);
     UPFS_RETURN_IF_ERROR(CatchUpLocked());
   }
   // Records committed after the catch-up began are concurrent with the
   // caller: they need not be seen, and others' catch-ups only add to it.
-  *g = std::shared_lock<std::shared_mutex>(index_mu_);
+  *g = std::shared_lock<SpinSharedMutex>(index_mu_);
   return Status::OK();
 }
 
@@ -320,7 +320,7 @@ Status Pool::CatchUp() {
   uint32_t slot;
   UPFS_RETURN_IF_ERROR(NamespaceSlot(&slot));
   EpochPin pin(epochs_.get(), slot);
-  std::shared_lock<std::shared_mutex> g;
+  std::shared_lock<SpinSharedMutex> g;
   return LockLatest(&g);
 }
 
@@ -371,7 +371,7 @@ Status Pool::Recover() {
   BlockMarker marker(bitmap_.get());
   for (uint32_t b = 0; b < kDataStart; ++b) marker.Mark(b, "pool header");
   {
-    std::unique_lock<std::shared_mutex> g(index_mu_);
+    std::unique_lock<SpinSharedMutex> g(index_mu_);
     UPFS_RETURN_IF_ERROR(LoadNamespace());
     UPFS_RETURN_IF_ERROR(CatchUpLocked());
   }

@@ -34,6 +34,7 @@
 #include "engine/file.h"
 #include "engine/reclamation.h"
 #include "medium/medium.h"
+#include "util/spin_shared_mutex.h"
 #include "util/status.h"
 
 namespace upfs {
@@ -77,7 +78,7 @@ class Pool {
   NsIndex* index() { return &index_; }
   InodeAllocator* inodes() { return &inodes_; }
   // The index's lock: shared for lookups, exclusive to apply records.
-  std::shared_mutex& index_mu() { return index_mu_; }
+  SpinSharedMutex& index_mu() { return index_mu_; }
 
   // Address of inode `ino` (checked against the mapped space and the
   // layout; EUCLEAN otherwise).
@@ -91,7 +92,7 @@ class Pool {
   // Takes the index lock shared, on an index that holds every record
   // committed before the call (catching up first if the log moved). The
   // caller is pinned. One lock round trip when nothing is new.
-  Status LockLatest(std::shared_lock<std::shared_mutex>* g);
+  Status LockLatest(std::shared_lock<SpinSharedMutex>* g);
 
   // Pins this thread in the pool's epochs for as long as *pin lives: the
   // checkpoint image and the log blocks it reads stay (re-entrant).
@@ -151,7 +152,7 @@ class Pool {
   NsLog log_;
   NsIndex index_;
   InodeAllocator inodes_;
-  std::shared_mutex index_mu_;
+  SpinSharedMutex index_mu_;  // spins: see util/spin_shared_mutex.h
   std::mutex files_mu_;
   std::unordered_map<uint64_t, std::weak_ptr<File>> files_;
   std::atomic<int64_t> users_{0};

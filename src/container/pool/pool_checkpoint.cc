@@ -87,7 +87,7 @@ Status Pool::WriteCheckpoint() {
   std::vector<uint64_t> image;
   NsPos at;
   {
-    std::unique_lock<std::shared_mutex> g(index_mu_);
+    std::unique_lock<SpinSharedMutex> g(index_mu_);
     UPFS_RETURN_IF_ERROR(CatchUpLocked());
     image = BuildImage(index_, &h);
     at = log_.pos();
