@@ -247,10 +247,13 @@ Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r) {
     LogBlock* b = Block(p.lblock);
     uint64_t expected = 0;
     if (pm::Cas64(&b->slots[p.slot], expected, EncodeReserve(n))) {
-      // The reservation is durable before its payload: after a crash, a
-      // payload without the word that says how long it is would be read
-      // as log entries (found by upfs-crashtest-pool).
-      pm::PersistWord(&b->slots[p.slot]);
+      // The reservation word and its payload are persisted by one fence.
+      // A crash may keep the payload without the word that says how long
+      // it is: such words lie past the committed tail (a record committed
+      // after this one would have persisted the word first, TryCommit),
+      // and recovery clears them before anyone reserves there again
+      // (DiscardPastTail).
+      pm::Flush(&b->slots[p.slot], 8);
       pm::CopyNT(&b->slots[p.slot + 1], words, n * 8);
       pm::Fence();
       *r = Reservation{p.lblock, p.slot, n, Crc32c(words, n * 8), p.seq};
@@ -294,6 +297,31 @@ Status NsLog::TryCommit(const Reservation& r, bool* committed, bool* lost_reserv
   pos_.slot += 1;
   durable_ = pos_;
   *committed = true;
+  return Status::OK();
+}
+
+Status NsLog::DiscardPastTail() {
+  bool at_tail;
+  UPFS_RETURN_IF_ERROR(Advance(nullptr, &at_tail));
+  UPFS_ASSERT(at_tail);
+  NsPos p = pos_;
+  for (uint64_t blocks = 0;; ++blocks) {
+    LogBlock* b = Block(p.lblock);
+    for (uint32_t s = p.slot; s < kSlotsPerLogBlock; ++s) {
+      if (b->slots[s].load(std::memory_order_relaxed) == 0) continue;
+      pm::Store64(&b->slots[s], 0);
+      pm::Flush(&b->slots[s], 8);
+    }
+    // Blocks linked after the tail's block hold nothing committed either
+    // (a record committed in one would have persisted every slot before
+    // it): emptied, they are used in turn as the log grows.
+    const uint32_t next = NextBlock(b->next.load(std::memory_order_acquire));
+    if (next == 0) break;
+    if (blocks > (uint64_t{1} << 28)) return Status::Corrupt("namespace log", "chain loops");
+    UPFS_RETURN_IF_ERROR(CheckNsBlock(*ba_, next, p.seq + 1, "namespace log block"));
+    p = NsPos{next, 0, p.seq + 1};
+  }
+  pm::Fence();
   return Status::OK();
 }
 

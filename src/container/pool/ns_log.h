@@ -92,6 +92,13 @@ class NsLog {
   // that died before persisting it, say) can be lost while it survives.
   Status TryCommit(const Reservation& r, bool* committed, bool* lost_reservation);
 
+  // Recovery, with nobody else attached: reads to the tail and zeroes, durably,
+  // every word past it (in its block and in any block linked after it).
+  // Nothing there was committed; a crash can leave there a payload whose
+  // reservation word was lost (Reserve persists both with one fence), and
+  // the next record reserved over it must not be read together with it.
+  Status DiscardPastTail();
+
   // Counts for `upfs info`: log blocks from the head, and records.
   Status Measure(uint32_t head, uint64_t* blocks, uint64_t* records) const;
 

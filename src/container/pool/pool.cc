@@ -416,6 +416,9 @@ Status Pool::Recover() {
     }
     return Status::OK();
   }));
+  // Uncommitted words past the log's tail (a payload whose reservation word
+  // a crash lost) go before anyone reserves there again.
+  UPFS_RETURN_IF_ERROR(log_.DiscardPastTail());
   UPFS_RETURN_IF_ERROR(inodes_.Rebuild([&](uint64_t ino, Inode* in) -> Status {
     if (!linked.count(ino)) return inodes_.Free(ino);  // an orphan
     pm::Store64(&in->open_count, 0);

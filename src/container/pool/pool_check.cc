@@ -112,9 +112,12 @@ Status Checker::ReadNamespace() {
 // (they stop at the empty slot) but that the next record committed there
 // would be read together with. And a block with a successor is closed (its
 // last slots covered by a reservation), so the tail is never in one. Only
-// when nobody is attached: a writer may be between its words otherwise.
+// when nobody is attached (a writer may be between its words otherwise)
+// and the pool was left clean: after a crash, a payload whose reservation
+// word was lost may lie past the tail, and recovery clears it
+// (NsLog::DiscardPastTail).
 void Checker::CheckPastTail(const NsPos& tail) {
-  if (r_->attached_processes != 0 || tail.slot >= kSlotsPerLogBlock) return;
+  if (!r_->clean || r_->attached_processes != 0 || tail.slot >= kSlotsPerLogBlock) return;
   const auto* b = reinterpret_cast<const LogBlock*>(ba_.AddrUnchecked(tail.lblock));
   const std::string where = " of namespace log block " + std::to_string(tail.lblock);
   if (NextBlock(b->next.load()) != 0)
