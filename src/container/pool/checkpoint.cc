@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "util/assert.h"
 #include "util/crc32c.h"
 
 namespace upfs {
@@ -29,71 +30,74 @@ uint32_t CheckpointHeaderCrc(const CheckpointHeader& h) {
 // ---------------------------------------------------------------------------
 // Writing.
 
+ImageWriter::ImageWriter(std::vector<uint64_t>* img, uint64_t dirs, uint64_t words_hint)
+    : dirs_expected_(dirs), img_(*img) {
+  img_.clear();
+  // The directory table, padded to whole blocks.
+  const uint64_t table_words = (dirs * kDirRowWords + kWordsPerBlock - 1) / kWordsPerBlock * kWordsPerBlock;
+  img_.reserve(std::max(words_hint, table_words));
+  img_.resize(table_words, 0);
+}
+
+uint64_t ImageWriter::TableSlots(uint64_t names) {
+  uint64_t slots = 2;
+  while (slots < names * 2) slots *= 2;
+  return slots;
+}
+
 uint64_t ImageWriter::PlaceName(std::string_view name) {
-  // Word positions count from the end of the directory table, which is
-  // only known at Finish: tables_ starts block-aligned there (Finish pads
-  // the table to a whole block), so block boundaries are the same.
+  // A name never crosses a block: readers map the image block by block.
   const uint64_t words = (name.size() + 7) / 8;
-  const uint64_t in_block = tables_.size() % kWordsPerBlock;
-  if (in_block + words > kWordsPerBlock) tables_.resize(tables_.size() + (kWordsPerBlock - in_block), 0);
-  const uint64_t at = tables_.size();
-  tables_.resize(at + words, 0);
-  std::memcpy(tables_.data() + at, name.data(), name.size());
+  const uint64_t in_block = img_.size() % kWordsPerBlock;
+  if (in_block + words > kWordsPerBlock) img_.resize(img_.size() + (kWordsPerBlock - in_block), 0);
+  const uint64_t at = img_.size();
+  img_.resize(at + words, 0);
+  std::memcpy(img_.data() + at, name.data(), name.size());
   return at;
 }
 
 void ImageWriter::AddDir(uint64_t ino, uint64_t parent, uint64_t subdirs,
                          const std::vector<std::pair<std::string_view, NsEntry>>& names) {
-  uint64_t slots = 2;
-  while (slots < names.size() * 2) slots *= 2;
+  UPFS_ASSERT(dirs_ < dirs_expected_);
+  const uint64_t slots = TableSlots(names.size());
   // The table, 4-word aligned (so no slot crosses a block).
-  while (tables_.size() % kNameSlotWords) tables_.push_back(0);
-  const uint64_t table = tables_.size();
-  tables_.resize(table + slots * kNameSlotWords, 0);
+  while (img_.size() % kNameSlotWords) img_.push_back(0);
+  const uint64_t table = img_.size();
+  img_.resize(table + slots * kNameSlotWords, 0);
   for (const auto& [name, e] : names) {
     const uint32_t crc = NameCrc(name);
     uint64_t s = crc & (slots - 1);
-    while (tables_[table + s * kNameSlotWords] != 0) s = (s + 1) & (slots - 1);
-    const uint64_t name_at = PlaceName(name);  // may grow tables_: index, not pointer
-    uint64_t* slot = &tables_[table + s * kNameSlotWords];
+    while (img_[table + s * kNameSlotWords] != 0) s = (s + 1) & (slots - 1);
+    const uint64_t name_at = PlaceName(name);  // may grow img_: index, not pointer
+    uint64_t* slot = &img_[table + s * kNameSlotWords];
     slot[0] = e.ino;
     slot[1] = uint64_t(crc) | (uint64_t(e.type) << 32) | (uint64_t(name.size()) << 40);
     slot[2] = name_at;
   }
-  rows_.push_back(Row{ino, parent, subdirs, names.size(), table, slots});
+  uint64_t* row = &img_[dirs_ * kDirRowWords];
+  row[0] = ino;
+  row[1] = parent;
+  row[2] = subdirs;
+  row[3] = names.size();
+  row[4] = table;
+  row[5] = slots;
+  ++dirs_;
   entries_ += names.size();
 }
 
-std::vector<uint64_t> ImageWriter::Finish(CheckpointHeader* h) {
+void ImageWriter::Finish(CheckpointHeader* h) {
+  UPFS_ASSERT(dirs_ == dirs_expected_);
   std::sort(multi_.begin(), multi_.end());
-  const uint64_t table_words = (rows_.size() * kDirRowWords + kWordsPerBlock - 1) / kWordsPerBlock * kWordsPerBlock;
-  std::vector<uint64_t> img(table_words, 0);
-  for (size_t i = 0; i < rows_.size(); ++i) {
-    const Row& r = rows_[i];
-    uint64_t* row = &img[i * kDirRowWords];
-    row[0] = r.ino;
-    row[1] = r.parent;
-    row[2] = r.subdirs;
-    row[3] = r.entries;
-    row[4] = table_words + r.table;
-    row[5] = r.slots;
-  }
-  // Name offsets were relative to the tables' start.
-  for (const Row& r : rows_)
-    for (uint64_t s = 0; s < r.slots; ++s)
-      if (tables_[r.table + s * kNameSlotWords] != 0) tables_[r.table + s * kNameSlotWords + 2] += table_words;
-  img.insert(img.end(), tables_.begin(), tables_.end());
-  h->multi_words = img.size();
+  h->multi_words = img_.size();
   for (const auto& [ino, links] : multi_) {
-    img.push_back(ino);
-    img.push_back(links);
+    img_.push_back(ino);
+    img_.push_back(links);
   }
-  h->dirs = rows_.size();
+  h->dirs = dirs_;
   h->entries = entries_;
   h->multi = multi_.size();
-  h->image_words = img.size();
-  h->image_crc = Crc32c(img.data(), img.size() * 8);
-  return img;
+  h->image_words = img_.size();
+  h->image_crc = Crc32c(img_.data(), img_.size() * 8);
 }
 
 // ---------------------------------------------------------------------------

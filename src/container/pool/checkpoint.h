@@ -79,23 +79,31 @@ class BaseImage {
 };
 
 // Builds an image: directories are added in order of inode number, each
-// with its names (from any source), then the multi-link rows.
+// with its names (from any source), then the multi-link rows. The image is
+// built in one vector, in its final layout (the directory table first, its
+// size known from the start), so that nothing is copied or moved after.
 class ImageWriter {
  public:
+  // Builds into *img (emptied; a buffer kept from an earlier image keeps its
+  // memory, which would otherwise be faulted in again every time). `dirs`:
+  // how many directories will be added; `words_hint`: the image's expected
+  // size, reserved up front.
+  ImageWriter(std::vector<uint64_t>* img, uint64_t dirs, uint64_t words_hint);
   void AddDir(uint64_t ino, uint64_t parent, uint64_t subdirs,
               const std::vector<std::pair<std::string_view, NsEntry>>& names);
   void AddMultiLink(uint64_t ino, uint32_t links) { multi_.emplace_back(ino, links); }
-  // The image's words; fills the header's counts (dirs, entries, multi,
-  // multi_words, image_words, image_crc).
-  std::vector<uint64_t> Finish(format::pool::CheckpointHeader* h);
+  // Completes the image's words; fills the header's counts (dirs, entries,
+  // multi, multi_words, image_words, image_crc).
+  void Finish(format::pool::CheckpointHeader* h);
+
+  // Words of a directory's hash table for `names` names.
+  static uint64_t TableSlots(uint64_t names);
 
  private:
   uint64_t PlaceName(std::string_view name);
-  struct Row {
-    uint64_t ino, parent, subdirs, entries, table, slots;
-  };
-  std::vector<Row> rows_;
-  std::vector<uint64_t> tables_;  // words after the directory table
+  uint64_t dirs_expected_;
+  uint64_t dirs_ = 0;
+  std::vector<uint64_t>& img_;  // the directory table, then the tables and names
   std::vector<std::pair<uint64_t, uint32_t>> multi_;
   uint64_t entries_ = 0;
 };

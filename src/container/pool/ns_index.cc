@@ -111,7 +111,8 @@ Status NsIndex::Remove(uint64_t dir, std::string_view name, uint64_t expect_ino,
   if (NsEntry* t = d->names.Find(name)) {
     *t = tomb;
   } else {
-    d->names.Insert(name, tomb);
+    d->names.Insert(name, tomb);  // the name was the image's
+    ++d->hides_base;
   }
   --d->info.entries;
   if (removed->type == FileType::kDirectory) --d->info.subdirs;

@@ -71,6 +71,9 @@ class NsIndex {
     NsDirInfo info;
     bool removed = false;
     bool fresh = false;  // made after the checkpoint: the image has nothing of it
+    // Delta names that hide a name of the image (tombstones of its names):
+    // while 0, listing the image's names needs no lookup in the delta.
+    uint64_t hides_base = 0;
     NameTable names;     // type kFree: a tombstone (the name is gone)
   };
   DeltaDir* Touch(uint64_t dir);
@@ -97,7 +100,7 @@ void NsIndex::List(uint64_t dir, Fn fn) const {
     BaseDir b;
     if (base_->FindDir(dir, &b)) {
       base_->ForEachName(b, [&](std::string_view name, const NsEntry& e) {
-        if (!dd || !dd->names.Find(name)) fn(name, e);
+        if (!dd || dd->hides_base == 0 || !dd->names.Find(name)) fn(name, e);
       });
     }
   }

@@ -168,6 +168,9 @@ class Pool {
   // the pool's epochs and freed when no reader can still be in them.
   std::mutex retired_mu_;
   ThreadBlocks retired_;
+  // The last checkpoint image built here, kept so that the next one does
+  // not fault its memory in again (8 MB for 100,000 names).
+  std::vector<uint64_t> image_buf_;
 };
 
 }  // namespace upfs

@@ -30,11 +30,16 @@ PoolWords* Words(const BlockAccess& ba) {
 }
 
 // The image of the index's whole view (its base and its delta).
-std::vector<uint64_t> BuildImage(const NsIndex& idx, CheckpointHeader* h) {
+void BuildImage(const NsIndex& idx, std::vector<uint64_t>* image, CheckpointHeader* h) {
   std::vector<std::pair<uint64_t, NsDirInfo>> dirs;
   idx.ForEachDir([&](uint64_t ino, const NsDirInfo& i) { dirs.emplace_back(ino, i); });
   std::sort(dirs.begin(), dirs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  ImageWriter w;
+  // Reserved up front: tables, and names of up to 16 bytes (longer ones
+  // grow the vector).
+  uint64_t words = 0;
+  for (const auto& [ino, info] : dirs)
+    words += ImageWriter::TableSlots(info.entries) * kNameSlotWords + 2 * info.entries + kNameSlotWords;
+  ImageWriter w(image, dirs.size(), words + words / 8);
   std::vector<std::pair<std::string_view, NsEntry>> names;
   for (const auto& [ino, info] : dirs) {
     names.clear();
@@ -48,7 +53,7 @@ std::vector<uint64_t> BuildImage(const NsIndex& idx, CheckpointHeader* h) {
     else multi.erase(ino);
   });
   for (const auto& [ino, links] : multi) w.AddMultiLink(ino, links);
-  return w.Finish(h);
+  w.Finish(h);
 }
 }  // namespace
 
@@ -84,12 +89,18 @@ Status Pool::WriteCheckpoint() {
   EpochPin pin(epochs_.get(), slot);
   alignas(64) static thread_local CheckpointHeader h;
   std::memset(&h, 0, sizeof(h));
-  std::vector<uint64_t> image;
+  std::vector<uint64_t>& image = image_buf_;  // only the checkpoint owner's thread is here
   NsPos at;
   {
     std::unique_lock<SpinSharedMutex> g(index_mu_);
     UPFS_RETURN_IF_ERROR(CatchUpLocked());
-    image = BuildImage(index_, &h);
+  }
+  {
+    // Built under the shared lock (the index and the position do not move
+    // under it), so that this process's lookups go on meanwhile: a large
+    // namespace takes milliseconds to serialize.
+    std::shared_lock<SpinSharedMutex> g(index_mu_);
+    BuildImage(index_, &image, &h);
     at = log_.pos();
   }
   const uint64_t old_block = super()->checkpoint.load(std::memory_order_acquire);
