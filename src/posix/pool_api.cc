@@ -200,10 +200,7 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
 int PoolStat(const PoolPath& p, struct stat* st, bool follow) {
   OpGuard g;
   PoolNamespace ns = Ns(p);
-  Resolved r;
-  if (Status s = ns.Resolve(p.inner, follow, &r); !s.ok()) return Fail(s);
-  if (r.ino == 0) return FailErrno(ENOENT, "no such file or directory");
-  Status s = ns.Stat(r.ino, st);
+  Status s = ns.StatPath(p.inner, follow, st);
   return s.ok() ? 0 : Fail(s);
 }
 

@@ -595,9 +595,7 @@ Status PoolNamespace::Readlink(uint64_t ino, std::string* target) {
   return Status::OK();
 }
 
-Status PoolNamespace::Stat(uint64_t ino, struct stat* st, bool held) {
-  std::optional<EpochPin> pin;
-  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
+Status PoolNamespace::StatLocked(uint64_t ino, struct stat* st, bool* needs_file) const {
   Inode* in;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
   const uint64_t id = in->ident.load(std::memory_order_acquire);
@@ -611,36 +609,67 @@ Status PoolNamespace::Stat(uint64_t ino, struct stat* st, bool held) {
   st->st_uid = OwnerUid(owner);
   st->st_gid = OwnerGid(owner);
   st->st_blksize = kBlockSize;
-  uint64_t entries = 0;
-  {
-    std::shared_lock<SpinSharedMutex> g(pool_->index_mu());
-    st->st_nlink = nlink_t(LinkedLocked(ino, in) ? pool_->index()->Nlink(ino, kind) : 0);
-    NsDirInfo info;
-    if (pool_->index()->Dir(ino, &info)) entries = info.entries;
-  }
-  int64_t data_ctime = int64_t(in->ctime_ns.load());
+  // One lookup for the link count (and a directory's size): an unlinked
+  // inode has none, the root is linked whatever the index says.
+  NsDirInfo info;
   if (kind == FileType::kDirectory) {
-    st->st_size = off_t(40 + 20 * entries);  // as tmpfs counts a directory
-  } else if (kind == FileType::kSymlink) {
-    st->st_size = off_t(in->target_len);
-  } else if (in->log_head.load(std::memory_order_acquire) != 0) {
-    uint32_t gen = 0;
-    if (!held) UPFS_RETURN_IF_ERROR(TakeHold(ino, &gen));
-    std::shared_ptr<File> f;
-    Status s = pool_->FileOf(ino, &f);
-    FileStat fs;
-    if (s.ok()) s = f->Stat(&fs);
-    f.reset();
-    if (!held) DropHold(ino, gen);
-    UPFS_RETURN_IF_ERROR(s);
-    st->st_size = off_t(fs.size);
-    st->st_blocks = blkcnt_t(fs.blocks * (kBlockSize / 512));
-    data_ctime = std::max(data_ctime, fs.data_ctime_ns);
+    if (pool_->index()->Dir(ino, &info) && !(id & kIdentUnlinked)) st->st_nlink = nlink_t(2 + info.subdirs);
+    st->st_size = off_t(40 + 20 * info.entries);  // as tmpfs counts a directory
+  } else {
+    if (!(id & kIdentUnlinked)) st->st_nlink = nlink_t(pool_->index()->Nlink(ino, kind));
+    if (kind == FileType::kSymlink) st->st_size = off_t(in->target_len);
   }
+  *needs_file = kind == FileType::kRegular && in->log_head.load(std::memory_order_acquire) != 0;
   st->st_atim = ToTimespec(in->atime_ns.load());
   st->st_mtim = ToTimespec(uint64_t(ReportedMtime(in->times, in->created_ns)));
-  st->st_ctim = ToTimespec(uint64_t(std::max<int64_t>(data_ctime, int64_t(in->ctime_ns.load()))));
+  st->st_ctim = ToTimespec(in->ctime_ns.load());
   return Status::OK();
+}
+
+Status PoolNamespace::StatFile(uint64_t ino, struct stat* st, bool held) {
+  uint32_t gen = 0;
+  if (!held) UPFS_RETURN_IF_ERROR(TakeHold(ino, &gen));
+  std::shared_ptr<File> f;
+  Status s = pool_->FileOf(ino, &f);
+  FileStat fs;
+  if (s.ok()) s = f->Stat(&fs);
+  f.reset();
+  if (!held) DropHold(ino, gen);
+  UPFS_RETURN_IF_ERROR(s);
+  st->st_size = off_t(fs.size);
+  st->st_blocks = blkcnt_t(fs.blocks * (kBlockSize / 512));
+  // The file's mtime is ReportedMtime's; a data change moves its ctime.
+  const uint64_t ctime = uint64_t(st->st_ctim.tv_sec) * 1000000000 + uint64_t(st->st_ctim.tv_nsec);
+  st->st_ctim = ToTimespec(uint64_t(std::max<int64_t>(fs.data_ctime_ns, int64_t(ctime))));
+  return Status::OK();
+}
+
+Status PoolNamespace::Stat(uint64_t ino, struct stat* st, bool held) {
+  std::optional<EpochPin> pin;
+  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
+  bool needs_file;
+  {
+    std::shared_lock<SpinSharedMutex> g(pool_->index_mu());
+    UPFS_RETURN_IF_ERROR(StatLocked(ino, st, &needs_file));
+  }
+  return needs_file ? StatFile(ino, st, held) : Status::OK();
+}
+
+Status PoolNamespace::StatPath(std::string_view path, bool follow, struct stat* st) {
+  std::optional<EpochPin> pin;
+  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
+  Resolved r;
+  bool needs_file;
+  {
+    // One pin and one hold of the index lock for the lookup and the
+    // attributes: stat is the call programs make most.
+    std::shared_lock<SpinSharedMutex> g;
+    UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
+    UPFS_RETURN_IF_ERROR(ResolveLocked(path, follow, &r));
+    if (r.ino == 0) return Status::Error(ENOENT, "no such file or directory");
+    UPFS_RETURN_IF_ERROR(StatLocked(r.ino, st, &needs_file));
+  }
+  return needs_file ? StatFile(r.ino, st, false) : Status::OK();
 }
 
 Status PoolNamespace::Chmod(uint64_t ino, mode_t mode) {

@@ -64,6 +64,8 @@ class PoolNamespace {
   // `held`: the caller holds the inode (a descriptor's fstat), which may
   // have no name left.
   Status Stat(uint64_t ino, struct stat* st, bool held = false);
+  // Resolve and Stat in one pin and one hold of the index lock.
+  Status StatPath(std::string_view path, bool follow, struct stat* st);
   Status Readlink(uint64_t ino, std::string* target);
   Status Chmod(uint64_t ino, mode_t mode);
   Status Chown(uint64_t ino, uid_t uid, gid_t gid);
@@ -90,6 +92,11 @@ class PoolNamespace {
 
  private:
   Status Permit(const format::pool::Inode* in, int want) const;
+  // Stat's attributes from the inode and the index (pinned, index lock
+  // held); *needs_file: a regular file with a log, whose size, blocks and
+  // data ctime its engine File gives (StatFile, without the lock).
+  Status StatLocked(uint64_t ino, struct stat* st, bool* needs_file) const;
+  Status StatFile(uint64_t ino, struct stat* st, bool held);
   Status Commit(const NsRecord& rec, const std::function<Status()>& validate);
   Status NewInode(format::pool::FileType kind, uint64_t dir, mode_t mode, uint64_t* ino,
                   format::pool::Inode* image);
