@@ -262,15 +262,19 @@ std::vector<Workload> MakeWorkloads() {
   }
   {
     // Races: a second thread commits while the first is held after its
-    // inode and its reserved payload are made durable (fence 1, the only
-    // one before the commit, which is under the index lock), so the first
-    // must skip the other's slots or commit after it; and one that must
-    // fail: the directory goes while a mkdir in it is under way.
+    // inode and its reserved payload are made durable (fence 1), so the
+    // first must skip the other's slots or commit after it; or after the
+    // first committed but before its commit is durable (fence 2, after the
+    // index lock is released), so the second's fence must cover the
+    // first's record too (a create in the directory the first makes: its
+    // record must never survive without the mkdir's); and one that must fail: the directory goes while
+    // a mkdir in it is under way.
     Workload r{"ns-races",
                {Mkdir("/a"), Mkdir("/b"), Create("/a/x"), Create("/a/y")},
                {Raced(Create("/a/p"), Create("/a/q"), 1), Raced(Create("/a/r"), Mkdir("/a/s"), 1),
                 Raced(Rename("/a/x", "/a/x2"), Create("/a/t"), 1),
-                Raced(Mkdir("/a/u"), Unlink("/a/y"), 1), Raced(Mkdir("/b/z"), Rmdir("/b"), 1),
+                Raced(Mkdir("/a/u"), Unlink("/a/y"), 2),
+                Raced(Mkdir("/a/v"), Create("/a/v/f"), 2), Raced(Mkdir("/b/z"), Rmdir("/b"), 1),
                 Raced(Write("/a/p", 0, 5000, 7), Rename("/a/p", "/a/p2"), 1)}};
     w.push_back(r);
   }

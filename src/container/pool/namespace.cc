@@ -229,11 +229,13 @@ Status PoolNamespace::Commit(const NsRecord& rec, const std::function<Status()>&
     UPFS_RETURN_IF_ERROR(pool_->CatchUpLocked());
     UPFS_RETURN_IF_ERROR(validate());
     bool committed, lost;
-    UPFS_RETURN_IF_ERROR(log->TryCommit(r, &committed, &lost));
+    NsLog::Pending pending;
+    UPFS_RETURN_IF_ERROR(log->TryCommit(r, &committed, &lost, &pending));
     if (committed) {
       Status applied = pool_->index()->Apply(rec);
       const bool due = pool_->CheckpointDue();
       g.unlock();
+      log->MakeDurable(pending);
       pool_->MaybeCheckpoint(due);
       return applied;
     }

@@ -101,6 +101,7 @@ Status NsLog::Init(BlockAccess* ba, uint32_t head, AllocBlock alloc, FreeBlock f
   free_ = std::move(free);
   UPFS_RETURN_IF_ERROR(CheckNsBlock(*ba_, head, 0, "namespace log head"));
   pos_ = NsPos{head, 0, Block(head)->seq};
+  std::lock_guard<std::mutex> g(durable_mu_);
   durable_ = pos_;
   return Status::OK();
 }
@@ -116,6 +117,7 @@ Status NsLog::MoveTo(NsPos pos) {
   UPFS_RETURN_IF_ERROR(CheckNsBlock(*ba_, pos.lblock, pos.seq, "namespace log position"));
   if (pos.slot > kSlotsPerLogBlock) return Status::Corrupt("namespace log", "position out of range");
   pos_ = pos;
+  std::lock_guard<std::mutex> g(durable_mu_);
   durable_ = pos_;
   return Status::OK();
 }
@@ -267,7 +269,7 @@ Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r) {
   }
 }
 
-Status NsLog::TryCommit(const Reservation& r, bool* committed, bool* lost_reservation) {
+Status NsLog::TryCommit(const Reservation& r, bool* committed, bool* lost_reservation, Pending* pending) {
   *committed = false;
   *lost_reservation = false;
   if (pos_.lblock != r.lblock || pos_.slot >= kSlotsPerLogBlock) {
@@ -278,11 +280,19 @@ Status NsLog::TryCommit(const Reservation& r, bool* committed, bool* lost_reserv
   LogBlock* b = Block(pos_.lblock);
   uint64_t expected = 0;
   if (!pm::Cas64(&b->slots[pos_.slot], expected, EncodeApply(r.slot, r.crc))) return Status::OK();
-  // Every entry this process read since `from`, and its own: durable
-  // before the call returns (those records may have been committed by a
-  // process that died before persisting them).
-  NsPos f = durable_;
-  while (f.lblock != pos_.lblock) {
+  pos_.slot += 1;
+  {
+    std::lock_guard<std::mutex> g(durable_mu_);
+    pending->from = durable_;
+  }
+  pending->to = pos_;
+  *committed = true;
+  return Status::OK();
+}
+
+void NsLog::MakeDurable(const Pending& p) {
+  NsPos f = p.from;
+  while (f.lblock != p.to.lblock) {
     LogBlock* fb = Block(f.lblock);
     if (f.slot < kSlotsPerLogBlock)
       pm::Flush(&fb->slots[f.slot], (kSlotsPerLogBlock - f.slot) * 8);
@@ -291,13 +301,12 @@ Status NsLog::TryCommit(const Reservation& r, bool* committed, bool* lost_reserv
     if (nb == 0) break;
     f = NsPos{nb, 0, f.seq + 1};
   }
-  const uint32_t first = f.lblock == pos_.lblock ? f.slot : 0;
-  pm::Flush(&b->slots[first], (pos_.slot + 1 - first) * 8);
+  const uint32_t first = f.lblock == p.to.lblock ? f.slot : 0;
+  UPFS_ASSERT(p.to.slot > first);
+  pm::Flush(&Block(p.to.lblock)->slots[first], (p.to.slot - first) * 8);
   pm::Fence();
-  pos_.slot += 1;
-  durable_ = pos_;
-  *committed = true;
-  return Status::OK();
+  std::lock_guard<std::mutex> g(durable_mu_);
+  if (durable_.seq < p.to.seq || (durable_.seq == p.to.seq && durable_.slot < p.to.slot)) durable_ = p.to;
 }
 
 Status NsLog::DiscardPastTail() {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -81,16 +82,27 @@ class NsLog {
   // (pos() itself moves under that lock; reservations are made without
   // it, so that their fences do not serialize the threads).
   Status Reserve(const NsRecord& rec, NsPos from, Reservation* r);
+  // What a commit leaves to make durable: every slot from `from` (where this
+  // process's known-durable prefix ended when the record committed) to
+  // `to` (just past the record's kApply).
+  struct Pending {
+    NsPos from, to;
+  };
   // The caller has read every record up to the tail (AnyNew() was false
   // when it validated its change): tries to commit r by a CAS of its kApply
   // into the slot at the position. *committed false: something was
   // committed first (read it, validate again, try again), or r's block
   // filled up (then *lost_reservation: Reserve again). On success the
-  // position moves past the kApply (the caller applies its own record) and
-  // every slot this process has read since its last commit is persisted
-  // with it, so that no record committed before this one (by a process
-  // that died before persisting it, say) can be lost while it survives.
-  Status TryCommit(const Reservation& r, bool* committed, bool* lost_reservation);
+  // position moves past the kApply (the caller applies its own record),
+  // and *pending says what MakeDurable must flush before the call returns.
+  Status TryCommit(const Reservation& r, bool* committed, bool* lost_reservation, Pending* pending);
+  // Flushes a commit's range and fences: every slot this process has read
+  // up to its record, so that no record committed before it (by a process
+  // that died before persisting it, or by a thread of this one whose own
+  // fence is still to come) can be lost while it survives. Called after the
+  // index lock is released, so that the fence does not serialize threads;
+  // the caller's epoch pin keeps the range's blocks.
+  void MakeDurable(const Pending& p);
 
   // Recovery, with nobody else attached: reads to the tail and zeroes, durably,
   // every word past it (in its block and in any block linked after it).
@@ -118,7 +130,10 @@ class NsLog {
   AllocBlock alloc_;
   FreeBlock free_;
   NsPos pos_;
-  NsPos durable_;  // slots before it are durable as far as this process knows
+  // Slots before durable_ are durable as far as this process knows. Moved
+  // forward after a fence, outside the index lock: its own mutex.
+  std::mutex durable_mu_;
+  NsPos durable_;
 };
 
 // Encodes rec's payload words into `out` (kMaxRecordWords words); returns
