@@ -48,7 +48,9 @@ void BlockTable::FreeArray(Array* a) {
     munmap(a, a->bytes);
 }
 
-BlockTable::BlockTable() : arr_(NewArray(4096)) {}
+// Small to start with (a table per open file, and one per replay of a
+// released file): it doubles as blocks are mapped.
+BlockTable::BlockTable() : arr_(NewArray(64)) {}
 
 BlockTable::~BlockTable() {
   FreeArray(arr_.load());
