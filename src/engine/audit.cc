@@ -28,15 +28,13 @@ Status File::AuditAllocation(uint64_t* leaked, uint64_t* unmarked) {
   for (const Run& r : res.overflow)
     for (uint32_t i = 0; i < r.count; ++i) ref(uint64_t(r.lblock) + i);
   table.ForEachMapped([&](uint64_t, uint32_t l) { ref(l); });
-  for (auto& slot : ctx_) {
-    const ThreadCtx* t = slot.load(std::memory_order_acquire);
-    if (!t) continue;
+  ctx_.ForEach([&](const ThreadCtx* t) {
     for (uint32_t l : t->blocks.free)
       if (l < cap) held[l] = true;
     for (uint64_t l = t->blocks.chunk_next; l < t->blocks.chunk_end && l < cap; ++l) held[l] = true;
     for (const ThreadBlocks::Retired& r : t->blocks.limbo)
       for (uint32_t i = 0; i < r.count && uint64_t(r.lblock) + i < cap; ++i) held[r.lblock + i] = true;
-  }
+  });
   for (uint64_t b = 0; b < cap; ++b) {
     const bool taken = source_->bitmap()->Test(b);
     if (taken && !referenced[b] && !held[b]) ++*leaked;

@@ -68,16 +68,14 @@ File::~File() {
   // A per-file container's growth callback publishes into this File's
   // bitmap: stopped before the File goes. A pool's outlives its files.
   if (!space_outlives_file_) space_->JoinBackground();
-  for (auto& slot : ctx_) {
-    ThreadCtx* c = slot.load();
-    if (!c) continue;
+  ctx_.ForEach([&](ThreadCtx* c) {
     if (source_) {
       source_->DrainLimbo(&c->blocks, true);
       source_->ReturnAll(&c->blocks);
       source_->epochs()->ReleaseSlot(c->slot);
     }
     delete c;
-  }
+  });
   // lease_ goes last: the container's lifecycle of what it lent.
 }
 
@@ -141,12 +139,12 @@ Status File::ReplayHead(BlockTable* table, ReplayResult* res, bool check_tail) {
 Status File::Ctx(ThreadCtx** out) {
   uint32_t tid = ThreadIndex();
   if (tid >= kMaxThreads) return Status::Error(EAGAIN, "too many threads using upfs");
-  ThreadCtx* c = ctx_[tid].load(std::memory_order_acquire);
+  ThreadCtx* c = ctx_.Get(tid);
   if (!c) {
     auto fresh = std::make_unique<ThreadCtx>();
     if (read_only()) {
       c = fresh.release();  // no slot: a read-only File pins nothing
-      ctx_[tid].store(c, std::memory_order_release);
+      ctx_.Set(tid, c);
       *out = c;
       return Status::OK();
     }
@@ -157,7 +155,7 @@ Status File::Ctx(ThreadCtx** out) {
         (uint64_t(d->slot(fresh->slot)->owner_pid.load(std::memory_order_relaxed)) << 32) |
         (uint64_t(fresh->slot) + 1);
     c = fresh.release();
-    ctx_[tid].store(c, std::memory_order_release);
+    ctx_.Set(tid, c);
   }
   *out = c;
   return Status::OK();

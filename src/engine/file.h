@@ -20,6 +20,7 @@
 #include <optional>
 #include <vector>
 
+#include "engine/per_thread.h"
 #include "engine/block_source.h"
 #include "engine/block_table.h"
 #include "engine/epoch_pin.h"
@@ -209,7 +210,7 @@ class File {
   std::atomic_flag apply_lock_ = ATOMIC_FLAG_INIT;
   std::mutex tables_mu_;
 
-  std::array<std::atomic<ThreadCtx*>, kMaxThreads> ctx_{};
+  PerThread<ThreadCtx, kMaxThreads> ctx_;
   std::atomic<uint64_t> last_mtime_tick_{0};
   std::atomic<uint64_t> last_mtime_stored_{0};  // the mtime this process last stored
 };
