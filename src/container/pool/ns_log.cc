@@ -95,10 +95,21 @@ Status NsLog::InitBlock(BlockAccess* ba, uint32_t lblock, uint64_t seq) {
   return Status::OK();
 }
 
-Status NsLog::Init(BlockAccess* ba, uint32_t head, AllocBlock alloc, FreeBlock free) {
+void NsLog::Bind(BlockAccess* ba, AllocBlock alloc, FreeBlock free) {
+  // Once: a reload (a new checkpoint, under the index lock) only moves the
+  // position, while other threads use these without that lock (Reserve's
+  // alloc_, MakeDurable's ba_).
+  if (ba_) {
+    UPFS_ASSERT(ba_ == ba);
+    return;
+  }
   ba_ = ba;
   alloc_ = std::move(alloc);
   free_ = std::move(free);
+}
+
+Status NsLog::Init(BlockAccess* ba, uint32_t head, AllocBlock alloc, FreeBlock free) {
+  Bind(ba, std::move(alloc), std::move(free));
   UPFS_RETURN_IF_ERROR(CheckNsBlock(*ba_, head, 0, "namespace log head"));
   pos_ = NsPos{head, 0, Block(head)->seq};
   std::lock_guard<std::mutex> g(durable_mu_);
@@ -107,9 +118,7 @@ Status NsLog::Init(BlockAccess* ba, uint32_t head, AllocBlock alloc, FreeBlock f
 }
 
 Status NsLog::InitAt(BlockAccess* ba, NsPos pos, AllocBlock alloc, FreeBlock free) {
-  ba_ = ba;
-  alloc_ = std::move(alloc);
-  free_ = std::move(free);
+  Bind(ba, std::move(alloc), std::move(free));
   return MoveTo(pos);
 }
 

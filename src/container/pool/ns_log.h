@@ -118,6 +118,7 @@ class NsLog {
   format::LogBlock* Block(uint32_t l) const {
     return reinterpret_cast<format::LogBlock*>(ba_->AddrUnchecked(l));
   }
+  void Bind(BlockAccess* ba, AllocBlock alloc, FreeBlock free);
   // Moves the position over entries that are not records (reservations,
   // and block ends), reading records into fn when given.
   Status Advance(const std::function<Status(const NsRecord&)>* fn, bool* at_tail);

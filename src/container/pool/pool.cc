@@ -472,11 +472,12 @@ Status InitFileLogBlock(BlockAccess* ba, uint32_t l) {
   UPFS_RETURN_IF_ERROR(ba->Addr(l, &p));
   // The header's line from an image, the rest zeroed in place: no 4 KiB
   // image to clear and read for every new file.
+  // (Words at their offsets: a LogBlock is a whole block, not 64 bytes.)
   alignas(64) unsigned char line[64] = {};
-  auto* b = reinterpret_cast<LogBlock*>(line);
-  static_assert(offsetof(LogBlock, seq) + sizeof(b->seq) <= sizeof(line));
-  b->next.store(format::NextWord(0), std::memory_order_relaxed);
-  b->seq = 1;
+  const uint64_t next = format::NextWord(0), seq = 1;
+  static_assert(offsetof(LogBlock, next) + 8 <= sizeof(line) && offsetof(LogBlock, seq) + 8 <= sizeof(line));
+  std::memcpy(line + offsetof(LogBlock, next), &next, 8);
+  std::memcpy(line + offsetof(LogBlock, seq), &seq, 8);
   pm::CopyNT(p, line, sizeof(line));
   pm::ZeroNT(p + sizeof(line), kBlockSize - sizeof(line));
   pm::Fence();
