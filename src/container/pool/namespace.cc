@@ -277,11 +277,11 @@ void PoolNamespace::TouchDir(uint64_t dir) {
   pm::Flush(&in->times.mtime_ns, 8);
 }
 
-void PoolNamespace::TouchCtime(uint64_t ino) {
+void PoolNamespace::TouchCtime(uint64_t ino, bool durable) {
   Inode* in;
   if (!pool_->InodeAt(ino, &in).ok()) return;
   pm::Store64(&in->ctime_ns, Now());
-  pm::Flush(&in->ctime_ns, 8);
+  if (durable) pm::Flush(&in->ctime_ns, 8);
 }
 
 Status PoolNamespace::CheckSticky(uint64_t dir, uint64_t ino) const {
@@ -416,6 +416,7 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
   UPFS_RETURN_IF_ERROR(CheckSticky(at.dir, at.ino));
   NsRecord rec{RecordType::kUnlink, at.type, at.ino, at.dir, 0, 0, at.name, {}};
   TouchDir(at.dir);
+  bool last = false;  // the name going is the inode's last
   UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
     const NsIndex* idx = pool_->index();
     NsEntry e;
@@ -423,10 +424,12 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
     NsDirInfo info;
     if (dir && idx->Dir(at.ino, &info) && info.entries != 0)
       return Status::Error(ENOTEMPTY, "directory not empty");
+    // Exact: this record commits at the tail, right after what was read.
+    last = dir || idx->Nlink(at.ino, at.type) == 1;
     return Status::OK();
   }));
-  if (!dir) TouchCtime(at.ino);
-  MarkIfUnlinked(at.ino, at.type);
+  if (!dir) TouchCtime(at.ino, /*durable=*/!last);
+  if (last) SetUnlinked(at.ino);
   MaybeRelease(at.ino);
   return Status::OK();
 }
@@ -483,6 +486,7 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
   TouchDir(from.dir);
   if (to.dir != from.dir) TouchDir(to.dir);
   TouchCtime(from.ino);
+  bool victim_last = false;  // the name replaced was its inode's last
   UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
     NsEntry a, b;
     const bool has_a = idx->Find(from.dir, from.name, &a), has_b = idx->Find(to.dir, to.name, &b);
@@ -498,11 +502,13 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
     NsDirInfo vi;
     if (!exchange && eb && eb->type == FileType::kDirectory && idx->Dir(eb->ino, &vi) && vi.entries != 0)
       return Status::Error(ENOTEMPTY, "directory not empty");
+    // Exact: this record commits at the tail, right after what was read.
+    victim_last = !exchange && eb && (eb->type == FileType::kDirectory || idx->Nlink(eb->ino, eb->type) == 1);
     return Status::OK();
   }));
   if (!exchange && to.ino != 0) {
-    TouchCtime(to.ino);
-    MarkIfUnlinked(to.ino, to.type);
+    TouchCtime(to.ino, /*durable=*/!victim_last);
+    if (victim_last) SetUnlinked(to.ino);
     MaybeRelease(to.ino);
   }
   return Status::OK();
@@ -539,15 +545,9 @@ bool PoolNamespace::LinkedLocked(uint64_t ino, const Inode* in) const {
   return pool_->index()->Nlink(ino, IdentKind(id)) > 0;
 }
 
-void PoolNamespace::MarkIfUnlinked(uint64_t ino, FileType type) {
-  std::optional<EpochPin> pin;
-  if (!pool_->Pin(&pin).ok()) return;
+void PoolNamespace::SetUnlinked(uint64_t ino) {
   Inode* in;
   if (!pool_->InodeAt(ino, &in).ok()) return;
-  {
-    std::shared_lock<SpinSharedMutex> g(pool_->index_mu());
-    if (pool_->index()->Nlink(ino, type) > 0) return;
-  }
   // The last name is gone (committed): say so in the inode, for the
   // processes whose index no longer holds that record after a checkpoint.
   uint64_t id = in->ident.load(std::memory_order_acquire);

@@ -101,15 +101,20 @@ class PoolNamespace {
   Status NewInode(format::pool::FileType kind, uint64_t dir, mode_t mode, uint64_t* ino,
                   format::pool::Inode* image);
   void TouchDir(uint64_t dir);
-  void TouchCtime(uint64_t ino);
+  // Sets ino's ctime; `durable`: flushed for the next fence (an inode
+  // losing its last name needs no durable ctime, and a flush would evict
+  // the line that setting its unlinked bit is about to change).
+  void TouchCtime(uint64_t ino, bool durable = true);
   Status CheckSticky(uint64_t dir, uint64_t ino) const;
   // After a name went: frees the inode if it has no name and no holder.
   void MaybeRelease(uint64_t ino);
   // Whether ino has a name (index lock held, shared).
   bool LinkedLocked(uint64_t ino, const format::pool::Inode* in) const;
-  // After a committed removal: sets the inode's unlinked bit if that was
-  // its last name.
-  void MarkIfUnlinked(uint64_t ino, format::pool::FileType type);
+  // After a committed removal of an inode's last name (which the removal's
+  // check saw under the index lock, at the tail): sets its unlinked bit, for
+  // the processes whose index no longer holds that record after a
+  // checkpoint.
+  void SetUnlinked(uint64_t ino);
 
   Pool* pool_;
   const Credentials* who_;
