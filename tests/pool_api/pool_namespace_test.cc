@@ -11,9 +11,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "container/pool/pool_check.h"
@@ -103,6 +105,115 @@ TEST_F(PoolTest, DirectoriesAndLinkCounts) {
   EXPECT_EQ(upfs_rmdir(P("d").c_str()), 0);
   EXPECT_EQ(upfs_mkdir(P("x/y").c_str(), 0755), -1);
   EXPECT_EQ(errno, ENOENT);
+}
+
+// Which of a file's times a call moves, as the kernel keeps them on tmpfs
+// (docs/design.md, "Times in a pool"; atime: noatime). Times come from the
+// coarse clock, so each step waits past a tick first: a time that should
+// move must be later, one that should not must be equal.
+TEST_F(PoolTest, TimesMoveAsTheKernelMovesThem) {
+  struct Times {
+    int64_t a = 0, m = 0, c = 0;
+  };
+  auto times = [&](const std::string& rel) {
+    struct stat st;
+    Times t;
+    if (upfs_stat(P(rel).c_str(), &st) != 0) {
+      ADD_FAILURE() << "stat " << rel << ": " << upfs_last_error();
+      return t;
+    }
+    auto ns = [](const struct timespec& ts) { return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec; };
+    return Times{ns(st.st_atim), ns(st.st_mtim), ns(st.st_ctim)};
+  };
+  auto tick = [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); };
+  // What moved between two readings, as "amc" letters.
+  auto moved = [](const Times& was, const Times& now) {
+    std::string out;
+    if (now.a != was.a) out += 'a';
+    if (now.m != was.m) out += 'm';
+    if (now.c != was.c) out += 'c';
+    return out;
+  };
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  Times d = times("d");
+  tick();
+  ASSERT_EQ(Create("d/f"), 0);
+  EXPECT_EQ(moved(d, times("d")), "mc") << "create";
+  Times f = times("d/f");
+  EXPECT_EQ(f.a, f.m);
+  EXPECT_EQ(f.m, f.c);
+  EXPECT_GT(f.m, d.m);
+
+  // A second create in the same directory, a tick later, moves its times
+  // again (they are not written when they would not change).
+  d = times("d");
+  tick();
+  ASSERT_EQ(Create("d/f2"), 0);
+  EXPECT_EQ(moved(d, times("d")), "mc") << "second create";
+
+  d = times("d"), f = times("d/f");
+  tick();
+  int fd = upfs_open(P("d/f").c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(upfs_write(fd, "data", 4), 4);
+  ASSERT_EQ(upfs_close(fd), 0);
+  EXPECT_EQ(moved(f, times("d/f")), "mc") << "write";
+  EXPECT_EQ(moved(d, times("d")), "") << "write, the directory";
+
+  f = times("d/f");
+  tick();
+  EXPECT_EQ(Read("d/f"), "data");
+  EXPECT_EQ(moved(f, times("d/f")), "") << "read (noatime)";
+
+  f = times("d/f");
+  tick();
+  ASSERT_EQ(upfs_chmod(P("d/f").c_str(), 0600), 0);
+  EXPECT_EQ(moved(f, times("d/f")), "c") << "chmod";
+
+  d = times("d"), f = times("d/f");
+  tick();
+  ASSERT_EQ(upfs_link(P("d/f").c_str(), P("d/g").c_str()), 0);
+  EXPECT_EQ(moved(f, times("d/f")), "c") << "link";
+  EXPECT_EQ(moved(d, times("d")), "mc") << "link, the directory";
+
+  d = times("d"), f = times("d/f");
+  tick();
+  ASSERT_EQ(upfs_unlink(P("d/g").c_str()), 0);
+  EXPECT_EQ(moved(f, times("d/f")), "c") << "unlink of another name";
+  EXPECT_EQ(moved(d, times("d")), "mc") << "unlink, the directory";
+
+  d = times("d"), f = times("d/f");
+  tick();
+  ASSERT_EQ(upfs_rename(P("d/f").c_str(), P("d/h").c_str()), 0);
+  EXPECT_EQ(moved(f, times("d/h")), "c") << "rename";
+  EXPECT_EQ(moved(d, times("d")), "mc") << "rename, the directory";
+
+  ASSERT_EQ(upfs_mkdir(P("e").c_str(), 0755), 0);
+  Times e = times("e");
+  d = times("d"), f = times("d/h");
+  tick();
+  ASSERT_EQ(upfs_rename(P("d/h").c_str(), P("e/h").c_str()), 0);
+  EXPECT_EQ(moved(d, times("d")), "mc") << "rename out of d";
+  EXPECT_EQ(moved(e, times("e")), "mc") << "rename into e";
+  EXPECT_EQ(moved(f, times("e/h")), "c") << "rename across directories";
+
+  d = times("d");
+  tick();
+  ASSERT_EQ(upfs_mkdir(P("d/sub").c_str(), 0755), 0);
+  EXPECT_EQ(moved(d, times("d")), "mc") << "mkdir";
+  d = times("d");
+  tick();
+  ASSERT_EQ(upfs_rmdir(P("d/sub").c_str()), 0);
+  EXPECT_EQ(moved(d, times("d")), "mc") << "rmdir";
+
+  const struct timespec set[2] = {{1000, 1}, {2000, 2}};
+  f = times("e/h");
+  ASSERT_EQ(upfs_utimensat(AT_FDCWD, P("e/h").c_str(), set, 0), 0);
+  const Times u = times("e/h");
+  EXPECT_EQ(u.a, 1000 * 1000000000LL + 1);
+  EXPECT_EQ(u.m, 2000 * 1000000000LL + 2);
+  EXPECT_GE(u.c, f.c) << "utimensat moves ctime to now";
+  ExpectClean();
 }
 
 TEST_F(PoolTest, RenameRules) {
@@ -257,7 +368,9 @@ TEST_F(PoolTest, CheckpointsKeepEverythingAndBoundTheLog) {
   for (int i = 0; i < 40000; ++i) {
     const std::string n = "d/f" + std::to_string(i);
     ASSERT_EQ(Create(n), 0) << i << " " << upfs_last_error();
-    if (i % 4 != 0) ASSERT_EQ(upfs_unlink(P(n).c_str()), 0) << i;
+    if (i % 4 != 0) {
+      ASSERT_EQ(upfs_unlink(P(n).c_str()), 0) << i;
+    }
   }
   ASSERT_EQ(upfs_link(P("d/f0").c_str(), P("d/link").c_str()), 0);
   ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
