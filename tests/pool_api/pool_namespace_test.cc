@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <string>
 #include <thread>
@@ -151,42 +152,25 @@ TEST_F(PoolTest, TimesMoveAsTheKernelMovesThem) {
   ASSERT_EQ(Create("d/f2"), 0);
   EXPECT_EQ(moved(d, times("d")), "mc") << "second create";
 
-  d = times("d"), f = times("d/f");
-  tick();
-  int fd = upfs_open(P("d/f").c_str(), O_WRONLY);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(upfs_write(fd, "data", 4), 4);
-  ASSERT_EQ(upfs_close(fd), 0);
-  EXPECT_EQ(moved(f, times("d/f")), "mc") << "write";
-  EXPECT_EQ(moved(d, times("d")), "") << "write, the directory";
-
-  f = times("d/f");
-  tick();
-  EXPECT_EQ(Read("d/f"), "data");
-  EXPECT_EQ(moved(f, times("d/f")), "") << "read (noatime)";
-
-  f = times("d/f");
-  tick();
-  ASSERT_EQ(upfs_chmod(P("d/f").c_str(), 0600), 0);
-  EXPECT_EQ(moved(f, times("d/f")), "c") << "chmod";
-
-  d = times("d"), f = times("d/f");
-  tick();
-  ASSERT_EQ(upfs_link(P("d/f").c_str(), P("d/g").c_str()), 0);
-  EXPECT_EQ(moved(f, times("d/f")), "c") << "link";
-  EXPECT_EQ(moved(d, times("d")), "mc") << "link, the directory";
-
-  d = times("d"), f = times("d/f");
-  tick();
-  ASSERT_EQ(upfs_unlink(P("d/g").c_str()), 0);
-  EXPECT_EQ(moved(f, times("d/f")), "c") << "unlink of another name";
-  EXPECT_EQ(moved(d, times("d")), "mc") << "unlink, the directory";
-
-  d = times("d"), f = times("d/f");
-  tick();
-  ASSERT_EQ(upfs_rename(P("d/f").c_str(), P("d/h").c_str()), 0);
-  EXPECT_EQ(moved(f, times("d/h")), "c") << "rename";
-  EXPECT_EQ(moved(d, times("d")), "mc") << "rename, the directory";
+  // Runs `call` a tick after reading the times of `file` and of d, and
+  // checks what moved (`file_after`: the file's name after the call).
+  auto step = [&](const char* what, const std::function<int()>& call, const std::string& file,
+                  const std::string& file_after, const char* want_file, const char* want_dir) {
+    const Times d0 = times("d"), f0 = times(file);
+    tick();
+    ASSERT_EQ(call(), 0) << what << ": " << upfs_last_error();
+    EXPECT_EQ(moved(f0, times(file_after)), want_file) << what;
+    EXPECT_EQ(moved(d0, times("d")), want_dir) << what << ", the directory";
+  };
+  step("write", [&] {
+    const int fd = upfs_open(P("d/f").c_str(), O_WRONLY);
+    return fd < 0 || upfs_write(fd, "data", 4) != 4 ? -1 : upfs_close(fd);
+  }, "d/f", "d/f", "mc", "");
+  step("read (noatime)", [&] { return Read("d/f") == "data" ? 0 : -1; }, "d/f", "d/f", "", "");
+  step("chmod", [&] { return upfs_chmod(P("d/f").c_str(), 0600); }, "d/f", "d/f", "c", "");
+  step("link", [&] { return upfs_link(P("d/f").c_str(), P("d/g").c_str()); }, "d/f", "d/f", "c", "mc");
+  step("unlink of another name", [&] { return upfs_unlink(P("d/g").c_str()); }, "d/f", "d/f", "c", "mc");
+  step("rename", [&] { return upfs_rename(P("d/f").c_str(), P("d/h").c_str()); }, "d/f", "d/h", "c", "mc");
 
   ASSERT_EQ(upfs_mkdir(P("e").c_str(), 0755), 0);
   Times e = times("e");
