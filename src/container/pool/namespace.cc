@@ -286,7 +286,9 @@ void PoolNamespace::TouchDir(uint64_t dir) {
 void PoolNamespace::TouchCtime(uint64_t ino, bool durable) {
   Inode* in;
   if (!pool_->InodeAt(ino, &in).ok()) return;
-  pm::Store64(&in->ctime_ns, Now());
+  const uint64_t now = Now();
+  if (in->ctime_ns.load(std::memory_order_relaxed) == now) return;  // as TouchDir
+  pm::Store64(&in->ctime_ns, now);
   if (durable) pm::Flush(&in->ctime_ns, 8);
 }
 
