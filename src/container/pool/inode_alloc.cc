@@ -97,11 +97,11 @@ Status InodeAllocator::Free(uint64_t ino) {
   Inode* in;
   UPFS_RETURN_IF_ERROR(At(ino, &in));
   const uint64_t was = in->ident.load(std::memory_order_acquire);
-  // Flushed, not fenced: an inode no name leads to is an orphan, freed by
-  // recovery if a crash comes first, so this word need not be durable
-  // before anything else. Saves a fence on every unlink.
+  // Neither fenced nor flushed: an inode no name leads to is an orphan,
+  // freed by recovery if a crash comes first, so this word need never be
+  // durable. (A flush would also evict the line on this CPU, and the next
+  // Allocate, often of this very inode, reads it.)
   pm::Store64(&in->ident, EncodeIdent(FileType::kFree, IdentGen(was)));
-  pm::Flush(&in->ident, 8);
   Push(ino);
   return Status::OK();
 }
