@@ -55,6 +55,9 @@ int RunPoolInfo(const std::string& path) {
   Row("space:", WithCommas(r.capacity_blocks) + " blocks of 4 KiB (pool file " + HumanBytes(r.pool_bytes) + ")");
   Row("  used:", Blocks(r.referenced_blocks) + " (files " + Blocks(r.file_blocks) + ")");
   Row("  free:", Blocks(r.capacity_blocks - std::min(r.capacity_blocks, r.referenced_blocks)));
+  if (r.data_runs)
+    Row("  file data:", Plural(r.data_blocks, "block", "blocks") + " in " + Plural(r.data_runs, "run", "runs") +
+                            " (" + HumanBytes(r.data_blocks * 4096 / r.data_runs) + " per run)");
   Row("medium:", r.medium + ": " + r.durability);
   Row("processes:", r.attached_processes ? "attached" : "none attached");
   Row("volatile area:", r.clean ? "clean" : "to be rebuilt by the next attach");

@@ -12,58 +12,147 @@ using format::Run;
 
 namespace {
 constexpr size_t kMaxLocalFree = 4096;
-constexpr uint64_t kChunkBlocks = 64;
+constexpr uint64_t kChunkBlocks = kWordBlocks;
 // Spaces smaller than this (8 MiB, four 2 MiB extents) do not grow ahead.
 constexpr uint64_t kGrowAheadFromBlocks = (uint64_t{8} << 20) >> kBlockShift;
 }  // namespace
 
-bool BlockSource::TryClaim(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count) {
-  std::atomic<uint64_t>* bm = bm_->bits();
-  uint64_t words = (cap + 63) / 64;
-  if (words == 0) return false;
-  uint64_t hint = bm_->words()->alloc_hint.load(std::memory_order_relaxed) % words;
-  for (uint64_t i = 0; i < words; ++i) {
-    uint64_t w = (hint + i) % words;
-    uint64_t base = w * 64;
-    // Bits at or past the capacity are not blocks: treat them as taken.
-    uint64_t valid = cap - base >= 64 ? ~uint64_t{0} : (uint64_t{1} << (cap - base)) - 1;
-    uint64_t v = bm[w].load(std::memory_order_relaxed);
-    uint64_t freebits = ~v & valid;
-    if (freebits == 0) continue;
-    if (v == 0 && valid == ~uint64_t{0}) {
-      if (!bm[w].compare_exchange_strong(v, ~uint64_t{0})) {
-        --i;  // look at the same word again
-        continue;
-      }
-      *first = base;
-      *count = 64;
-      // Extend with following whole words while more is wanted.
-      uint64_t nw = w + 1;
-      while (*count < want && nw < words && cap - nw * 64 >= 64) {
-        uint64_t z = 0;
-        if (!bm[nw].compare_exchange_strong(z, ~uint64_t{0})) break;
-        *count += 64;
-        ++nw;
-      }
-      bm_->words()->alloc_hint.store(nw % words, std::memory_order_relaxed);
-      return true;
+namespace {
+uint64_t Mask(uint64_t lo, uint64_t n) { return (n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1) << lo; }
+// The bits of word w that are blocks (below the capacity).
+uint64_t ValidBits(uint64_t cap, uint64_t w) {
+  const uint64_t base = w * 64;
+  return cap <= base ? 0 : cap - base >= 64 ? ~uint64_t{0} : (uint64_t{1} << (cap - base)) - 1;
+}
+}  // namespace
+
+void BlockSource::ClaimFrom(uint64_t cap, uint64_t at, uint64_t want, uint64_t* count) {
+  *count = 0;
+  if (at < reserved_ || at >= cap) return;
+  const uint64_t w = at / 64, lo = at % 64;
+  uint64_t v = bm_->bits()[w].load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t freebits = (~v & ValidBits(cap, w)) >> lo;
+    if ((freebits & 1) == 0) return;
+    const uint64_t len = std::min<uint64_t>(std::min<uint64_t>(uint64_t(std::countr_one(freebits)), 64 - lo), want);
+    if (bm_->ClaimBits(w, v, v | Mask(lo, len))) {
+      *count = len;
+      break;
     }
-    // A run of free bits inside a partly used word.
-    int lo = std::countr_zero(freebits);
-    uint64_t shifted = freebits >> lo;
-    int len = shifted == ~uint64_t{0} ? 64 - lo : std::countr_one(shifted);
-    uint64_t take = std::min<uint64_t>(uint64_t(len), want);
-    uint64_t mask = (take == 64 ? ~uint64_t{0} : ((uint64_t{1} << take) - 1)) << lo;
-    if (!bm[w].compare_exchange_strong(v, v | mask)) {
-      --i;
+  }
+  // Reached the word's end: go on over whole free words.
+  if (lo + *count == 64 && *count < want) {
+    uint64_t more = 0;
+    ClaimWholeWords(cap, w + 1, want - *count, &more);
+    *count += more;
+  }
+}
+
+bool BlockSource::ClaimWholeWords(uint64_t cap, uint64_t w, uint64_t want, uint64_t* count) {
+  *count = 0;
+  for (; *count < want && (w + 1) * 64 <= cap; ++w) {
+    uint64_t z = 0;
+    if (!bm_->ClaimBits(w, z, ~uint64_t{0})) break;
+    *count += 64;
+  }
+  return *count > 0;
+}
+
+bool BlockSource::ClaimPartitions(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count) {
+  const uint64_t parts = cap / kPartitionBlocks;
+  BitmapWords* words = bm_->words();
+  for (int tries = 0; tries < 64; ++tries) {
+    const uint64_t p = bm_->FindEmptyPartition(words->partition_hint.load(std::memory_order_relaxed), parts);
+    if (p == AllocationBitmap::kNone) return false;
+    const uint64_t w0 = p * kPartitionWords;
+    uint64_t got = 0;
+    ClaimWholeWords(cap, w0, kPartitionBlocks, &got);
+    if (got < kPartitionBlocks) {  // someone took a word of it meanwhile
+      if (got) bm_->ClearRange(w0 * 64, got);
       continue;
     }
-    *first = base + uint64_t(lo);
-    *count = take;
-    bm_->words()->alloc_hint.store(w, std::memory_order_relaxed);
+    // More partitions right after, while more is wanted and they are free.
+    uint64_t more = 0;
+    if (want > got) ClaimWholeWords(cap, w0 + kPartitionWords, want - got, &more);
+    *first = w0 * 64;
+    *count = got + more;
+    words->partition_hint.store((*first + *count) / kPartitionBlocks, std::memory_order_relaxed);
     return true;
   }
   return false;
+}
+
+bool BlockSource::ClaimEmptyWords(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count) {
+  const uint64_t whole = cap / 64;
+  BitmapWords* words = bm_->words();
+  for (int tries = 0; tries < 64; ++tries) {
+    const uint64_t w = bm_->FindEmptyWord(words->alloc_hint.load(std::memory_order_relaxed), whole);
+    if (w == AllocationBitmap::kNone) return false;
+    if (!ClaimWholeWords(cap, w, want, count)) continue;
+    *first = w * 64;
+    words->alloc_hint.store((*first + *count) / 64 % whole, std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
+bool BlockSource::ClaimRunInWord(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count) {
+  const uint64_t whole = cap / 64;
+  BitmapWords* bw = bm_->words();
+  for (int tries = 0; tries < 64; ++tries) {
+    uint64_t w = bm_->FindWordWithRoom(bw->alloc_hint.load(std::memory_order_relaxed), whole);
+    // The last word, when the capacity ends inside it, is looked at last.
+    if (w == AllocationBitmap::kNone) w = cap % 64 ? whole : w;
+    if (w == AllocationBitmap::kNone) return false;
+    uint64_t v = bm_->bits()[w].load(std::memory_order_relaxed);
+    const uint64_t freebits = ~v & ValidBits(cap, w);
+    if (freebits == 0) {
+      if (w == whole) return false;
+      continue;  // taken meanwhile
+    }
+    if (v == 0 && w < whole) {
+      // A free word: taken whole, with the free words after it.
+      if (!ClaimWholeWords(cap, w, want, count)) continue;
+      *first = w * 64;
+      bw->alloc_hint.store((*first + *count) / 64 % whole, std::memory_order_relaxed);
+      return true;
+    }
+    const int lo = std::countr_zero(freebits);
+    const uint64_t take = std::min<uint64_t>(uint64_t(std::countr_one(freebits >> lo)), want);
+    if (!bm_->ClaimBits(w, v, v | Mask(uint64_t(lo), take))) continue;
+    *first = w * 64 + uint64_t(lo);
+    *count = take;
+    if (whole) bw->alloc_hint.store(w % whole, std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
+bool BlockSource::TryClaim(const ThreadBlocks& t, uint64_t cap, uint64_t want, uint64_t* first,
+                           uint64_t* count) {
+  if (cap == 0) return false;
+  // Partitions where the domain holds many files (a pool: its bitmap has
+  // summaries); a per-file domain holds one file, contiguous anyway, whose
+  // host file should not grow by 2 MiB for a 300 KiB file.
+  const bool big = bm_->has_summaries() && (want > kWordBlocks || t.file_blocks >= kWordBlocks);
+  // A big file's chunk is whole 2 MiB partitions (huge pages of its own).
+  if (big) want = (std::max(want, kPartitionBlocks) + kPartitionBlocks - 1) / kPartitionBlocks * kPartitionBlocks;
+  // First the blocks right after the file's (or the chunk's) last one.
+  const uint64_t at = t.prefer ? t.prefer : t.chunk_end;
+  if (at) {
+    // Up to the end of the partition it is in, for a big file.
+    const uint64_t ask = big ? std::max<uint64_t>(want, kPartitionBlocks - at % kPartitionBlocks) : want;
+    ClaimFrom(cap, at, ask, count);
+    if (*count) {
+      *first = at;
+      return true;
+    }
+  }
+  if (big && ClaimPartitions(cap, want, first, count)) return true;
+  // With summaries, a free word before a partly used one (finding one is
+  // cheap); without, the first word with room from the hint, as one scan.
+  if (bm_->has_summaries() && ClaimEmptyWords(cap, want, first, count)) return true;
+  return ClaimRunInWord(cap, want, first, count);
 }
 
 bool BlockSource::FreeAtLeast(uint64_t cap, uint64_t n) const {
@@ -79,7 +168,8 @@ Status BlockSource::ClaimChunk(ThreadBlocks* t, uint64_t want) {
   for (int attempt = 0; attempt < 1000; ++attempt) {
     uint64_t cap = bm_->words()->capacity_blocks.load(std::memory_order_acquire);
     uint64_t first, count;
-    if (TryClaim(cap, want, &first, &count)) {
+    if (TryClaim(*t, cap, want, &first, &count)) {
+      t->prefer = 0;
       if (t->chunk_next < t->chunk_end) ReturnRange(t->chunk_next, t->chunk_end - t->chunk_next);
       t->chunk_next = first;
       t->chunk_end = first + count;
@@ -174,9 +264,7 @@ void BlockSource::Free(ThreadBlocks* t, uint32_t l, uint32_t count) {
   }
 }
 
-void BlockSource::ReturnRange(uint64_t l, uint64_t count) {
-  for (uint64_t i = 0; i < count; ++i) bm_->Clear(l + i);
-}
+void BlockSource::ReturnRange(uint64_t l, uint64_t count) { bm_->ClearRange(l, count); }
 
 void BlockSource::DropChunk(ThreadBlocks* t) {
   if (t->chunk_next < t->chunk_end) ReturnRange(t->chunk_next, t->chunk_end - t->chunk_next);

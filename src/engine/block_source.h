@@ -23,6 +23,11 @@ struct ThreadBlocks {
   std::vector<uint32_t> free;  // single recycled blocks
   uint64_t chunk_next = 0;     // contiguous reserved range [chunk_next, chunk_end)
   uint64_t chunk_end = 0;
+  // Set by the engine before it allocates for a file: the block a new
+  // chunk should start at to continue the file's blocks (0 = none), and the
+  // file's size in blocks (a big file takes whole 2 MiB partitions).
+  uint64_t prefer = 0;
+  uint64_t file_blocks = 0;
   struct Retired {
     uint64_t epoch;
     uint32_t lblock;
@@ -71,7 +76,20 @@ class BlockSource {
 
  private:
   Status ClaimChunk(ThreadBlocks* t, uint64_t want);
-  bool TryClaim(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count);
+  // The claim policy (docs/design.md, "Allocation"): continue the file,
+  // else whole 2 MiB partitions for a big file, else whole words, else a
+  // run in a partly used word. Sets [*first, *first + *count).
+  bool TryClaim(const ThreadBlocks& t, uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count);
+  // Takes the free blocks from `at` on, as many as are contiguous (up to
+  // `want`); *count = 0 when block `at` is taken.
+  void ClaimFrom(uint64_t cap, uint64_t at, uint64_t want, uint64_t* count);
+  // Whole free words (or 2 MiB partitions) from word w on, up to `want` blocks.
+  bool ClaimWholeWords(uint64_t cap, uint64_t w, uint64_t want, uint64_t* count);
+  bool ClaimPartitions(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count);
+  bool ClaimEmptyWords(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count);
+  // The first word with room from the hint: whole (and the free words
+  // after it) if it is free, else its first run of free blocks.
+  bool ClaimRunInWord(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count);
   // Whether at least n of the first `cap` blocks are free (a scan of the
   // bitmap that stops as soon as it has seen n).
   bool FreeAtLeast(uint64_t cap, uint64_t n) const;

@@ -179,6 +179,7 @@ class File {
   void ClaimTail(ThreadCtx* c);
   void ReleaseTail(ThreadCtx* c);
   Status ZeroTailForGap(ThreadCtx* c, BlockTable* t, const LogPos& p, bool* claimed, bool* stale);
+  static void AimAllocation(ThreadBlocks* b, const BlockTable& t, uint64_t vb0, uint64_t size);
   Status WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
                    bool append, uint64_t* at, bool* conflicted);
   Status WriteInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,

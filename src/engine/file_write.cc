@@ -246,6 +246,7 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   c->old.assign(nb, 0);
   UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &c->runs);
   if (nb) {
+    AimAllocation(&c->blocks, *t, vb0, size);
     UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, nb, &c->runs));
     for (uint64_t i = 0; i < nb; ++i) c->old[i] = t->Get(vb0 + i);
     UPFS_RETURN_IF_ERROR(CopyIntoNewBlocks(c, static_cast<const char*>(buf) + first, n - first,
@@ -283,6 +284,16 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   return Status::OK();
 }
 
+// Where a new chunk should start, if the write needs one: right after the
+// block that holds the file's bytes just before the write (a sequential
+// writer's file stays contiguous across chunks and opens), and how big the
+// file is (docs/design.md, "Allocation").
+void File::AimAllocation(ThreadBlocks* b, const BlockTable& t, uint64_t vb0, uint64_t size) {
+  b->file_blocks = CeilBlocks(size);
+  const uint32_t before = vb0 ? t.Get(vb0 - 1) : 0;
+  b->prefer = before && before != kKeepBlock ? uint64_t(before) + 1 : 0;
+}
+
 Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
                        bool append, uint64_t* at, bool* conflicted) {
   LogPos p = t->cursor();
@@ -303,6 +314,7 @@ Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
   uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end), nb = vb1 - vb0;
   c->runs.clear();
   UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &c->runs);
+  AimAllocation(&c->blocks, *t, vb0, size);
   UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, nb, &c->runs));
   c->old.resize(nb);
   for (uint64_t i = 0; i < nb; ++i) c->old[i] = t->Get(vb0 + i);

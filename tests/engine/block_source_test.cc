@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <string>
+#include <thread>
 
 #include "engine/epoch_pin.h"
 #include "tests/engine/memory_storage.h"
@@ -90,6 +93,145 @@ TEST(BlockSource, PendingBlocksGiveBackWhatNoCommitKept) {
   for (const FRun& r : kept)
     for (uint32_t i = 0; i < r.count; ++i)
       EXPECT_EQ(std::count(t.free.begin(), t.free.end(), r.lblock + i), 0);
+}
+
+// A pool's domain (a bitmap with summaries) allocates in ctFS's manner:
+// a big file's chunk is a whole 2 MiB partition of its own, a file that
+// goes on growing continues right after its last block, and the summaries
+// hide no free block however fragmented the space is.
+constexpr uint64_t kPoolMax = 1 << 16;
+MemoryStorage PoolStorage(uint64_t initial) {
+  return MemoryStorage(initial, kPoolMax, format::Consistency::kStrict, /*summaries=*/true);
+}
+void ExpectSummariesAgree(MemoryStorage& ms) {
+  std::string why;
+  EXPECT_TRUE(ms.bitmap().SummariesAgree(ms.bitmap().capacity(), &why)) << why;
+}
+
+TEST(BlockSourcePartitions, BigFilesTakeWholeTwoMiBPartitionsEach) {
+  MemoryStorage ms = PoolStorage(8192);
+  BlockSource& src = ms.source();
+  ThreadBlocks a, b;
+  a.file_blocks = b.file_blocks = 1000;  // both files are big
+  std::vector<FRun> ra, rb;
+  // Interleaved writers: each file's blocks stay in its own partition.
+  for (int i = 0; i < 64; ++i) {
+    ASSERT_TRUE(src.Alloc(&a, 8, &ra).ok());
+    ASSERT_TRUE(src.Alloc(&b, 8, &rb).ok());
+  }
+  ASSERT_EQ(ra.size(), 1u) << "one contiguous run of 512 blocks";
+  ASSERT_EQ(rb.size(), 1u);
+  EXPECT_EQ(ra[0].lblock % kPartitionBlocks, 0u) << "aligned to 2 MiB (a huge page)";
+  EXPECT_EQ(rb[0].lblock % kPartitionBlocks, 0u);
+  EXPECT_EQ(ra[0].count, 512u);
+  // Past its partition, a file goes on in a partition of its own again
+  // (the one right after it is the other file's).
+  ASSERT_TRUE(src.Alloc(&a, 8, &ra).ok());
+  ASSERT_EQ(ra.size(), 2u);
+  EXPECT_EQ(ra[1].lblock % kPartitionBlocks, 0u);
+  EXPECT_NE(ra[1].lblock / kPartitionBlocks, rb[0].lblock / kPartitionBlocks);
+  ExpectSummariesAgree(ms);
+  src.FreeRuns(&a, ra);
+  src.FreeRuns(&b, rb);
+  src.ReturnAll(&a);
+  src.ReturnAll(&b);
+  ExpectSummariesAgree(ms);
+}
+
+TEST(BlockSourcePartitions, ANewOpenContinuesAfterTheFilesLastBlock) {
+  MemoryStorage ms = PoolStorage(4096);
+  BlockSource& src = ms.source();
+  ThreadBlocks first, other, second;
+  std::vector<FRun> r1, r_other, r2;
+  ASSERT_TRUE(src.Alloc(&first, 3, &r1).ok());
+  src.DropChunk(&first);  // the file is closed: the rest of the chunk goes back
+  ASSERT_TRUE(src.Alloc(&other, 100, &r_other).ok());  // another file meanwhile
+  second.prefer = r1.back().lblock + r1.back().count;  // what the engine sets
+  ASSERT_TRUE(src.Alloc(&second, 5, &r2).ok());
+  EXPECT_EQ(r2[0].lblock, r1.back().lblock + r1.back().count) << "right after the file's last block";
+  for (auto* t : {&first, &other, &second}) src.ReturnAll(t);
+}
+
+TEST(BlockSourcePartitions, FragmentedSpaceIsFoundWithoutGrowing) {
+  MemoryStorage ms = PoolStorage(4096);
+  BlockSource& src = ms.source();
+  ThreadBlocks t;
+  std::vector<FRun> all;
+  ASSERT_TRUE(src.Alloc(&t, 4096 - 2, &all).ok());  // everything but blocks 0 and 1
+  src.ReturnAll(&t);
+  ExpectSummariesAgree(ms);
+  std::vector<uint32_t> blocks;
+  for (const FRun& r : all)
+    for (uint32_t i = 0; i < r.count; ++i) blocks.push_back(r.lblock + i);
+  // Free one block in every 37th: single holes spread over the space.
+  std::vector<uint32_t> holes;
+  for (size_t i = 0; i < blocks.size(); i += 37) {
+    ms.bitmap().Clear(blocks[i]);
+    holes.push_back(blocks[i]);
+  }
+  ExpectSummariesAgree(ms);
+  const int grows = ms.space().grows;
+  std::vector<uint32_t> got;
+  ThreadBlocks u;
+  for (size_t i = 0; i < holes.size(); ++i) {
+    std::vector<FRun> r;
+    ASSERT_TRUE(src.Alloc(&u, 1, &r).ok());
+    got.push_back(r[0].lblock);
+    src.DropChunk(&u);
+  }
+  EXPECT_EQ(ms.space().grows, grows) << "every hole was found before the space grew";
+  std::sort(got.begin(), got.end());
+  std::sort(holes.begin(), holes.end());
+  EXPECT_EQ(got, holes);
+  ExpectSummariesAgree(ms);
+}
+
+TEST(BlockSourcePartitions, ThreadsClaimingAndFreeingNeverShareABlock) {
+  MemoryStorage ms = PoolStorage(16384);
+  BlockSource& src = ms.source();
+  constexpr int kThreads = 4;
+  std::vector<std::vector<FRun>> held(kThreads);
+  std::vector<std::thread> ts;
+  std::atomic<bool> failed{false};
+  for (int k = 0; k < kThreads; ++k) {
+    ts.emplace_back([&, k] {
+      ThreadBlocks t;
+      t.file_blocks = k % 2 ? 1000 : 0;  // big and small files
+      std::vector<FRun>& mine = held[k];
+      for (int step = 0; step < 30000; ++step) {
+        std::vector<FRun> r;
+        if (!src.Alloc(&t, 1 + uint64_t(step % 7) * (k % 2 ? 40 : 3), &r).ok()) {
+          failed = true;
+          return;
+        }
+        mine.insert(mine.end(), r.begin(), r.end());
+        if (step % 3 == 0) src.DropChunk(&t);
+        if (mine.size() > 40) {  // give the older half back to the bitmap
+          for (size_t i = 0; i < mine.size() / 2; ++i) ms.bitmap().ClearRange(mine[i].lblock, mine[i].count);
+          mine.erase(mine.begin(), mine.begin() + long(mine.size() / 2));
+        }
+      }
+      src.ReturnAll(&t);
+    });
+  }
+  for (auto& t : ts) t.join();
+  ASSERT_FALSE(failed);
+  std::vector<int> owner(ms.bitmap().capacity(), -1);
+  for (int k = 0; k < kThreads; ++k)
+    for (const FRun& r : held[k])
+      for (uint32_t i = 0; i < r.count; ++i) {
+        ASSERT_EQ(owner[r.lblock + i], -1) << "block " << r.lblock + i << " handed out twice";
+        owner[r.lblock + i] = k;
+        ASSERT_TRUE(ms.bitmap().Test(r.lblock + i));
+      }
+  // Nothing else is taken but the storage's own two blocks.
+  uint64_t taken = 0;
+  for (uint64_t b = 0; b < ms.bitmap().capacity(); ++b) taken += ms.bitmap().Test(b);
+  uint64_t held_blocks = 0;
+  for (auto& h : held)
+    for (const FRun& r : h) held_blocks += r.count;
+  EXPECT_EQ(taken, held_blocks + 2);
+  ExpectSummariesAgree(ms);
 }
 
 }  // namespace

@@ -81,12 +81,16 @@ class MemoryStorage {
  public:
   static constexpr uint32_t kFirstLogBlock = 1;  // block 0: the "container's own"
 
+  // With `summaries`, the bitmap has a pool's summaries (and its
+  // partition policy); max_blocks must then be a multiple of 512.
   explicit MemoryStorage(uint64_t initial_blocks = 64, uint64_t max_blocks = 1 << 16,
-                         format::Consistency mode = format::Consistency::kStrict)
+                         format::Consistency mode = format::Consistency::kStrict, bool summaries = false)
       : space_(initial_blocks << format::kBlockShift, max_blocks << format::kBlockShift),
         bits_(new std::atomic<uint64_t>[(max_blocks + 63) / 64]()),
+        summary_(new std::atomic<uint64_t>[BitmapSummaryLayout::TotalWords(max_blocks) + 1]()),
         slots_(new ReclaimSlot[kMaxSlots]()),
-        bitmap_(&bitmap_words_, bits_.get()),
+        bitmap_(summaries ? AllocationBitmap(&bitmap_words_, bits_.get(), summary_.get(), max_blocks)
+                          : AllocationBitmap(&bitmap_words_, bits_.get())),
         epochs_(&epoch_words_, slots_.get(), &liveness_),
         source_(&space_, &bitmap_, &epochs_, kFirstLogBlock) {
     epoch_words_.Reset();
@@ -94,6 +98,7 @@ class MemoryStorage {
     bitmap_words_.Reset(initial_blocks);
     bitmap_.Set(0);
     bitmap_.Set(kFirstLogBlock);
+    bitmap_.RebuildSummaries(initial_blocks);
     // The first log block: empty, sequence 1.
     auto* lb = reinterpret_cast<format::LogBlock*>(space_.base() + (kFirstLogBlock << format::kBlockShift));
     lb->next.store(format::NextWord(0));
@@ -130,6 +135,7 @@ class MemoryStorage {
  private:
   MemorySpace space_;
   std::unique_ptr<std::atomic<uint64_t>[]> bits_;
+  std::unique_ptr<std::atomic<uint64_t>[]> summary_;
   std::unique_ptr<ReclaimSlot[]> slots_;
   BitmapWords bitmap_words_{};
   EpochWords epoch_words_{};

@@ -301,6 +301,36 @@ TEST_F(PoolTest, UnlinkedFileLivesUntilClosed) {
   EXPECT_EQ(r.orphans, 0u);
 }
 
+// ctFS's manner (docs/design.md, "Allocation in a pool"): two big files
+// written in turns do not interleave chunk by chunk; each lies in 2 MiB
+// partitions of its own, and a later open that appends continues the file.
+TEST_F(PoolTest, BigFilesWrittenInTurnsStayContiguous) {
+  const int a = upfs_open(P("a").c_str(), O_CREAT | O_RDWR, 0644);
+  const int b = upfs_open(P("b").c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  std::string chunk(64 << 10, 'x');
+  for (int i = 0; i < 128; ++i) {  // 8 MiB each, 64 KiB at a time, in turns
+    ASSERT_EQ(upfs_write(a, chunk.data(), chunk.size()), ssize_t(chunk.size()));
+    ASSERT_EQ(upfs_write(b, chunk.data(), chunk.size()), ssize_t(chunk.size()));
+  }
+  ASSERT_EQ(upfs_close(a), 0);
+  ASSERT_EQ(upfs_close(b), 0);
+  const int again = upfs_open(P("a").c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(again, 0);
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(upfs_write(again, chunk.data(), chunk.size()), ssize_t(chunk.size()));
+  ASSERT_EQ(upfs_close(again), 0);
+  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
+  upfs::PoolReport r;
+  ASSERT_TRUE(upfs::CheckPool(pool_, &r).ok());
+  EXPECT_TRUE(r.problems.empty()) << r.problems[0];
+  EXPECT_EQ(r.data_blocks, 2u * 2048 + 128);
+  // 256 KiB chunks handed out in turns would make 64 runs or more; whole
+  // partitions make about one per 2 MiB per file.
+  EXPECT_LE(r.data_runs, 16u) << "file data in " << r.data_runs << " runs";
+  ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0);
+}
+
 TEST_F(PoolTest, PermissionsAgainstTheCaller) {
   if (geteuid() == 0) {
     // Root passes every check but execution of a file nobody may execute.

@@ -222,8 +222,10 @@ Status Pool::InitVolatile(bool first) {
   auto* slots = reinterpret_cast<ReclaimSlot*>(p);
   UPFS_RETURN_IF_ERROR(access_.Addr(kBitmapBlock, &p));
   auto* bits = reinterpret_cast<std::atomic<uint64_t>*>(p);
+  UPFS_RETURN_IF_ERROR(access_.Addr(kSummaryBlock, &p));
+  auto* summary = reinterpret_cast<std::atomic<uint64_t>*>(p);
   slot_locks_ = std::make_unique<SlotLocks>(lock_fd());
-  bitmap_ = std::make_unique<AllocationBitmap>(&words->bitmap, bits);
+  bitmap_ = std::make_unique<AllocationBitmap>(&words->bitmap, bits, summary, kMaxPoolBlocks);
   epochs_ = std::make_unique<EpochDomain>(&words->epochs, slots, slot_locks_.get());
   epochs_->KeepReleasedSlots();
   source_ = std::make_unique<BlockSource>(medium_.get(), bitmap_.get(), epochs_.get(), kDataStart);
@@ -360,12 +362,15 @@ Status Pool::Recover() {
   words->free_inodes.store(0);
   UPFS_RETURN_IF_ERROR(access_.Addr(kSlotsBlock, &p));
   pm::ZeroNT(p, uint64_t(kSlotBlocks) * kBlockSize);
-  // The bitmap: dropped (it reads back as zero, and costs nothing until
-  // used again), or zeroed where the file system cannot punch holes.
-  if (fallocate(lock_fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                off_t(kBitmapBlock) * kBlockSize, off_t(kBitmapBlocks) * kBlockSize) != 0) {
+  // The bitmap and its summaries: dropped (they read back as zero, and
+  // cost nothing until used again), or zeroed where the file system cannot
+  // punch holes.
+  if (fallocate(lock_fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(kBitmapBlock) * kBlockSize,
+                off_t(kBitmapBlocks + kSummaryBlocks) * kBlockSize) != 0) {
     UPFS_RETURN_IF_ERROR(access_.Addr(kBitmapBlock, &p));
     pm::ZeroNT(p, (capacity + 7) / 8);
+    UPFS_RETURN_IF_ERROR(access_.Addr(kSummaryBlock, &p));
+    pm::ZeroNT(p, uint64_t(kSummaryBlocks) * kBlockSize);
   }
   pm::Fence();
   BlockMarker marker(bitmap_.get());
@@ -427,6 +432,7 @@ Status Pool::Recover() {
     if (IdentKind(in->ident.load()) == FileType::kRegular) in->words.Reset();
     return Status::OK();
   }));
+  bitmap_->RebuildSummaries(words->bitmap.capacity_blocks.load());
   words->pool_id = super()->pool_id;
   pm::Fence();
   words->magic = kVolatileMagic;

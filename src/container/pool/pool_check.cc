@@ -162,11 +162,16 @@ Status Checker::MarkFile(uint64_t ino, Inode* in) {
   for (uint32_t l : res.log_blocks) marker_.Mark(l, "log");
   for (const format::Run& run : res.overflow)
     for (uint32_t i = 0; i < run.count; ++i) marker_.Mark(run.lblock + i, "overflow");
-  uint64_t data = 0;
-  table.ForEachMapped([&](uint64_t, uint32_t l) {
+  uint64_t data = 0, prev_v = 0, prev_l = 0;
+  table.ForEachMapped([&](uint64_t v, uint32_t l) {
     marker_.Mark(l, "data");
+    // A run: consecutive file blocks in consecutive pool blocks.
+    if (data == 0 || v != prev_v + 1 || l != prev_l + 1) ++r_->data_runs;
+    prev_v = v;
+    prev_l = l;
     ++data;
   });
+  r_->data_blocks += data;
   r_->file_blocks += res.log_blocks.size() + data;
   return Status::OK();
 }
@@ -238,6 +243,11 @@ void Checker::CompareBitmap() {
     }
   }
   r_->leaked_blocks = leaked;
+  // The summaries must hide no free space (on a quiet pool they agree).
+  auto* mbits = const_cast<std::atomic<uint64_t>*>(bits);
+  auto* summary = reinterpret_cast<std::atomic<uint64_t>*>(ba_.AddrUnchecked(kSummaryBlock));
+  AllocationBitmap on_media(const_cast<BitmapWords*>(&words->bitmap), mbits, summary, kMaxPoolBlocks);
+  if (std::string why; !on_media.SummariesAgree(r_->capacity_blocks, &why)) Problem(why);
 }
 
 Status Checker::Run() {

@@ -31,6 +31,8 @@ struct PoolReport {
   uint64_t checkpoint_entries = 0;
   uint64_t referenced_blocks = 0;  // every block a structure references
   uint64_t file_blocks = 0;        // data, log and overflow blocks of files
+  uint64_t data_blocks = 0;        // files' data blocks
+  uint64_t data_runs = 0;          // ... in this many runs (contiguity)
   bool clean = false;              // the volatile area was left consistent
   uint32_t attached_processes = 0;
   // Blocks the bitmap holds but nothing references, when it can be read

@@ -39,8 +39,16 @@ inline constexpr uint32_t kSlotsBlock = 2;
 inline constexpr uint32_t kSlotBlocks = 64;  // kMaxSlots (4096) slots of 64 bytes
 inline constexpr uint32_t kBitmapBlock = kSlotsBlock + kSlotBlocks;
 inline constexpr uint32_t kBitmapBlocks = uint32_t(kMaxPoolBlocks / 8 / kBlockSize);  // 8192
+// The bitmap's summaries (engine/alloc_bitmap.h): three saturation trees,
+// 277 blocks, in the room before the data's 2 MiB boundary.
+inline constexpr uint32_t kSummaryBlock = kBitmapBlock + kBitmapBlocks;
+inline constexpr uint32_t kSummaryBlocks =
+    uint32_t((BitmapSummaryLayout::TotalWords(kMaxPoolBlocks) * 8 + kBlockSize - 1) / kBlockSize);
 // Data starts on a 2 MiB boundary (huge pages): block 8704 (34 MiB).
 inline constexpr uint32_t kDataStart = (kBitmapBlock + kBitmapBlocks + 511) / 512 * 512;
+static_assert(kSummaryBlocks == 277);
+static_assert(kSummaryBlock + kSummaryBlocks <= kDataStart);
+static_assert(kDataStart == 8704);
 
 // ---------------------------------------------------------------------------
 // Superblock: logical block 0.
@@ -245,7 +253,8 @@ static_assert(offsetof(CheckpointHeader, runs) == 96);
 // ---------------------------------------------------------------------------
 // The volatile area's words: logical block kWordsBlock. Soft: valid while
 // Superblock::clean says so or processes are attached; rebuilt otherwise.
-inline constexpr uint64_t kVolatileMagic = 0x31544c4f56534655ull;  // "UFSVOLT1"
+// Version 2 added the bitmap's summaries: an area of version 1 is rebuilt.
+inline constexpr uint64_t kVolatileMagic = 0x32544c4f56534655ull;  // "UFSVOLT2"
 
 struct PoolWords {
   uint64_t magic;    // kVolatileMagic once initialized
