@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "container/pool/pool_check.h"
+#include "posix/pool_mounts.h"
 #include "test_util.h"
 #include "upfs/upfs.h"
 
@@ -963,4 +964,99 @@ TEST_F(PoolConcurrencyTest, CreateUnlinkChurnWhileOthersList) {
   CheckDetached(want.size(), 2);
 }
 
+// A checkpoint is written from a frozen layer of the index while the
+// process goes on (docs/design.md, "Checkpoints"): threads changing their
+// own names and a thread listing the directory run while another thread
+// writes checkpoints back to back. Every answer must be the model's, every
+// listing must hold the pinned names once, and the pool must check clean
+// and read back the same after a detach.
+TEST_F(PoolConcurrencyTest, CheckpointsWrittenWhileThreadsChangeAndLook) {
+  const int workers = 2, own = 64, pinned = 32;
+  const uint64_t ops = Scaled(20000, 800);
+  const uint64_t seed = TestSeed(0xc7u);
+  const std::string dir = P("ck");
+  ASSERT_EQ(upfs_mkdir(dir.c_str(), 0755), 0) << upfs_last_error();
+  for (int x = 0; x < pinned; ++x) ASSERT_EQ(CreateFile(dir + "/pin" + std::to_string(x), "pin\n"), 0);
+  upfs::PoolPath pp;
+  ASSERT_TRUE(upfs::InPool(AT_FDCWD, mnt_.c_str(), &pp));
+  upfs::Pool* pool = pp.mount->pool.get();
+
+  Errors errs;
+  std::atomic<int> running{workers};
+  std::atomic<uint64_t> checkpoints{0}, listings{0};
+  std::vector<std::map<int, std::string>> model(workers);
+  auto name = [](int w, int k) { return "w" + std::to_string(w) + "-" + std::to_string(k); };
+  auto worker = [&](int w) {
+    std::mt19937_64 rng(seed * 977 + uint64_t(w));
+    auto& m = model[w];
+    for (uint64_t i = 0; i < ops && !errs.Many(); ++i) {
+      const int k = int(rng() % own);
+      const std::string path = dir + "/" + name(w, k);
+      const unsigned op = unsigned(rng() % 6);
+      if (!m.count(k)) {
+        const std::string text = name(w, k) + "#" + std::to_string(i) + "\n";
+        if (int e = CreateFile(path, text); e != 0) errs.Add("create " + path + ": " + ErrnoText(e));
+        else m[k] = text;
+      } else if (op == 0) {
+        if (upfs_unlink(path.c_str()) != 0) errs.Add("unlink " + path + ": " + ErrnoText(errno));
+        m.erase(k);
+      } else if (op == 1) {
+        const int k2 = int(rng() % own);
+        if (k2 == k) continue;
+        const std::string p2 = dir + "/" + name(w, k2);
+        if (upfs_rename(path.c_str(), p2.c_str()) != 0) errs.Add("rename " + path + ": " + ErrnoText(errno));
+        m[k2] = m[k];
+        m.erase(k);
+      } else {
+        std::string got;
+        const int e = ReadFile(path, &got);
+        if (e != 0 || got != m[k]) errs.Add("read " + path + ": " + (e ? ErrnoText(e) : "'" + got + "'"));
+      }
+    }
+    running.fetch_sub(1);
+  };
+  auto lister = [&] {
+    while (running.load() > 0 && !errs.Many()) {
+      std::map<std::string, int> seen;
+      UPFS_DIR* d = upfs_opendir(dir.c_str());
+      if (!d) {
+        errs.Add("opendir: " + ErrnoText(errno));
+        return;
+      }
+      while (struct dirent* e = upfs_readdir(d)) ++seen[e->d_name];
+      upfs_closedir(d);
+      for (auto& [n, c] : seen)
+        if (c != 1) errs.Add("listed " + n + " " + std::to_string(c) + " times");
+      for (int x = 0; x < pinned; ++x)
+        if (!seen.count("pin" + std::to_string(x))) errs.Add("pin" + std::to_string(x) + " missing from a listing");
+      listings.fetch_add(1);
+    }
+  };
+  auto checkpointer = [&] {
+    while (running.load() > 0 && !errs.Many()) {
+      upfs::Status st = pool->Checkpoint();
+      if (st.ok()) checkpoints.fetch_add(1);
+      else if (st.err() != EBUSY) errs.Add("checkpoint: " + st.ToString());
+    }
+  };
+  std::vector<std::thread> ts;
+  for (int w = 0; w < workers; ++w) ts.emplace_back(worker, w);
+  ts.emplace_back(lister);
+  ts.emplace_back(checkpointer);
+  for (auto& t : ts) t.join();
+  std::printf("%" PRIu64 " checkpoints and %" PRIu64 " listings during %d x %" PRIu64 " operations\n",
+              checkpoints.load(), listings.load(), workers, ops);
+  ASSERT_EQ(errs.count(), 0u) << errs.Text();
+  EXPECT_GT(checkpoints.load(), 0u);
+  uint64_t files = pinned;
+  for (auto& m : model) files += m.size();
+  CheckDetached(files, 2);
+  Mount();
+  for (int w = 0; w < workers; ++w)
+    for (auto& [k, text] : model[w]) {
+      std::string got;
+      EXPECT_EQ(ReadFile(dir + "/" + name(w, k), &got), 0);
+      EXPECT_EQ(got, text);
+    }
+}
 }  // namespace

@@ -1,6 +1,9 @@
 #include "container/pool/ns_index.h"
 
+#include <algorithm>
 #include <utility>
+
+#include "util/assert.h"
 
 namespace upfs {
 
@@ -14,6 +17,7 @@ Status Misfit(const char* what) { return Status::Corrupt("namespace log", what);
 void NsIndex::Rebase(uint64_t root, std::unique_ptr<BaseImage> base) {
   root_ = root;
   base_ = std::move(base);
+  frozen_.reset();
   dirs_.clear();
   links_.clear();
   records_ = 0;
@@ -24,6 +28,78 @@ void NsIndex::Rebase(uint64_t root, std::unique_ptr<BaseImage> base) {
   }
 }
 
+std::shared_ptr<const NsIndex> NsIndex::Freeze() {
+  UPFS_ASSERT(!frozen_);
+  auto f = std::make_shared<NsIndex>();
+  f->root_ = root_;
+  f->base_ = std::move(base_);
+  f->dirs_ = std::move(dirs_);
+  f->links_ = std::move(links_);
+  f->records_ = records_;
+  dirs_.clear();
+  links_.clear();
+  records_ = 0;
+  frozen_ = f;
+  return f;
+}
+
+void NsIndex::Publish(std::unique_ptr<BaseImage> image) {
+  UPFS_ASSERT(frozen_ && !base_);
+  base_ = std::move(image);
+  frozen_.reset();
+}
+
+void NsIndex::CollectMultiLinks(std::unordered_map<uint64_t, uint32_t>* out) const {
+  if (frozen_) frozen_->CollectMultiLinks(out);
+  else if (base_) base_->ForEachMultiLink([&](uint64_t ino, uint32_t links) { (*out)[ino] = links; });
+  for (const auto& [ino, links] : links_) {
+    if (links > 1) (*out)[ino] = links;
+    else out->erase(ino);
+  }
+}
+
+void NsIndex::BuildImage(std::vector<uint64_t>* image, format::pool::CheckpointHeader* h) const {
+  std::vector<std::pair<uint64_t, NsDirInfo>> dirs;
+  ForEachDir([&](uint64_t ino, const NsDirInfo& i) { dirs.emplace_back(ino, i); });
+  std::sort(dirs.begin(), dirs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Reserved up front: tables, and names of up to 16 bytes (longer ones
+  // grow the vector).
+  uint64_t words = 0;
+  for (const auto& [ino, info] : dirs)
+    words += ImageWriter::TableSlots(info.entries) * format::pool::kNameSlotWords + 2 * info.entries +
+             format::pool::kNameSlotWords;
+  ImageWriter w(image, dirs.size(), words + words / 8);
+  std::vector<std::pair<std::string_view, NsEntry>> names;
+  for (const auto& [ino, info] : dirs) {
+    names.clear();
+    List(ino, [&](std::string_view n, const NsEntry& e) { names.emplace_back(n, e); });
+    w.AddDir(ino, info.parent, info.subdirs, names);
+  }
+  std::unordered_map<uint64_t, uint32_t> multi;
+  CollectMultiLinks(&multi);
+  for (const auto& [ino, links] : multi) w.AddMultiLink(ino, links);
+  w.Finish(h);
+}
+
+bool NsIndex::LowerDir(uint64_t ino, NsDirInfo* out) const {
+  if (frozen_) return frozen_->Dir(ino, out);
+  BaseDir b;
+  if (!base_ || !base_->FindDir(ino, &b)) return false;
+  if (out) *out = NsDirInfo{b.parent, b.subdirs, b.entries};
+  return true;
+}
+
+bool NsIndex::LowerFind(uint64_t dir, std::string_view name, NsEntry* out) const {
+  if (frozen_) return frozen_->Find(dir, name, out);
+  BaseDir b;
+  return base_ && base_->FindDir(dir, &b) && base_->FindName(b, name, out);
+}
+
+uint32_t NsIndex::LowerLinks(uint64_t ino) const {
+  if (frozen_) return frozen_->FileLinks(ino);
+  return base_ ? base_->Links(ino) : 0;
+}
+
 bool NsIndex::Dir(uint64_t ino, NsDirInfo* out) const {
   auto it = dirs_.find(ino);
   if (it != dirs_.end()) {
@@ -31,10 +107,7 @@ bool NsIndex::Dir(uint64_t ino, NsDirInfo* out) const {
     if (out) *out = it->second.info;
     return true;
   }
-  BaseDir b;
-  if (!base_ || !base_->FindDir(ino, &b)) return false;
-  if (out) *out = NsDirInfo{b.parent, b.subdirs, b.entries};
-  return true;
+  return LowerDir(ino, out);
 }
 
 bool NsIndex::Find(uint64_t dir, std::string_view name, NsEntry* out) const {
@@ -49,14 +122,13 @@ bool NsIndex::Find(uint64_t dir, std::string_view name, NsEntry* out) const {
     }
     if (d.fresh) return false;
   }
-  BaseDir b;
-  return base_ && base_->FindDir(dir, &b) && base_->FindName(b, name, out);
+  return LowerFind(dir, name, out);
 }
 
 uint32_t NsIndex::FileLinks(uint64_t ino) const {
   auto it = links_.find(ino);
   if (it != links_.end()) return it->second;
-  return base_ ? base_->Links(ino) : 0;
+  return LowerLinks(ino);
 }
 
 uint32_t NsIndex::Nlink(uint64_t ino, FileType type) const {
@@ -80,10 +152,10 @@ bool NsIndex::IsAncestorOrSelf(uint64_t ino, uint64_t dir) const {
 NsIndex::DeltaDir* NsIndex::Touch(uint64_t dir) {
   auto it = dirs_.find(dir);
   if (it != dirs_.end()) return it->second.removed ? nullptr : &it->second;
-  BaseDir b;
-  if (!base_ || !base_->FindDir(dir, &b)) return nullptr;
+  NsDirInfo lower;
+  if (!LowerDir(dir, &lower)) return nullptr;
   DeltaDir& d = dirs_[dir];
-  d.info = NsDirInfo{b.parent, b.subdirs, b.entries};
+  d.info = lower;
   return &d;
 }
 

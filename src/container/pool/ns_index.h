@@ -6,6 +6,14 @@
 // only the records after the checkpoint. Each checkpoint starts a new,
 // empty delta (Rebase).
 //
+// While this process writes a checkpoint, the index has three layers, as a
+// LevelDB memtable being flushed: the delta up to the checkpoint's position
+// is frozen (Freeze) and becomes the lower layer, read by the checkpoint
+// writer without the index lock while new records go to a fresh delta over
+// it; the image written from it then replaces it (Publish). The fresh
+// delta's words about the lower layer (fresh, hides_base, link counts) hold
+// for the image too, which is the frozen layer written out.
+//
 // Link counts are derived, never stored per inode: a directory's is 2 plus
 // its subdirectories; a non-directory's is the delta's count if a record
 // after the checkpoint touched it, else the image's (1, or its multi-link
@@ -15,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -40,6 +49,18 @@ class NsIndex {
   // An empty delta over `base` (null: no checkpoint, an empty root).
   void Rebase(uint64_t root, std::unique_ptr<BaseImage> base);
   const BaseImage* base() const { return base_.get(); }
+  // Makes the whole view so far the lower layer (immutable from now on)
+  // under an empty delta, and returns it; see above.
+  std::shared_ptr<const NsIndex> Freeze();
+  // The frozen layer, while a checkpoint of it is being written.
+  const NsIndex* frozen() const { return frozen_.get(); }
+  // The image of the frozen layer replaces it.
+  void Publish(std::unique_ptr<BaseImage> image);
+  // The checkpoint image of the whole view (ImageWriter): *h gets the
+  // image's fields; the caller places the image and fills in its runs.
+  void BuildImage(std::vector<uint64_t>* image, format::pool::CheckpointHeader* h) const;
+  // Every non-directory with more than one link, and its count.
+  void CollectMultiLinks(std::unordered_map<uint64_t, uint32_t>* out) const;
   uint64_t delta_records() const { return records_; }
 
   bool Dir(uint64_t ino, NsDirInfo* out) const;
@@ -55,6 +76,10 @@ class NsIndex {
   // fn(ino, info) for every directory.
   template <typename Fn>
   void ForEachDir(Fn fn) const;
+  void ListErased(uint64_t dir, const std::function<void(std::string_view, const NsEntry&)>& fn) const {
+    List(dir, fn);
+  }
+  void ForEachDirErased(const std::function<void(uint64_t, const NsDirInfo&)>& fn) const { ForEachDir(fn); }
   // fn(ino, links) for every non-directory whose count the delta holds.
   template <typename Fn>
   void ForEachTouchedFile(Fn fn) const {
@@ -80,29 +105,44 @@ class NsIndex {
   Status Insert(uint64_t dir, std::string_view name, NsEntry e);
   Status Remove(uint64_t dir, std::string_view name, uint64_t expect_ino, NsEntry* removed);
   uint32_t FileLinks(uint64_t ino) const;
+  // The layer below the delta: the frozen index if there is one, else the
+  // image (none: nothing below).
+  bool LowerDir(uint64_t ino, NsDirInfo* out) const;
+  bool LowerFind(uint64_t dir, std::string_view name, NsEntry* out) const;
+  uint32_t LowerLinks(uint64_t ino) const;
+  template <typename Fn>
+  void LowerList(uint64_t dir, Fn fn) const;
   // The inode named by a removed entry loses that name.
   Status Unref(const NsEntry& e);
   void SetLinks(uint64_t ino, uint32_t links) { links_[ino] = links; }
 
   uint64_t root_ = 0;
   std::unique_ptr<BaseImage> base_;
+  std::shared_ptr<const NsIndex> frozen_;  // if set, base_ is null: it is below
   std::unordered_map<uint64_t, DeltaDir> dirs_;
   std::unordered_map<uint64_t, uint32_t> links_;
   uint64_t records_ = 0;
 };
 
 template <typename Fn>
+void NsIndex::LowerList(uint64_t dir, Fn fn) const {
+  if (frozen_) {  // type-erased: a template would instantiate itself for ever
+    frozen_->ListErased(dir, std::function<void(std::string_view, const NsEntry&)>(fn));
+    return;
+  }
+  BaseDir b;
+  if (base_ && base_->FindDir(dir, &b)) base_->ForEachName(b, fn);
+}
+
+template <typename Fn>
 void NsIndex::List(uint64_t dir, Fn fn) const {
   auto d = dirs_.find(dir);
   const DeltaDir* dd = d == dirs_.end() ? nullptr : &d->second;
   if (dd && dd->removed) return;
-  if (base_ && !(dd && dd->fresh)) {
-    BaseDir b;
-    if (base_->FindDir(dir, &b)) {
-      base_->ForEachName(b, [&](std::string_view name, const NsEntry& e) {
-        if (!dd || dd->hides_base == 0 || !dd->names.Find(name)) fn(name, e);
-      });
-    }
+  if (!(dd && dd->fresh)) {
+    LowerList(dir, [&](std::string_view name, const NsEntry& e) {
+      if (!dd || dd->hides_base == 0 || !dd->names.Find(name)) fn(name, e);
+    });
   }
   if (dd) {
     dd->names.ForEach([&](std::string_view name, const NsEntry& e) {
@@ -113,7 +153,11 @@ void NsIndex::List(uint64_t dir, Fn fn) const {
 
 template <typename Fn>
 void NsIndex::ForEachDir(Fn fn) const {
-  if (base_) {
+  if (frozen_) {
+    frozen_->ForEachDirErased([&](uint64_t ino, const NsDirInfo& i) {
+      if (!dirs_.count(ino)) fn(ino, i);
+    });
+  } else if (base_) {
     base_->ForEachDir([&](const BaseDir& b) {
       if (!dirs_.count(b.ino)) fn(b.ino, NsDirInfo{b.parent, b.subdirs, b.entries});
     });

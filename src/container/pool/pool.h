@@ -133,6 +133,10 @@ class Pool {
   // moves the log to where it ends (index lock held, pinned).
   Status LoadNamespace();
   Status WriteCheckpoint();
+  // Writes the image of `frozen` (the index frozen at log position `at`),
+  // publishes it and swaps it in for the frozen layer.
+  Status WriteImageOf(const NsIndex& frozen, NsPos at, format::pool::CheckpointHeader* h,
+                      std::vector<uint64_t>* image);
   // Retires the log blocks from the head up to keep_lblock (exclusive)
   // and makes keep_lblock the head.
   void RetireOldLog(uint32_t keep_lblock);

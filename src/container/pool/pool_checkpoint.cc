@@ -2,9 +2,12 @@
 // and retiring the log it makes unnecessary.
 //
 // One process at a time writes one (PoolWords::checkpoint_owner, taken by
-// CAS; a dead owner's claim is taken over). It serializes its own index at
-// a position P of the log, writes the image into new blocks, and publishes
-// it by one CAS of Superblock::checkpoint. The log is kept from the
+// CAS; a dead owner's claim is taken over). It freezes its own index at a
+// position P of the log (NsIndex::Freeze, under the index lock for a
+// moment), serializes the frozen layer without the lock while the process
+// goes on committing and looking up, writes the image into new blocks, and
+// publishes it by one CAS of Superblock::checkpoint, under the lock again
+// with the swap of the frozen layer for the image (NsIndex::Publish). The log is kept from the
 // previous checkpoint's P on, so that a process a little behind the tail
 // keeps reading the log; blocks before that, and the previous image, are
 // retired under the pool's epochs and freed when no reader can be in them.
@@ -28,36 +31,10 @@ namespace {
 PoolWords* Words(const BlockAccess& ba) {
   return reinterpret_cast<PoolWords*>(ba.AddrUnchecked(kWordsBlock));
 }
-
-// The image of the index's whole view (its base and its delta).
-void BuildImage(const NsIndex& idx, std::vector<uint64_t>* image, CheckpointHeader* h) {
-  std::vector<std::pair<uint64_t, NsDirInfo>> dirs;
-  idx.ForEachDir([&](uint64_t ino, const NsDirInfo& i) { dirs.emplace_back(ino, i); });
-  std::sort(dirs.begin(), dirs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  // Reserved up front: tables, and names of up to 16 bytes (longer ones
-  // grow the vector).
-  uint64_t words = 0;
-  for (const auto& [ino, info] : dirs)
-    words += ImageWriter::TableSlots(info.entries) * kNameSlotWords + 2 * info.entries + kNameSlotWords;
-  ImageWriter w(image, dirs.size(), words + words / 8);
-  std::vector<std::pair<std::string_view, NsEntry>> names;
-  for (const auto& [ino, info] : dirs) {
-    names.clear();
-    idx.List(ino, [&](std::string_view n, const NsEntry& e) { names.emplace_back(n, e); });
-    w.AddDir(ino, info.parent, info.subdirs, names);
-  }
-  std::unordered_map<uint64_t, uint32_t> multi;
-  if (idx.base()) idx.base()->ForEachMultiLink([&](uint64_t ino, uint32_t links) { multi[ino] = links; });
-  idx.ForEachTouchedFile([&](uint64_t ino, uint32_t links) {
-    if (links > 1) multi[ino] = links;
-    else multi.erase(ino);
-  });
-  for (const auto& [ino, links] : multi) w.AddMultiLink(ino, links);
-  w.Finish(h);
-}
 }  // namespace
 
 bool Pool::CheckpointDue() const {
+  if (index_.frozen()) return false;  // one is being written
   const uint64_t base = index_.base() ? index_.base()->header().cont_seq : 1;
   return log_.pos().seq >= base + kCheckpointEveryBlocks;
 }
@@ -91,18 +68,32 @@ Status Pool::WriteCheckpoint() {
   std::memset(&h, 0, sizeof(h));
   std::vector<uint64_t>& image = image_buf_;  // only the checkpoint owner's thread is here
   NsPos at;
+  std::shared_ptr<const NsIndex> frozen;
   {
     std::unique_lock<SpinSharedMutex> g(index_mu_);
     UPFS_RETURN_IF_ERROR(CatchUpLocked());
-  }
-  {
-    // Built under the shared lock (the index and the position do not move
-    // under it), so that this process's lookups go on meanwhile: a large
-    // namespace takes milliseconds to serialize.
-    std::shared_lock<SpinSharedMutex> g(index_mu_);
-    BuildImage(index_, &image, &h);
+    if (index_.frozen()) return Status::Error(EBUSY, "a checkpoint is being written");
     at = log_.pos();
+    frozen = index_.Freeze();
   }
+  // Whatever happens from here on, the index is whole again at the end:
+  // the image replaces the frozen layer, or the index is reloaded.
+  Status st = WriteImageOf(*frozen, at, &h, &image);
+  if (!st.ok()) {
+    std::unique_lock<SpinSharedMutex> g(index_mu_);
+    if (index_.frozen() == frozen.get()) {
+      // Reloaded from the newest checkpoint and the log after it.
+      if (Status r = LoadNamespace(); r.ok()) (void)CatchUpLocked();
+    }
+  }
+  return st;
+}
+
+Status Pool::WriteImageOf(const NsIndex& frozen, NsPos at, CheckpointHeader* hp, std::vector<uint64_t>* imagep) {
+  CheckpointHeader& h = *hp;
+  std::vector<uint64_t>& image = *imagep;
+  // The frozen layer does not change: no lock (lookups and commits go on).
+  frozen.BuildImage(&image, &h);
   const uint64_t old_block = super()->checkpoint.load(std::memory_order_acquire);
   const CheckpointHeader* old = nullptr;
   if (old_block != 0) UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, old_block, &old));
@@ -154,12 +145,32 @@ Status Pool::WriteCheckpoint() {
   h.header_crc = CheckpointHeaderCrc(h);
   pm::CopyNT(medium_->base() + (uint64_t(header_block) << kBlockShift), &h, kBlockSize);
   pm::Fence();
-  uint64_t expected = old_block;
-  if (!pm::Cas64(&mutable_super()->checkpoint, expected, header_block)) {
+  // Opened (its checksum read) before the lock is taken.
+  const CheckpointHeader* written;
+  auto image_base = std::make_unique<BaseImage>();
+  st = ReadCheckpointHeader(access_, header_block, &written);
+  if (st.ok()) st = image_base->Open(access_, *written, header_block);
+  if (!st.ok()) {
     give_back();
-    return Status::Error(EBUSY, "another checkpoint was published first");
+    return st;
   }
-  pm::PersistWord(&mutable_super()->checkpoint);
+  {
+    // Published and swapped in at once: no thread of this process sees the
+    // new checkpoint before its index has the image (it would reload).
+    std::unique_lock<SpinSharedMutex> g(index_mu_);
+    if (index_.frozen() != &frozen) {
+      give_back();
+      return Status::Error(EBUSY, "the index was reloaded meanwhile");
+    }
+    uint64_t expected = old_block;
+    if (!pm::Cas64(&mutable_super()->checkpoint, expected, header_block)) {
+      give_back();
+      return Status::Error(EBUSY, "another checkpoint was published first");
+    }
+    pm::PersistWord(&mutable_super()->checkpoint);
+    index_.Publish(std::move(image_base));
+    seen_checkpoint_.store(header_block, std::memory_order_release);
+  }
   RetireOldLog(h.keep_lblock);
   if (old) {
     std::lock_guard<std::mutex> g(retired_mu_);

@@ -1,0 +1,244 @@
+// NsIndex against a plain model of the namespace, through its three
+// shapes: a delta over nothing, a delta over a frozen layer (while this
+// process writes a checkpoint), and a delta over the image written from
+// that frozen layer (after Publish). Random valid records (create, link,
+// unlink, mkdir, rmdir, rename of files and directories across
+// directories, exchange) are applied; after each, every answer the index
+// gives (Dir, Find, List, Nlink, ForEachDir) must be the model's.
+#include "container/pool/ns_index.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/engine/memory_storage.h"
+
+namespace upfs {
+namespace {
+
+using format::pool::FileType;
+using format::pool::RecordType;
+
+struct Model {
+  struct Dir {
+    uint64_t parent;
+    std::map<std::string, NsEntry> names;
+  };
+  std::map<uint64_t, Dir> dirs;
+  std::map<uint64_t, uint32_t> links;  // non-directories
+  uint64_t next_ino = 2;
+};
+
+class Driver {
+ public:
+  explicit Driver(uint64_t seed) : rng_(seed) { m_.dirs[1] = {1, {}}; }
+
+  // A random record that fits the model (applied to the model too).
+  NsRecord Next() {
+    for (;;) {
+      const uint64_t d1 = PickDir(), d2 = PickDir();
+      auto& n1 = m_.dirs[d1].names;
+      name1_ = "n" + std::to_string(rng_() % 40);
+      name2_ = "n" + std::to_string(rng_() % 40);
+      const bool has1 = n1.count(name1_) != 0;
+      switch (rng_() % 7) {
+        case 0:
+        case 1:
+          if (has1) break;
+          n1[name1_] = {m_.next_ino, FileType::kRegular};
+          m_.links[m_.next_ino] = 1;
+          return Rec(RecordType::kCreate, FileType::kRegular, m_.next_ino++, d1, 0, 0);
+        case 2: {
+          if (has1 || m_.dirs.size() > 30) break;
+          const uint64_t ino = m_.next_ino++;
+          n1[name1_] = {ino, FileType::kDirectory};
+          m_.dirs[ino] = {d1, {}};
+          return Rec(RecordType::kMkdir, FileType::kDirectory, ino, d1, 0, 0);
+        }
+        case 3: {  // unlink or rmdir
+          if (!has1) break;
+          const NsEntry e = n1[name1_];
+          if (e.type == FileType::kDirectory) {
+            if (!m_.dirs[e.ino].names.empty()) break;
+            m_.dirs.erase(e.ino);
+          } else if (--m_.links[e.ino] == 0) {
+            m_.links.erase(e.ino);
+          }
+          n1.erase(name1_);
+          return Rec(RecordType::kUnlink, e.type, e.ino, d1, 0, 0);
+        }
+        case 4: {  // link
+          auto& n2 = m_.dirs[d2].names;
+          if (!has1 || n1[name1_].type == FileType::kDirectory || n2.count(name2_)) break;
+          const NsEntry e = n1[name1_];
+          n2[name2_] = e;
+          ++m_.links[e.ino];
+          NsRecord r = Rec(RecordType::kLink, e.type, e.ino, d2, 0, 0);
+          r.name1 = name2_;
+          return r;
+        }
+        case 5: {  // rename, over a file if there is one
+          auto& n2 = m_.dirs[d2].names;
+          if (!has1 || (d1 == d2 && name1_ == name2_)) break;
+          const NsEntry e = n1[name1_];
+          if (e.type == FileType::kDirectory && IsAncestorOrSelf(e.ino, d2)) break;
+          uint64_t victim = 0;
+          if (n2.count(name2_)) {
+            const NsEntry v = n2[name2_];
+            if (v.type != e.type || v.type == FileType::kDirectory) break;
+            victim = v.ino;
+            if (--m_.links[v.ino] == 0) m_.links.erase(v.ino);
+          }
+          n1.erase(name1_);
+          n2[name2_] = e;
+          if (e.type == FileType::kDirectory) m_.dirs[e.ino].parent = d2;
+          return Rec(RecordType::kRename, e.type, e.ino, d1, d2, victim);
+        }
+        case 6: {  // exchange
+          auto& n2 = m_.dirs[d2].names;
+          if (!has1 || !n2.count(name2_) || (d1 == d2 && name1_ == name2_)) break;
+          const NsEntry a = n1[name1_], b = n2[name2_];
+          if (a.type == FileType::kDirectory || b.type == FileType::kDirectory) break;
+          n1[name1_] = b;
+          n2[name2_] = a;
+          return Rec(RecordType::kExchange, a.type, a.ino, d1, d2, b.ino);
+        }
+      }
+    }
+  }
+
+  void ExpectSame(const NsIndex& idx, const std::string& when) {
+    std::set<uint64_t> seen;
+    idx.ForEachDir([&](uint64_t ino, const NsDirInfo& i) {
+      ASSERT_TRUE(m_.dirs.count(ino)) << when << ": directory " << ino << " listed";
+      ASSERT_TRUE(seen.insert(ino).second) << when << ": directory " << ino << " listed twice";
+      EXPECT_EQ(i.parent, m_.dirs[ino].parent) << when;
+    });
+    EXPECT_EQ(seen.size(), m_.dirs.size()) << when;
+    for (auto& [ino, d] : m_.dirs) {
+      NsDirInfo i;
+      ASSERT_TRUE(idx.Dir(ino, &i)) << when << ": directory " << ino;
+      EXPECT_EQ(i.entries, d.names.size()) << when;
+      uint64_t subdirs = 0;
+      for (auto& [n, e] : d.names) subdirs += e.type == FileType::kDirectory;
+      EXPECT_EQ(i.subdirs, subdirs) << when;
+      std::map<std::string, uint64_t> listed;
+      idx.List(ino, [&](std::string_view n, const NsEntry& e) {
+        EXPECT_TRUE(listed.emplace(std::string(n), e.ino).second) << when << ": " << n << " twice";
+      });
+      EXPECT_EQ(listed.size(), d.names.size()) << when << ": directory " << ino;
+      for (int k = 0; k < 40; ++k) {
+        const std::string n = "n" + std::to_string(k);
+        NsEntry e;
+        const bool found = idx.Find(ino, n, &e);
+        auto it = d.names.find(n);
+        ASSERT_EQ(found, it != d.names.end()) << when << ": " << ino << "/" << n;
+        if (found) {
+          EXPECT_EQ(e.ino, it->second.ino) << when;
+          EXPECT_EQ(listed[n], e.ino) << when;
+          const uint32_t want =
+              e.type == FileType::kDirectory ? uint32_t(2 + SubdirsOf(e.ino)) : m_.links[e.ino];
+          EXPECT_EQ(idx.Nlink(e.ino, e.type), want) << when << ": links of " << e.ino;
+        }
+      }
+    }
+  }
+
+ private:
+  NsRecord Rec(RecordType t, FileType f, uint64_t ino, uint64_t d1, uint64_t d2, uint64_t victim) {
+    NsRecord r;
+    r.type = t;
+    r.ftype = f;
+    r.ino = ino;
+    r.dir1 = d1;
+    r.dir2 = d2;
+    r.victim = victim;
+    r.name1 = name1_;
+    r.name2 = name2_;
+    return r;
+  }
+  uint64_t PickDir() {
+    auto it = m_.dirs.begin();
+    std::advance(it, long(rng_() % m_.dirs.size()));
+    return it->first;
+  }
+  bool IsAncestorOrSelf(uint64_t a, uint64_t d) {
+    for (uint64_t x = d;; x = m_.dirs[x].parent) {
+      if (x == a) return true;
+      if (m_.dirs[x].parent == x) return false;
+    }
+  }
+  uint64_t SubdirsOf(uint64_t ino) {
+    uint64_t n = 0;
+    for (auto& [k, e] : m_.dirs[ino].names) n += e.type == FileType::kDirectory;
+    return n;
+  }
+
+  std::mt19937_64 rng_;
+  Model m_;
+  std::string name1_, name2_;
+};
+
+// The image of `idx` placed in fresh memory blocks at the space's end
+// (the previous image stays intact: the frozen layer may read it) and opened.
+std::unique_ptr<BaseImage> WriteImage(const NsIndex& idx, upfs_engine_test::MemorySpace* space,
+                                      format::pool::CheckpointHeader* h) {
+  std::vector<uint64_t> image;
+  std::memset(h, 0, sizeof(*h));
+  idx.BuildImage(&image, h);
+  const uint64_t blocks = (image.size() * 8 + format::kBlockSize - 1) / format::kBlockSize;
+  const uint64_t at = space->capacity() / format::kBlockSize;
+  EXPECT_TRUE(space->Grow((at + blocks) * format::kBlockSize).ok());
+  std::memcpy(space->base() + at * format::kBlockSize, image.data(), image.size() * 8);
+  h->nruns = 1;
+  h->runs[0] = format::Run{uint32_t(at), uint32_t(blocks)};
+  auto base = std::make_unique<BaseImage>();
+  BlockAccess ba(space);
+  Status st = base->Open(ba, *h, 0);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return base;
+}
+
+TEST(NsIndexLayers, FrozenLayerAndItsImageAnswerAsTheWholeView) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    Driver drv(seed);
+    NsIndex idx;
+    idx.Rebase(1, nullptr);
+    upfs_engine_test::MemorySpace space(format::kBlockSize, uint64_t{64} << 20);
+    // One header per image: a BaseImage reads its header where it lies.
+    std::vector<std::unique_ptr<format::pool::CheckpointHeader>> headers;
+    for (int round = 0; round < 4; ++round) {
+      const std::string r = "seed " + std::to_string(seed) + " round " + std::to_string(round);
+      for (int i = 0; i < 150; ++i) {
+        NsRecord rec = drv.Next();
+        Status st = idx.Apply(rec);
+        ASSERT_TRUE(st.ok()) << r << " step " << i << " record type " << int(rec.type) << " ino " << rec.ino
+                             << ": " << st.message();
+      }
+      drv.ExpectSame(idx, r + ", one delta");
+      std::shared_ptr<const NsIndex> frozen = idx.Freeze();
+      ASSERT_EQ(idx.frozen(), frozen.get());
+      drv.ExpectSame(idx, r + ", just frozen");
+      for (int i = 0; i < 150; ++i) {
+        NsRecord rec = drv.Next();
+        ASSERT_TRUE(idx.Apply(rec).ok()) << r;
+        if (i % 25 == 0) drv.ExpectSame(idx, r + ", over the frozen layer, step " + std::to_string(i));
+      }
+      drv.ExpectSame(idx, r + ", over the frozen layer");
+      headers.push_back(std::make_unique<format::pool::CheckpointHeader>());
+      idx.Publish(WriteImage(*frozen, &space, headers.back().get()));
+      EXPECT_EQ(idx.frozen(), nullptr);
+      frozen.reset();
+      drv.ExpectSame(idx, r + ", over the image");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace upfs
