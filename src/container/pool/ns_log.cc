@@ -112,7 +112,7 @@ Status NsLog::Init(BlockAccess* ba, uint32_t head, AllocBlock alloc, FreeBlock f
   Bind(ba, std::move(alloc), std::move(free));
   UPFS_RETURN_IF_ERROR(CheckNsBlock(*ba_, head, 0, "namespace log head"));
   pos_ = NsPos{head, 0, Block(head)->seq};
-  std::lock_guard<std::mutex> g(durable_mu_);
+  std::lock_guard<SpinMutex> g(durable_mu_);
   durable_ = pos_;
   return Status::OK();
 }
@@ -126,7 +126,7 @@ Status NsLog::MoveTo(NsPos pos) {
   UPFS_RETURN_IF_ERROR(CheckNsBlock(*ba_, pos.lblock, pos.seq, "namespace log position"));
   if (pos.slot > kSlotsPerLogBlock) return Status::Corrupt("namespace log", "position out of range");
   pos_ = pos;
-  std::lock_guard<std::mutex> g(durable_mu_);
+  std::lock_guard<SpinMutex> g(durable_mu_);
   durable_ = pos_;
   return Status::OK();
 }
@@ -291,7 +291,7 @@ Status NsLog::TryCommit(const Reservation& r, bool* committed, bool* lost_reserv
   if (!pm::Cas64(&b->slots[pos_.slot], expected, EncodeApply(r.slot, r.crc))) return Status::OK();
   pos_.slot += 1;
   {
-    std::lock_guard<std::mutex> g(durable_mu_);
+    std::lock_guard<SpinMutex> g(durable_mu_);
     pending->from = durable_;
   }
   pending->to = pos_;
@@ -314,7 +314,7 @@ void NsLog::MakeDurable(const Pending& p) {
   UPFS_ASSERT(p.to.slot > first);
   pm::Flush(&Block(p.to.lblock)->slots[first], (p.to.slot - first) * 8);
   pm::Fence();
-  std::lock_guard<std::mutex> g(durable_mu_);
+  std::lock_guard<SpinMutex> g(durable_mu_);
   if (durable_.seq < p.to.seq || (durable_.seq == p.to.seq && durable_.slot < p.to.slot)) durable_ = p.to;
 }
 

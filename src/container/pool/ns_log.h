@@ -23,6 +23,7 @@
 
 #include "container/pool/pool_format.h"
 #include "engine/log.h"
+#include "util/spin_mutex.h"
 #include "util/status.h"
 
 namespace upfs {
@@ -133,7 +134,7 @@ class NsLog {
   NsPos pos_;
   // Slots before durable_ are durable as far as this process knows. Moved
   // forward after a fence, outside the index lock: its own mutex.
-  std::mutex durable_mu_;
+  SpinMutex durable_mu_;  // a few instructions under it: see util/spin_mutex.h
   NsPos durable_;
 };
 
