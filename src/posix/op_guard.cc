@@ -6,11 +6,19 @@
 
 namespace upfs {
 
-struct OpThreadRecord {
+struct Retiree {
+  uint64_t epoch;
+  std::function<void()> fn;
+};
+
+struct alignas(64) OpThreadRecord {
   std::atomic<uint64_t> active{0};  // epoch the thread's call began in, 0 = none
   std::atomic<bool> owned{false};
   OpThreadRecord* next = nullptr;
-  char pad[40];
+  // Retired during the owner's current call: freed at its end if no other
+  // call that began before is running, else handed to the shared list.
+  // Only the owning thread touches it.
+  std::vector<Retiree> mine;
 };
 
 namespace {
@@ -18,10 +26,6 @@ namespace {
 std::atomic<uint64_t> g_epoch{1};
 std::atomic<OpThreadRecord*> g_records{nullptr};
 std::mutex g_retire_mu;
-struct Retiree {
-  uint64_t epoch;
-  std::function<void()> fn;
-};
 std::vector<Retiree> g_retirees;
 // g_retirees.size(), readable without the lock: the end of every call
 // looks at it.
@@ -71,10 +75,33 @@ OpThreadRecord* AcquireRecord() {
   return r;
 }
 
+// Frees what this thread retired during its call that just ended, when no
+// call of another thread that began before the retirement still runs (the
+// common case: no lock, no shared list); what must wait goes to the shared
+// list, which the end of any later call drains.
+void FreeMine(OpThreadRecord* self) {
+  uint64_t min_active = UINT64_MAX;
+  for (OpThreadRecord* r = g_records.load(std::memory_order_acquire); r; r = r->next) {
+    if (r == self) continue;
+    const uint64_t a = r->active.load(std::memory_order_seq_cst);
+    if (a != 0 && a < min_active) min_active = a;
+  }
+  std::vector<Retiree> ready, wait;
+  for (Retiree& rt : self->mine) (rt.epoch < min_active ? ready : wait).push_back(std::move(rt));
+  self->mine.clear();
+  if (!wait.empty()) {
+    std::lock_guard<std::mutex> g(g_retire_mu);
+    for (Retiree& rt : wait) g_retirees.push_back(std::move(rt));
+    g_retiree_count.store(g_retirees.size(), std::memory_order_relaxed);
+  }
+  for (Retiree& rt : ready) rt.fn();
+}
+
 struct RecordHolder {
   OpThreadRecord* rec = AcquireRecord();
   ~RecordHolder() {
     rec->active.store(0, std::memory_order_release);
+    if (!rec->mine.empty()) FreeMine(rec);
     rec->owned.store(false, std::memory_order_release);
   }
 };
@@ -103,6 +130,7 @@ OpGuard::OpGuard() : rec_(ThreadRecord()) {
 OpGuard::~OpGuard() {
   if (!rec_) return;
   rec_->active.store(0, std::memory_order_release);
+  if (!rec_->mine.empty()) FreeMine(rec_);
   // A descriptor closed while this call used it is freed by the end of the
   // last such call, not left for some later close. (Without a full fence,
   // which would cost every call, a call ending just as the descriptor is
@@ -111,6 +139,14 @@ OpGuard::~OpGuard() {
   if (g_retiree_count.load(std::memory_order_relaxed) != 0) Reclaim(nullptr);
 }
 
-void RetireAfterOps(std::function<void()> free_fn) { Reclaim(&free_fn); }
+void RetireAfterOps(std::function<void()> free_fn) {
+  OpThreadRecord* self = ThreadRecord();
+  if (self->active.load(std::memory_order_relaxed) == 0) {  // outside any call
+    Reclaim(&free_fn);
+    return;
+  }
+  const uint64_t e = g_epoch.fetch_add(1, std::memory_order_seq_cst);
+  self->mine.push_back({e, std::move(free_fn)});
+}
 
 }  // namespace upfs

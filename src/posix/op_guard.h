@@ -1,6 +1,9 @@
 // Process-local epoch-based reclamation for descriptor objects: a closed
 // descriptor's state is freed only when no call that might still use it is
-// running. Each call costs two stores to a thread-private cache line.
+// running. Each call costs two stores to a thread-private cache line. What
+// a call retires waits in its thread's own list and is freed when the call
+// ends if no other thread's call that began before is running (no lock);
+// otherwise it goes to a shared list that the end of every call drains.
 #pragma once
 
 #include <functional>
