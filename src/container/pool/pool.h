@@ -137,6 +137,11 @@ class Pool {
   // publishes it and swaps it in for the frozen layer.
   Status WriteImageOf(const NsIndex& frozen, NsPos at, format::pool::CheckpointHeader* h,
                       std::vector<uint64_t>* image);
+  // Takes blocks for a checkpoint (*header_block, then *image_runs; all of
+  // them in *runs) and copies the image into them; gives them back on
+  // failure.
+  Status PlaceImage(const std::vector<uint64_t>& image, std::vector<format::Run>* runs,
+                    uint32_t* header_block, std::vector<format::Run>* image_runs);
   // Retires the log blocks from the head up to keep_lblock (exclusive)
   // and makes keep_lblock the head.
   void RetireOldLog(uint32_t keep_lblock);

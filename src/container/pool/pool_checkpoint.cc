@@ -89,6 +89,41 @@ Status Pool::WriteCheckpoint() {
   return st;
 }
 
+Status Pool::PlaceImage(const std::vector<uint64_t>& image, std::vector<Run>* runs, uint32_t* header_block,
+                        std::vector<Run>* image_runs) {
+  // Blocks: the header, then the image.
+  ThreadBlocks t;
+  const uint64_t image_blocks = CeilBlocks(image.size() * 8);
+  Status st = source_->Alloc(&t, 1 + image_blocks, runs);
+  source_->ReturnAll(&t);
+  *header_block = 0;
+  for (const Run& r : *runs) {
+    if (*header_block == 0) {
+      *header_block = r.lblock;
+      if (r.count > 1) image_runs->push_back(Run{r.lblock + 1, r.count - 1});
+    } else {
+      image_runs->push_back(r);
+    }
+  }
+  if (st.ok() && image_runs->size() > kMaxCheckpointRuns)
+    st = Status::Error(ENOSPC, "free space too fragmented for a checkpoint");
+  if (!st.ok()) {
+    for (const Run& r : *runs)
+      for (uint32_t i = 0; i < r.count; ++i) FreeBlock(r.lblock + i);
+    return st;
+  }
+  uint64_t done = 0;
+  const auto* bytes = reinterpret_cast<const char*>(image.data());
+  for (const Run& r : *image_runs) {
+    for (uint32_t i = 0; i < r.count && done < image.size() * 8; ++i) {
+      const uint64_t n = std::min<uint64_t>(kBlockSize, image.size() * 8 - done);
+      pm::CopyNT(medium_->base() + (uint64_t(r.lblock + i) << kBlockShift), bytes + done, n);
+      done += n;
+    }
+  }
+  return Status::OK();
+}
+
 Status Pool::WriteImageOf(const NsIndex& frozen, NsPos at, CheckpointHeader* hp, std::vector<uint64_t>* imagep) {
   CheckpointHeader& h = *hp;
   std::vector<uint64_t>& image = *imagep;
@@ -97,41 +132,13 @@ Status Pool::WriteImageOf(const NsIndex& frozen, NsPos at, CheckpointHeader* hp,
   const uint64_t old_block = super()->checkpoint.load(std::memory_order_acquire);
   const CheckpointHeader* old = nullptr;
   if (old_block != 0) UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, old_block, &old));
-  // Blocks: the header, then the image.
-  ThreadBlocks t;
-  std::vector<Run> runs;
-  const uint64_t image_blocks = CeilBlocks(image.size() * 8);
-  Status st = source_->Alloc(&t, 1 + image_blocks, &runs);
-  source_->ReturnAll(&t);
-  std::vector<Run> image_runs;
+  std::vector<Run> runs, image_runs;
   uint32_t header_block = 0;
-  for (const Run& r : runs) {
-    if (header_block == 0) {
-      header_block = r.lblock;
-      if (r.count > 1) image_runs.push_back(Run{r.lblock + 1, r.count - 1});
-    } else {
-      image_runs.push_back(r);
-    }
-  }
+  UPFS_RETURN_IF_ERROR(PlaceImage(image, &runs, &header_block, &image_runs));
   auto give_back = [&] {
     for (const Run& r : runs)
       for (uint32_t i = 0; i < r.count; ++i) FreeBlock(r.lblock + i);
   };
-  if (st.ok() && image_runs.size() > kMaxCheckpointRuns)
-    st = Status::Error(ENOSPC, "free space too fragmented for a checkpoint");
-  if (!st.ok()) {
-    give_back();
-    return st;
-  }
-  uint64_t done = 0;
-  const auto* bytes = reinterpret_cast<const char*>(image.data());
-  for (const Run& r : image_runs) {
-    for (uint32_t i = 0; i < r.count && done < image.size() * 8; ++i) {
-      const uint64_t n = std::min<uint64_t>(kBlockSize, image.size() * 8 - done);
-      pm::CopyNT(medium_->base() + (uint64_t(r.lblock + i) << kBlockShift), bytes + done, n);
-      done += n;
-    }
-  }
   h.magic = kCheckpointMagic;
   h.number = old ? old->number + 1 : 1;
   h.cont_seq = at.seq;
@@ -148,7 +155,7 @@ Status Pool::WriteImageOf(const NsIndex& frozen, NsPos at, CheckpointHeader* hp,
   // Opened (its checksum read) before the lock is taken.
   const CheckpointHeader* written;
   auto image_base = std::make_unique<BaseImage>();
-  st = ReadCheckpointHeader(access_, header_block, &written);
+  Status st = ReadCheckpointHeader(access_, header_block, &written);
   if (st.ok()) st = image_base->Open(access_, *written, header_block);
   if (!st.ok()) {
     give_back();
