@@ -1,0 +1,50 @@
+// Helpers the namespace's two halves share (namespace.cc: names and
+// holds; namespace_attrs.cc: attributes and permissions). Internal to the
+// pool container.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include <cstdint>
+
+#include "container/pool/pool_format.h"
+
+namespace upfs::ns_internal {
+
+// Permission bits Permit asks for (those of "other" in a mode).
+inline constexpr int kWantRead = 4, kWantWrite = 2, kWantExec = 1;
+
+// The time stamps a namespace call writes: the coarse clock, as the
+// kernel's file times.
+inline uint64_t Now() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+inline struct timespec ToTimespec(uint64_t ns) {
+  struct timespec ts;
+  ts.tv_sec = time_t(int64_t(ns) / 1000000000);
+  ts.tv_nsec = long(int64_t(ns) % 1000000000);
+  if (ts.tv_nsec < 0) {
+    ts.tv_nsec += 1000000000;
+    ts.tv_sec -= 1;
+  }
+  return ts;
+}
+
+inline mode_t TypeBits(format::pool::FileType t) {
+  switch (t) {
+    case format::pool::FileType::kDirectory: return S_IFDIR;
+    case format::pool::FileType::kSymlink: return S_IFLNK;
+    default: return S_IFREG;
+  }
+}
+
+// An inode's owner word: uid in the low half, gid in the high half.
+inline uid_t OwnerUid(uint64_t w) { return uid_t(uint32_t(w)); }
+inline gid_t OwnerGid(uint64_t w) { return gid_t(uint32_t(w >> 32)); }
+
+}  // namespace upfs::ns_internal
