@@ -82,16 +82,19 @@ bool BlockSource::ClaimPartitions(uint64_t cap, uint64_t want, uint64_t* first, 
   return false;
 }
 
+bool BlockSource::TakeWordsAt(uint64_t cap, uint64_t w, uint64_t want, uint64_t* first, uint64_t* count) {
+  if (!ClaimWholeWords(cap, w, want, count)) return false;
+  *first = w * 64;
+  bm_->words()->alloc_hint.store((*first + *count) / 64 % (cap / 64), std::memory_order_relaxed);
+  return true;
+}
+
 bool BlockSource::ClaimEmptyWords(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count) {
   const uint64_t whole = cap / 64;
-  BitmapWords* words = bm_->words();
   for (int tries = 0; tries < 64; ++tries) {
-    const uint64_t w = bm_->FindEmptyWord(words->alloc_hint.load(std::memory_order_relaxed), whole);
+    const uint64_t w = bm_->FindEmptyWord(bm_->words()->alloc_hint.load(std::memory_order_relaxed), whole);
     if (w == AllocationBitmap::kNone) return false;
-    if (!ClaimWholeWords(cap, w, want, count)) continue;
-    *first = w * 64;
-    words->alloc_hint.store((*first + *count) / 64 % whole, std::memory_order_relaxed);
-    return true;
+    if (TakeWordsAt(cap, w, want, first, count)) return true;
   }
   return false;
 }
@@ -112,10 +115,8 @@ bool BlockSource::ClaimRunInWord(uint64_t cap, uint64_t want, uint64_t* first, u
     }
     if (v == 0 && w < whole) {
       // A free word: taken whole, with the free words after it.
-      if (!ClaimWholeWords(cap, w, want, count)) continue;
-      *first = w * 64;
-      bw->alloc_hint.store((*first + *count) / 64 % whole, std::memory_order_relaxed);
-      return true;
+      if (TakeWordsAt(cap, w, want, first, count)) return true;
+      continue;
     }
     const int lo = std::countr_zero(freebits);
     const uint64_t take = std::min<uint64_t>(uint64_t(std::countr_one(freebits >> lo)), want);

@@ -85,6 +85,8 @@ class BlockSource {
   void ClaimFrom(uint64_t cap, uint64_t at, uint64_t want, uint64_t* count);
   // Whole free words (or 2 MiB partitions) from word w on, up to `want` blocks.
   bool ClaimWholeWords(uint64_t cap, uint64_t w, uint64_t want, uint64_t* count);
+  // ClaimWholeWords from word w, and the small files' hint moved past them.
+  bool TakeWordsAt(uint64_t cap, uint64_t w, uint64_t want, uint64_t* first, uint64_t* count);
   bool ClaimPartitions(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count);
   bool ClaimEmptyWords(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count);
   // The first word with room from the hint: whole (and the free words

@@ -76,10 +76,6 @@ class NsIndex {
   // fn(ino, info) for every directory.
   template <typename Fn>
   void ForEachDir(Fn fn) const;
-  void ListErased(uint64_t dir, const std::function<void(std::string_view, const NsEntry&)>& fn) const {
-    List(dir, fn);
-  }
-  void ForEachDirErased(const std::function<void(uint64_t, const NsDirInfo&)>& fn) const { ForEachDir(fn); }
   // fn(ino, links) for every non-directory whose count the delta holds.
   template <typename Fn>
   void ForEachTouchedFile(Fn fn) const {
@@ -112,6 +108,13 @@ class NsIndex {
   uint32_t LowerLinks(uint64_t ino) const;
   template <typename Fn>
   void LowerList(uint64_t dir, Fn fn) const;
+  // List and ForEachDir of a frozen layer, type-erased (LowerList and
+  // ForEachDir call them: as templates they would instantiate themselves
+  // without end, a lambda around a lambda per layer).
+  void ListErased(uint64_t dir, const std::function<void(std::string_view, const NsEntry&)>& fn) const {
+    List(dir, fn);
+  }
+  void ForEachDirErased(const std::function<void(uint64_t, const NsDirInfo&)>& fn) const { ForEachDir(fn); }
   // The inode named by a removed entry loses that name.
   Status Unref(const NsEntry& e);
   void SetLinks(uint64_t ino, uint32_t links) { links_[ino] = links; }
