@@ -133,54 +133,37 @@ class NameTable {
   size_t garbage_ = 0;  // arena bytes of erased names
 };
 
-// LinkCounts: names per inode of the non-directories, the same kind of table
-// keyed by inode number (0 never is one).
-class LinkCounts {
+// LinkTable: the link count of every non-directory a record after the
+// checkpoint touched, keyed by inode number (0 never is one); a count of 0
+// is kept (the inode lost its last name), not erased. The same kind of
+// table: applying a create costs no allocation (a node-based map cost a
+// malloc inside the index lock).
+class LinkTable {
  public:
-  uint32_t Get(uint64_t ino) const {
-    if (count_ == 0) return 0;
+  const uint32_t* Find(uint64_t ino) const {
+    if (count_ == 0) return nullptr;
     for (size_t i = Mix(ino) & mask_;; i = (i + 1) & mask_) {
-      if (slots_[i].ino == ino) return slots_[i].links;
-      if (slots_[i].ino == 0) return 0;
+      if (slots_[i].ino == ino) return &slots_[i].links;
+      if (slots_[i].ino == 0) return nullptr;
     }
   }
-  void Add(uint64_t ino) {
+  void Set(uint64_t ino, uint32_t links) {
     UPFS_ASSERT(ino != 0);
     if ((count_ + 1) * 4 > slots_.size() * 3) Rehash(slots_.empty() ? 16 : slots_.size() * 2);
     size_t i = Mix(ino) & mask_;
     while (slots_[i].ino != 0 && slots_[i].ino != ino) i = (i + 1) & mask_;
     if (slots_[i].ino == 0) {
-      slots_[i] = Slot{ino, 0};
+      slots_[i].ino = ino;
       ++count_;
     }
-    ++slots_[i].links;
+    slots_[i].links = links;
   }
-  // One name fewer; the inode leaves the table at zero.
-  void Drop(uint64_t ino) {
-    if (count_ == 0) return;
-    size_t i = Mix(ino) & mask_;
-    for (;; i = (i + 1) & mask_) {
-      if (slots_[i].ino == 0) return;
-      if (slots_[i].ino == ino) break;
-    }
-    if (--slots_[i].links != 0) return;
-    for (size_t j = (i + 1) & mask_;; j = (j + 1) & mask_) {
-      if (slots_[j].ino == 0) break;
-      const size_t home = Mix(slots_[j].ino) & mask_;
-      if (((j - home) & mask_) >= ((j - i) & mask_)) {
-        slots_[i] = slots_[j];
-        i = j;
-      }
-    }
-    slots_[i] = Slot{};
-    --count_;
+  template <typename Fn>
+  void ForEach(Fn fn) const {
+    for (const Slot& s : slots_)
+      if (s.ino != 0) fn(s.ino, s.links);
   }
   size_t size() const { return count_; }
-  void Reserve(size_t n) {
-    size_t cap = 16;
-    while (cap * 3 < n * 4) cap *= 2;
-    if (cap > slots_.size()) Rehash(cap);
-  }
   void Clear() {
     slots_.clear();
     mask_ = 0;

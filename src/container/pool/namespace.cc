@@ -116,19 +116,41 @@ class PathCursor {
 
 }  // namespace
 
-Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape) {
+Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape,
+                              uint64_t start) {
   std::optional<EpochPin> pin;
   UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   std::shared_lock<SpinSharedMutex> g;
   UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
-  return ResolveLocked(path, follow, out, escape);
+  UPFS_RETURN_IF_ERROR(ResolveLocked(path, follow, out, escape, start));
+  out->seen = pool_->log()->pos();
+  return Status::OK();
 }
 
-Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved* out, std::string* escape) {
+bool PoolNamespace::SameView(const Resolved& r) const {
+  // The index is a function of the log prefix it has applied: the same
+  // position (its block's sequence number included, which no other block
+  // of the chain ever has) means the same names. Index lock held.
+  return r.seen == pool_->log()->pos();
+}
+
+Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved* out, std::string* escape,
+                                    uint64_t start) {
   const NsIndex& idx = *pool_->index();
   const bool trailing_slash = !path.empty() && path.back() == '/';
   PathCursor parts(path);
   uint64_t cur = pool_->root_ino();
+  if (start != 0 && start != cur) {
+    // A directory descriptor's directory: removed since it was opened,
+    // nothing can be found or made in it (ENOENT, as in the kernel).
+    if (!idx.IsDir(start)) {
+      Inode* in;
+      UPFS_RETURN_IF_ERROR(pool_->InodeAt(start, &in));
+      const bool dir = IdentKind(in->ident.load(std::memory_order_acquire)) == FileType::kDirectory;
+      return Status::Error(dir ? ENOENT : ENOTDIR, dir ? "directory removed" : "not a directory");
+    }
+    cur = start;
+  }
   int links = 0;
   out->dir = cur;
   out->name.clear();
@@ -209,7 +231,7 @@ Status PoolNamespace::Commit(const NsRecord& rec, const std::function<Status()>&
     NsLog::Pending pending;
     UPFS_RETURN_IF_ERROR(log->TryCommit(r, &committed, &lost, &pending));
     if (committed) {
-      Status applied = pool_->index()->Apply(rec);
+      Status applied = pool_->index()->Apply(rec, /*validated=*/true);
       const bool due = pool_->CheckpointDue();
       g.unlock();
       log->MakeDurable(pending);
@@ -283,6 +305,7 @@ Status PoolNamespace::CheckSticky(uint64_t dir, uint64_t ino) const {
 Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uint64_t* ino,
                              bool* created, uint32_t* held_gen) {
   *created = false;
+  if (at.ino != 0) return Status::Error(EEXIST, "file exists");
   Inode* din;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(at.dir, &din));
   UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
@@ -298,6 +321,7 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
   TouchDir(at.dir);
   Status st = Commit(rec, [&]() -> Status {
     NsEntry e;
+    if (SameView(at)) return Status::OK();  // Resolve saw the name absent
     if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
     if (pool_->index()->Find(at.dir, at.name, &e)) return Status::Error(EEXIST, "file exists");
     return Status::OK();
@@ -325,6 +349,7 @@ Status PoolNamespace::Mkdir(const Resolved& at, mode_t mode) {
   TouchDir(at.dir);
   Status st = Commit(rec, [&]() -> Status {
     NsEntry e;
+    if (SameView(at)) return Status::OK();  // Resolve saw the name absent
     if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
     if (pool_->index()->Find(at.dir, at.name, &e)) return Status::Error(EEXIST, "file exists");
     return Status::OK();
@@ -361,6 +386,7 @@ Status PoolNamespace::Symlink(const Resolved& at, std::string_view target) {
   TouchDir(at.dir);
   Status st = Commit(rec, [&]() -> Status {
     NsEntry e;
+    if (SameView(at)) return Status::OK();  // Resolve saw the name absent
     if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
     if (pool_->index()->Find(at.dir, at.name, &e)) return Status::Error(EEXIST, "file exists");
     return Status::OK();
@@ -405,7 +431,9 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
   UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
     const NsIndex* idx = pool_->index();
     NsEntry e;
-    if (!idx->Find(at.dir, at.name, &e) || e.ino != at.ino) return Stale();
+    if (!SameView(at)) {
+      if (!idx->Find(at.dir, at.name, &e) || e.ino != at.ino) return Stale();
+    }
     NsDirInfo info;
     if (dir && idx->Dir(at.ino, &info) && info.entries != 0)
       return Status::Error(ENOTEMPTY, "directory not empty");

@@ -34,6 +34,10 @@ struct Resolved {
   std::string name;       // the last component ("" for the root)
   uint64_t ino = 0;       // 0: the last component does not exist
   format::pool::FileType type{};
+  // The log position the index was at when Resolve found this: while the
+  // position is still there, the index says what it said then, and a
+  // commit's checks of the names need not look again (see SameView).
+  NsPos seen{};
 };
 
 class PoolNamespace {
@@ -44,11 +48,16 @@ class PoolNamespace {
   // `follow`, a symbolic link as the last component is followed. A path
   // that leaves the pool (a symbolic link to an absolute path, or ".."
   // above the root) fails with EXDEV and *escape set to the rest of it,
-  // to be resolved by the caller from `mount_dir`.
-  Status Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape = nullptr);
+  // to be resolved by the caller from `mount_dir`. `start`: the directory
+  // a relative path starts from (a directory descriptor's inode, which
+  // follows the directory through renames, as the kernel's does); 0: the
+  // root.
+  Status Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape = nullptr,
+                 uint64_t start = 0);
   // The same, for a caller that is pinned and holds the index lock shared
   // (Pool::LockLatest).
-  Status ResolveLocked(std::string_view path, bool follow, Resolved* out, std::string* escape = nullptr);
+  Status ResolveLocked(std::string_view path, bool follow, Resolved* out, std::string* escape = nullptr,
+                       uint64_t start = 0);
 
   // Creates a regular file (EEXIST if the name exists). With held_gen, the
   // new inode is born held (as TakeHold) and *held_gen is its generation.
@@ -65,7 +74,8 @@ class PoolNamespace {
   // have no name left.
   Status Stat(uint64_t ino, struct stat* st, bool held = false);
   // Resolve and Stat in one pin and one hold of the index lock.
-  Status StatPath(std::string_view path, bool follow, struct stat* st);
+  Status StatPath(std::string_view path, bool follow, struct stat* st, std::string* escape = nullptr,
+                  uint64_t start = 0);
   Status Readlink(uint64_t ino, std::string* target);
   Status Chmod(uint64_t ino, mode_t mode);
   Status Chown(uint64_t ino, uid_t uid, gid_t gid);
@@ -98,6 +108,8 @@ class PoolNamespace {
   Status StatLocked(uint64_t ino, struct stat* st, bool* needs_file) const;
   Status StatFile(uint64_t ino, struct stat* st, bool held);
   Status Commit(const NsRecord& rec, const std::function<Status()>& validate);
+  // Whether the index is where it was when `r` was resolved (index lock held).
+  bool SameView(const Resolved& r) const;
   Status NewInode(format::pool::FileType kind, uint64_t dir, mode_t mode, uint64_t* ino,
                   format::pool::Inode* image);
   void TouchDir(uint64_t dir);

@@ -98,7 +98,8 @@ Status PoolNamespace::Stat(uint64_t ino, struct stat* st, bool held) {
   return needs_file ? StatFile(ino, st, held) : Status::OK();
 }
 
-Status PoolNamespace::StatPath(std::string_view path, bool follow, struct stat* st) {
+Status PoolNamespace::StatPath(std::string_view path, bool follow, struct stat* st, std::string* escape,
+                               uint64_t start) {
   std::optional<EpochPin> pin;
   UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   Resolved r;
@@ -108,7 +109,7 @@ Status PoolNamespace::StatPath(std::string_view path, bool follow, struct stat* 
     // attributes: stat is the call programs make most.
     std::shared_lock<SpinSharedMutex> g;
     UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
-    UPFS_RETURN_IF_ERROR(ResolveLocked(path, follow, &r));
+    UPFS_RETURN_IF_ERROR(ResolveLocked(path, follow, &r, escape, start));
     if (r.ino == 0) return Status::Error(ENOENT, "no such file or directory");
     UPFS_RETURN_IF_ERROR(StatLocked(r.ino, st, &needs_file));
   }

@@ -19,7 +19,7 @@ void NsIndex::Rebase(uint64_t root, std::unique_ptr<BaseImage> base) {
   base_ = std::move(base);
   frozen_.reset();
   dirs_.clear();
-  links_.clear();
+  links_.Clear();
   records_ = 0;
   if (!base_) {
     DeltaDir& r = dirs_[root];
@@ -37,7 +37,7 @@ std::shared_ptr<const NsIndex> NsIndex::Freeze() {
   f->links_ = std::move(links_);
   f->records_ = records_;
   dirs_.clear();
-  links_.clear();
+  links_.Clear();
   records_ = 0;
   frozen_ = f;
   return f;
@@ -52,10 +52,10 @@ void NsIndex::Publish(std::unique_ptr<BaseImage> image) {
 void NsIndex::CollectMultiLinks(std::unordered_map<uint64_t, uint32_t>* out) const {
   if (frozen_) frozen_->CollectMultiLinks(out);
   else if (base_) base_->ForEachMultiLink([&](uint64_t ino, uint32_t links) { (*out)[ino] = links; });
-  for (const auto& [ino, links] : links_) {
+  links_.ForEach([&](uint64_t ino, uint32_t links) {
     if (links > 1) (*out)[ino] = links;
     else out->erase(ino);
-  }
+  });
 }
 
 void NsIndex::BuildImage(std::vector<uint64_t>* image, format::pool::CheckpointHeader* h) const {
@@ -126,8 +126,7 @@ bool NsIndex::Find(uint64_t dir, std::string_view name, NsEntry* out) const {
 }
 
 uint32_t NsIndex::FileLinks(uint64_t ino) const {
-  auto it = links_.find(ino);
-  if (it != links_.end()) return it->second;
+  if (const uint32_t* l = links_.Find(ino)) return *l;
   return LowerLinks(ino);
 }
 
@@ -159,11 +158,11 @@ NsIndex::DeltaDir* NsIndex::Touch(uint64_t dir) {
   return &d;
 }
 
-Status NsIndex::Insert(uint64_t dir, std::string_view name, NsEntry e) {
+Status NsIndex::Insert(uint64_t dir, std::string_view name, NsEntry e, bool validated) {
   DeltaDir* d = Touch(dir);
   if (!d) return Misfit("record names a directory that does not exist");
   NsEntry old;
-  if (Find(dir, name, &old)) return Misfit("record adds a name that exists");
+  if (!validated && Find(dir, name, &old)) return Misfit("record adds a name that exists");
   if (NsEntry* t = d->names.Find(name)) {
     *t = e;  // over a tombstone
   } else {
@@ -191,7 +190,7 @@ Status NsIndex::Remove(uint64_t dir, std::string_view name, uint64_t expect_ino,
   return Status::OK();
 }
 
-Status NsIndex::Apply(const NsRecord& r) {
+Status NsIndex::Apply(const NsRecord& r, bool validated) {
   ++records_;
   switch (r.type) {
     case RecordType::kCreate:
@@ -200,13 +199,13 @@ Status NsIndex::Apply(const NsRecord& r) {
         return Misfit("record links a directory");
       const uint32_t links = r.type == RecordType::kLink ? FileLinks(r.ino) : 0;
       if (r.type == RecordType::kLink && links == 0) return Misfit("link to an inode without a name");
-      UPFS_RETURN_IF_ERROR(Insert(r.dir1, r.name1, NsEntry{r.ino, r.ftype}));
+      UPFS_RETURN_IF_ERROR(Insert(r.dir1, r.name1, NsEntry{r.ino, r.ftype}, validated));
       SetLinks(r.ino, links + 1);
       return Status::OK();
     }
     case RecordType::kMkdir: {
       if (IsDir(r.ino)) return Misfit("record makes a directory twice");
-      UPFS_RETURN_IF_ERROR(Insert(r.dir1, r.name1, NsEntry{r.ino, FileType::kDirectory}));
+      UPFS_RETURN_IF_ERROR(Insert(r.dir1, r.name1, NsEntry{r.ino, FileType::kDirectory}, validated));
       DeltaDir& d = dirs_[r.ino];
       d = DeltaDir();
       d.info.parent = r.dir1;

@@ -79,12 +79,15 @@ class NsIndex {
   // fn(ino, links) for every non-directory whose count the delta holds.
   template <typename Fn>
   void ForEachTouchedFile(Fn fn) const {
-    for (const auto& [ino, links] : links_) fn(ino, links);
+    links_.ForEach(fn);
   }
 
   // Applies one committed record. The committer validated it against the
   // same state; a record that does not fit is damage (EUCLEAN).
-  Status Apply(const NsRecord& r);
+  // `validated`: this thread's own record, just checked against this very
+  // state under the index lock; the check that a name it adds is absent is
+  // not repeated.
+  Status Apply(const NsRecord& r, bool validated = false);
 
  private:
   // A directory some record after the checkpoint changed.
@@ -98,7 +101,7 @@ class NsIndex {
     NameTable names;     // type kFree: a tombstone (the name is gone)
   };
   DeltaDir* Touch(uint64_t dir);
-  Status Insert(uint64_t dir, std::string_view name, NsEntry e);
+  Status Insert(uint64_t dir, std::string_view name, NsEntry e, bool validated = false);
   Status Remove(uint64_t dir, std::string_view name, uint64_t expect_ino, NsEntry* removed);
   uint32_t FileLinks(uint64_t ino) const;
   // The layer below the delta: the frozen index if there is one, else the
@@ -117,13 +120,13 @@ class NsIndex {
   void ForEachDirErased(const std::function<void(uint64_t, const NsDirInfo&)>& fn) const { ForEachDir(fn); }
   // The inode named by a removed entry loses that name.
   Status Unref(const NsEntry& e);
-  void SetLinks(uint64_t ino, uint32_t links) { links_[ino] = links; }
+  void SetLinks(uint64_t ino, uint32_t links) { links_.Set(ino, links); }
 
   uint64_t root_ = 0;
   std::unique_ptr<BaseImage> base_;
   std::shared_ptr<const NsIndex> frozen_;  // if set, base_ is null: it is below
   std::unordered_map<uint64_t, DeltaDir> dirs_;
-  std::unordered_map<uint64_t, uint32_t> links_;
+  LinkTable links_;
   uint64_t records_ = 0;
 };
 

@@ -44,6 +44,7 @@ struct NsPos {
   uint32_t lblock = 0;
   uint32_t slot = 0;
   uint64_t seq = 0;  // the block's chain sequence number
+  bool operator==(const NsPos&) const = default;
 };
 
 class NsLog {
