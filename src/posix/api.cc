@@ -28,6 +28,7 @@
 #include "engine/file.h"
 #include "posix/api_internal.h"
 #include "posix/pool_api.h"
+#include "posix/pool_escape.h"
 #include "posix/descriptor_table.h"
 #include "posix/host_descriptor.h"
 #include "posix/op_guard.h"
@@ -170,7 +171,9 @@ int OpenOrCreateHost(const char* path, int kflags, mode_t mode, bool* created) {
 
 int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consistency) {
   if (!path) return FailErrno(EFAULT, "null path");
-  if (PoolPath p; InPool(AT_FDCWD, path, &p)) return PoolOpen(p, flags, mode, consistency);
+  if (PoolPath p; InPool(AT_FDCWD, path, &p))
+    return FollowEscape([&] { return PoolOpen(p, flags, mode, consistency); },
+                        [&](const std::string& to, int) { return OpenImpl(to.c_str(), flags, mode, consistency); });
   if (CheckOpenFlags(flags) != 0) return -1;
   // O_TRUNC must not reach the kernel: it would drop the upfs metadata.
   // O_DIRECT is meaningless for a mapped file; durability is already given.

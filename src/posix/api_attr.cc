@@ -18,6 +18,7 @@
 #include "format/format.h"
 #include "posix/api_internal.h"
 #include "posix/pool_api.h"
+#include "posix/pool_escape.h"
 #include "posix/file_registry.h"
 #include "posix/op_guard.h"
 #include "upfs/upfs.h"
@@ -169,7 +170,9 @@ int upfs_fstatat(int dirfd, const char* path, struct stat* st, int flags) {
   if (*path == '\0' && (flags & AT_EMPTY_PATH)) {
     if (int r = PoolFstatFd(dirfd, st); r != -2) return r;
   }
-  if (PoolPath p; InPool(dirfd, path, &p)) return PoolStat(p, st, !(flags & AT_SYMLINK_NOFOLLOW));
+  if (PoolPath p; InPool(dirfd, path, &p))
+    return FollowEscape([&] { return PoolStat(p, st, !(flags & AT_SYMLINK_NOFOLLOW)); },
+                        [&](const std::string& to, int) { return upfs_fstatat(AT_FDCWD, to.c_str(), st, flags); });
   if (*path == '\0' && (flags & AT_EMPTY_PATH) && ApiFileOf(dirfd, nullptr))
     return upfs_fstat(dirfd, st);
   if (fstatat(dirfd, path, st, flags) != 0) return FailErrno(errno, "stat failed");
@@ -191,7 +194,9 @@ int upfs_lstat(const char* path, struct stat* st) {
 
 int upfs_fchmodat(int dirfd, const char* path, mode_t mode, int flags) {
   if (!path) return FailErrno(EFAULT, "null path");
-  if (PoolPath p; InPool(dirfd, path, &p)) return PoolChmod(p, mode, !(flags & AT_SYMLINK_NOFOLLOW));
+  if (PoolPath p; InPool(dirfd, path, &p))
+    return FollowEscape([&] { return PoolChmod(p, mode, !(flags & AT_SYMLINK_NOFOLLOW)); },
+                        [&](const std::string& to, int) { return upfs_fchmodat(AT_FDCWD, to.c_str(), mode, flags); });
   const int look = flags & AT_SYMLINK_NOFOLLOW;
   struct stat st;
   const bool upfs = fstatat(dirfd, path, &st, look) == 0 && IsUpfsHost(dirfd, path, look, st);
@@ -218,7 +223,11 @@ int upfs_fchmod(int fd, mode_t mode) {
 
 int upfs_fchownat(int dirfd, const char* path, uid_t owner, gid_t group, int flags) {
   if (!path) return FailErrno(EFAULT, "null path");
-  if (PoolPath p; InPool(dirfd, path, &p)) return PoolChown(p, owner, group, !(flags & AT_SYMLINK_NOFOLLOW));
+  if (PoolPath p; InPool(dirfd, path, &p))
+    return FollowEscape([&] { return PoolChown(p, owner, group, !(flags & AT_SYMLINK_NOFOLLOW)); },
+                        [&](const std::string& to, int) {
+                          return upfs_fchownat(AT_FDCWD, to.c_str(), owner, group, flags);
+                        });
   if (fchownat(dirfd, path, owner, group, flags) != 0) return FailErrno(errno, "chown failed");
   const int look = flags & (AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH);
   struct stat st;
@@ -267,7 +276,9 @@ int upfs_futimens(int fd, const struct timespec times[2]) {
 int upfs_utimensat(int dirfd, const char* path, const struct timespec times[2], int flags) {
   // A null path is the kernel's futimens through utimensat.
   if (!path) return upfs_futimens(dirfd, times);
-  if (PoolPath p; InPool(dirfd, path, &p)) return PoolUtimens(p, times, !(flags & AT_SYMLINK_NOFOLLOW));
+  if (PoolPath p; InPool(dirfd, path, &p))
+    return FollowEscape([&] { return PoolUtimens(p, times, !(flags & AT_SYMLINK_NOFOLLOW)); },
+                        [&](const std::string& to, int) { return upfs_utimensat(AT_FDCWD, to.c_str(), times, flags); });
   if (*path == '\0' && (flags & AT_EMPTY_PATH)) return upfs_futimens(dirfd, times);
   if (utimensat(dirfd, path, times, flags) != 0) return FailErrno(errno, "utimensat failed");
   if (times && times[1].tv_nsec == UTIME_OMIT) return 0;
@@ -290,7 +301,9 @@ int upfs_utimensat(int dirfd, const char* path, const struct timespec times[2], 
 
 int upfs_truncate(const char* path, off_t length) {
   if (!path) return FailErrno(EFAULT, "null path");
-  if (PoolPath p; InPool(AT_FDCWD, path, &p)) return PoolTruncate(p, length);
+  if (PoolPath p; InPool(AT_FDCWD, path, &p))
+    return FollowEscape([&] { return PoolTruncate(p, length); },
+                        [&](const std::string& to, int) { return upfs_truncate(to.c_str(), length); });
   struct stat st;
   if (fstatat(AT_FDCWD, path, &st, 0) != 0 || !IsUpfsHost(AT_FDCWD, path, 0, st)) {
     if (truncate(path, length) != 0) return FailErrno(errno, "truncate failed");

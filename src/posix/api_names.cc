@@ -11,6 +11,7 @@
 #include "container/container.h"
 #include "posix/api_internal.h"
 #include "posix/pool_api.h"
+#include "posix/pool_escape.h"
 #include "posix/file_registry.h"
 #include "posix/preload_hooks.h"
 #include "upfs/upfs.h"
@@ -55,7 +56,9 @@ int upfs_is_upfs_file(const char* path) {
 int upfs_unlinkat(int dirfd, const char* path, int flags) {
   if (!path) return FailErrno(EFAULT, "null path");
   if (flags & ~AT_REMOVEDIR) return FailErrno(EINVAL, "bad unlinkat flags");
-  if (PoolPath p; InPool(dirfd, path, &p)) return PoolUnlink(p, flags & AT_REMOVEDIR);
+  if (PoolPath p; InPool(dirfd, path, &p))
+    return FollowEscape([&] { return PoolUnlink(p, flags & AT_REMOVEDIR); },
+                        [&](const std::string& to, int) { return upfs_unlinkat(AT_FDCWD, to.c_str(), flags); });
   if (flags & AT_REMOVEDIR) return unlinkat(dirfd, path, flags) == 0 ? 0 : FailErrno(errno, "rmdir failed");
   HostIdentity id{};
   bool last_link = LastLinkIdentity(dirfd, path, &id);
@@ -87,7 +90,13 @@ int upfs_renameat2(int olddirfd, const char* oldpath, int newdirfd, const char* 
   if (!oldpath || !newpath) return FailErrno(EFAULT, "null path");
   PoolPath po, pn;
   const bool in_old = InPool(olddirfd, oldpath, &po), in_new = InPool(newdirfd, newpath, &pn);
-  if (in_old && in_new) return PoolRename(po, pn, flags);
+  if (in_old && in_new) {
+    return FollowEscape([&] { return PoolRename(po, pn, flags); },
+                        [&](const std::string& to, int which) {
+                          return which == 0 ? upfs_renameat2(AT_FDCWD, to.c_str(), newdirfd, newpath, flags)
+                                            : upfs_renameat2(olddirfd, oldpath, AT_FDCWD, to.c_str(), flags);
+                        });
+  }
   if (in_old || in_new) return FailErrno(EXDEV, "rename between a pool and anything else");
   // The file replaced by the rename loses its last link, unless it is the
   // renamed file itself (two links to one inode) or they are exchanged.

@@ -18,6 +18,7 @@
 #include "posix/api_internal.h"
 #include "posix/descriptor_table.h"
 #include "posix/op_guard.h"
+#include "posix/pool_escape.h"
 #include "posix/pool_node.h"
 #include "upfs/upfs.h"
 
@@ -52,6 +53,15 @@ void GiveNumber(int n) {
 
 PoolNamespace Ns(const PoolPath& p) { return PoolNamespace(p.mount->pool.get(), &p.mount->effective); }
 
+// Resolves p (the call's path number `which`), noting where it goes on if
+// it leaves the pool (pool_escape.h).
+Status ResolveIn(PoolNamespace& ns, const PoolPath& p, bool follow, Resolved* r, int which = 0) {
+  std::string escape;
+  Status st = ns.Resolve(p.inner, follow, r, &escape, p.start);
+  if (st.err() == EXDEV && !escape.empty()) NoteEscape(*p.mount, escape, which);
+  return st;
+}
+
 // Resolves, and again while the namespace changes under the call (ESTALE).
 template <typename Fn>
 int WithRetry(Fn fn) {
@@ -60,6 +70,19 @@ int WithRetry(Fn fn) {
     if (st.err() == ESTALE && i < 100) continue;
     return st.ok() ? 0 : Fail(st);
   }
+}
+
+// A change at p's last component (not followed): fn(ns, resolved), again
+// while the namespace changes under it.
+template <typename Fn>
+int ChangeAt(const PoolPath& p, Fn fn) {
+  OpGuard g;
+  PoolNamespace ns = Ns(p);
+  return WithRetry([&]() -> Status {
+    Resolved r;
+    UPFS_RETURN_IF_ERROR(ResolveIn(ns, p, false, &r));
+    return fn(ns, r);
+  });
 }
 
 }  // namespace
@@ -125,7 +148,6 @@ int NewDescriptor(const PoolPath& p, const Resolved& r, uint32_t gen, int flags)
   node->ino = r.ino;
   node->gen = gen;
   node->type = r.type;
-  node->path = p.inner;
   node->pool->users().fetch_add(1, std::memory_order_acq_rel);
   const int fd = TakeNumber();
   if (fd < 0) return FailErrno(EMFILE, "too many pool descriptors");  // node drops the hold
@@ -156,11 +178,14 @@ Status OpenExisting(PoolNamespace& ns, const Resolved& r, int flags) {
 int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
   OpGuard g;
   if ((flags & O_ACCMODE) == O_ACCMODE) return FailErrno(EINVAL, "bad access mode");
+  // An unnamed file (one that a later linkat may name) is not built for
+  // pools: said plainly, as a file system without it says it.
+  if ((flags & O_TMPFILE) == O_TMPFILE) return FailErrno(EOPNOTSUPP, "O_TMPFILE in a pool");
   PoolNamespace ns = Ns(p);
   const bool creat = flags & O_CREAT, excl = creat && (flags & O_EXCL);
   for (int attempt = 0; attempt < 100; ++attempt) {
     Resolved r;
-    Status st = ns.Resolve(p.inner, !(flags & O_NOFOLLOW) && !excl, &r);
+    Status st = ResolveIn(ns, p, !(flags & O_NOFOLLOW) && !excl, &r);
     if (!st.ok()) return Fail(st);
     bool created = false;
     uint32_t gen = 0;
@@ -200,13 +225,13 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
 int PoolStat(const PoolPath& p, struct stat* st, bool follow) {
   OpGuard g;
   PoolNamespace ns = Ns(p);
-  Status s = ns.StatPath(p.inner, follow, st);
+  std::string escape;
+  Status s = ns.StatPath(p.inner, follow, st, &escape, p.start);
+  if (s.err() == EXDEV && !escape.empty()) NoteEscape(*p.mount, escape, 0);
   return s.ok() ? 0 : Fail(s);
 }
 
 int PoolUnlink(const PoolPath& p, bool dir) {
-  OpGuard g;
-  PoolNamespace ns = Ns(p);
   if (dir) {
     // rmdir of "." and of ".." as the kernel answers them.
     std::string_view in = p.inner;
@@ -214,9 +239,7 @@ int PoolUnlink(const PoolPath& p, bool dir) {
     if (in.ends_with("/.")) return FailErrno(EINVAL, "cannot remove .");
     if (in.ends_with("/..")) return FailErrno(ENOTEMPTY, "cannot remove ..");
   }
-  return WithRetry([&]() -> Status {
-    Resolved r;
-    UPFS_RETURN_IF_ERROR(ns.Resolve(p.inner, false, &r));
+  return ChangeAt(p, [&](PoolNamespace& ns, const Resolved& r) {
     if (!dir && !p.inner.empty() && p.inner.back() == '/' && r.ino != 0)
       return Status::Error(r.type == FileType::kDirectory ? EISDIR : ENOTDIR, "trailing slash");
     return ns.Remove(r, dir);
@@ -229,8 +252,8 @@ int PoolRename(const PoolPath& from, const PoolPath& to, unsigned flags) {
   PoolNamespace ns = Ns(from);
   return WithRetry([&]() -> Status {
     Resolved a, b;
-    UPFS_RETURN_IF_ERROR(ns.Resolve(from.inner, false, &a));
-    UPFS_RETURN_IF_ERROR(ns.Resolve(to.inner, false, &b));
+    UPFS_RETURN_IF_ERROR(ResolveIn(ns, from, false, &a, 0));
+    UPFS_RETURN_IF_ERROR(ResolveIn(ns, to, false, &b, 1));
     if (a.ino == 0) return Status::Error(ENOENT, "no such file or directory");
     return ns.Rename(a, b, flags);
   });
@@ -242,7 +265,7 @@ int OnInode(const PoolPath& p, bool follow, Fn fn) {
   OpGuard g;
   PoolNamespace ns = Ns(p);
   Resolved r;
-  if (Status s = ns.Resolve(p.inner, follow, &r); !s.ok()) return Fail(s);
+  if (Status s = ResolveIn(ns, p, follow, &r); !s.ok()) return Fail(s);
   if (r.ino == 0) return FailErrno(ENOENT, "no such file or directory");
   Status s = fn(ns, r);
   return s.ok() ? 0 : Fail(s);
@@ -337,7 +360,9 @@ int upfs_openat(int dirfd, const char* path, int flags, ...) {
   }
   if (!path) return FailErrno(EFAULT, "null path");
   PoolPath p;
-  if (InPool(dirfd, path, &p)) return PoolOpen(p, flags, mode, format::Consistency::kStrict);
+  if (InPool(dirfd, path, &p))
+    return FollowEscape([&] { return PoolOpen(p, flags, mode, format::Consistency::kStrict); },
+                        [&](const std::string& to, int) { return upfs_open(to.c_str(), flags, mode); });
   std::string abs;
   if (!AbsolutePath(dirfd, path, &abs)) return FailErrno(errno ? errno : EBADF, "bad directory descriptor");
   return upfs_open(abs.c_str(), flags, mode);
@@ -347,14 +372,12 @@ int upfs_mkdirat(int dirfd, const char* path, mode_t mode) {
   if (!path) return FailErrno(EFAULT, "null path");
   PoolPath p;
   if (!InPool(dirfd, path, &p)) return mkdirat(dirfd, path, mode) == 0 ? 0 : FailErrno(errno, "mkdir failed");
-  OpGuard g;
-  PoolNamespace ns = Ns(p);
-  return WithRetry([&]() -> Status {
-    Resolved r;
-    UPFS_RETURN_IF_ERROR(ns.Resolve(p.inner, false, &r));
-    if (r.ino != 0) return Status::Error(EEXIST, "file exists");
-    return ns.Mkdir(r, mode);
-  });
+  auto in_pool = [&] {
+    return ChangeAt(p, [&](PoolNamespace& ns, const Resolved& r) {
+      return r.ino != 0 ? Status::Error(EEXIST, "file exists") : ns.Mkdir(r, mode);
+    });
+  };
+  return FollowEscape(in_pool, [&](const std::string& to, int) { return upfs_mkdirat(AT_FDCWD, to.c_str(), mode); });
 }
 
 int upfs_mkdir(const char* path, mode_t mode) { return upfs_mkdirat(AT_FDCWD, path, mode); }
@@ -371,14 +394,19 @@ int upfs_link(const char* oldpath, const char* newpath) {
   const bool ia = InPool(AT_FDCWD, oldpath, &a), ib = InPool(AT_FDCWD, newpath, &b);
   if (!ia && !ib) return link(oldpath, newpath) == 0 ? 0 : FailErrno(errno, "link failed");
   if (ia != ib || a.mount != b.mount) return FailErrno(EXDEV, "link across pools");
-  OpGuard g;
-  PoolNamespace ns = Ns(a);
-  return WithRetry([&]() -> Status {
-    Resolved from, to;
-    UPFS_RETURN_IF_ERROR(ns.Resolve(a.inner, false, &from));
-    if (from.ino == 0) return Status::Error(ENOENT, "no such file or directory");
-    UPFS_RETURN_IF_ERROR(ns.Resolve(b.inner, false, &to));
-    return ns.Link(from, to);
+  auto in_pool = [&] {
+    OpGuard g;
+    PoolNamespace ns = Ns(a);
+    return WithRetry([&]() -> Status {
+      Resolved from, to;
+      UPFS_RETURN_IF_ERROR(ResolveIn(ns, a, false, &from, 0));
+      if (from.ino == 0) return Status::Error(ENOENT, "no such file or directory");
+      UPFS_RETURN_IF_ERROR(ResolveIn(ns, b, false, &to, 1));
+      return ns.Link(from, to);
+    });
+  };
+  return FollowEscape(in_pool, [&](const std::string& to, int which) {
+    return which == 0 ? upfs_link(to.c_str(), newpath) : upfs_link(oldpath, to.c_str());
   });
 }
 
@@ -387,13 +415,10 @@ int upfs_symlink(const char* target, const char* linkpath) {
   PoolPath p;
   if (!InPool(AT_FDCWD, linkpath, &p))
     return symlink(target, linkpath) == 0 ? 0 : FailErrno(errno, "symlink failed");
-  OpGuard g;
-  PoolNamespace ns = Ns(p);
-  return WithRetry([&]() -> Status {
-    Resolved r;
-    UPFS_RETURN_IF_ERROR(ns.Resolve(p.inner, false, &r));
-    return ns.Symlink(r, target);
-  });
+  auto in_pool = [&] {
+    return ChangeAt(p, [&](PoolNamespace& ns, const Resolved& r) { return ns.Symlink(r, target); });
+  };
+  return FollowEscape(in_pool, [&](const std::string& to, int) { return upfs_symlink(target, to.c_str()); });
 }
 
 ssize_t upfs_readlink(const char* path, char* buf, size_t bufsiz) {
@@ -403,16 +428,19 @@ ssize_t upfs_readlink(const char* path, char* buf, size_t bufsiz) {
     ssize_t n = readlink(path, buf, bufsiz);
     return n >= 0 ? n : FailErrno(errno, "readlink failed");
   }
-  OpGuard g;
-  PoolNamespace ns = Ns(p);
-  Resolved r;
-  if (Status s = ns.Resolve(p.inner, false, &r); !s.ok()) return Fail(s);
-  if (r.ino == 0) return FailErrno(ENOENT, "no such file or directory");
-  std::string t;
-  if (Status s = ns.Readlink(r.ino, &t); !s.ok()) return Fail(s);
-  const size_t n = std::min(bufsiz, t.size());
-  std::memcpy(buf, t.data(), n);
-  return ssize_t(n);
+  auto in_pool = [&]() -> ssize_t {
+    OpGuard g;
+    PoolNamespace ns = Ns(p);
+    Resolved r;
+    if (Status s = ResolveIn(ns, p, false, &r); !s.ok()) return Fail(s);
+    if (r.ino == 0) return FailErrno(ENOENT, "no such file or directory");
+    std::string t;
+    if (Status s = ns.Readlink(r.ino, &t); !s.ok()) return Fail(s);
+    const size_t n = std::min(bufsiz, t.size());
+    std::memcpy(buf, t.data(), n);
+    return ssize_t(n);
+  };
+  return FollowEscape(in_pool, [&](const std::string& to, int) { return upfs_readlink(to.c_str(), buf, bufsiz); });
 }
 
 int upfs_access(const char* path, int mode) {
@@ -420,20 +448,39 @@ int upfs_access(const char* path, int mode) {
   if (mode & ~(R_OK | W_OK | X_OK)) return FailErrno(EINVAL, "bad access mode");
   PoolPath p;
   if (!InPool(AT_FDCWD, path, &p)) return access(path, mode) == 0 ? 0 : FailErrno(errno, "access failed");
-  OpGuard g;
-  PoolNamespace ns(p.mount->pool.get(), &p.mount->real);
-  Resolved r;
-  if (Status s = ns.Resolve(p.inner, true, &r); !s.ok()) return Fail(s);
-  if (r.ino == 0) return FailErrno(ENOENT, "no such file or directory");
-  Status s = ns.Access(r.ino, mode);
-  return s.ok() ? 0 : Fail(s);
+  auto in_pool = [&] {
+    OpGuard g;
+    PoolNamespace ns(p.mount->pool.get(), &p.mount->real);
+    Resolved r;
+    if (Status s = ResolveIn(ns, p, true, &r); !s.ok()) return Fail(s);
+    if (r.ino == 0) return FailErrno(ENOENT, "no such file or directory");
+    Status s = ns.Access(r.ino, mode);
+    return s.ok() ? 0 : Fail(s);
+  };
+  return FollowEscape(in_pool, [&](const std::string& to, int) { return upfs_access(to.c_str(), mode); });
 }
 
 int upfs_statvfs(const char* path, struct statvfs* buf) {
   if (!path || !buf) return FailErrno(EFAULT, "null path");
   PoolPath p;
   if (!InPool(AT_FDCWD, path, &p)) return statvfs(path, buf) == 0 ? 0 : FailErrno(errno, "statvfs failed");
+  return FollowEscape([&] { return PoolStatvfs(p, buf); },
+                      [&](const std::string& to, int) { return upfs_statvfs(to.c_str(), buf); });
+}
+
+}  // extern "C"
+
+namespace upfs {
+
+int PoolStatvfs(const PoolPath& p, struct statvfs* buf) {
   OpGuard g;
+  {
+    // The path must name something, as for the kernel's statvfs.
+    PoolNamespace ns = Ns(p);
+    Resolved r;
+    if (Status s = ResolveIn(ns, p, true, &r); !s.ok()) return Fail(s);
+    if (r.ino == 0) return FailErrno(ENOENT, "no such file or directory");
+  }
   Pool* pool = p.mount->pool.get();
   struct statvfs host;
   if (fstatvfs(pool->medium()->fd(), &host) != 0) return FailErrno(errno, "statvfs of the pool's file system");
@@ -463,4 +510,5 @@ int upfs_statvfs(const char* path, struct statvfs* buf) {
   return 0;
 }
 
-}  // extern "C"
+}  // namespace upfs
+

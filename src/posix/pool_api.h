@@ -4,6 +4,7 @@
 #pragma once
 
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 
 #include "format/format.h"
@@ -19,6 +20,7 @@ int PoolChmod(const PoolPath& p, mode_t mode, bool follow);
 int PoolChown(const PoolPath& p, uid_t uid, gid_t gid, bool follow);
 int PoolUtimens(const PoolPath& p, const struct timespec ts[2], bool follow);
 int PoolTruncate(const PoolPath& p, off_t length);
+int PoolStatvfs(const PoolPath& p, struct statvfs* buf);
 // Descriptor forms; -2 when fd is not a pool descriptor.
 int PoolFchmod(int fd, mode_t mode);
 int PoolFchown(int fd, uid_t uid, gid_t gid);

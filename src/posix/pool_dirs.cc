@@ -14,6 +14,7 @@
 #include "posix/descriptor_table.h"
 #include "posix/op_guard.h"
 #include "posix/pool_api.h"
+#include "posix/pool_escape.h"
 #include "posix/pool_node.h"
 #include "upfs/upfs.h"
 
@@ -78,8 +79,19 @@ UPFS_DIR* upfs_opendir(const char* path) {
     d->kernel = k;
     return d;
   }
+  ClearEscape();
   const int fd = PoolOpen(p, O_RDONLY | O_DIRECTORY, 0, format::Consistency::kStrict);
-  if (fd < 0) return nullptr;
+  if (fd < 0) {
+    std::string to;
+    int which;
+    if (errno != EXDEV || !TakeEscape(&to, &which)) return nullptr;
+    EscapeHop hop;
+    if (!hop.ok()) {
+      errno = ELOOP;
+      return nullptr;
+    }
+    return upfs_opendir(to.c_str());
+  }
   UPFS_DIR* d = upfs_fdopendir(fd);
   if (!d) upfs_close(fd);
   return d;

@@ -55,14 +55,8 @@ bool AbsolutePath(int dirfd, const char* path, std::string* out) {
     *out = std::string(cwd) + "/" + path;
     return true;
   }
-  OpGuard g;
-  if (OpenFile* of = Lookup(dirfd); of && of->d->pool) {
-    const PoolNode& n = *of->d->pool;
-    Mount* m = MountOfPool(n.pool);
-    if (!m) return false;
-    *out = m->dir + n.path + "/" + path;
-    return true;
-  }
+  // (A pool directory's descriptor never gets here: InPool starts from its
+  // inode, and it has no kernel path.)
   char link[64], target[PATH_MAX];
   snprintf(link, sizeof(link), "/proc/self/fd/%d", dirfd);
   ssize_t n = readlink(link, target, sizeof(target) - 1);
@@ -97,8 +91,9 @@ Mount* MountAt(std::string_view dir) {
 // enters. Only the part up to the mount directory is normalized lexically
 // (it is the kernel's, and the mount directory need not exist there); the
 // rest goes to the pool's resolver as written, so that ".." after a
-// symbolic link and "d/." keep the kernel's meaning. A rest whose ".."
-// climbs out of the mount lexically is not in that mount.
+// symbolic link and "d/." keep the kernel's meaning. A ".." that climbs
+// above the pool's root is found there, step by step, and the call goes
+// on from the mount directory's parent (pool_escape.h).
 bool SplitAtMount(const std::string& abs, PoolPath* out) {
   std::vector<std::string_view> parts;
   std::string norm;
@@ -120,17 +115,6 @@ bool SplitAtMount(const std::string& abs, PoolPath* out) {
     Mount* m = norm.empty() ? nullptr : MountAt(norm);
     if (!m) continue;
     std::string rest = i < abs.size() ? abs.substr(i) : std::string();
-    int depth = 0;
-    bool escapes = false;
-    for (size_t k = 0; k < rest.size() && !escapes;) {
-      size_t e = rest.find('/', k);
-      if (e == std::string::npos) e = rest.size();
-      std::string_view rc(rest.data() + k, e - k);
-      if (rc == "..") escapes = --depth < 0;
-      else if (!rc.empty() && rc != ".") ++depth;
-      k = e + 1;
-    }
-    if (escapes) continue;
     *out = PoolPath{m, "/" + rest};
     return true;
   }
@@ -141,6 +125,19 @@ bool SplitAtMount(const std::string& abs, PoolPath* out) {
 
 bool InPool(int dirfd, const char* path, PoolPath* out) {
   if (g_mount_count.load(std::memory_order_acquire) == 0 || !path) return false;
+  if (path[0] != '/' && dirfd != AT_FDCWD) {
+    // Relative to a pool directory's descriptor: from its inode, wherever
+    // the directory has been renamed since (the path it was opened by is
+    // not where it is any more).
+    OpGuard g;
+    if (OpenFile* of = Lookup(dirfd); of && of->d->pool) {
+      const PoolNode& n = *of->d->pool;
+      Mount* m = MountOfPool(n.pool);
+      if (!m) return false;
+      *out = PoolPath{m, "/" + std::string(path), n.ino};
+      return true;
+    }
+  }
   std::string abs;
   if (!Absolute(dirfd, path, &abs)) return false;
   std::shared_lock<std::shared_mutex> g(g_mounts_mu);

@@ -20,6 +20,9 @@ struct Mount {
 struct PoolPath {
   Mount* mount = nullptr;
   std::string inner;
+  // The directory a relative path given with a pool directory descriptor
+  // starts from (its inode); 0: `inner` is from the pool's root.
+  uint64_t start = 0;
 };
 
 // Whether dirfd/path lies in a mounted pool (dirfd may be a pool

@@ -22,7 +22,6 @@ struct PoolNode {
   uint64_t ino = 0;
   uint32_t gen = 0;
   format::pool::FileType type{};
-  std::string path;  // inside the pool, as opened (for *at calls relative to a directory)
   // A directory's scan (getdents64, readdir): a snapshot taken at its
   // start, so that it lists every entry that exists for the whole scan
   // once, and none twice.

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -280,6 +281,152 @@ TEST_F(PoolTest, HardAndSymbolicLinks) {
   EXPECT_EQ(upfs_unlink(P("f").c_str()), 0);
   EXPECT_EQ(Read("g"), "data");
   ExpectClean();
+}
+
+// A path that leaves the pool (a link with an absolute target, or ".."
+// above the root) goes on from where it leads, as the kernel follows a
+// link out of a mount: into the same pool, or into the kernel's tree.
+TEST_F(PoolTest, LinksOutOfThePoolAreFollowed) {
+  const std::string host = "/dev/shm/upfs-pooltest-host-" + std::to_string(getpid());
+  ASSERT_EQ(mkdir(host.c_str(), 0755), 0);
+  ASSERT_EQ(close(open((host + "/k").c_str(), O_CREAT | O_WRONLY, 0644)), 0);
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  ASSERT_EQ(Create("d/f", "inside"), 0);
+  ASSERT_EQ(upfs_symlink(P("d").c_str(), P("abs_dir").c_str()), 0);
+  ASSERT_EQ(upfs_symlink(P("d/f").c_str(), P("abs_file").c_str()), 0);
+  ASSERT_EQ(upfs_symlink(host.c_str(), P("out").c_str()), 0);
+  ASSERT_EQ(upfs_symlink((".." + host).c_str(), P("up").c_str()), 0);
+  ASSERT_EQ(upfs_symlink(P("self").c_str(), P("self").c_str()), 0);
+
+  // Back into the same pool, as the last component and in the middle.
+  struct stat st, want;
+  ASSERT_EQ(upfs_stat(P("d/f").c_str(), &want), 0);
+  ASSERT_EQ(upfs_stat(P("abs_file").c_str(), &st), 0) << strerror(errno);
+  EXPECT_EQ(st.st_ino, want.st_ino);
+  ASSERT_EQ(upfs_lstat(P("abs_file").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  EXPECT_EQ(Read("abs_file"), "inside");
+  EXPECT_EQ(Read("abs_dir/f"), "inside");
+  ASSERT_EQ(Create("abs_dir/g", "made"), 0);
+  EXPECT_EQ(Read("d/g"), "made");
+  ASSERT_EQ(upfs_mkdir(P("abs_dir/sub").c_str(), 0700), 0);
+  ASSERT_EQ(upfs_stat(P("d/sub").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(upfs_access(P("abs_dir/g").c_str(), R_OK), 0);
+  EXPECT_EQ(upfs_chmod(P("abs_file").c_str(), 0600), 0);
+  ASSERT_EQ(upfs_stat(P("d/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(upfs_truncate(P("abs_dir/g").c_str(), 2), 0);
+  EXPECT_EQ(Read("d/g"), "ma");
+  EXPECT_EQ(upfs_rename(P("abs_dir/g").c_str(), P("g2").c_str()), 0);  // the old path escapes
+  EXPECT_EQ(upfs_rename(P("g2").c_str(), P("abs_dir/g3").c_str()), 0);  // the new one
+  EXPECT_EQ(Read("d/g3"), "ma");
+  EXPECT_EQ(upfs_link(P("abs_dir/g3").c_str(), P("abs_dir/g4").c_str()), 0);
+  ASSERT_EQ(upfs_stat(P("d/g4").c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 2u);
+  ASSERT_EQ(upfs_symlink("f", P("abs_dir/rel").c_str()), 0);
+  char buf[16];
+  EXPECT_EQ(upfs_readlink(P("abs_dir/rel").c_str(), buf, sizeof(buf)), 1);
+  EXPECT_EQ(upfs_unlink(P("abs_dir/g4").c_str()), 0);
+  EXPECT_EQ(upfs_rmdir(P("abs_dir/sub").c_str()), 0);
+  EXPECT_EQ(List("abs_dir"), (std::vector<std::string>{".", "..", "f", "g3", "rel"}));
+
+  // Out into the kernel's tree: an absolute target, and ".." above the root.
+  EXPECT_EQ(upfs_stat(P("out/k").c_str(), &st), 0) << strerror(errno);
+  EXPECT_EQ(upfs_stat(P("up/k").c_str(), &st), 0) << strerror(errno);
+  EXPECT_EQ(upfs_stat(P("../" + host.substr(1) + "/k").c_str(), &st), 0);
+  ASSERT_EQ(upfs_mkdir(P("out/kd").c_str(), 0755), 0);
+  EXPECT_EQ(stat((host + "/kd").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(upfs_rmdir(P("out/kd").c_str()), 0);
+  EXPECT_EQ(upfs_rename(P("d/f").c_str(), P("out/f").c_str()), -1);  // across file systems
+  EXPECT_EQ(errno, EXDEV);
+  EXPECT_EQ(upfs_stat(P("d/f").c_str(), &st), 0);
+
+  // A link that leads to itself through the mount is a loop, not a hang.
+  EXPECT_EQ(upfs_stat(P("self").c_str(), &st), -1);
+  EXPECT_EQ(errno, ELOOP);
+  EXPECT_EQ(upfs_open(P("self").c_str(), O_RDONLY), -1);
+  EXPECT_EQ(errno, ELOOP);
+
+  unlink((host + "/k").c_str());
+  rmdir(host.c_str());
+  ExpectClean();
+}
+
+TEST_F(PoolTest, Statvfs) {
+  struct statvfs a, b;
+  ASSERT_EQ(upfs_statvfs(P("").c_str(), &a), 0) << upfs_last_error();
+  EXPECT_EQ(a.f_bsize, 4096u);
+  EXPECT_EQ(a.f_namemax, 255u);
+  EXPECT_GE(a.f_blocks, a.f_bfree);
+  EXPECT_GE(a.f_files, a.f_ffree);
+  ASSERT_EQ(Create("big", std::string(4000, 'x')), 0);
+  const int fd = upfs_open(P("big").c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0);
+  const std::string mib(1 << 20, 'y');
+  ASSERT_EQ(upfs_write(fd, mib.data(), mib.size()), ssize_t(mib.size()));
+  ASSERT_EQ(upfs_close(fd), 0);
+  ASSERT_EQ(upfs_statvfs(P("big").c_str(), &b), 0);
+  EXPECT_LE(b.f_bfree + 256, a.f_bfree);  // a MiB of data is 256 blocks
+  EXPECT_EQ(upfs_statvfs(P("missing").c_str(), &b), -1);
+  EXPECT_EQ(errno, ENOENT);
+  // Through a link out of the pool: the kernel's file system.
+  ASSERT_EQ(upfs_symlink("/dev/shm", P("shm").c_str()), 0);
+  struct statvfs k;
+  ASSERT_EQ(statvfs("/dev/shm", &k), 0);
+  ASSERT_EQ(upfs_statvfs(P("shm").c_str(), &b), 0);
+  EXPECT_EQ(b.f_fsid, k.f_fsid);
+  EXPECT_NE(b.f_fsid, a.f_fsid);
+}
+
+// A directory descriptor names the directory, not the path it was opened
+// by: *at calls relative to it follow it through a rename, and fail once
+// it is removed, as the kernel's do.
+TEST_F(PoolTest, DirectoryDescriptorFollowsItsDirectory) {
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  const int dfd = upfs_open(P("d").c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(dfd, 0);
+  ASSERT_EQ(upfs_rename(P("d").c_str(), P("e").c_str()), 0);
+  const int fd = upfs_openat(dfd, "f", O_CREAT | O_WRONLY, 0644);
+  ASSERT_GE(fd, 0) << upfs_last_error();
+  ASSERT_EQ(upfs_close(fd), 0);
+  struct stat st;
+  EXPECT_EQ(upfs_stat(P("e/f").c_str(), &st), 0);
+  EXPECT_EQ(upfs_stat(P("d").c_str(), &st), -1);  // nothing made at the old path
+  ASSERT_EQ(upfs_mkdirat(dfd, "sub", 0755), 0);
+  ASSERT_EQ(upfs_fstatat(dfd, "sub", &st, 0), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  struct stat root;
+  ASSERT_EQ(upfs_stat(P("").c_str(), &root), 0);
+  ASSERT_EQ(upfs_fstatat(dfd, "..", &st, 0), 0);
+  EXPECT_EQ(st.st_ino, root.st_ino);
+  ASSERT_EQ(upfs_unlinkat(dfd, "sub", AT_REMOVEDIR), 0);
+  ASSERT_EQ(upfs_unlinkat(dfd, "f", 0), 0);
+  EXPECT_EQ(List("e"), (std::vector<std::string>{".", ".."}));
+  // Removed: nothing can be found or made in it.
+  ASSERT_EQ(upfs_rmdir(P("e").c_str()), 0);
+  EXPECT_EQ(upfs_openat(dfd, "g", O_CREAT | O_WRONLY, 0644), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(upfs_fstatat(dfd, "g", &st, 0), -1);
+  EXPECT_EQ(errno, ENOENT);
+  ASSERT_EQ(upfs_close(dfd), 0);
+  // A file's descriptor is no directory to start from.
+  ASSERT_EQ(Create("file"), 0);
+  const int ffd = upfs_open(P("file").c_str(), O_RDONLY);
+  ASSERT_GE(ffd, 0);
+  EXPECT_EQ(upfs_fstatat(ffd, "x", &st, 0), -1);
+  EXPECT_EQ(errno, ENOTDIR);
+  ASSERT_EQ(upfs_close(ffd), 0);
+  ExpectClean();
+}
+
+// O_TMPFILE is not built for pools: a clear error, nothing made.
+TEST_F(PoolTest, TmpfileIsRefused) {
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  EXPECT_EQ(upfs_open(P("d").c_str(), O_TMPFILE | O_RDWR, 0600), -1);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(List("d"), (std::vector<std::string>{".", ".."}));
 }
 
 TEST_F(PoolTest, UnlinkedFileLivesUntilClosed) {
