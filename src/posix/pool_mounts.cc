@@ -134,7 +134,8 @@ bool InPool(int dirfd, const char* path, PoolPath* out) {
       const PoolNode& n = *of->d->pool;
       Mount* m = MountOfPool(n.pool);
       if (!m) return false;
-      *out = PoolPath{m, "/" + std::string(path), n.ino};
+      // An empty path stays empty: the resolver's ENOENT, as the kernel's.
+      *out = PoolPath{m, *path ? "/" + std::string(path) : std::string(), n.ino};
       return true;
     }
   }

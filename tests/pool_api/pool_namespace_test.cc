@@ -401,6 +401,15 @@ TEST_F(PoolTest, DirectoryDescriptorFollowsItsDirectory) {
   ASSERT_EQ(upfs_stat(P("").c_str(), &root), 0);
   ASSERT_EQ(upfs_fstatat(dfd, "..", &st, 0), 0);
   EXPECT_EQ(st.st_ino, root.st_ino);
+  // An empty path names nothing, unless AT_EMPTY_PATH says the descriptor.
+  EXPECT_EQ(upfs_fstatat(dfd, "", &st, 0), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(upfs_openat(dfd, "", O_RDONLY), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(upfs_mkdirat(dfd, "", 0755), -1);
+  EXPECT_EQ(errno, ENOENT);
+  ASSERT_EQ(upfs_fstatat(dfd, "", &st, AT_EMPTY_PATH), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
   ASSERT_EQ(upfs_unlinkat(dfd, "sub", AT_REMOVEDIR), 0);
   ASSERT_EQ(upfs_unlinkat(dfd, "f", 0), 0);
   EXPECT_EQ(List("e"), (std::vector<std::string>{".", ".."}));

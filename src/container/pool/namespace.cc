@@ -136,6 +136,9 @@ bool PoolNamespace::SameView(const Resolved& r) const {
 
 Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved* out, std::string* escape,
                                     uint64_t start) {
+  // An empty path names nothing (the kernel's ENOENT; calls that take ""
+  // for a descriptor, AT_EMPTY_PATH, never get here).
+  if (path.empty()) return Status::Error(ENOENT, "empty path");
   const NsIndex& idx = *pool_->index();
   const bool trailing_slash = !path.empty() && path.back() == '/';
   PathCursor parts(path);
