@@ -17,7 +17,6 @@ constexpr uint64_t kWordsPerBlock = kBlockSize / 8;
 
 Status Bad(const std::string& what) { return Status::Corrupt("checkpoint", what); }
 
-uint32_t NameCrc(std::string_view name) { return Crc32c(name.data(), name.size()); }
 
 }  // namespace
 
@@ -56,16 +55,16 @@ uint64_t ImageWriter::PlaceName(std::string_view name) {
   return at;
 }
 
-void ImageWriter::AddDir(uint64_t ino, uint64_t parent, uint64_t subdirs,
-                         const std::vector<std::pair<std::string_view, NsEntry>>& names) {
+void ImageWriter::AddDir(uint64_t ino, uint64_t parent, uint64_t subdirs, const std::vector<Name>& names) {
   UPFS_ASSERT(dirs_ < dirs_expected_);
   const uint64_t slots = TableSlots(names.size());
   // The table, 4-word aligned (so no slot crosses a block).
   while (img_.size() % kNameSlotWords) img_.push_back(0);
   const uint64_t table = img_.size();
   img_.resize(table + slots * kNameSlotWords, 0);
-  for (const auto& [name, e] : names) {
-    const uint32_t crc = NameCrc(name);
+  // The hash as the source keeps it (an image's slot, a delta's table):
+  // not computed again.
+  for (const auto& [name, e, crc] : names) {
     uint64_t s = crc & (slots - 1);
     while (img_[table + s * kNameSlotWords] != 0) s = (s + 1) & (slots - 1);
     const uint64_t name_at = PlaceName(name);  // may grow img_: index, not pointer
@@ -129,7 +128,7 @@ Status ReadCheckpointHeader(const BlockAccess& ba, uint64_t l, const CheckpointH
   return Status::OK();
 }
 
-Status BaseImage::Open(const BlockAccess& ba, const CheckpointHeader& h, uint64_t header_block) {
+Status BaseImage::Open(const BlockAccess& ba, const CheckpointHeader& h, uint64_t header_block, bool verify) {
   h_ = &h;
   header_block_ = header_block;
   blocks_.clear();
@@ -141,12 +140,12 @@ Status BaseImage::Open(const BlockAccess& ba, const CheckpointHeader& h, uint64_
       UPFS_RETURN_IF_ERROR(ba.Addr(h.runs[r].lblock + i, &p));
       blocks_.push_back(reinterpret_cast<const uint64_t*>(p));
       const uint64_t n = std::min(left, kWordsPerBlock);
-      crc = Crc32c(p, n * 8, crc);
+      if (verify) crc = Crc32c(p, n * 8, crc);
       left -= n;
     }
   }
   if (left != 0) return Bad("image shorter than its header says");
-  if (crc != h.image_crc) return Bad("image checksum mismatch");
+  if (verify && crc != h.image_crc) return Bad("image checksum mismatch");
   BaseDir prev;
   for (uint64_t i = 0; i < h.dirs; ++i) {
     BaseDir d;
@@ -192,7 +191,7 @@ bool BaseImage::DecodeSlot(uint64_t at, std::string_view* name, NsEntry* e) cons
 }
 
 bool BaseImage::FindName(const BaseDir& d, std::string_view name, NsEntry* out) const {
-  const uint32_t crc = NameCrc(name);
+  const uint32_t crc = NameHash(name);
   for (uint64_t i = 0, s = crc & (d.slots - 1); i < d.slots; ++i, s = (s + 1) & (d.slots - 1)) {
     const uint64_t at = d.table + s * kNameSlotWords;
     if (Word(at) == 0) return false;

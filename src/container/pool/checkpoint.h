@@ -31,7 +31,11 @@ struct BaseDir {
 class BaseImage {
  public:
   // Checks the header's image (checksum of every word) and maps its blocks.
-  Status Open(const BlockAccess& ba, const format::pool::CheckpointHeader& h, uint64_t header_block);
+  // `verify` false: the image was just written by this process from the
+  // buffer its checksum was computed over (a checkpoint it publishes):
+  // the pass over every word is skipped, the structure checks are not.
+  Status Open(const BlockAccess& ba, const format::pool::CheckpointHeader& h, uint64_t header_block,
+              bool verify = true);
   uint64_t header_block() const { return header_block_; }
   const format::pool::CheckpointHeader& header() const { return *h_; }
 
@@ -40,13 +44,18 @@ class BaseImage {
   // fn(name, entry) for every name of d.
   template <typename Fn>
   void ForEachName(const BaseDir& d, Fn fn) const {
+    ForEachNameHashed(d, [&](std::string_view name, const NsEntry& e, uint32_t) { fn(name, e); });
+  }
+  // fn(name, entry, hash) for every name of d (NameHash, as the image keeps it).
+  template <typename Fn>
+  void ForEachNameHashed(const BaseDir& d, Fn fn) const {
     for (uint64_t s = 0; s < d.slots; ++s) {
       const uint64_t at = d.table + s * format::pool::kNameSlotWords;
       const uint64_t ino = Word(at);
       if (ino == 0) continue;
       std::string_view name;
       NsEntry e;
-      if (DecodeSlot(at, &name, &e)) fn(name, e);
+      if (DecodeSlot(at, &name, &e)) fn(name, e, uint32_t(Word(at + 1)));
     }
   }
   template <typename Fn>
@@ -89,8 +98,12 @@ class ImageWriter {
   // how many directories will be added; `words_hint`: the image's expected
   // size, reserved up front.
   ImageWriter(std::vector<uint64_t>* img, uint64_t dirs, uint64_t words_hint);
-  void AddDir(uint64_t ino, uint64_t parent, uint64_t subdirs,
-              const std::vector<std::pair<std::string_view, NsEntry>>& names);
+  struct Name {
+    std::string_view name;
+    NsEntry e;
+    uint32_t hash;  // NameHash(name)
+  };
+  void AddDir(uint64_t ino, uint64_t parent, uint64_t subdirs, const std::vector<Name>& names);
   void AddMultiLink(uint64_t ino, uint32_t links) { multi_.emplace_back(ino, links); }
   // Completes the image's words; fills the header's counts (dirs, entries,
   // multi, multi_words, image_words, image_crc).

@@ -12,6 +12,7 @@
 
 #include "container/pool/pool_format.h"
 #include "util/assert.h"
+#include "util/crc32c.h"
 
 namespace upfs {
 
@@ -20,11 +21,16 @@ struct NsEntry {
   format::pool::FileType type{};
 };
 
+// A name's hash: CRC-32C, which the checkpoint image keeps for every name
+// (so that a checkpoint moving names between the two never hashes again).
+inline uint32_t NameHash(std::string_view name) { return Crc32c(name.data(), name.size()); }
+
 class NameTable {
  public:
-  NsEntry* Find(std::string_view name) {
+  NsEntry* Find(std::string_view name) { return Find(name, NameHash(name)); }
+  // `h`: NameHash(name), known already.
+  NsEntry* Find(std::string_view name, uint32_t h) {
     if (count_ == 0) return nullptr;
-    const uint64_t h = Hash(name);
     for (size_t i = h & mask_;; i = (i + 1) & mask_) {
       Slot& s = slots_[i];
       if (!s.used) return nullptr;
@@ -32,6 +38,9 @@ class NameTable {
     }
   }
   const NsEntry* Find(std::string_view name) const { return const_cast<NameTable*>(this)->Find(name); }
+  const NsEntry* Find(std::string_view name, uint32_t h) const {
+    return const_cast<NameTable*>(this)->Find(name, h);
+  }
 
   // False if the name is there already.
   bool Insert(std::string_view name, NsEntry e) {
@@ -94,6 +103,12 @@ class NameTable {
     for (const Slot& s : slots_)
       if (s.used) fn(NameOf(s), s.e);
   }
+  // fn(name, entry, NameHash(name)).
+  template <typename Fn>
+  void ForEachHashed(Fn fn) const {
+    for (const Slot& s : slots_)
+      if (s.used) fn(NameOf(s), s.e, uint32_t(s.hash));
+  }
 
  private:
   struct Slot {
@@ -103,7 +118,7 @@ class NameTable {
     uint16_t len;
     uint16_t used;
   };
-  static uint64_t Hash(std::string_view s) { return std::hash<std::string_view>{}(s); }
+  static uint64_t Hash(std::string_view s) { return NameHash(s); }
   std::string_view NameOf(const Slot& s) const { return std::string_view(arena_.data() + s.off, s.len); }
 
   // Rebuilds with `cap` slots and a compacted arena.

@@ -69,10 +69,11 @@ void NsIndex::BuildImage(std::vector<uint64_t>* image, format::pool::CheckpointH
     words += ImageWriter::TableSlots(info.entries) * format::pool::kNameSlotWords + 2 * info.entries +
              format::pool::kNameSlotWords;
   ImageWriter w(image, dirs.size(), words + words / 8);
-  std::vector<std::pair<std::string_view, NsEntry>> names;
+  std::vector<ImageWriter::Name> names;
   for (const auto& [ino, info] : dirs) {
     names.clear();
-    List(ino, [&](std::string_view n, const NsEntry& e) { names.emplace_back(n, e); });
+    names.reserve(info.entries);
+    ListHashed(ino, [&](std::string_view n, const NsEntry& e, uint32_t h) { names.push_back({n, e, h}); });
     w.AddDir(ino, info.parent, info.subdirs, names);
   }
   std::unordered_map<uint64_t, uint32_t> multi;

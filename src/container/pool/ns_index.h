@@ -72,7 +72,13 @@ class NsIndex {
   bool IsAncestorOrSelf(uint64_t ino, uint64_t dir) const;
   // fn(name, entry) for every name of directory `dir`.
   template <typename Fn>
-  void List(uint64_t dir, Fn fn) const;
+  void List(uint64_t dir, Fn fn) const {
+    ListHashed(dir, [&](std::string_view name, const NsEntry& e, uint32_t) { fn(name, e); });
+  }
+  // fn(name, entry, NameHash(name)): the hash as the layers keep it (a
+  // checkpoint moves names without hashing them again).
+  template <typename Fn>
+  void ListHashed(uint64_t dir, Fn fn) const;
   // fn(ino, info) for every directory.
   template <typename Fn>
   void ForEachDir(Fn fn) const;
@@ -114,8 +120,8 @@ class NsIndex {
   // List and ForEachDir of a frozen layer, type-erased (LowerList and
   // ForEachDir call them: as templates they would instantiate themselves
   // without end, a lambda around a lambda per layer).
-  void ListErased(uint64_t dir, const std::function<void(std::string_view, const NsEntry&)>& fn) const {
-    List(dir, fn);
+  void ListErased(uint64_t dir, const std::function<void(std::string_view, const NsEntry&, uint32_t)>& fn) const {
+    ListHashed(dir, fn);
   }
   void ForEachDirErased(const std::function<void(uint64_t, const NsDirInfo&)>& fn) const { ForEachDir(fn); }
   // The inode named by a removed entry loses that name.
@@ -133,26 +139,26 @@ class NsIndex {
 template <typename Fn>
 void NsIndex::LowerList(uint64_t dir, Fn fn) const {
   if (frozen_) {  // type-erased: a template would instantiate itself for ever
-    frozen_->ListErased(dir, std::function<void(std::string_view, const NsEntry&)>(fn));
+    frozen_->ListErased(dir, std::function<void(std::string_view, const NsEntry&, uint32_t)>(fn));
     return;
   }
   BaseDir b;
-  if (base_ && base_->FindDir(dir, &b)) base_->ForEachName(b, fn);
+  if (base_ && base_->FindDir(dir, &b)) base_->ForEachNameHashed(b, fn);
 }
 
 template <typename Fn>
-void NsIndex::List(uint64_t dir, Fn fn) const {
+void NsIndex::ListHashed(uint64_t dir, Fn fn) const {
   auto d = dirs_.find(dir);
   const DeltaDir* dd = d == dirs_.end() ? nullptr : &d->second;
   if (dd && dd->removed) return;
   if (!(dd && dd->fresh)) {
-    LowerList(dir, [&](std::string_view name, const NsEntry& e) {
-      if (!dd || dd->hides_base == 0 || !dd->names.Find(name)) fn(name, e);
+    LowerList(dir, [&](std::string_view name, const NsEntry& e, uint32_t h) {
+      if (!dd || dd->hides_base == 0 || !dd->names.Find(name, h)) fn(name, e, h);
     });
   }
   if (dd) {
-    dd->names.ForEach([&](std::string_view name, const NsEntry& e) {
-      if (e.type != format::pool::FileType::kFree) fn(name, e);
+    dd->names.ForEachHashed([&](std::string_view name, const NsEntry& e, uint32_t h) {
+      if (e.type != format::pool::FileType::kFree) fn(name, e, h);
     });
   }
 }

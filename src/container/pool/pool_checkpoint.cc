@@ -152,11 +152,12 @@ Status Pool::WriteImageOf(const NsIndex& frozen, NsPos at, CheckpointHeader* hp,
   h.header_crc = CheckpointHeaderCrc(h);
   pm::CopyNT(medium_->base() + (uint64_t(header_block) << kBlockShift), &h, kBlockSize);
   pm::Fence();
-  // Opened (its checksum read) before the lock is taken.
+  // Opened before the lock is taken (its words are the buffer the checksum
+  // was just computed over: not read again).
   const CheckpointHeader* written;
   auto image_base = std::make_unique<BaseImage>();
   Status st = ReadCheckpointHeader(access_, header_block, &written);
-  if (st.ok()) st = image_base->Open(access_, *written, header_block);
+  if (st.ok()) st = image_base->Open(access_, *written, header_block, /*verify=*/false);
   if (!st.ok()) {
     give_back();
     return st;
