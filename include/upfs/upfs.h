@@ -153,12 +153,18 @@ const char *upfs_last_error(void);
  * per-file behaviour above. Descriptors of pool files and directories are
  * upfs descriptors (numbers from 1<<19 up, never kernel descriptors): they
  * work with every upfs_* descriptor call. A rename or link between a pool
- * and anything else fails with EXDEV, as across mounts.
+ * and anything else fails with EXDEV, as across mounts. A path that leaves
+ * the pool while it is resolved (a symbolic link with an absolute target,
+ * ".." above the pool's root) goes on from where it leads, another pool or
+ * the kernel's tree, as the kernel follows it; *at calls relative to a
+ * pool directory's descriptor start from that directory wherever it has
+ * been renamed to. O_TMPFILE in a pool fails with EOPNOTSUPP.
  *
  * Times in a pool: mtime and ctime as the kernel keeps them; atime is set
  * at creation and by utimensat only (the noatime policy). Permissions are
  * checked against the caller's effective uid and gid and its supplementary
- * groups, root (uid 0) passing as in the kernel. */
+ * groups, root (uid 0) passing as in the kernel; they and the umask are
+ * read at upfs_mount: a process that changes them must mount again. */
 
 /* Makes a new, empty pool file `pool` (EEXIST if it exists). size_hint
  * (bytes, 0 for the default) is the space to map up front: the pool grows

@@ -32,11 +32,18 @@ std::vector<Retiree> g_retirees;
 std::atomic<size_t> g_retiree_count{0};
 
 // Runs the retirees that no running call can still use. With `add`, first
-// retires it.
+// retires it. Without, the end of a call: if another thread is reclaiming
+// already, it does not wait for it (what that thread's pass could not free
+// yet, the next call to end frees).
 void Reclaim(std::function<void()>* add) {
   std::vector<std::function<void()>> ready;
   {
-    std::lock_guard<std::mutex> g(g_retire_mu);
+    std::unique_lock<std::mutex> g(g_retire_mu, std::defer_lock);
+    if (add) {
+      g.lock();
+    } else if (!g.try_lock()) {
+      return;
+    }
     if (add) {
       uint64_t e = g_epoch.fetch_add(1, std::memory_order_seq_cst);
       g_retirees.push_back({e, std::move(*add)});
