@@ -175,7 +175,7 @@ Status PeekStat(int fd, const std::string& path, FileStat* out) {
     *seq = reinterpret_cast<const LogBlock*>(ba.AddrUnchecked(uint32_t(*head)))->seq;
     return Status::OK();
   };
-  uint64_t head, seq, head2, seq2;
+  uint64_t head = 0, seq = 0, head2 = 0, seq2 = 0;  // set by head_now (GCC 12 cannot tell)
   UPFS_RETURN_IF_ERROR(head_now(&head, &seq));
   BlockTable table;
   ReplayResult res;
