@@ -45,7 +45,7 @@ class NameTable {
   // False if the name is there already.
   bool Insert(std::string_view name, NsEntry e) {
     if ((count_ + 1) * 4 > slots_.size() * 3) Rehash(slots_.empty() ? 8 : slots_.size() * 2);
-    const uint64_t h = Hash(name);
+    const uint64_t h = NameHash(name);
     size_t i = h & mask_;
     for (;; i = (i + 1) & mask_) {
       Slot& s = slots_[i];
@@ -66,7 +66,7 @@ class NameTable {
   // False if the name is not there.
   bool Erase(std::string_view name) {
     if (count_ == 0) return false;
-    const uint64_t h = Hash(name);
+    const uint64_t h = NameHash(name);
     size_t i = h & mask_;
     for (;; i = (i + 1) & mask_) {
       Slot& s = slots_[i];
@@ -118,7 +118,6 @@ class NameTable {
     uint16_t len;
     uint16_t used;
   };
-  static uint64_t Hash(std::string_view s) { return NameHash(s); }
   std::string_view NameOf(const Slot& s) const { return std::string_view(arena_.data() + s.off, s.len); }
 
   // Rebuilds with `cap` slots and a compacted arena.
