@@ -53,13 +53,16 @@ void GiveNumber(int n) {
 
 PoolNamespace Ns(const PoolPath& p) { return PoolNamespace(p.mount->pool.get(), &p.mount->effective); }
 
-// Resolves p (the call's path number `which`), noting where it goes on if
-// it leaves the pool (pool_escape.h).
-Status ResolveIn(PoolNamespace& ns, const PoolPath& p, bool follow, Resolved* r, int which = 0) {
-  std::string escape;
-  Status st = ns.Resolve(p.inner, follow, r, &escape, p.start);
+// A resolution of p (the call's path number `which`) ended with `st`:
+// where the path goes on if it left the pool is noted (pool_escape.h).
+Status Noting(Status st, const PoolPath& p, const std::string& escape, int which) {
   if (st.err() == EXDEV && !escape.empty()) NoteEscape(*p.mount, escape, which);
   return st;
+}
+
+Status ResolveIn(PoolNamespace& ns, const PoolPath& p, bool follow, Resolved* r, int which = 0) {
+  std::string escape;
+  return Noting(ns.Resolve(p.inner, follow, r, &escape, p.start), p, escape, which);
 }
 
 // Resolves, and again while the namespace changes under the call (ESTALE).
@@ -226,8 +229,7 @@ int PoolStat(const PoolPath& p, struct stat* st, bool follow) {
   OpGuard g;
   PoolNamespace ns = Ns(p);
   std::string escape;
-  Status s = ns.StatPath(p.inner, follow, st, &escape, p.start);
-  if (s.err() == EXDEV && !escape.empty()) NoteEscape(*p.mount, escape, 0);
+  Status s = Noting(ns.StatPath(p.inner, follow, st, &escape, p.start), p, escape, 0);
   return s.ok() ? 0 : Fail(s);
 }
 

@@ -79,22 +79,14 @@ UPFS_DIR* upfs_opendir(const char* path) {
     d->kernel = k;
     return d;
   }
-  ClearEscape();
-  const int fd = PoolOpen(p, O_RDONLY | O_DIRECTORY, 0, format::Consistency::kStrict);
-  if (fd < 0) {
-    std::string to;
-    int which;
-    if (errno != EXDEV || !TakeEscape(&to, &which)) return nullptr;
-    EscapeHop hop;
-    if (!hop.ok()) {
-      errno = ELOOP;
-      return nullptr;
-    }
-    return upfs_opendir(to.c_str());
-  }
-  UPFS_DIR* d = upfs_fdopendir(fd);
-  if (!d) upfs_close(fd);
-  return d;
+  auto in_pool = [&]() -> UPFS_DIR* {
+    const int fd = PoolOpen(p, O_RDONLY | O_DIRECTORY, 0, format::Consistency::kStrict);
+    if (fd < 0) return nullptr;
+    UPFS_DIR* d = upfs_fdopendir(fd);
+    if (!d) upfs_close(fd);
+    return d;
+  };
+  return FollowEscape(in_pool, [&](const std::string& to, int) { return upfs_opendir(to.c_str()); });
 }
 
 struct dirent* upfs_readdir(UPFS_DIR* d) {

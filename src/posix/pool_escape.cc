@@ -14,8 +14,8 @@ thread_local NotedEscape t_escape;
 thread_local int t_hops = 0;
 constexpr int kMaxHops = 40;  // as the kernel's MAXSYMLINKS
 
-}  // namespace
-
+// The absolute path an escape `rest` from the pool mounted at `mount_dir`
+// leads to.
 std::string EscapeTarget(std::string_view mount_dir, std::string_view rest) {
   if (!rest.empty() && rest.front() == '/') return std::string(rest);
   // "..", then what followed it: the parent of the mount directory (which
@@ -27,6 +27,8 @@ std::string EscapeTarget(std::string_view mount_dir, std::string_view rest) {
   out += after;
   return out.empty() ? std::string("/") : out;
 }
+
+}  // namespace
 
 void NoteEscape(const Mount& m, std::string_view rest, int which) {
   t_escape.set = true;

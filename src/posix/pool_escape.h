@@ -26,10 +26,6 @@ void ClearEscape();
 // The escape the last pool call noted, if any (and forgets it).
 bool TakeEscape(std::string* path, int* which);
 
-// The absolute path an escape `rest` from the pool mounted at `mount_dir`
-// leads to.
-std::string EscapeTarget(std::string_view mount_dir, std::string_view rest);
-
 // Counts the restarts of one call (thread-local): false beyond the limit.
 class EscapeHop {
  public:
