@@ -134,21 +134,13 @@ bool PoolNamespace::SameView(const Resolved& r) const {
   return r.seen == pool_->log()->pos();
 }
 
-Status PoolNamespace::NameStillFree(const Resolved& at) const {
-  if (SameView(at)) return Status::OK();  // Resolve saw the name absent
-  NsEntry e;
-  if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
-  if (pool_->index()->Find(at.dir, at.name, &e)) return Status::Error(EEXIST, "file exists");
-  return Status::OK();
-}
-
 Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved* out, std::string* escape,
                                     uint64_t start) {
   // An empty path names nothing (the kernel's ENOENT; calls that take ""
   // for a descriptor, AT_EMPTY_PATH, never get here).
   if (path.empty()) return Status::Error(ENOENT, "empty path");
   const NsIndex& idx = *pool_->index();
-  const bool trailing_slash = path.back() == '/';
+  const bool trailing_slash = !path.empty() && path.back() == '/';
   PathCursor parts(path);
   uint64_t cur = pool_->root_ino();
   if (start != 0 && start != cur) {
@@ -330,7 +322,13 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
   UPFS_RETURN_IF_ERROR(NewInode(FileType::kRegular, at.dir, mode & ~who_->umask, &n, &image));
   NsRecord rec{RecordType::kCreate, FileType::kRegular, n, at.dir, 0, 0, at.name, {}};
   TouchDir(at.dir);
-  Status st = Commit(rec, [&] { return NameStillFree(at); });
+  Status st = Commit(rec, [&]() -> Status {
+    NsEntry e;
+    if (SameView(at)) return Status::OK();  // Resolve saw the name absent
+    if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
+    if (pool_->index()->Find(at.dir, at.name, &e)) return Status::Error(EEXIST, "file exists");
+    return Status::OK();
+  });
   if (!st.ok()) {
     pool_->inodes()->Free(n);
     return st;
@@ -352,7 +350,13 @@ Status PoolNamespace::Mkdir(const Resolved& at, mode_t mode) {
   UPFS_RETURN_IF_ERROR(NewInode(FileType::kDirectory, at.dir, mode & 07777 & ~who_->umask, &n, &image));
   NsRecord rec{RecordType::kMkdir, FileType::kDirectory, n, at.dir, 0, 0, at.name, {}};
   TouchDir(at.dir);
-  Status st = Commit(rec, [&] { return NameStillFree(at); });
+  Status st = Commit(rec, [&]() -> Status {
+    NsEntry e;
+    if (SameView(at)) return Status::OK();  // Resolve saw the name absent
+    if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
+    if (pool_->index()->Find(at.dir, at.name, &e)) return Status::Error(EEXIST, "file exists");
+    return Status::OK();
+  });
   if (!st.ok()) pool_->inodes()->Free(n);
   return st;
 }
@@ -383,7 +387,13 @@ Status PoolNamespace::Symlink(const Resolved& at, std::string_view target) {
   }
   NsRecord rec{RecordType::kCreate, FileType::kSymlink, n, at.dir, 0, 0, at.name, {}};
   TouchDir(at.dir);
-  Status st = Commit(rec, [&] { return NameStillFree(at); });
+  Status st = Commit(rec, [&]() -> Status {
+    NsEntry e;
+    if (SameView(at)) return Status::OK();  // Resolve saw the name absent
+    if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
+    if (pool_->index()->Find(at.dir, at.name, &e)) return Status::Error(EEXIST, "file exists");
+    return Status::OK();
+  });
   if (!st.ok()) pool_->ReleaseInode(n);
   return st;
 }

@@ -110,9 +110,6 @@ class PoolNamespace {
   Status Commit(const NsRecord& rec, const std::function<Status()>& validate);
   // Whether the index is where it was when `r` was resolved (index lock held).
   bool SameView(const Resolved& r) const;
-  // A commit's check that `at`'s directory still exists and its name is
-  // still free (index lock held, at the tail).
-  Status NameStillFree(const Resolved& at) const;
   Status NewInode(format::pool::FileType kind, uint64_t dir, mode_t mode, uint64_t* ino,
                   format::pool::Inode* image);
   void TouchDir(uint64_t dir);
