@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_written.h"
 #include "cli/cli.h"
 #include "medium/medium.h"
 #include "upfs/upfs.h"
@@ -101,6 +102,7 @@ class File {
       if (r >= 0) errno = EIO;
       return false;
     }
+    CountWritten(n);
     return !fsync_writes_ || Fsync();
   }
 
@@ -110,6 +112,7 @@ class File {
       if (r >= 0) errno = EIO;
       return false;
     }
+    CountWritten(n);
     return !fsync_writes_ || Fsync();
   }
 
@@ -197,6 +200,22 @@ enum class Kind {
 
 inline bool IsNamespace(Kind k) { return k >= Kind::kNsCreate; }
 
+// Workloads whose operations write data: they get a write amplification.
+inline bool Writes(Kind k) {
+  switch (k) {
+    case Kind::kWriteSeq:
+    case Kind::kWriteRand:
+    case Kind::kAppend:
+    case Kind::kWriteSub:
+    case Kind::kMixed:
+    case Kind::kCreate:
+    case Kind::kNsCreate512:
+      return true;
+    default:
+      return false;
+  }
+}
+
 struct Workload {
   const char* name;
   Kind kind;
@@ -253,6 +272,9 @@ struct Config {
 struct Result {
   std::string name;
   std::vector<double> upfs_ops, kernel_ops;  // per round
+  // Bytes written back to media per byte the program wrote (upfs side;
+  // workloads that write), from one untimed counting pass.
+  std::optional<double> pm_bytes_per_byte;
 };
 
 // Everything one side needs: the shared prefilled file (created lazily) and
@@ -313,6 +335,7 @@ class Bench {
   Status RunBatched(const Workload& w, SideState* s, double* ops_per_s);
   Status RunCreate2t(SideState* s, double* ops_per_s);
   Status Prepare(const Workload& w);
+  Status CountAmplification(size_t wi, const Workload& w, Result* r);
   Status Finish(const Workload& w);
   void PrintTable(const std::vector<Result>& results) const;
   Status WriteJson(const std::vector<Result>& results) const;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "cli/bench_written.h"
 #include "cli/cli.h"
 #include "upfs/upfs.h"
 #include "util/status.h"
@@ -32,7 +33,9 @@ struct Ns {
   int Mkdir(const char* p) const { return upfs ? upfs_mkdir(p, 0700) : mkdir(p, 0700); }
   int Rmdir(const char* p) const { return upfs ? upfs_rmdir(p) : rmdir(p); }
   bool Write(int fd, const char* buf, size_t n) const {
-    return (upfs ? upfs_write(fd, buf, n) : write(fd, buf, n)) == ssize_t(n);
+    if ((upfs ? upfs_write(fd, buf, n) : write(fd, buf, n)) != ssize_t(n)) return false;
+    CountWritten(n);
+    return true;
   }
   int Fsync(int fd) const { return upfs ? upfs_fsync(fd) : fsync(fd); }
 

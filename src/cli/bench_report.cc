@@ -25,17 +25,26 @@ double Spread(const std::vector<double>& v) {
 void Bench::PrintTable(const std::vector<Result>& results) const {
   int w = 18;  // the pool workloads' names are longer
   for (const Result& r : results) w = std::max(w, int(r.name.size()));
-  std::printf("%-*s %14s %6s %14s %6s %12s\n", w, "workload", "upfs ops/s", "+-%", "kernel ops/s",
-              "+-%", "upfs/kernel");
+  std::printf("%-*s %14s %6s %14s %6s %12s %8s\n", w, "workload", "upfs ops/s", "+-%",
+              "kernel ops/s", "+-%", "upfs/kernel", "pm B/B");
+  bool any_written = false;
   for (const Result& r : results) {
     double u = Median(r.upfs_ops), k = Median(r.kernel_ops);
-    std::printf("%-*s %14s %6.1f %14s %6.1f %11.2fx\n", w, r.name.c_str(),
+    char amp[32] = "-";
+    if (r.pm_bytes_per_byte) std::snprintf(amp, sizeof amp, "%.2f", *r.pm_bytes_per_byte);
+    any_written = any_written || r.pm_bytes_per_byte;
+    std::printf("%-*s %14s %6.1f %14s %6.1f %11.2fx %8s\n", w, r.name.c_str(),
                 WithCommas(uint64_t(u)).c_str(), Spread(r.upfs_ops),
-                WithCommas(uint64_t(k)).c_str(), Spread(r.kernel_ops), k > 0 ? u / k : 0.0);
+                WithCommas(uint64_t(k)).c_str(), Spread(r.kernel_ops), k > 0 ? u / k : 0.0, amp);
   }
   std::printf("\nops/s: median over %d rounds of %.2f s per side; +-%%: half the range of the "
               "rounds, in %% of the median.\n",
               cfg_.rounds, cfg_.seconds);
+  if (any_written) {
+    std::printf("pm B/B: bytes upfs wrote back to the medium (cache lines of non-temporal\n"
+                "copies, and flushed lines stored to since) per byte the workload wrote;\n"
+                "one untimed round with the persistence primitives counted.\n");
+  }
   if (cfg_.pool) {
     std::printf("pool-*: upfs in a pool on %s, kernel in a directory there; namespace operations\n"
                 "are not followed by an fsync of the directory on either side.\n",
@@ -72,10 +81,13 @@ Status Bench::WriteJson(const std::vector<Result>& results) const {
   for (size_t i = 0; i < results.size(); i++) {
     const Result& r = results[i];
     double u = Median(r.upfs_ops), k = Median(r.kernel_ops);
-    char buf[256];
+    char amp[64] = "";
+    if (r.pm_bytes_per_byte)
+      std::snprintf(amp, sizeof amp, ", \"pm_bytes_per_byte\": %.4f", *r.pm_bytes_per_byte);
+    char buf[320];
     std::snprintf(buf, sizeof buf,
-                  "  {\"name\": %s, \"upfs_ops\": %.1f, \"kernel_ops\": %.1f, \"ratio\": %.4f}%s\n",
-                  JsonString(r.name).c_str(), u, k, k > 0 ? u / k : 0.0,
+                  "  {\"name\": %s, \"upfs_ops\": %.1f, \"kernel_ops\": %.1f, \"ratio\": %.4f%s}%s\n",
+                  JsonString(r.name).c_str(), u, k, k > 0 ? u / k : 0.0, amp,
                   i + 1 < results.size() ? "," : "");
     text += buf;
   }

@@ -139,8 +139,13 @@ import json, sys
 rows = json.load(open(sys.argv[1]))
 names = [r["name"] for r in rows]
 assert len(names) == 13 and all(n.startswith("pool-") for n in names), names
+writing = {"pool-create-512", "pool-overwrite-rand-4k", "pool-append-4k"}
 for r in rows:
-    assert set(r) == {"name", "upfs_ops", "kernel_ops", "ratio"}, r
+    keys = {"name", "upfs_ops", "kernel_ops", "ratio"}
+    if r["name"] in writing:
+        keys.add("pm_bytes_per_byte")
+        assert r["pm_bytes_per_byte"] >= 1.0, r
+    assert set(r) == keys, r
     assert r["upfs_ops"] > 0 and r["kernel_ops"] > 0, r
 PY
 then ok "bench --pool JSON is well formed"; else bad "bench --pool JSON"; fi

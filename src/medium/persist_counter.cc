@@ -1,0 +1,62 @@
+#include "medium/persist_counter.h"
+
+#include "util/assert.h"
+
+namespace upfs {
+
+namespace {
+
+constexpr uintptr_t kLine = 64;
+
+uintptr_t FirstLine(const void* addr) { return reinterpret_cast<uintptr_t>(addr) / kLine; }
+
+uintptr_t EndLine(const void* addr, size_t n) {
+  return (reinterpret_cast<uintptr_t>(addr) + n + kLine - 1) / kLine;
+}
+
+}  // namespace
+
+PersistCounter::PersistCounter() {
+  pm::Recorder* expected = nullptr;
+  const bool installed = pm::g_recorder.compare_exchange_strong(expected, this);
+  UPFS_ASSERT(installed);
+  (void)installed;
+}
+
+PersistCounter::~PersistCounter() {
+  pm::Recorder* expected = this;
+  pm::g_recorder.compare_exchange_strong(expected, nullptr);
+}
+
+uint64_t PersistCounter::bytes() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return bytes_;
+}
+
+// A non-temporal write goes to media whole lines at a time, and a line it
+// writes is no longer dirty in the cache.
+void PersistCounter::CountLines(const void* addr, size_t n) {
+  if (n == 0) return;
+  std::lock_guard<std::mutex> g(mu_);
+  for (uintptr_t l = FirstLine(addr); l < EndLine(addr, n); ++l) dirty_.erase(l);
+  bytes_ += (EndLine(addr, n) - FirstLine(addr)) * kLine;
+}
+
+void PersistCounter::OnCopy(void* dst, const void*, size_t n) { CountLines(dst, n); }
+
+void PersistCounter::OnZero(void* dst, size_t n) { CountLines(dst, n); }
+
+void PersistCounter::OnStore(void* dst, uint64_t) {
+  std::lock_guard<std::mutex> g(mu_);
+  dirty_.insert(FirstLine(dst));
+}
+
+void PersistCounter::OnFlush(const void* addr, size_t n) {
+  if (n == 0) return;
+  std::lock_guard<std::mutex> g(mu_);
+  for (uintptr_t l = FirstLine(addr); l < EndLine(addr, n); ++l) {
+    if (dirty_.erase(l)) bytes_ += kLine;
+  }
+}
+
+}  // namespace upfs
