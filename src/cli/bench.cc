@@ -62,6 +62,10 @@ const char kBenchHelp[] =
     "\n"
     "workloads (4 KiB = one block):\n"
     "  read-seq-4k        sequential 4 KiB preads\n"
+    "  read-seq-4k-cold   the same from the file's start, each round in a new\n"
+    "                     process that opens the file (a program reading a file\n"
+    "                     it did not write: the open and every first mapping\n"
+    "                     of a page count)\n"
     "  read-rand-4k       random block-aligned 4 KiB preads\n"
     "  overwrite-seq-4k   sequential 4 KiB pwrites over existing data\n"
     "  overwrite-rand-4k  random block-aligned 4 KiB pwrites over existing data\n"
@@ -398,6 +402,7 @@ Status Bench::Run() {
 using namespace bench;
 
 int RunBench(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "--cold-reader") return RunColdReader(args);
   ParsedArgs p = ParseArgs(args, {{"dir", true}, {"json", true}, {"quick"}, {"seconds", true},
                                   {"rounds", true}, {"filter", true}, {"size", true},
                                   {"mode", true}, {"verbose"}, {"pool"}});

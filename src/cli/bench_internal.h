@@ -177,6 +177,7 @@ class File {
 // ---------------------------------------------------------------------------
 enum class Kind {
   kReadSeq,
+  kReadSeqCold,  // read-seq-4k in a new process per round (bench_cold.cc)
   kReadRand,
   kWriteSeq,
   kWriteRand,
@@ -224,7 +225,8 @@ struct Workload {
 
 inline const std::vector<Workload>& AllWorkloads() {
   static const std::vector<Workload> w = {
-      {"read-seq-4k", Kind::kReadSeq, 4096},       {"read-rand-4k", Kind::kReadRand, 4096},
+      {"read-seq-4k", Kind::kReadSeq, 4096},       {"read-seq-4k-cold", Kind::kReadSeqCold, 4096},
+      {"read-rand-4k", Kind::kReadRand, 4096},
       {"overwrite-seq-4k", Kind::kWriteSeq, 4096}, {"overwrite-rand-4k", Kind::kWriteRand, 4096},
       {"append-4k", Kind::kAppend, 4096},          {"append-100", Kind::kAppend, 100},
       {"overwrite-128", Kind::kWriteSub, 128},
@@ -325,6 +327,7 @@ class Bench {
   Status RunRound(size_t wi, const Workload& w, SideState* s, int round, double* ops_per_s);
   Status RunAppend(const Workload& w, SideState* s, double* ops_per_s);
   Status RunMixed(size_t wi, SideState* s, int round, double* ops_per_s);
+  Status RunColdRead(SideState* s, double* ops_per_s);  // bench_cold.cc
   Status RunMetadata(const Workload& w, SideState* s, double* ops_per_s);
   // bench_pool.cc
   Status SetupPool();
@@ -377,3 +380,9 @@ std::vector<std::pair<size_t, const Workload*>> Chosen(const std::vector<std::st
                                                        bool pool);
 
 }  // namespace upfs::cli::bench
+
+namespace upfs::cli {
+// `upfs bench --cold-reader ...`: one read-seq-4k-cold round in a new
+// process (bench_cold.cc).
+int RunColdReader(const std::vector<std::string>& args);
+}  // namespace upfs::cli

@@ -67,6 +67,7 @@ Status Bench::RunAppend(const Workload& w, SideState* s, double* ops_per_s) {
 
 Status Bench::RunRound(size_t wi, const Workload& w, SideState* s, int round, double* ops_per_s) {
   if (w.kind == Kind::kMixed) return RunMixed(wi, s, round, ops_per_s);
+  if (w.kind == Kind::kReadSeqCold) return RunColdRead(s, ops_per_s);
   if (IsNamespace(w.kind)) return RunNamespace(wi, w, s, round, ops_per_s);
   if (w.kind == Kind::kCreate || w.kind == Kind::kOpenClose) return RunMetadata(w, s, ops_per_s);
   const uint64_t size = cfg_.file_size;

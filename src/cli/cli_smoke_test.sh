@@ -116,5 +116,11 @@ expect 0 "tiny metadata bench" "$UPFS" bench --dir "$DIR" --size 8M --seconds 0.
 contains "create-512" "bench runs create-512"
 contains "open-close" "bench runs open-close"
 if ls -d "$DIR"/upfs-bench.* >/dev/null 2>&1; then bad "metadata bench left its directory"; else ok "metadata bench cleaned up"; fi
+expect 0 "tiny cold-read bench (a new process per round)" "$UPFS" bench --dir "$DIR" --size 8M \
+  --seconds 0.02 --rounds 2 --filter read-seq-4k-cold
+contains "read-seq-4k-cold" "bench runs read-seq-4k-cold"
+if ls -d "$DIR"/upfs-bench.* >/dev/null 2>&1; then bad "cold-read bench left its directory"; else ok "cold-read bench cleaned up"; fi
+expect 1 "the cold reader refuses a missing file" "$UPFS" bench --cold-reader "$DIR/nothing" --seconds 0.01
+contains "nothing" "the cold reader names the file"
 
 summary

@@ -22,6 +22,9 @@
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25
 #endif
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -57,6 +60,18 @@ uint64_t GrowthTarget(uint64_t current, uint64_t wanted) {
 bool HugePagesWanted() {
   static const bool wanted = [] {
     const char* v = getenv("UPFS_HUGEPAGES");
+    return !(v && v[0] == '0');
+  }();
+  return wanted;
+}
+
+// Mapping an extent of huge pages takes a fault or two; one of small
+// pages, 512 page mappings (0.15-0.3 ms here).
+constexpr auto kHugeExtentProbe = std::chrono::microseconds(40);
+
+bool PopulateWanted() {
+  static const bool wanted = [] {
+    const char* v = getenv("UPFS_POPULATE");
     return !(v && v[0] == '0');
   }();
   return wanted;
@@ -318,6 +333,28 @@ void Medium::GrowAhead(uint64_t bytes, std::function<void()> done) {
   work_cv_.notify_all();
 }
 
+void Medium::PopulateAhead() {
+  if (kind_ == MediumKind::kPageCache || !PopulateWanted() || mapped_bytes() < kPopulateAtOpenBytes)
+    return;
+  // Probe the second extent (the first holds the header and log, and may
+  // be in small pages while the rest is not): mapping an extent of huge
+  // pages is one fault, a few microseconds, and the reader's own faults
+  // then cost nothing worth a thread; one of small pages is 512 page
+  // mappings, 0.15-0.3 ms. A worker that populates a huge-page file only
+  // competes with its reader for the page tables (read-seq-4k-cold
+  // measured 2.8-3.5x the kernel with it against ~4x without, where for a
+  // small-page file it went from 1.4-1.5x to 1.7-1.9x).
+  const int advice = read_only_ ? MADV_POPULATE_READ : MADV_POPULATE_WRITE;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (madvise(base() + kExtentSize, kExtentSize, advice) != 0) return;  // e.g. a kernel before 5.14
+  if (std::chrono::steady_clock::now() - t0 < kHugeExtentProbe) return;
+  std::lock_guard<std::mutex> g(work_mu_);
+  if (stopping_) return;
+  populate_to_ = std::max(populate_to_, mapped_bytes());
+  StartWorkerLocked();
+  work_cv_.notify_all();
+}
+
 void Medium::StartWorkerLocked() {
   if (worker_running_) return;
   if (worker_.joinable()) worker_.join();  // a finished previous worker
@@ -343,11 +380,25 @@ void Medium::WorkerLoop() {
       if (!grow_target_) growing_.store(false, std::memory_order_release);
       continue;
     }
+    // Populate before collapsing: it is what a reader waits for, and it
+    // costs ~0.15 ms per small-page extent where a collapse costs
+    // milliseconds. A step maps at most one extent, so that a stop (a
+    // close) waits for little.
+    if (populated_ < populate_to_) {
+      const uint64_t at = populated_;
+      const uint64_t len = std::min(kExtentSize, populate_to_ - at);
+      populated_ += len;
+      lk.unlock();
+      // (The probed extent is walked again: its pages are present.)
+      madvise(base() + at, len, read_only_ ? MADV_POPULATE_READ : MADV_POPULATE_WRITE);
+      lk.lock();
+      continue;
+    }
     // Collapse mapped extents into huge pages, behind the growth frontier
     // (the last two extents, where appends land, wait until the file has
     // grown past them), once growth has been quiet for a while: a collapse
     // costs milliseconds per extent and stalls accesses to that extent.
-    bool pending = kind_ == MediumKind::kTmpfs && HugePagesWanted() &&
+    bool pending = kind_ == MediumKind::kTmpfs && !read_only_ && HugePagesWanted() &&
                    collapsed_ + 3 * kExtentSize <= mapped_bytes();
     if (!pending) break;
     if (!settle_ && Clock::now() - last_growth_ < kQuiet) {

@@ -226,6 +226,7 @@ Status OpenPerFile(int host_fd, const std::string& path, bool create, Consistenc
     }
     UPFS_RETURN_IF_ERROR(ValidateHeader(medium->base(), medium->capacity()));
   }
+  Medium* m = medium.get();
   const auto* h = reinterpret_cast<const FileHeader*>(medium->base());
   SharedState::Identity id{h->file_id, h->created_ns, uint64_t(st.st_dev), uint64_t(st.st_ino)};
   std::unique_ptr<SharedState> shared;
@@ -248,6 +249,7 @@ Status OpenPerFile(int host_fd, const std::string& path, bool create, Consistenc
   UPFS_RETURN_IF_ERROR(File::Open(storage, rebuild ? &marker : nullptr, std::move(lease), &f));
   if (rebuild) sh->MarkReady();
   sh->ReleaseOpenLock();
+  m->PopulateAhead();
   *out = std::move(f);
   return Status::OK();
 }
@@ -271,9 +273,12 @@ Status OpenPerFileReadOnly(int host_fd, const std::string& path, std::unique_ptr
     }
     UPFS_RETURN_IF_ERROR(ValidateHeader(medium->base(), medium->capacity()));
   }
+  Medium* m = medium.get();
   auto lease = std::make_unique<PerFileStorage>(std::move(medium), nullptr);
   const FileStorage storage = lease->storage();
-  return File::OpenReadOnly(storage, std::move(lease), out);
+  UPFS_RETURN_IF_ERROR(File::OpenReadOnly(storage, std::move(lease), out));
+  m->PopulateAhead();  // after the log is read: population's locks would slow that down
+  return Status::OK();
 }
 
 }  // namespace upfs
