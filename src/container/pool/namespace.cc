@@ -285,6 +285,14 @@ void PoolNamespace::TouchDir(uint64_t dir) {
   pm::Flush(&in->times.mtime_ns, 8);
 }
 
+// Called after the commit that changed the inode's names (or, for link
+// and rename's source, just before it). By then another thread may have
+// removed the inode's last name and released it, and a create may have
+// taken it: the store then lands on a free inode (whose fields nobody
+// reads) or on a new one, whose ctime it moves forward by the moment
+// between that create and this store, still a change time the new file
+// could have. So a stale touch is harmless, and no hold is taken for it
+// (a hold would cost every unlink two more atomic operations).
 void PoolNamespace::TouchCtime(uint64_t ino, bool durable) {
   Inode* in;
   if (!pool_->InodeAt(ino, &in).ok()) return;
