@@ -80,6 +80,9 @@ class BlockTable {
   // Writer side (one thread at a time).
   Status Apply(const Effect& e);
   void Set(uint64_t vblock, uint32_t lblock);
+  // Maps [vblock, vblock + count) to [lblock, lblock + count) (lblock is
+  // neither 0 nor kKeepBlock).
+  void MapRun(uint64_t vblock, uint32_t lblock, uint64_t count);
   void SetSize(uint64_t s) { size_.store(s, std::memory_order_release); }
 
   // The cursor: everything before it has been applied. Read with a seqlock

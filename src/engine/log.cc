@@ -7,6 +7,7 @@
 #include <new>
 #include <string>
 
+#include "util/assert.h"
 #include "util/crc32c.h"
 
 namespace upfs {
@@ -87,9 +88,34 @@ void BlockTable::Set(uint64_t v, uint32_t l) {
       w.fetch_or(uint64_t{1} << (g % 64), std::memory_order_release);
   }
   a->e[v].store(l, std::memory_order_release);
-  if (old == 0) mapped_.fetch_add(1, std::memory_order_relaxed);
-  if (l == 0) mapped_.fetch_sub(1, std::memory_order_relaxed);
+  // One writer at a time: a load and a store, not a locked add.
+  if (old == 0) mapped_.store(mapped_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (l == 0) mapped_.store(mapped_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
   if (l && v + 1 > high_water()) high_.store(v + 1, std::memory_order_release);
+}
+
+// Set of every block of a run, with the capacity, the group bits and the
+// counters handled once per run rather than per block: a replay of a
+// 1 GiB file maps 262,144 blocks, and Set's per-block work (a locked add
+// among it) made its open take 4-6 ms.
+void BlockTable::MapRun(uint64_t v, uint32_t l, uint64_t count) {
+  if (count == 0) return;
+  UPFS_ASSERT(l != 0 && l != format::kKeepBlock);
+  EnsureCapacity(v + count);
+  Array* a = arr_.load(std::memory_order_relaxed);
+  const uint64_t end = v + count;
+  for (uint64_t g = v / kGroup; g <= (end - 1) / kGroup; ++g) {
+    std::atomic<uint64_t>& w = a->groups()[g / 64];
+    if (!(w.load(std::memory_order_relaxed) >> (g % 64) & 1))
+      w.fetch_or(uint64_t{1} << (g % 64), std::memory_order_release);
+  }
+  uint64_t added = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    added += a->e[v + i].load(std::memory_order_relaxed) == 0;
+    a->e[v + i].store(l + uint32_t(i), std::memory_order_release);
+  }
+  if (added) mapped_.store(mapped_.load(std::memory_order_relaxed) + added, std::memory_order_relaxed);
+  if (end > high_water()) high_.store(end, std::memory_order_release);
 }
 
 Status BlockTable::Apply(const Effect& e) {
@@ -113,7 +139,7 @@ Status BlockTable::Apply(const Effect& e) {
           v, end);
       for (uint64_t b : drop) Set(b, 0);
     } else if (r.lblock != kKeepBlock) {
-      for (uint64_t i = 0; i < r.count; ++i) Set(v + i, r.lblock + uint32_t(i));
+      MapRun(v, r.lblock, r.count);
     }
     v += r.count;
   }

@@ -1,6 +1,9 @@
 // BlockTable: applying effects, growth, the cursor.
 #include <gtest/gtest.h>
 
+#include <utility>
+#include <vector>
+
 #include "engine/block_table.h"
 #include "engine/log.h"
 #include "format/format.h"
@@ -55,6 +58,34 @@ TEST(BlockTable, GrowsWithoutLosingEntries) {
   for (uint32_t v = 0; v < 100000; v += 7) t.Set(v, v + 1);
   for (uint32_t v = 0; v < 100000; v += 7) ASSERT_EQ(t.Get(v), v + 1);
   EXPECT_EQ(t.Get(1), 0u);
+}
+
+// A run mapped at once is the same table as its blocks set one by one:
+// entries, the count of mapped blocks (a remap is not counted twice), the
+// high-water mark and the groups ForEachMapped walks (runs cross the
+// 1,024-entry group boundary and start in never-mapped groups).
+TEST(BlockTable, MapRunEqualsSetOfEachBlock) {
+  BlockTable runs, singles;
+  struct R {
+    uint64_t v;
+    uint32_t l;
+    uint64_t n;
+  };
+  const R rs[] = {{1000, 50, 40}, {1020, 900, 10}, {5000, 7000, 3000}, {0, 20000, 1}, {6000, 30000, 5}};
+  for (const R& r : rs) {
+    runs.MapRun(r.v, r.l, r.n);
+    for (uint64_t i = 0; i < r.n; ++i) singles.Set(r.v + i, r.l + uint32_t(i));
+  }
+  EXPECT_EQ(runs.mapped_blocks(), singles.mapped_blocks());
+  EXPECT_EQ(runs.mapped_blocks(), 40u + 3000u + 1u);
+  EXPECT_EQ(runs.high_water(), singles.high_water());
+  std::vector<std::pair<uint64_t, uint32_t>> a, b;
+  runs.ForEachMapped([&](uint64_t v, uint32_t l) { a.emplace_back(v, l); });
+  singles.ForEachMapped([&](uint64_t v, uint32_t l) { b.emplace_back(v, l); });
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(runs.Get(1025), 905u);
+  EXPECT_EQ(runs.Get(6004), 30004u);
+  EXPECT_EQ(runs.Get(7999), 9999u);
 }
 
 TEST(BlockTable, CursorIsConsistentTriple) {
