@@ -79,6 +79,7 @@ class BlockTable {
 
   // Writer side (one thread at a time).
   Status Apply(const Effect& e);
+  // Maps one block (lblock != 0) or unmaps it (lblock == 0).
   void Set(uint64_t vblock, uint32_t lblock);
   // Maps [vblock, vblock + count) to [lblock, lblock + count) (lblock is
   // neither 0 nor kKeepBlock).

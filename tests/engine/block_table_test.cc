@@ -79,10 +79,12 @@ TEST(BlockTable, MapRunEqualsSetOfEachBlock) {
   EXPECT_EQ(runs.mapped_blocks(), singles.mapped_blocks());
   EXPECT_EQ(runs.mapped_blocks(), 40u + 3000u + 1u);
   EXPECT_EQ(runs.high_water(), singles.high_water());
+  EXPECT_EQ(runs.high_water(), 8000u);
   std::vector<std::pair<uint64_t, uint32_t>> a, b;
   runs.ForEachMapped([&](uint64_t v, uint32_t l) { a.emplace_back(v, l); });
   singles.ForEachMapped([&](uint64_t v, uint32_t l) { b.emplace_back(v, l); });
   EXPECT_EQ(a, b);
+  EXPECT_EQ(a.size(), 3041u);  // ForEachMapped finds every group a run touched
   EXPECT_EQ(runs.Get(1025), 905u);
   EXPECT_EQ(runs.Get(6004), 30004u);
   EXPECT_EQ(runs.Get(7999), 9999u);
