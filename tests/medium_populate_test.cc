@@ -1,6 +1,7 @@
 // Medium::PopulateAhead: a process that opens an existing file finds its
-// pages mapped, instead of taking a fault for every 16 pages it reads (the
-// kernel's fault-around) or every page it writes.
+// pages mapped, instead of taking faults as it first reads or writes them
+// (measured here without population: 4,096 faults reading the 4,096
+// pages of this fallocated file, 1,024 writing them).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -75,7 +76,7 @@ TEST(MediumPopulate, AReaderFindsEveryPageMapped) {
   ASSERT_TRUE(m);
   m->PopulateAhead();
   m->Settle();  // the background population is done
-  // 4,096 pages; without population the kernel maps 16 per fault (256).
+  // 4,096 pages; without population, 4,096 faults.
   EXPECT_LE(FaultsToTouch(m.get(), false), 8);
 }
 
@@ -85,7 +86,7 @@ TEST(MediumPopulate, AWriterFindsEveryPageWritable) {
   ASSERT_TRUE(m);
   m->PopulateAhead();
   m->Settle();
-  // Without population every first write to a page faults (4,096).
+  // Without population, 1,024 faults.
   EXPECT_LE(FaultsToTouch(m.get(), true), 8);
 }
 
