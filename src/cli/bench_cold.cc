@@ -11,11 +11,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "cli/bench_internal.h"
+#include "cli/bench_ns.h"
 #include "upfs/upfs.h"
 
 extern char** environ;
@@ -91,7 +91,7 @@ int RunColdReader(const std::vector<std::string>& args) {
   bool kernel = false;
   for (size_t i = 1; i < args.size(); i++) {
     if (args[i] == "--seconds" && i + 1 < args.size()) {
-      seconds = std::atof(args[++i].c_str());
+      seconds = ParseDouble(args[++i], "--seconds");
     } else if (args[i] == "--kernel") {
       kernel = true;
     } else if (path.empty() && args[i][0] != '-') {
@@ -101,23 +101,20 @@ int RunColdReader(const std::vector<std::string>& args) {
     }
   }
   if (path.empty() || seconds <= 0) return Fail("bench --cold-reader", "needs FILE and --seconds S");
+  const bench::Ns side{!kernel};
   bench::Buffer buf(static_cast<char*>(std::aligned_alloc(bench::kBlock, bench::kBlock)));
   const double start = NowSeconds();
-  const int fd = kernel ? open(path.c_str(), O_RDONLY | O_CLOEXEC) : upfs_open(path.c_str(), O_RDONLY, 0);
-  if (fd < 0) {
-    return Fail("bench --cold-reader",
-                kernel ? "open " + path + ": " + std::strerror(errno) : ApiError("open " + path));
-  }
+  const int fd = side.Open(path.c_str(), O_RDONLY);
+  if (fd < 0) return Fail("bench --cold-reader", bench::SideError(side.upfs, "open " + path, errno).message());
   uint64_t reads = 0;
   double now = start;
   for (bool more = true; more && now - start < seconds;) {
     for (int k = 0; k < 16; k++) {
       const off_t off = off_t(reads * bench::kBlock);
-      const ssize_t r = kernel ? pread(fd, buf.get(), bench::kBlock, off)
-                               : upfs_pread(fd, buf.get(), bench::kBlock, off);
+      const ssize_t r = side.upfs ? upfs_pread(fd, buf.get(), bench::kBlock, off)
+                                  : pread(fd, buf.get(), bench::kBlock, off);
       if (r < 0) {
-        return Fail("bench --cold-reader",
-                    kernel ? "read " + path + ": " + std::strerror(errno) : ApiError("read " + path));
+        return Fail("bench --cold-reader", bench::SideError(side.upfs, "read " + path, errno).message());
       }
       if (r < ssize_t(bench::kBlock)) {
         more = false;
@@ -127,7 +124,7 @@ int RunColdReader(const std::vector<std::string>& args) {
     }
     now = NowSeconds();
   }
-  kernel ? close(fd) : upfs_close(fd);
+  side.Close(fd);
   std::printf("%llu %.9f\n", static_cast<unsigned long long>(reads), now - start);
   return kExitOk;
 }
