@@ -73,7 +73,9 @@ class LogWriter {
   }
   // Moves pos into the next log block, linking a new one if there is none.
   Status ExtendChain(ThreadBlocks* t, LogPos* pos);
-  void PersistBeforeSlot(format::LogBlock* b, const LogPos& pos);
+  // Returns whether it fenced (which also drains this thread's
+  // non-temporal stores).
+  bool PersistBeforeSlot(format::LogBlock* b, const LogPos& pos);
 
   BlockAccess access_;
   BlockSource* source_;

@@ -54,8 +54,12 @@ Status LogWriter::Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t
     // could leave payload words after the end of the log.
     pm::Flush(&b->slots[s], 8);
     pm::Fence();
-    pm::CopyNT(&b->slots[s + 1], p.payload.data(), size_t(k) * 8);
-    pm::Fence();
+    pm::CopyFlush(&b->slots[s + 1], p.payload.data(), size_t(k) * 8);
+    // The payload must be durable before its apply word can be: by the
+    // fence that orders the apply after the entry before it, if there is
+    // one (the apply lies in a later line than the reservation whenever the
+    // payload spans lines), or by a fence of its own.
+    bool payload_durable = false;
     pos->last = s;
     pos->slot = s + 1 + k;
     // The apply entry must land in the same block as its reservation.
@@ -65,7 +69,8 @@ Status LogWriter::Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t
       if (*conflicted) return Status::OK();  // the reservation stays inert
       if (pos->lblock != here || pos->slot >= kSlotsPerLogBlock) break;
       const uint32_t a = pos->slot;
-      PersistBeforeSlot(b, *pos);
+      if (!PersistBeforeSlot(b, *pos) && !payload_durable) pm::Fence();
+      payload_durable = true;
       uint64_t exp2 = 0;
       if (!pm::Cas64(&b->slots[a], exp2, EncodeApply(s, crc))) continue;
       pm::Flush(&b->slots[a], 8);

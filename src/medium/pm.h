@@ -37,6 +37,15 @@ inline void CopyNT(void* dst, const void* src, size_t n) {
   pmem_memcpy(dst, src, n, PMEM_F_MEM_NONTEMPORAL | PMEM_F_MEM_NODRAIN);
 }
 
+// Copy into media with ordinary stores, then written back (clwb): for
+// small copies that are read again soon (a log payload, which every
+// catch-up decodes), where non-temporal stores would send the reader to
+// memory. Like CopyNT, not ordered until Fence().
+inline void CopyFlush(void* dst, const void* src, size_t n) {
+  if (Recorder* r = ActiveRecorder()) r->OnCopy(dst, src, n);
+  pmem_memcpy(dst, src, n, PMEM_F_MEM_TEMPORAL | PMEM_F_MEM_NODRAIN);
+}
+
 // Non-temporal zero fill of media. Not ordered until Fence().
 inline void ZeroNT(void* dst, size_t n) {
   if (Recorder* r = ActiveRecorder()) r->OnZero(dst, n);
