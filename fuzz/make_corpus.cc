@@ -297,6 +297,19 @@ void ApiSeeds() {
       if (!PW(fd, big.data() + i, 16, off_t((uint64_t(i) * 997) % 24000))) return false;
     return true;
   });
+  FromApi("api-patches", UPFS_STRICT, [&](int fd) {
+    // Sub-block patches (kPatch payloads): odd sizes and alignments, the
+    // largest one a write makes, nine on one block (the ninth folds it), one
+    // across a block edge (copied on write), then a truncate inside a
+    // patched block.
+    if (!PW(fd, big.data(), 20000, 0)) return false;
+    const std::pair<off_t, size_t> w[] = {{100, 1}, {1001, 7}, {4090, 6}, {8192, 512}, {4093, 9}};
+    for (const auto& [off, n] : w)
+      if (!PW(fd, big.data() + 3, n, off)) return false;
+    for (int i = 0; i < 9; ++i)
+      if (!PW(fd, big.data() + i, 40, 12288 + 200 * i + i)) return false;
+    return upfs_ftruncate(fd, 12500) == 0;
+  });
   FromApi("api-sync-overwrites", UPFS_SYNC, [&](int fd) {
     // The same in sync mode: in-place kTouch entries, so the three log
     // blocks stay among the first blocks of the file.

@@ -353,6 +353,53 @@ std::vector<Workload> MakeWorkloads() {
                {W(0, 1 << 20, 1), W(3 << 20, 1 << 20, 2), T(5 << 20)}};
     w.push_back(c);
   }
+  {
+    // Sub-block writes (patches in the log): one alone, one over it, odd
+    // lengths and alignments, one at the end of a block, one across a block
+    // edge (copied on write), the largest patch, a block patched until its
+    // next write folds it, and a truncate inside a patched block.
+    Workload p{"sub-block-writes", format::Consistency::kStrict, {W(0, 20000, 9)},
+               {W(100, 128, 1), W(150, 100, 2), W(1001, 7, 3), W(4090, 6, 4), W(4090, 20, 5),
+                W(8192, 2048, 6)}};
+    for (uint32_t i = 0; i < 9; ++i) p.ops.push_back(W(12288 + 100 * i + i, 50 + i, 10 + i));
+    p.ops.push_back(T(12300));
+    w.push_back(p);
+  }
+  {
+    // Patches that GC copies into the compacted chain, while more patches
+    // and a copy-on-write fold follow, and a GC racing a patch.
+    Workload g{"sub-block-gc", format::Consistency::kStrict, {W(0, 16384, 9)}, {}};
+    for (uint32_t i = 0; i < 1100; ++i)
+      g.setup.push_back(W(uint64_t(i % 4) * 4096 + (i * 37) % 3000, 16 + i % 200, i));
+    g.ops = {gc, W(300, 64, 7), W(4096 + 10, 100, 8), gc, W(0, 4096, 9), W(8000, 500, 10)};
+    Op a = W(12000, 300, 11);
+    a.race = std::make_shared<Op>(gc);
+    a.race_fence = 1;
+    g.ops.push_back(a);
+    w.push_back(g);
+  }
+  {
+    // Writers racing on one block with patches: overlapping patches (the
+    // second commits while the first is before its apply, so the first
+    // conflicts and patches again), a patch against a copy-on-write of the
+    // block, and a copy-on-write edge against a patch.
+    Workload r{"sub-block-racing", format::Consistency::kStrict, {W(0, 16384, 9)}, {}};
+    for (int k = 1; k <= 3; ++k) {
+      Op a = W(200, 300, 10 + k);
+      a.race = std::make_shared<Op>(W(400, 200, 20 + k));
+      a.race_fence = k;
+      r.ops.push_back(a);
+    }
+    Op b = W(5000, 100, 30);
+    b.race = std::make_shared<Op>(W(4096, 4096, 31));
+    b.race_fence = 2;
+    r.ops.push_back(b);
+    Op c = W(8192 + 100, 5000, 32);
+    c.race = std::make_shared<Op>(W(8192 + 300, 64, 33));
+    c.race_fence = 1;
+    r.ops.push_back(c);
+    w.push_back(r);
+  }
   w.push_back({"sync-mode", format::Consistency::kSync, {W(0, 20000, 9)},
                {W(100, 8000, 1), W(4096, 4096, 2), W(19000, 3000, 3), T(7000), A(100, 4)}});
   return w;

@@ -151,6 +151,16 @@ class Differential {
       Log(d);
       return DoTruncate(len);
     }
+    if (r < 200 && size > 0) {  // a sub-block pwrite below the size: a patch in strict mode
+      // Every length up to past the largest patch, at any offset in the
+      // block, sometimes across its end (copied on write).
+      uint64_t len = 1 + Rand(Chance(70) ? 128 : 640);
+      uint64_t off = (Rand(size) & ~uint64_t{4095}) + Rand(4096);
+      if (off + len > size) off = size > len ? size - len : 0;
+      std::snprintf(d, sizeof d, "pwrite(off=%" PRIu64 ", len=%" PRIu64 ") [sub-block]", off, len);
+      Log(d);
+      return DoPwrite(off, len);
+    }
     if (r < 330) {  // pwrite
       bool aligned;
       uint64_t len = PickLen(&aligned), off = PickOff(size, aligned);

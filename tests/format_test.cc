@@ -234,7 +234,7 @@ TEST(FormatEntries, PayloadWord1) {
   EXPECT_EQ(uint32_t(w), 0xfffffffeu);
   EXPECT_EQ(uint16_t(w >> 32), 256);
   EXPECT_EQ(uint16_t(w >> 48), kSizeMax | kPayloadOverflow);
-  EXPECT_EQ(kKnownPayloadFlags, 7);
+  EXPECT_EQ(kKnownPayloadFlags, 15);
 }
 
 // ---------------------------------------------------------------------------

@@ -98,6 +98,9 @@ int RunInfo(const std::vector<std::string>& args) {
   Row("size:", WithCommas(r.size) + " bytes (" + HumanBytes(r.size) + ")");
   Row("log:", WithCommas(r.log_blocks) + " block" + (r.log_blocks == 1 ? "" : "s") + ", " +
                   WithCommas(r.log_entries) + " entr" + (r.log_entries == 1 ? "y" : "ies"));
+  if (r.patch_count)
+    Row("patches:", WithCommas(r.patch_count) + " live (" + WithCommas(r.patch_bytes) + " bytes in the log) on " +
+                        WithCommas(r.patched_blocks) + " block" + (r.patched_blocks == 1 ? "" : "s"));
   Row("blocks:", WithCommas(r.capacity_blocks) + " of 4 KiB (host file " +
                      HumanBytes(r.capacity_blocks * 4096) + ")");
   Row("  data:", Blocks(r.data_blocks));

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "engine/patch_index.h"
 #include "format/format.h"
 #include "util/status.h"
 
@@ -26,6 +27,9 @@ struct Effect {
   SizeOp size_op = kNone;
   uint64_t new_size = 0;
   bool grow_tail = false;  // from a kGrowTail entry: valid only at one size
+  // From a kPatch payload: where its bytes are (an encoded PatchRef; its
+  // lblock is never 0), for the block `vblock` (runs: one kKeepBlock).
+  uint64_t patch = 0;
 
   void Clear() {
     vblock = 0;
@@ -34,6 +38,7 @@ struct Effect {
     size_op = kNone;
     new_size = 0;
     grow_tail = false;
+    patch = 0;
   }
   // True if the effect can change the mapping of any block in [v0, v1).
   bool TouchesBlocks(uint64_t v0, uint64_t v1) const {
@@ -72,6 +77,8 @@ class BlockTable {
   uint64_t mapped_blocks() const { return mapped_.load(std::memory_order_relaxed); }
   // One past the highest virtual block ever mapped (bounds truncation work).
   uint64_t high_water() const { return high_.load(std::memory_order_acquire); }
+  // The live sub-block patches of the mapped blocks.
+  const PatchIndex& patches() const { return patches_; }
 
   // The first virtual block in [from, limit) that is mapped (mapped=true)
   // or a hole (mapped=false); limit if none. Skips never-mapped groups.
@@ -118,6 +125,10 @@ class BlockTable {
     chain_head_ = head;
     chain_seq_ = seq;
   }
+  // LogWords::compact_seq when the replay that built this table began
+  // (set before the table is published).
+  uint64_t compact_seen() const { return compact_seen_; }
+  void set_compact_seen(uint64_t s) { compact_seen_ = s; }
 
   // Calls fn(vblock, lblock) for every mapped block at or after `from`, in
   // order. Stretches of kGroup entries that were never mapped are skipped,
@@ -146,12 +157,14 @@ class BlockTable {
     }
     std::atomic<uint32_t> e[1];
   };
+  Status ApplyPatch(const Effect& e);
   static Array* NewArray(uint64_t cap);
   static void FreeArray(Array* a);
   void EnsureCapacity(uint64_t n);
 
   std::atomic<Array*> arr_;
   std::vector<Array*> retired_;  // older arrays may still be read; freed at destruction
+  PatchIndex patches_;
   std::atomic<uint64_t> size_{0};
   std::atomic<uint64_t> mapped_{0};
   std::atomic<uint64_t> high_{0};
@@ -161,6 +174,7 @@ class BlockTable {
   std::atomic<uint64_t> cprev_{0};
   uint32_t chain_head_ = 0;
   uint64_t chain_seq_ = 0;
+  uint64_t compact_seen_ = 0;
 };
 
 }  // namespace upfs

@@ -129,6 +129,10 @@ Status File::Init(BlockMarker* rebuild) {
 }
 
 Status File::ReplayHead(BlockTable* table, ReplayResult* res, bool check_tail) {
+  // Loaded before the head: a compaction published after this load makes
+  // the table stale (StaleAfterCompaction), one published before it is in
+  // the chain we walk.
+  if (root_.words) table->set_compact_seen(root_.words->compact_seq.load(std::memory_order_acquire));
   uint64_t head = root_.head->load(std::memory_order_acquire);
   if (head == 0 || head >= kMaxBlocks) return Status::Corrupt("file header", "log head out of range");
   UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), table, res, check_tail));
@@ -179,7 +183,41 @@ Status File::RebuildTableLocked() {
   std::lock_guard<std::mutex> g(tables_mu_);
   tables_.push_back(std::move(table));
   table_.store(tables_.back().get(), std::memory_order_release);
+  FreeRetiredTablesLocked();
   return Status::OK();
+}
+
+// Tables replaced by a replay are read by threads pinned before the
+// replacement, so they are freed through the epochs like log blocks: two
+// epochs after their retirement nobody can hold them. (A read-only File has
+// no epochs; its tables live until close.) Every compaction replaces the
+// table of a file with patches, so without this a long-lived process
+// would keep one table per compaction.
+void File::FreeRetiredTablesLocked() {
+  EpochDomain* d = epochs();
+  if (!d || tables_.size() < 2) return;
+  const uint64_t now = d->epoch().load(std::memory_order_seq_cst);
+  retired_at_.resize(tables_.size() - 1, now);  // the table just replaced retires now
+  const uint64_t safe = d->TryAdvanceEpoch();
+  size_t kept = 0;
+  for (size_t i = 0; i + 1 < tables_.size(); ++i) {
+    if (retired_at_[i] + 2 <= safe) continue;
+    tables_[kept] = std::move(tables_[i]);
+    retired_at_[kept++] = retired_at_[i];
+  }
+  tables_[kept] = std::move(tables_.back());
+  tables_.resize(kept + 1);
+  retired_at_.resize(kept);
+}
+
+// A table must be replayed anew after a compaction of blocks it still
+// needs: the block under its cursor (its next entries), or with patches,
+// any compacted block (the bytes of its patches may be there, and the
+// compacted blocks are reused once every pin older than the compaction is
+// gone).
+bool File::StaleAfterCompaction(const BlockTable& t, const LogPos& p, uint64_t compact_seq) {
+  if (p.seq < compact_seq) return true;
+  return t.patches().any() && t.compact_seen() < compact_seq;
 }
 
 Status File::CatchUp(ThreadCtx* c, BlockTable** out) {
@@ -189,7 +227,7 @@ Status File::CatchUp(ThreadCtx* c, BlockTable** out) {
   BlockTable* t = table_.load(std::memory_order_acquire);
   LogPos p = t->cursor();
   uint64_t compact = root_.words->compact_seq.load(std::memory_order_acquire);
-  if (p.seq >= compact) {
+  if (!StaleAfterCompaction(*t, p, compact)) {
     LogBlock* b = LogAt(p.lblock);
     bool idle = p.slot < kSlotsPerLogBlock
                     ? b->slots[p.slot].load(std::memory_order_acquire) == 0
@@ -202,8 +240,9 @@ Status File::CatchUp(ThreadCtx* c, BlockTable** out) {
   SpinGuard g(apply_lock_);
   t = table_.load(std::memory_order_acquire);
   p = t->cursor();
-  if (p.seq < root_.words->compact_seq.load(std::memory_order_acquire)) {
-    // GC compacted the blocks under our cursor: replay the new chain.
+  if (StaleAfterCompaction(*t, p, root_.words->compact_seq.load(std::memory_order_acquire))) {
+    // GC compacted the blocks under our cursor, or blocks that hold
+    // patches the table points to: replay the new chain.
     UPFS_RETURN_IF_ERROR(RebuildTableLocked());
     t = table_.load(std::memory_order_acquire);
     p = t->cursor();
@@ -217,8 +256,8 @@ Status File::CatchUp(ThreadCtx* c, BlockTable** out) {
       bad = CheckGrowTail(*t, e, p.lblock, p.last);  // the scan is past the entry
       if (!bad.ok()) return false;
     }
-    t->Apply(e);
-    return true;
+    bad = t->Apply(e);
+    return bad.ok();
   });
   if (!bad.ok()) return bad;
   t->set_cursor(p);
@@ -292,6 +331,7 @@ Status File::Read(void* buf, size_t n, uint64_t off, size_t* done) {
         OptimisticCopy(out + (lo - off), access_.AddrUnchecked(l) + (lo - bs), hi - lo);
       else
         std::memset(out + (lo - off), 0, hi - lo);
+      if (l && t->patches().any()) CopyPatches(*t, v, lo - bs, hi - bs, out + (lo - off));
     }
     // Validate: nothing committed since the snapshot may touch what we read.
     bool stale = false;

@@ -148,6 +148,7 @@ class File {
   Status SeekLocked(BlockTable* t, uint64_t off, bool data, uint64_t* result);
   Status LogLengthLocked(BlockTable* t, uint64_t* blocks);
   Status CatchUp(ThreadCtx* c, BlockTable** out);
+  static bool StaleAfterCompaction(const BlockTable& t, const LogPos& p, uint64_t compact_seq);
   // Read-only Files: the log head (block, sequence) differs from the one t
   // was replayed from, so a GC may have reused the blocks t was read from.
   bool HeadMoved(const BlockTable* t) const;
@@ -157,6 +158,7 @@ class File {
   // not move during the walk (a read-only File reads without a pin).
   Status ReplayValidated(std::unique_ptr<BlockTable>* table, ReplayResult* res);
   Status RebuildTableLocked();
+  void FreeRetiredTablesLocked();
   Status ReplayHead(BlockTable* table, ReplayResult* res, bool check_tail);
   format::LogBlock* LogAt(uint32_t lblock) const {
     return reinterpret_cast<format::LogBlock*>(access_.AddrUnchecked(lblock));
@@ -184,8 +186,19 @@ class File {
                    bool append, uint64_t* at, bool* conflicted);
   Status WriteInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
                       bool* done);
-  Status CopyIntoNewBlocks(ThreadCtx* c, const void* buf, size_t n, uint64_t off, uint64_t size,
-                           uint64_t vb0);
+  // A small write inside one mapped block below the size, as a patch in
+  // the log (file_patch.cc). *done: committed; *conflicted: something
+  // touched the block since the snapshot (catch up and try again); neither:
+  // not a patch (copy on write).
+  Status PatchOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
+                   bool* done, bool* conflicted);
+  // Copies bytes [lo, hi) of block v's patches in t over out (which holds
+  // byte lo of the block at out[0]), in log order.
+  void CopyPatches(const BlockTable& t, uint64_t v, uint64_t lo, uint64_t hi, char* out) const;
+  // The whole block v (mapped to l) with its patches, into out.
+  void ComposeBlock(const BlockTable& t, uint64_t v, uint32_t l, char* out) const;
+  Status CopyIntoNewBlocks(ThreadCtx* c, const BlockTable& t, const void* buf, size_t n,
+                           uint64_t off, uint64_t size, uint64_t vb0);
   Status PunchHole(ThreadCtx* c, BlockTable* t, uint64_t off, uint64_t end);
   Status CommitRangeChange(ThreadCtx* c, BlockTable** t, LogPos* p, uint64_t vb0, uint64_t vb1,
                            const std::vector<format::Run>& runs, Effect::SizeOp op,
@@ -207,7 +220,10 @@ class File {
   const bool space_outlives_file_;
 
   std::atomic<BlockTable*> table_{nullptr};
-  std::vector<std::unique_ptr<BlockTable>> tables_;  // current and retired, freed at close
+  // The current table (last) and retired ones, freed two epochs after
+  // their retirement (retired_at_[i] for tables_[i]) or at close.
+  std::vector<std::unique_ptr<BlockTable>> tables_;
+  std::vector<uint64_t> retired_at_;
   std::atomic_flag apply_lock_ = ATOMIC_FLAG_INIT;
   std::mutex tables_mu_;
 

@@ -49,6 +49,7 @@ Status File::Truncate(uint64_t len) {
       alignas(64) unsigned char tmp[kBlockSize];
       uint64_t valid = len & (kBlockSize - 1);
       OptimisticCopy(tmp, access_.AddrUnchecked(last), valid);
+      CopyPatches(*t, len >> kBlockShift, 0, valid, reinterpret_cast<char*>(tmp));
       std::memset(tmp + valid, 0, kBlockSize - valid);
       char* dst = nullptr;
       UPFS_RETURN_IF_ERROR(access_.Addr(c->runs[0].lblock, &dst));
@@ -127,7 +128,7 @@ Status File::PunchHole(ThreadCtx* c, BlockTable* t, uint64_t off, uint64_t end) 
       if (!st.ok()) return;
       fresh.push_back(one[0]);
       alignas(64) unsigned char tmp[kBlockSize];
-      OptimisticCopy(tmp, access_.AddrUnchecked(l), kBlockSize);
+      ComposeBlock(*t, v, l, reinterpret_cast<char*>(tmp));
       uint64_t bs = v << kBlockShift;
       uint64_t lo = std::max(bs, off), hi = std::min(bs + kBlockSize, end);
       std::memset(tmp + (lo - bs), 0, hi - lo);

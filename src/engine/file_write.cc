@@ -39,8 +39,8 @@ void Overlay(const Effect& e, uint64_t v0, uint64_t n, uint32_t* old) {
 
 }  // namespace
 
-Status File::CopyIntoNewBlocks(ThreadCtx* c, const void* buf, size_t n, uint64_t off,
-                               uint64_t size, uint64_t vb0) {
+Status File::CopyIntoNewBlocks(ThreadCtx* c, const BlockTable& t, const void* buf, size_t n,
+                               uint64_t off, uint64_t size, uint64_t vb0) {
   const char* in = static_cast<const char*>(buf);
   const uint64_t end = off + n;
   uint64_t v = vb0;
@@ -67,6 +67,12 @@ Status File::CopyIntoNewBlocks(ThreadCtx* c, const void* buf, size_t n, uint64_t
       uint32_t ol = c->old[bv - vb0];
       uint64_t valid = ol && size > bs ? std::min<uint64_t>(size - bs, kBlockSize) : 0;
       const char* ob = ol ? access_.AddrUnchecked(ol) : nullptr;
+      // A patched block is composed in DRAM first (the fold of its patches).
+      alignas(64) char composed[kBlockSize];
+      if (ol && valid && t.patches().Count(bv)) {
+        ComposeBlock(t, bv, ol, composed);
+        ob = composed;
+      }
       uint64_t lo = std::max(bs, off) - bs, hi = std::min(bs + kBlockSize, end) - bs;
       auto old_or_zero = [&](uint64_t from, uint64_t to) {
         if (from >= to) return;
@@ -91,6 +97,9 @@ Status File::WriteInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n
   uint64_t size = t->size();
   uint64_t end = off + n;
   if (end > size) return Status::OK();
+  // Sync-mode files get no patches; a log that has some anyway is
+  // written by copy on write, which folds them.
+  if (t->patches().any()) return Status::OK();
   uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end);
   c->old.resize(vb1 - vb0);
   for (uint64_t v = vb0; v < vb1; ++v) {
@@ -249,7 +258,7 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
     AimAllocation(&c->blocks, *t, vb0, size);
     UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, nb, &c->runs));
     for (uint64_t i = 0; i < nb; ++i) c->old[i] = t->Get(vb0 + i);
-    UPFS_RETURN_IF_ERROR(CopyIntoNewBlocks(c, static_cast<const char*>(buf) + first, n - first,
+    UPFS_RETURN_IF_ERROR(CopyIntoNewBlocks(c, *t, static_cast<const char*>(buf) + first, n - first,
                                            vb0 << kBlockShift, size, vb0));
   }
   // The entry must touch the tail block (a copy-on-write writer that
@@ -318,7 +327,7 @@ Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
   UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, nb, &c->runs));
   c->old.resize(nb);
   for (uint64_t i = 0; i < nb; ++i) c->old[i] = t->Get(vb0 + i);
-  UPFS_RETURN_IF_ERROR(CopyIntoNewBlocks(c, buf, n, off, size, vb0));
+  UPFS_RETURN_IF_ERROR(CopyIntoNewBlocks(c, *t, buf, n, off, size, vb0));
   pm::Fence();
   uint64_t entry = 0;
   if (c->runs.size() == 1 && FitsInline(vb0, c->runs[0].lblock, nb)) {
@@ -362,10 +371,23 @@ Status File::Write(const void* buf, size_t n, uint64_t off, bool append, uint64_
     return Status::OK();
   }
   bool in_place = root_.consistency == Consistency::kSync && !append;
+  const bool patch = root_.consistency == Consistency::kStrict && root_.patches && !append;
   for (;;) {
     bool appended = false;
     UPFS_RETURN_IF_ERROR(AppendInPlace(c, t, buf, n, off, append, at, &appended));
     if (appended) break;
+    if (patch) {
+      bool done = false, conflicted = false;
+      UPFS_RETURN_IF_ERROR(PatchOnce(c, t, buf, n, off, &done, &conflicted));
+      if (done) {
+        *at = off;
+        break;
+      }
+      if (conflicted) {
+        UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
+        continue;
+      }
+    }
     if (in_place) {
       bool done = false;
       UPFS_RETURN_IF_ERROR(WriteInPlace(c, t, buf, n, off, &done));

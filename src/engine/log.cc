@@ -83,6 +83,7 @@ void BlockTable::Set(uint64_t v, uint32_t l) {
   if (v >= a->cap) return;  // unmapping beyond the table: already a hole
   if (a->e[v].load(std::memory_order_relaxed) == 0) return;
   a->e[v].store(0, std::memory_order_release);
+  patches_.Clear(v, v + 1);
   mapped_.store(mapped_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
 }
 
@@ -108,9 +109,12 @@ void BlockTable::MapRun(uint64_t v, uint32_t l, uint64_t count) {
   }
   if (added) mapped_.store(mapped_.load(std::memory_order_relaxed) + added, std::memory_order_relaxed);
   if (end > high_water()) high_.store(end, std::memory_order_release);
+  // Patches applied to the blocks mapped before; the new ones have none.
+  patches_.Clear(v, end);
 }
 
 Status BlockTable::Apply(const Effect& e) {
+  if (e.patch) return ApplyPatch(e);
   // Only runs that map blocks need room in the table; holes and keeps cost
   // nothing past what is mapped (a hole run may legally cover 2^32 blocks).
   uint64_t v = e.vblock, map_end = 0;
@@ -144,6 +148,25 @@ Status BlockTable::Apply(const Effect& e) {
     for (uint64_t b : drop) Set(b, 0);
     SetSize(e.new_size);
   }
+  return Status::OK();
+}
+
+// A patch is written only over bytes below the size of a mapped block,
+// with nothing touching that block committed since (File::PatchOnce): a log
+// where that does not hold was not written by upfs.
+Status BlockTable::ApplyPatch(const Effect& e) {
+  const PatchRef r = PatchRef::Decode(e.patch);
+  auto bad = [&](const std::string& why) {
+    return Status::Corrupt("patch of block " + std::to_string(e.vblock) + " in log block " +
+                               std::to_string(r.lblock),
+                           why);
+  };
+  if (Get(e.vblock) == 0) return bad("the block is not mapped");
+  if ((uint64_t(e.vblock) << kBlockShift) + r.offset + r.length > size())
+    return bad("it reaches past the size " + std::to_string(size()));
+  if (!patches_.Add(e.vblock, r))
+    return bad("the block has more than " + std::to_string(kMaxPatchesPerBlock) + " patches or " +
+               std::to_string(kPatchMaxBytes) + " patched bytes");
   return Status::OK();
 }
 
@@ -206,12 +229,32 @@ namespace {
 
 // `where` names the entry in error messages; it is only called on error
 // (decoding is on every reader's and writer's path).
+constexpr uint32_t kMaxPayloadWords = std::max(kPayloadHeaderWords + kMaxInlineRuns, kMaxPatchPayloadWords);
+
+// The effect of a patch payload (`words`, checksummed) whose first word is
+// at slot rs + 1 of log block b_lblock.
 template <typename Where>
-Status DecodePayload(const BlockAccess& ba, const LogBlock* b, const Where& where, uint32_t rs,
-                     uint32_t count, uint32_t crc, Effect* eff) {
+Status DecodePatch(const Where& where, uint32_t b_lblock, uint32_t rs, const uint64_t* words,
+                   uint32_t count, Effect* eff) {
+  if (words[0] != 0 || uint16_t(words[1] >> 48) != kPatch || ((words[1] >> 32) & 0xffff) != 0)
+    return Status::Corrupt(where(), "patch with a size change or runs");
+  if (!PatchWord2WellFormed(words[2])) return Status::Corrupt(where(), "malformed patch extent");
+  const uint32_t off = PatchOffset(words[2]), len = PatchLength(words[2]);
+  if (count != kPatchHeaderWords + PatchDataWords(off, len))
+    return Status::Corrupt(where(), "patch length does not match its payload");
+  eff->vblock = uint32_t(words[1]);
+  eff->nblocks = 1;
+  eff->runs.push_back(Run{kKeepBlock, 1});
+  eff->patch = PatchRef{b_lblock, rs + 1 + kPatchHeaderWords, off, len}.Encode();
+  return Status::OK();
+}
+
+template <typename Where>
+Status DecodePayload(const BlockAccess& ba, const LogBlock* b, uint32_t b_lblock, const Where& where,
+                     uint32_t rs, uint32_t count, uint32_t crc, Effect* eff) {
   const std::atomic<uint64_t>* w = &b->slots[rs + 1];
-  uint64_t words[kPayloadHeaderWords + kMaxInlineRuns];
-  if (count < kPayloadHeaderWords || count > kPayloadHeaderWords + kMaxInlineRuns)
+  uint64_t words[kMaxPayloadWords];
+  if (count < kPayloadHeaderWords || count > kMaxPayloadWords)
     return Status::Corrupt(where(), "payload of " + std::to_string(count) + " words");
   for (uint32_t i = 0; i < count; ++i) words[i] = w[i].load(std::memory_order_relaxed);
   if (Crc32c(words, count * 8) != crc) return Status::Corrupt(where(), "payload checksum mismatch");
@@ -221,6 +264,7 @@ Status DecodePayload(const BlockAccess& ba, const LogBlock* b, const Where& wher
   uint32_t nruns = uint32_t((words[1] >> 32) & 0xffff);
   uint16_t flags = uint16_t(words[1] >> 48);
   if (flags & ~kKnownPayloadFlags) return Status::Corrupt(where(), "unknown payload flags");
+  if (flags & kPatch) return DecodePatch(where, b_lblock, rs, words, count, eff);
   if ((flags & kSizeMax) && (flags & kSizeSet))
     return Status::Corrupt(where(), "payload sets size two ways");
   if (new_size > kMaxFileSize) return Status::Corrupt(where(), "size beyond the upfs limit");
@@ -241,7 +285,8 @@ Status DecodePayload(const BlockAccess& ba, const LogBlock* b, const Where& wher
       return Status::Corrupt(where(), "overflow checksum mismatch");
     runw = overflow.data();
   } else {
-    if (count != kPayloadHeaderWords + nruns) return Status::Corrupt(where(), "payload length");
+    if (count != kPayloadHeaderWords + nruns || nruns > kMaxInlineRuns)
+      return Status::Corrupt(where(), "payload length");
     runw = &words[kPayloadHeaderWords];
   }
   uint64_t total = 0;
@@ -315,7 +360,7 @@ Status DecodeEntry(const BlockAccess& ba, const LogBlock* b, uint32_t b_lblock, 
         return Status::Corrupt(where(), "applies a slot that is not a reservation");
       uint32_t n = ReserveCount(r);
       if (rs + 1 + n > slot) return Status::Corrupt(where(), "reservation overlaps its apply");
-      UPFS_RETURN_IF_ERROR(DecodePayload(ba, b, where, rs, n, ApplyCrc(e), eff));
+      UPFS_RETURN_IF_ERROR(DecodePayload(ba, b, b_lblock, where, rs, n, ApplyCrc(e), eff));
       *has_effect = true;
       *next_slot = slot + 1;
       return Status::OK();

@@ -22,8 +22,10 @@ class CompactWriter {
   }
   void AddPayload(const std::vector<uint64_t>& words) {
     uint32_t k = uint32_t(words.size());
+    UPFS_ASSERT(k + 2 <= kSlotsPerLogBlock);
     if (slot_ + 2 + k > kSlotsPerLogBlock) {
-      Cur()[slot_] = EncodeReserve(kSlotsPerLogBlock - slot_ - 1);
+      // Pad out the rest of the block (nothing to pad if it is full).
+      if (slot_ < kSlotsPerLogBlock) Cur()[slot_] = EncodeReserve(kSlotsPerLogBlock - slot_ - 1);
       NewBlock();
     }
     uint64_t* s = Cur();
@@ -116,8 +118,12 @@ Status LogCompactor::ReplayFullBlocks(FullBlocks* f) {
 
 // The state as entries: size first (SIZE_SET unmaps nothing in an empty
 // table), then the block map as maximal runs of contiguous mappings, at
-// most kInlineMaxCount long.
-void LogCompactor::EncodeState(const BlockTable& state, CompactWriter* w) {
+// most kInlineMaxCount long, then the live patches of each block in their
+// order (after the maps they apply to; superseded ones are gone from the
+// state). Patches are copied, never folded here: a fold maps a new block
+// and frees the old one, which a concurrent copy-on-write writer that
+// still maps it would free as well (docs/design.md, "Sub-block writes").
+void LogCompactor::EncodeState(const BlockTable& state, CompactWriter* w) const {
   w->AddPayload({state.size(), EncodePayloadWord1(0, 0, kSizeSet)});
   uint64_t run_v = 0, run_count = 0;
   uint32_t run_l = 0;
@@ -142,6 +148,19 @@ void LogCompactor::EncodeState(const BlockTable& state, CompactWriter* w) {
     run_count = 1;
   });
   emit();
+  std::vector<uint64_t> words;
+  state.patches().ForEach([&](uint64_t v, const uint64_t* refs, uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) {
+      const PatchRef r = PatchRef::Decode(refs[i]);
+      // The ref was applied from one of the full blocks, which we replayed
+      // and which stay live until we retire them.
+      const auto* b = reinterpret_cast<const LogBlock*>(access_.AddrUnchecked(r.lblock));
+      const uint32_t data = PatchDataWords(r.offset, r.length);
+      words.assign({0, EncodePayloadWord1(uint32_t(v), 0, kPatch), EncodePatchWord2(r.offset, r.length)});
+      for (uint32_t k = 0; k < data; ++k) words.push_back(b->slots[r.slot + k].load(std::memory_order_relaxed));
+      w->AddPayload(words);
+    }
+  });
   w->Finish();
 }
 

@@ -40,7 +40,7 @@ class LogCompactor {
   // The compaction itself, with the log's GC word held.
   Status Compact(ThreadBlocks* t, bool force);
   Status ReplayFullBlocks(FullBlocks* f);
-  static void EncodeState(const BlockTable& state, CompactWriter* w);
+  void EncodeState(const BlockTable& state, CompactWriter* w) const;
   Status Publish(ThreadBlocks* t, const FullBlocks& f, CompactWriter* w);
 
   BlockAccess access_;

@@ -37,6 +37,10 @@ struct LogRoot {
   uint64_t created_ns = 0;                // reported as mtime of a never-written file
   format::Consistency consistency = format::Consistency::kStrict;
   LogWords* words = nullptr;              // null for a read-only user, who coordinates nothing
+  // The log's format admits sub-block patches (per-file format version 2,
+  // pool version 2): small strict writes may commit them. Logs of older
+  // versions never get one, so that older builds can still read them.
+  bool patches = true;
 };
 
 }  // namespace upfs

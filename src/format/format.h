@@ -16,7 +16,12 @@ namespace upfs::format {
 inline constexpr uint32_t kBlockSize = 4096;
 inline constexpr uint32_t kBlockShift = 12;
 inline constexpr uint32_t kCacheLine = 64;
-inline constexpr uint32_t kFormatVersion = 1;
+// Version 2 added sub-block patches (kPatch payloads). Version 1 files are
+// read and written as before: no patch is ever written into one, so an
+// older build can still open them (it refuses version 2 by this number).
+inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kOldestFormatVersion = 1;
+inline constexpr uint32_t kFirstPatchVersion = 2;
 // "UPFS" + format family marker + CR LF SUB NUL: catches text-mode mangling,
 // like PNG's signature.
 inline constexpr unsigned char kMagic[8] = {'U', 'P', 'F', 'S', 0x01, '\r', '\n', 0x1a};
@@ -223,8 +228,9 @@ enum PayloadFlags : uint16_t {
   kSizeMax = 1,          // size = max(size, new_size)
   kSizeSet = 2,          // size = new_size; blocks past it are unmapped
   kPayloadOverflow = 4,  // runs stored in overflow blocks
+  kPatch = 8,            // a sub-block patch (below), alone: no runs, no size
 };
-inline constexpr uint16_t kKnownPayloadFlags = kSizeMax | kSizeSet | kPayloadOverflow;
+inline constexpr uint16_t kKnownPayloadFlags = kSizeMax | kSizeSet | kPayloadOverflow | kPatch;
 inline constexpr uint32_t kPayloadHeaderWords = 2;
 // A payload must fit in one log block after its kReserve and before a kApply.
 inline constexpr uint32_t kMaxInlineRuns = 256;
@@ -245,5 +251,40 @@ inline Run DecodeRun(uint64_t w) { return Run{uint32_t(w), uint32_t(w >> 32)}; }
 inline uint64_t EncodePayloadWord1(uint32_t vblock, uint16_t nruns, uint16_t flags) {
   return uint64_t(vblock) | (uint64_t(nruns) << 32) | (uint64_t(flags) << 48);
 }
+
+// ---------------------------------------------------------------------------
+// Patch payload (format version 2): new bytes for part of one mapped block,
+// kept in the log instead of a copy of the whole block (docs/design.md,
+// "Sub-block writes"). A patch applies on top of the block the vblock maps
+// when it commits, and every later patch on top of it, in log order, until
+// an entry maps that vblock anew (or unmaps it).
+//   word 0: 0 (no size change)
+//   word 1: vblock:32 | nruns 0:16 | flags kPatch:16
+//   word 2: offset in the block:16 | length:16 | zero:32
+//   words 3..: the bytes, starting at byte (offset % 8) of word 3; the
+//              other bytes of the first and last word are zero.
+// A patch covers bytes below the size only, and 1..kPatchMaxBytes of them.
+inline constexpr uint32_t kPatchMaxBytes = 2048;
+// A block carries at most this many patches, of at most kPatchMaxBytes
+// bytes together; a write that would pass either copies the block whole.
+inline constexpr uint32_t kMaxPatchesPerBlock = 8;
+inline constexpr uint32_t kPatchHeaderWords = 3;
+
+inline uint64_t EncodePatchWord2(uint32_t offset, uint32_t length) {
+  return uint64_t(offset) | (uint64_t(length) << 16);
+}
+inline uint32_t PatchOffset(uint64_t w2) { return uint32_t(w2 & 0xffff); }
+inline uint32_t PatchLength(uint64_t w2) { return uint32_t((w2 >> 16) & 0xffff); }
+inline bool PatchWord2WellFormed(uint64_t w2) {
+  return (w2 >> 32) == 0 && PatchLength(w2) >= 1 && PatchLength(w2) <= kPatchMaxBytes &&
+         PatchOffset(w2) + PatchLength(w2) <= kBlockSize;
+}
+// Words holding the bytes of a patch at `offset` of `length` bytes.
+inline constexpr uint32_t PatchDataWords(uint32_t offset, uint32_t length) {
+  return ((offset & 7) + length + 7) / 8;
+}
+inline constexpr uint32_t kMaxPatchPayloadWords =
+    kPatchHeaderWords + PatchDataWords(7, kPatchMaxBytes);
+static_assert(kMaxPatchPayloadWords + 2 <= kSlotsPerLogBlock);
 
 }  // namespace upfs::format

@@ -11,9 +11,10 @@ namespace upfs::format {
 Status ValidateHeader(const char* base, uint64_t bytes) {
   if (bytes < 2 * kBlockSize) return Status::Corrupt("file", "shorter than a header and a log block");
   const auto* h = reinterpret_cast<const FileHeader*>(base);
-  if (h->format_version != kFormatVersion)
+  if (h->format_version < kOldestFormatVersion || h->format_version > kFormatVersion)
     return Status::Corrupt("file header", "format version " + std::to_string(h->format_version) +
-                                              " (this upfs reads version " +
+                                              " (this upfs reads versions " +
+                                              std::to_string(kOldestFormatVersion) + " to " +
                                               std::to_string(kFormatVersion) + ")");
   if (Crc32c(base, offsetof(FileHeader, header_crc)) != h->header_crc)
     return Status::Corrupt("file header", "checksum mismatch");

@@ -636,7 +636,7 @@ TEST_F(PoolCorruptionTest, SuperblockMagicVersionAndChecksum) {
   EXPECT_TRUE(o.unchanged);
 
   ASSERT_TRUE(CopySparse(base_, work_));
-  Set32(work_, offsetof(Superblock, version), 2);
+  Set32(work_, offsetof(Superblock, version), 3);
   FixSuperblockCrc(work_);
   o = Try();
   EXPECT_FALSE(o.mounted);

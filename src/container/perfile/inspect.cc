@@ -148,6 +148,11 @@ Status InspectFile(const std::string& path, bool full_check, FileReport* out) {
   out->log_blocks = res.log_blocks.size();
   out->log_entries = res.entries;
   out->data_blocks = table.mapped_blocks();
+  table.patches().ForEach([&](uint64_t v, const uint64_t*, uint32_t n) {
+    out->patched_blocks += 1;
+    out->patch_count += n;
+    out->patch_bytes += table.patches().Bytes(v);
+  });
   for (const Run& r : res.overflow) out->overflow_blocks += r.count;
 
   const std::vector<uint8_t> ref = MarkReferenced(res, table, out->capacity_blocks, out);

@@ -167,6 +167,7 @@ FileStorage PerFileStorage::storage() {
   root.created_ns = h->created_ns;
   root.consistency = Consistency(h->consistency);
   root.words = shared_ ? shared_->log_words() : nullptr;
+  root.patches = h->format_version >= kFirstPatchVersion;
   return FileStorage{medium_.get(), source_.get(), root};
 }
 

@@ -74,9 +74,10 @@ Status CheckSuperblockImage(const Superblock& sb, uint64_t file_bytes, const std
     return Status::Error(EMEDIUMTYPE, path + ": not a upfs pool (no pool magic)");
   if (sb.sb_crc != Crc32c(&sb, offsetof(Superblock, sb_crc)))
     return Status::Corrupt("superblock", path + ": checksum mismatch");
-  if (sb.version != kPoolVersion)
+  if (sb.version < kOldestPoolVersion || sb.version > kPoolVersion)
     return Status::Error(EPROTONOSUPPORT, path + ": pool format version " + std::to_string(sb.version) +
-                                              " (this upfs reads version " +
+                                              " (this upfs reads versions " +
+                                              std::to_string(kOldestPoolVersion) + " to " +
                                               std::to_string(kPoolVersion) + ")");
   if (sb.block_size != kBlockSize || sb.max_blocks != kMaxPoolBlocks ||
       sb.data_start != kDataStart || sb.flags != 0)
@@ -521,6 +522,7 @@ Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out) {
   root.created_ns = in->created_ns;
   root.consistency = Consistency(in->consistency);
   root.words = &in->words;
+  root.patches = super()->version >= kFirstPatchPoolVersion;
   if (root.consistency != Consistency::kStrict && root.consistency != Consistency::kSync)
     return Status::Corrupt("inode", std::to_string(ino) + " has no consistency mode");
   std::unique_ptr<File> f;

@@ -27,7 +27,11 @@
 
 namespace upfs::format::pool {
 
-inline constexpr uint32_t kPoolVersion = 1;
+// Version 2 added sub-block patches in files' logs (format.h, kPatch); a
+// version 1 pool is read and written as before, without them.
+inline constexpr uint32_t kPoolVersion = 2;
+inline constexpr uint32_t kOldestPoolVersion = 1;
+inline constexpr uint32_t kFirstPatchPoolVersion = 2;
 // The per-file magic with family byte 0x02: a pool is never taken for a
 // per-file upfs file, nor the other way round.
 inline constexpr unsigned char kPoolMagic[8] = {'U', 'P', 'F', 'S', 0x02, '\r', '\n', 0x1a};

@@ -1,0 +1,269 @@
+// Sub-block writes over the per-file container: a small strict write
+// persists its bytes and a few lines of log, not its block; reads, folds,
+// GC, reopen and truncation see exactly the bytes written; version 1 files
+// never get a patch; threads patching the same blocks lose nothing.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "container/perfile/inspect.h"
+#include "container/perfile/perfile.h"
+#include "engine/file.h"
+#include "format/format.h"
+#include "medium/persist_counter.h"
+#include "upfs/upfs.h"
+#include "test_util.h"
+#include "util/crc32c.h"
+
+namespace upfs {
+namespace {
+
+using namespace format;
+
+using upfs_test::TempDir;
+
+struct Opened {
+  int host = -1;
+  std::unique_ptr<upfs::File> file;
+  Opened(const std::string& path, Consistency c = Consistency::kStrict) {
+    host = open(path.c_str(), O_RDWR | O_CREAT, 0644);
+    EXPECT_GE(host, 0);
+    Status st = OpenPerFile(host, path, true, c, nullptr, &file);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  ~Opened() {
+    file.reset();
+    if (host >= 0) close(host);
+  }
+  void Write(const std::string& b, uint64_t off) {
+    uint64_t at;
+    Status st = file->Write(b.data(), b.size(), off, false, &at);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  std::string ReadAll() {
+    uint64_t size = 0;
+    EXPECT_TRUE(file->Size(&size).ok());
+    std::string out(size, '\0');
+    size_t done = 0;
+    EXPECT_TRUE(file->Read(out.data(), size, 0, &done).ok());
+    EXPECT_EQ(done, size);
+    return out;
+  }
+};
+
+std::string Bytes(size_t n, uint32_t seed) {
+  std::string s(n, '\0');
+  std::mt19937 r(seed);
+  for (auto& c : s) c = char(r());
+  return s;
+}
+
+uint64_t Persisted(Opened* f, const std::string& b, uint64_t off) {
+  PersistCounter counter;
+  f->Write(b, off);
+  return counter.bytes();
+}
+
+TEST(Patch, ASmallWritePersistsItsBytesNotItsBlock) {
+  TempDir d;
+  Opened f(d.File("a"));
+  f.Write(Bytes(64 * kBlockSize, 1), 0);
+  // 128 bytes: a reservation line, the payload's lines, the apply line.
+  const uint64_t p128 = Persisted(&f, Bytes(128, 2), 5 * kBlockSize + 640);
+  EXPECT_LE(p128, 6 * kCacheLine) << "a 128-byte patch";
+  // A write across a block edge is copied on write (two blocks).
+  const uint64_t cross = Persisted(&f, Bytes(128, 3), 7 * kBlockSize - 64);
+  EXPECT_GE(cross, 2 * kBlockSize);
+  // Writes up to 512 bytes are patches (file_patch.cc); one more byte is not.
+  EXPECT_LT(Persisted(&f, Bytes(512, 4), 20 * kBlockSize), kBlockSize);
+  EXPECT_GE(Persisted(&f, Bytes(513, 5), 30 * kBlockSize), kBlockSize);
+}
+
+// Damage to a committed patch is refused at open, naming its entry (the
+// payload's checksum), never read as data.
+TEST(Patch, ADamagedPatchIsRefusedAtOpen) {
+  TempDir d;
+  const std::string path = d.File("dmg");
+  const std::string marker(100, '\x5a');
+  {
+    Opened f(path);
+    f.Write(Bytes(4 * kBlockSize, 1), 0);
+    f.Write(marker, kBlockSize + 8);
+  }
+  // Find the patch's bytes in the host file (only the log holds them:
+  // the block under them keeps its old bytes) and flip one.
+  int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  std::string all(lseek(fd, 0, SEEK_END), '\0');
+  ASSERT_EQ(pread(fd, all.data(), all.size(), 0), ssize_t(all.size()));
+  size_t at = all.find(marker);
+  ASSERT_NE(at, std::string::npos);
+  char c = 0x5b;
+  ASSERT_EQ(pwrite(fd, &c, 1, off_t(at + 50)), 1);
+  close(fd);
+  int host = open(path.c_str(), O_RDWR);
+  std::unique_ptr<upfs::File> file;
+  Status st = OpenPerFile(host, path, false, Consistency::kStrict, nullptr, &file);
+  close(host);
+  EXPECT_EQ(st.err(), EUCLEAN);
+  EXPECT_NE(st.message().find("checksum"), std::string::npos) << st.message();
+}
+
+TEST(Patch, EverySizeAndAlignmentReadsBackAcrossFoldsGcAndReopen) {
+  TempDir d;
+  const std::string path = d.File("b");
+  std::string model = Bytes(16 * kBlockSize + 1000, 7);
+  {
+    Opened f(path);
+    f.Write(model, 0);
+    std::mt19937 r(11);
+    for (int i = 0; i < 3000; ++i) {
+      uint64_t len = 1 + r() % (i % 3 == 0 ? kPatchMaxBytes : 64);
+      uint64_t off = r() % (model.size() - len);
+      std::string b = Bytes(len, 100 + i);
+      f.Write(b, off);
+      model.replace(off, len, b);
+      if (i % 500 == 0) ASSERT_TRUE(f.file->CollectGarbage(true).ok());
+      if (i % 97 == 0) ASSERT_EQ(f.ReadAll(), model) << "after write " << i;
+    }
+    ASSERT_EQ(f.ReadAll(), model);
+    ASSERT_TRUE(f.file->CollectGarbage(true).ok());
+    ASSERT_EQ(f.ReadAll(), model);
+    // Shrinking into a patched block keeps the patched bytes below the
+    // new size; growing again exposes zeros.
+    ASSERT_TRUE(f.file->Truncate(5 * kBlockSize + 77).ok());
+    model.resize(5 * kBlockSize + 77);
+    ASSERT_EQ(f.ReadAll(), model);
+    ASSERT_TRUE(f.file->Truncate(7 * kBlockSize).ok());
+    model.resize(7 * kBlockSize, '\0');
+    ASSERT_EQ(f.ReadAll(), model);
+    f.Write(Bytes(300, 9), 5 * kBlockSize + 10);
+    model.replace(5 * kBlockSize + 10, 300, Bytes(300, 9));
+    ASSERT_EQ(f.ReadAll(), model);
+  }
+  Opened g(path);
+  EXPECT_EQ(g.ReadAll(), model) << "after reopen (replay)";
+  FileReport rep;
+  g.file.reset();
+  ASSERT_TRUE(InspectFile(path, true, &rep).ok());
+  EXPECT_TRUE(rep.problems.empty()) << rep.problems.front();
+  EXPECT_GT(rep.patch_count, 0u) << "fsck sees the live patches";
+  EXPECT_GE(rep.patch_bytes, rep.patch_count);
+  EXPECT_LE(rep.patch_bytes, rep.patched_blocks * kPatchMaxBytes);
+}
+
+TEST(Patch, PunchingAPatchedBlockKeepsItsOtherPatchedBytes) {
+  TempDir d;
+  Opened f(d.File("p"));
+  std::string model = Bytes(4 * kBlockSize, 1);
+  f.Write(model, 0);
+  f.Write(std::string(100, 'P'), kBlockSize + 50);
+  f.Write(std::string(100, 'Q'), kBlockSize + 3000);
+  model.replace(kBlockSize + 50, 100, std::string(100, 'P'));
+  model.replace(kBlockSize + 3000, 100, std::string(100, 'Q'));
+  ASSERT_TRUE(f.file->Fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, kBlockSize + 1000, 1000).ok());
+  model.replace(kBlockSize + 1000, 1000, std::string(1000, '\0'));
+  EXPECT_EQ(f.ReadAll(), model);
+}
+
+TEST(Patch, VersionOneFilesGetNoPatches) {
+  TempDir d;
+  const std::string path = d.File("v1");
+  {
+    Opened f(path);
+    f.Write(Bytes(8 * kBlockSize, 1), 0);
+  }
+  // Label the file version 1 (as a build before patches made it).
+  int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  FileHeader h;
+  ASSERT_EQ(pread(fd, &h, sizeof(h), 0), ssize_t(sizeof(h)));
+  h.format_version = 1;
+  h.header_crc = Crc32c(&h, offsetof(FileHeader, header_crc));
+  ASSERT_EQ(pwrite(fd, &h, sizeof(h), 0), ssize_t(sizeof(h)));
+  close(fd);
+  Opened f(path);
+  EXPECT_GE(Persisted(&f, Bytes(128, 2), kBlockSize + 100), kBlockSize) << "copied on write";
+}
+
+TEST(Patch, SyncModeWritesInPlace) {
+  TempDir d;
+  Opened f(d.File("s"), Consistency::kSync);
+  f.Write(Bytes(8 * kBlockSize, 1), 0);
+  // In place: the 128 bytes, the touch entry's line.
+  EXPECT_LE(Persisted(&f, Bytes(128, 2), kBlockSize + 100), 4 * kCacheLine);
+}
+
+// Threads patching overlapping ranges of the same blocks while a thread
+// reads. Write s of writer w fills its range with the word (w << 32 | s),
+// and announces the range before it starts. Any read that finds (w, s) in a
+// word must find, everywhere in that write's range, either (w, s), a later
+// write of w, or another writer's word: never zero and never an earlier
+// write of w (that would be a torn write, or one undone or reordered).
+TEST(Patch, ThreadsPatchingTheSameBlocksNeverTearOrReorder) {
+  TempDir d;
+  Opened f(d.File("t"));
+  constexpr uint64_t kBlocks = 3, kWords = kBlockSize / 8;
+  constexpr int kThreads = 3, kWrites = 3000;
+  f.Write(std::string(kBlocks * kBlockSize, '\0'), 0);
+  // ranges[w][s]: block:16 | first word:16 | words:16, set before write s.
+  std::vector<std::vector<std::atomic<uint64_t>>> ranges(kThreads + 1);
+  for (auto& r : ranges) r = std::vector<std::atomic<uint64_t>>(kWrites + 1);
+  std::atomic<int> errors{0};
+  std::atomic<bool> stop{false};
+  auto writer = [&](int w) {
+    std::mt19937 r(w);
+    for (uint64_t seq = 1; seq <= kWrites; ++seq) {
+      uint64_t words = 1 + r() % 64, blk = r() % kBlocks, first = r() % (kWords - words + 1);
+      ranges[w][seq].store(blk | (first << 16) | (words << 32), std::memory_order_release);
+      std::vector<uint64_t> b(words, (uint64_t(w) << 32) | seq);
+      uint64_t at;
+      if (!f.file->Write(b.data(), words * 8, blk * kBlockSize + first * 8, false, &at).ok()) errors++;
+    }
+  };
+  auto reader = [&] {
+    std::vector<uint64_t> img(kBlocks * kWords);
+    size_t done;
+    while (!stop.load()) {
+      if (!f.file->Read(img.data(), img.size() * 8, 0, &done).ok()) errors++;
+      for (uint64_t x : img) {
+        if (x == 0) continue;
+        uint64_t w = x >> 32, s = x & 0xffffffff;
+        if (w < 1 || w > uint64_t(kThreads) || s < 1 || s > uint64_t(kWrites)) {
+          errors++;
+          continue;
+        }
+        uint64_t rg = ranges[w][s].load(std::memory_order_acquire);
+        uint64_t blk = rg & 0xffff, first = (rg >> 16) & 0xffff, words = rg >> 32;
+        for (uint64_t i = first; i < first + words; ++i) {
+          uint64_t y = img[blk * kWords + i];
+          if (y == 0 || ((y >> 32) == w && (y & 0xffffffff) < s)) {
+            errors++;
+            break;
+          }
+        }
+      }
+    }
+  };
+  std::vector<std::thread> ts;
+  for (int w = 1; w <= kThreads; ++w) ts.emplace_back(writer, w);
+  std::thread rd(reader);
+  for (auto& t : ts) t.join();
+  stop = true;
+  rd.join();
+  EXPECT_EQ(errors.load(), 0);
+  std::string now = f.ReadAll();
+  ASSERT_TRUE(f.file->CollectGarbage(true).ok());
+  EXPECT_EQ(f.ReadAll(), now);
+}
+
+}  // namespace
+}  // namespace upfs
