@@ -194,6 +194,8 @@ class File {
                    bool* done, bool* conflicted);
   // Copies bytes [lo, hi) of block v's patches in t over out (which holds
   // byte lo of the block at out[0]), in log order.
+  void ApplyOwnPatch(BlockTable* t, const LogPos& after, uint32_t words, uint64_t v, uint32_t in,
+                     uint32_t n);
   void CopyPatches(const BlockTable& t, uint64_t v, uint64_t lo, uint64_t hi, char* out) const;
   // The whole block v (mapped to l) with its patches, into out.
   void ComposeBlock(const BlockTable& t, uint64_t v, uint32_t l, char* out) const;
@@ -225,6 +227,7 @@ class File {
   std::vector<std::unique_ptr<BlockTable>> tables_;
   std::vector<uint64_t> retired_at_;
   std::atomic_flag apply_lock_ = ATOMIC_FLAG_INIT;
+  Effect own_effect_;  // ApplyOwnPatch's, under apply_lock_
   std::mutex tables_mu_;
 
   PerThread<ThreadCtx, kMaxThreads> ctx_;

@@ -49,9 +49,10 @@ Status File::PatchOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
   // this write instead (the fold): reads stay one block copy plus a few
   // short ones, and the log holds at most kPatchMaxBytes per block.
   uint64_t refs[kMaxPatchesPerBlock];
-  if (t->patches().Get(v, refs) >= kMaxPatchesPerBlock ||
-      t->patches().Bytes(v) + n > kPatchMaxBytes)
-    return Status::OK();
+  const uint32_t count = t->patches().Get(v, refs);
+  uint64_t bytes = n;
+  for (uint32_t i = 0; i < count; ++i) bytes += PatchRef::Decode(refs[i]).length;
+  if (count >= kMaxPatchesPerBlock || bytes > kPatchMaxBytes) return Status::OK();
   std::vector<uint64_t>& w = c->pending.payload;
   UPFS_ASSERT(c->pending.overflow.empty());
   w.assign(kPatchHeaderWords + PatchDataWords(in, uint32_t(n)), 0);
@@ -62,10 +63,40 @@ Status File::PatchOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
   // mapping, another patch, a truncate) invalidates what was checked above.
   Status st = writer_.Commit(&c->blocks, &c->scratch, &p, 0, c->pending,
                              [&](const Effect& e) { return e.TouchesBlocks(v, v + 1); }, conflicted);
+  const uint32_t words = uint32_t(w.size());
   w.clear();
   UPFS_RETURN_IF_ERROR(st);
   *done = !*conflicted;
+  if (*done) ApplyOwnPatch(t, p, words, v, in, uint32_t(n));
   return Status::OK();
+}
+
+// The next catch-up would decode and checksum the payload just committed
+// to apply it. When the table stands right before it (nothing committed in
+// between that it lacks) and nobody else is applying, the committer applies
+// it itself, from what it knows.
+void File::ApplyOwnPatch(BlockTable* t, const LogPos& after, uint32_t words, uint64_t v,
+                         uint32_t in, uint32_t n) {
+  const uint32_t apply = after.last;
+  const uint64_t e = LogAt(after.lblock)->slots[apply].load(std::memory_order_relaxed);
+  UPFS_ASSERT(KindOf(e) == EntryKind::kApply);
+  const uint32_t rs = ApplySlot(e);
+  if (apply != rs + 1 + words) return;  // entries of others between payload and apply
+  if (apply_lock_.test_and_set(std::memory_order_acquire)) return;  // someone is applying
+  const LogPos cur = t->cursor();
+  if (t == table_.load(std::memory_order_relaxed) && cur.lblock == after.lblock && cur.slot == rs &&
+      !StaleAfterCompaction(*t, cur, root_.words->compact_seq.load(std::memory_order_acquire))) {
+    Effect& eff = own_effect_;
+    eff.Clear();
+    eff.vblock = uint32_t(v);
+    eff.nblocks = 1;
+    eff.runs.push_back(Run{kKeepBlock, 1});
+    eff.patch = PatchRef{after.lblock, rs + 1 + kPatchHeaderWords, in, n}.Encode();
+    // It passed the same checks at commit; a failure leaves the cursor
+    // before it, for a catch-up to decode and report.
+    if (t->Apply(eff).ok()) t->set_cursor(after);
+  }
+  apply_lock_.clear(std::memory_order_release);
 }
 
 }  // namespace upfs
