@@ -194,8 +194,8 @@ class File {
                    bool* done, bool* conflicted);
   // Copies bytes [lo, hi) of block v's patches in t over out (which holds
   // byte lo of the block at out[0]), in log order.
-  void ApplyOwnPatch(BlockTable* t, const LogPos& after, uint32_t words, uint64_t v, uint32_t in,
-                     uint32_t n);
+  void ApplyOwnPatch(BlockTable* t, const LogPos& after, uint32_t rs, uint32_t words, uint64_t v,
+                     uint32_t in, uint32_t n);
   void CopyPatches(const BlockTable& t, uint64_t v, uint64_t lo, uint64_t hi, char* out) const;
   // The whole block v (mapped to l) with its patches, into out.
   void ComposeBlock(const BlockTable& t, uint64_t v, uint32_t l, char* out) const;

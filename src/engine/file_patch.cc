@@ -67,7 +67,7 @@ Status File::PatchOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
   w.clear();
   UPFS_RETURN_IF_ERROR(st);
   *done = !*conflicted;
-  if (*done) ApplyOwnPatch(t, p, words, v, in, uint32_t(n));
+  if (*done) ApplyOwnPatch(t, p, c->pending.reserve_slot, words, v, in, uint32_t(n));
   return Status::OK();
 }
 
@@ -75,13 +75,11 @@ Status File::PatchOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
 // to apply it. When the table stands right before it (nothing committed in
 // between that it lacks) and nobody else is applying, the committer applies
 // it itself, from what it knows.
-void File::ApplyOwnPatch(BlockTable* t, const LogPos& after, uint32_t words, uint64_t v,
-                         uint32_t in, uint32_t n) {
-  const uint32_t apply = after.last;
-  const uint64_t e = LogAt(after.lblock)->slots[apply].load(std::memory_order_relaxed);
-  UPFS_ASSERT(KindOf(e) == EntryKind::kApply);
-  const uint32_t rs = ApplySlot(e);
-  if (apply != rs + 1 + words) return;  // entries of others between payload and apply
+void File::ApplyOwnPatch(BlockTable* t, const LogPos& after, uint32_t rs, uint32_t words,
+                         uint64_t v, uint32_t in, uint32_t n) {
+  // The reservation slot comes from the commit: reading the apply word
+  // back would miss where a flush evicts the line (clwb on AMD Zen does).
+  if (after.last != rs + 1 + words) return;  // entries of others between payload and apply
   if (apply_lock_.test_and_set(std::memory_order_acquire)) return;  // someone is applying
   const LogPos cur = t->cursor();
   if (t == table_.load(std::memory_order_relaxed) && cur.lblock == after.lblock && cur.slot == rs &&

@@ -34,6 +34,9 @@ inline constexpr uint64_t kGcSlackBlocks = 32;
 struct PendingEntry {
   std::vector<uint64_t> payload;
   std::vector<format::Run> overflow;
+  // Set by a successful commit: the slot of the payload's reservation (the
+  // payload's first word is the slot after it).
+  uint32_t reserve_slot = 0;
   bool empty() const { return payload.empty(); }
 };
 
@@ -57,7 +60,7 @@ class LogWriter {
   // belong to the log (p->overflow may be cleared).
   template <typename Conflict>
   Status Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t entry,
-                const PendingEntry& p, Conflict conflict, bool* conflicted);
+                PendingEntry& p, Conflict conflict, bool* conflicted);
 
   BlockSource* source() const { return source_; }
 

@@ -8,7 +8,7 @@ namespace upfs {
 
 template <typename Conflict>
 Status LogWriter::Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t entry,
-                         const PendingEntry& p, Conflict conflict, bool* conflicted) {
+                         PendingEntry& p, Conflict conflict, bool* conflicted) {
   using namespace format;
   *conflicted = false;
   auto scan = [&]() {
@@ -77,6 +77,7 @@ Status LogWriter::Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t
       pm::Fence();
       pos->last = a;
       pos->slot = a + 1;
+      p.reserve_slot = s;
       return Status::OK();
     }
   }
