@@ -131,8 +131,12 @@ TEST(Patch, EverySizeAndAlignmentReadsBackAcrossFoldsGcAndReopen) {
       std::string b = Bytes(len, 100 + i);
       f.Write(b, off);
       model.replace(off, len, b);
-      if (i % 500 == 0) ASSERT_TRUE(f.file->CollectGarbage(true).ok());
-      if (i % 97 == 0) ASSERT_EQ(f.ReadAll(), model) << "after write " << i;
+      if (i % 500 == 0) {
+        ASSERT_TRUE(f.file->CollectGarbage(true).ok());
+      }
+      if (i % 97 == 0) {
+        ASSERT_EQ(f.ReadAll(), model) << "after write " << i;
+      }
     }
     ASSERT_EQ(f.ReadAll(), model);
     ASSERT_TRUE(f.file->CollectGarbage(true).ok());

@@ -1,5 +1,6 @@
 // File: sub-block writes as patches in the log (docs/design.md, "Sub-block
 // writes"), and what every reader of a block's bytes needs of them.
+#include <algorithm>
 #include <cstring>
 
 #include "engine/file.h"

@@ -227,9 +227,11 @@ Status CheckLogBlock(const BlockAccess& ba, uint32_t lblock, uint64_t seq, LogBl
 
 namespace {
 
-// `where` names the entry in error messages; it is only called on error
-// (decoding is on every reader's and writer's path).
+// The largest payload: inline runs, or a patch of kPatchMaxBytes.
 constexpr uint32_t kMaxPayloadWords = std::max(kPayloadHeaderWords + kMaxInlineRuns, kMaxPatchPayloadWords);
+
+// In the decoders, `where` names the entry in error messages; it is only
+// called on error (decoding is on every reader's and writer's path).
 
 // The effect of a patch payload (`words`, checksummed) whose first word is
 // at slot rs + 1 of log block b_lblock.

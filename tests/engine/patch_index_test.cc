@@ -136,6 +136,10 @@ class PatchLog : public ::testing::Test {
     std::memcpy(reinterpret_cast<char*>(&w[kPatchHeaderWords]) + (off & 7), bytes.data(), bytes.size());
     return w;
   }
+  void ClearLog() {
+    for (auto& w : lb()->slots) w.store(0);
+    slot_ = 0;
+  }
   void Map(uint32_t v, uint32_t l, bool extend) {
     ms_.bitmap().Set(l);
     lb()->slots[slot_++].store(EncodeInline({v, l, 1, extend}));
@@ -187,13 +191,11 @@ TEST_F(PatchLog, ReplayRefusesPatchesUpfsDoesNotWrite) {
   Map(0, 10, false);  // mapped, but the size is 0
   Payload(Patch(0, 0, "x"));
   EXPECT_NE(refused("past the size").find("past the size"), std::string::npos);
-  slot_ = 0;
-  std::memset(lb()->slots, 0, sizeof(lb()->slots));
+  ClearLog();
   Map(0, 10, true);
   Payload(Patch(3, 0, "x"));
   EXPECT_NE(refused("unmapped").find("not mapped"), std::string::npos);
-  slot_ = 0;
-  std::memset(lb()->slots, 0, sizeof(lb()->slots));
+  ClearLog();
   Map(0, 10, true);
   for (uint32_t i = 0; i <= kMaxPatchesPerBlock; ++i) Payload(Patch(0, i, "y"));
   EXPECT_NE(refused("nine patches").find("more than"), std::string::npos);
@@ -215,8 +217,7 @@ TEST_F(PatchLog, DecodingRefusesMalformedPatchPayloads) {
       {"words", [](std::vector<uint64_t>* w) { w->push_back(0); }},
   };
   for (const Case& c : cases) {
-    slot_ = 0;
-    std::memset(lb()->slots, 0, sizeof(lb()->slots));
+    ClearLog();
     Map(0, 10, true);
     std::vector<uint64_t> w = Patch(0, 8, "01234567");
     c.damage(&w);
