@@ -196,6 +196,16 @@ std::vector<Workload> MakeWorkloads() {
                 Link("/d/g", "/h"), Truncate("/h", 3000), Unlink("/d/g"), Write("/h", 8192, 100, 5),
                 Rename("/h", "/d/h"), Unlink("/d/h"),  // the last link of a file with data
                 Create("/d/k"), Write("/d/k", 0, 300000, 6), Chmod("/d/k", 0600)}});
+  // Sub-block patches in a pool file's log: alone, over each other, at a
+  // block's end, nine on one block (the ninth folds it), a truncate into a
+  // patched block, and a patched file renamed over and unlinked.
+  w.push_back({"pool-patches",
+               {Create("/p"), Write("/p", 0, 12288, 1), Create("/q"), Write("/q", 0, 5000, 2)},
+               {Write("/p", 100, 128, 3), Write("/p", 150, 7, 4), Write("/p", 4090, 6, 5),
+                Write("/p", 8192, 512, 6), Write("/p", 8200, 40, 7), Write("/p", 8300, 40, 8),
+                Write("/p", 8400, 40, 9), Write("/p", 8500, 40, 10), Write("/p", 8600, 40, 11),
+                Write("/p", 8700, 40, 12), Write("/p", 8800, 40, 13), Write("/p", 8900, 40, 14),
+                Truncate("/p", 8250), Write("/q", 10, 20, 15), Rename("/q", "/p"), Unlink("/p")}});
   w.push_back({"unlink-open",
                {Create("/f"), Write("/f", 0, 20000, 1), Create("/keep"), Write("/keep", 0, 5000, 2)},
                {UnlinkOpen("/f", 0, 4096, 3),     // released by the last holder, after the write

@@ -11,7 +11,7 @@ namespace upfs {
 
 using namespace format;
 
-bool LogWriter::PersistBeforeSlot(LogBlock* b, const LogPos& pos) {
+void LogWriter::PersistBeforeSlot(LogBlock* b, const LogPos& pos) {
   // Entries reach media in log order: before committing in a later cache
   // line (or block), the line of the entry before ours (or the link to this
   // block) must be durable, or a crash could leave a hole before an
@@ -21,12 +21,12 @@ bool LogWriter::PersistBeforeSlot(LogBlock* b, const LogPos& pos) {
   const uint32_t slot = pos.slot;
   auto line = [](uint32_t s) { return (offsetof(LogBlock, slots) + 8 * s) / kCacheLine; };
   if (slot == 0) {
-    if (pos.prev == 0) return false;
+    if (pos.prev == 0) return;
     LogBlock* pb = LogAt(pos.prev);
     pm::Flush(&pb->next, 8);
     pm::Flush(&pb->slots[kSlotsPerLogBlock - 1], 8);
     pm::Fence();
-    return true;
+    return;
   }
   uint32_t prev_entry = pos.last != LogPos::kNoSlot ? pos.last : slot - 1;
   if (line(prev_entry) != line(slot)) {
@@ -34,9 +34,7 @@ bool LogWriter::PersistBeforeSlot(LogBlock* b, const LogPos& pos) {
     if (line(slot - 1) != line(prev_entry) && line(slot - 1) != line(slot))
       pm::Flush(&b->slots[slot - 1], 8);
     pm::Fence();
-    return true;
   }
-  return false;
 }
 
 Status LogWriter::ExtendChain(ThreadBlocks* t, LogPos* pos) {

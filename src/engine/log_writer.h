@@ -76,9 +76,7 @@ class LogWriter {
   }
   // Moves pos into the next log block, linking a new one if there is none.
   Status ExtendChain(ThreadBlocks* t, LogPos* pos);
-  // Returns whether it fenced (which also drains this thread's
-  // non-temporal stores).
-  bool PersistBeforeSlot(format::LogBlock* b, const LogPos& pos);
+  void PersistBeforeSlot(format::LogBlock* b, const LogPos& pos);
 
   BlockAccess access_;
   BlockSource* source_;

@@ -55,11 +55,13 @@ Status LogWriter::Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t
     pm::Flush(&b->slots[s], 8);
     pm::Fence();
     pm::CopyFlush(&b->slots[s + 1], p.payload.data(), size_t(k) * 8);
-    // The payload must be durable before its apply word can be: by the
-    // fence that orders the apply after the entry before it, if there is
-    // one (the apply lies in a later line than the reservation whenever the
-    // payload spans lines), or by a fence of its own.
-    bool payload_durable = false;
+    // The payload must be durable before its apply word can be. (The fence
+    // that orders the apply after the entry before it would do that too
+    // whenever the apply's line differs; relying on it instead made
+    // LevelDB's reopen find a deleted key again in 1 of 6-10 runs of
+    // apps_leveldb, and 0 of 15 with this fence: not understood yet, see
+    // docs/design.md, "Persistence ordering".)
+    pm::Fence();
     pos->last = s;
     pos->slot = s + 1 + k;
     // The apply entry must land in the same block as its reservation.
@@ -69,8 +71,7 @@ Status LogWriter::Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t
       if (*conflicted) return Status::OK();  // the reservation stays inert
       if (pos->lblock != here || pos->slot >= kSlotsPerLogBlock) break;
       const uint32_t a = pos->slot;
-      if (!PersistBeforeSlot(b, *pos) && !payload_durable) pm::Fence();
-      payload_durable = true;
+      PersistBeforeSlot(b, *pos);
       uint64_t exp2 = 0;
       if (!pm::Cas64(&b->slots[a], exp2, EncodeApply(s, crc))) continue;
       pm::Flush(&b->slots[a], 8);
