@@ -34,7 +34,7 @@ using namespace upfs::format::pool;
 
 constexpr uint64_t kB = kBlockSize;
 
-double Scale() {
+[[maybe_unused]] double Scale() {
   const char* s = getenv("UPFS_TEST_SCALE");
   const double v = s ? atof(s) : 1.0;
   return v > 0 ? v : 1.0;
@@ -147,7 +147,7 @@ uint64_t FileSize(const std::string& path) {
   ASSERT_TRUE(PRead(path, &sb, sizeof(sb), 0));
   Set32(path, offsetof(Superblock, sb_crc), upfs::Crc32c(&sb, offsetof(Superblock, sb_crc)));
 }
-void FixCheckpointCrcs(const std::string& path, uint64_t header_block) {
+[[maybe_unused]] void FixCheckpointCrcs(const std::string& path, uint64_t header_block) {
   CheckpointHeader h;
   ASSERT_TRUE(PRead(path, &h, sizeof(h), header_block * kB));
   // The image: every word of the runs, up to image_words.
