@@ -72,7 +72,10 @@ bool PatchIndex::Add(uint64_t v, const PatchRef& ref) {
   const uint64_t w = ref.Encode();
   uint32_t n = r->count.load(std::memory_order_relaxed);
   if (n && r->refs[n - 1].load(std::memory_order_relaxed) == w) return true;
-  if (n >= kMaxPatchesPerBlock || Bytes(v) + ref.length > kPatchMaxBytes) return false;
+  if (n >= kMaxPatchesPerBlock) return false;
+  uint32_t bytes = ref.length;  // from the record in hand, not a second lookup
+  for (uint32_t i = 0; i < n; ++i) bytes += PatchRef::Decode(r->refs[i].load(std::memory_order_relaxed)).length;
+  if (bytes > kPatchMaxBytes) return false;
   r->refs[n].store(w, std::memory_order_relaxed);
   r->count.store(n + 1, std::memory_order_release);
   any_.store(true, std::memory_order_release);
