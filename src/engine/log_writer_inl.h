@@ -71,7 +71,10 @@ Status LogWriter::Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t
       if (*conflicted) return Status::OK();  // the reservation stays inert
       if (pos->lblock != here || pos->slot >= kSlotsPerLogBlock) break;
       const uint32_t a = pos->slot;
-      PersistBeforeSlot(b, *pos);
+      // Right after our own payload, what comes before the apply (the
+      // reservation, then the payload) is durable already: both fences
+      // above ordered it. Only entries of others in between need one.
+      if (pos->last != s) PersistBeforeSlot(b, *pos);
       uint64_t exp2 = 0;
       if (!pm::Cas64(&b->slots[a], exp2, EncodeApply(s, crc))) continue;
       pm::Flush(&b->slots[a], 8);
