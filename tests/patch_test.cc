@@ -20,6 +20,7 @@
 #include "format/format.h"
 #include "medium/persist_counter.h"
 #include "upfs/upfs.h"
+#include "patch_order_check.h"
 #include "test_util.h"
 #include "util/crc32c.h"
 
@@ -207,63 +208,24 @@ TEST(Patch, SyncModeWritesInPlace) {
 }
 
 // Threads patching overlapping ranges of the same blocks while a thread
-// reads. Write s of writer w fills its range with the word (w << 32 | s),
-// and announces the range before it starts. Any read that finds (w, s) in a
-// word must find, everywhere in that write's range, either (w, s), a later
-// write of w, or another writer's word: never zero and never an earlier
-// write of w (that would be a torn write, or one undone or reordered).
+// reads; the rule the reader checks is PatchOrderCheck's.
 TEST(Patch, ThreadsPatchingTheSameBlocksNeverTearOrReorder) {
   TempDir d;
   Opened f(d.File("t"));
   constexpr uint64_t kBlocks = 3, kWords = kBlockSize / 8;
   constexpr int kThreads = 3, kWrites = 3000;
   f.Write(std::string(kBlocks * kBlockSize, '\0'), 0);
-  // ranges[w][s]: block:16 | first word:16 | words:16, set before write s.
-  std::vector<std::vector<std::atomic<uint64_t>>> ranges(kThreads + 1);
-  for (auto& r : ranges) r = std::vector<std::atomic<uint64_t>>(kWrites + 1);
-  std::atomic<int> errors{0};
-  std::atomic<bool> stop{false};
-  auto writer = [&](int w) {
-    std::mt19937 r(w);
-    for (uint64_t seq = 1; seq <= kWrites; ++seq) {
-      uint64_t words = 1 + r() % 64, blk = r() % kBlocks, first = r() % (kWords - words + 1);
-      ranges[w][seq].store(blk | (first << 16) | (words << 32), std::memory_order_release);
-      std::vector<uint64_t> b(words, (uint64_t(w) << 32) | seq);
-      uint64_t at;
-      if (!f.file->Write(b.data(), words * 8, blk * kBlockSize + first * 8, false, &at).ok()) errors++;
-    }
-  };
-  auto reader = [&] {
-    std::vector<uint64_t> img(kBlocks * kWords);
-    size_t done;
-    while (!stop.load()) {
-      if (!f.file->Read(img.data(), img.size() * 8, 0, &done).ok()) errors++;
-      for (uint64_t x : img) {
-        if (x == 0) continue;
-        uint64_t w = x >> 32, s = x & 0xffffffff;
-        if (w < 1 || w > uint64_t(kThreads) || s < 1 || s > uint64_t(kWrites)) {
-          errors++;
-          continue;
-        }
-        uint64_t rg = ranges[w][s].load(std::memory_order_acquire);
-        uint64_t blk = rg & 0xffff, first = (rg >> 16) & 0xffff, words = rg >> 32;
-        for (uint64_t i = first; i < first + words; ++i) {
-          uint64_t y = img[blk * kWords + i];
-          if (y == 0 || ((y >> 32) == w && (y & 0xffffffff) < s)) {
-            errors++;
-            break;
-          }
-        }
-      }
-    }
-  };
-  std::vector<std::thread> ts;
-  for (int w = 1; w <= kThreads; ++w) ts.emplace_back(writer, w);
-  std::thread rd(reader);
-  for (auto& t : ts) t.join();
-  stop = true;
-  rd.join();
-  EXPECT_EQ(errors.load(), 0);
+  const int errors = upfs_test::RacePatchWriters(
+      kThreads, kWrites, kBlocks, kWords,
+      [&](const void* b, size_t n, uint64_t off) {
+        uint64_t at;
+        return f.file->Write(b, n, off, false, &at).ok();
+      },
+      [&](void* b, size_t n) {
+        size_t done;
+        return f.file->Read(b, n, 0, &done).ok() && done == n;
+      });
+  EXPECT_EQ(errors, 0);
   std::string now = f.ReadAll();
   ASSERT_TRUE(f.file->CollectGarbage(true).ok());
   EXPECT_EQ(f.ReadAll(), now);

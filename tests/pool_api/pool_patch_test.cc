@@ -1,0 +1,184 @@
+// Sub-block writes in files of a pool, through the C API: a small write
+// persists its bytes and a few lines of log, not its block; thousands of
+// small writes of every size and alignment, with truncations into patched
+// blocks, read back as a model says, before and after a remount, and leave
+// a pool fsck finds consistent; threads patching overlapping ranges of one
+// pool file never see a write torn, undone or reordered.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "container/pool/pool_check.h"
+#include "format/format.h"
+#include "medium/persist_counter.h"
+#include "patch_order_check.h"
+#include "test_util.h"
+#include "upfs/upfs.h"
+
+namespace {
+
+using upfs::format::kBlockSize;
+using upfs::format::kCacheLine;
+
+class PoolPatch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // A test that fails with a file open cannot unmount: the next one
+    // gets names of its own.
+    static int count = 0;
+    const std::string id = std::to_string(getpid()) + "-" + std::to_string(count++);
+    pool_ = "/dev/shm/upfs-poolpatch-" + id + ".pool";
+    mnt_ = "/upfs-poolpatch-" + id;
+    ASSERT_EQ(upfs_mkfs(pool_.c_str(), 0), 0) << upfs_last_error();
+    ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
+  }
+  void TearDown() override {
+    upfs_umount(mnt_.c_str());
+    unlink(pool_.c_str());
+  }
+  std::string Path(const char* name) const { return mnt_ + "/" + name; }
+  void Remount() {
+    ASSERT_EQ(upfs_umount(mnt_.c_str()), 0) << upfs_last_error();
+    ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
+  }
+  std::string ReadAll(int fd) {
+    struct stat st;
+    EXPECT_EQ(upfs_fstat(fd, &st), 0);
+    std::string out(size_t(st.st_size), '\0');
+    EXPECT_EQ(upfs_pread(fd, out.data(), out.size(), 0), ssize_t(out.size())) << upfs_last_error();
+    return out;
+  }
+  std::string pool_, mnt_;
+};
+
+std::string Bytes(size_t n, uint32_t seed) {
+  std::string s(n, '\0');
+  std::mt19937 r(seed);
+  for (auto& c : s) c = char(r());
+  return s;
+}
+
+// Where the first difference is, for a readable failure.
+std::string FirstDifference(const std::string& want, const std::string& got) {
+  if (want.size() != got.size())
+    return "size " + std::to_string(got.size()) + ", expected " + std::to_string(want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    if (want[i] != got[i]) return "byte " + std::to_string(i) + " differs";
+  return "equal";
+}
+
+TEST_F(PoolPatch, ASmallWriteInAPoolFilePersistsItsBytesNotItsBlock) {
+  const int fd = upfs_open(Path("f").c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(fd, 0) << upfs_last_error();
+  const std::string base = Bytes(64 * kBlockSize, 1);
+  ASSERT_EQ(upfs_pwrite(fd, base.data(), base.size(), 0), ssize_t(base.size()));
+  const std::string small = Bytes(128, 2);
+  uint64_t persisted;
+  {
+    upfs::PersistCounter counter;
+    ASSERT_EQ(upfs_pwrite(fd, small.data(), small.size(), 5 * kBlockSize + 640), 128);
+    persisted = counter.bytes();
+  }
+  // A reservation line, the payload's lines, the apply line (and the
+  // inode's times, which a pool keeps in one word of its own).
+  EXPECT_LE(persisted, 8 * kCacheLine) << "a 128-byte write in a pool file";
+  // A write across a block's end is not a patch: it copies both blocks.
+  {
+    upfs::PersistCounter counter;
+    ASSERT_EQ(upfs_pwrite(fd, small.data(), small.size(), 7 * kBlockSize - 64), 128);
+    persisted = counter.bytes();
+  }
+  EXPECT_GE(persisted, 2 * kBlockSize) << "a write across a block edge";
+  std::string want = base;
+  want.replace(5 * kBlockSize + 640, 128, small);
+  want.replace(7 * kBlockSize - 64, 128, small);
+  EXPECT_EQ(ReadAll(fd), want);
+  ASSERT_EQ(upfs_close(fd), 0);
+}
+
+TEST_F(PoolPatch, SmallWritesOfEverySizeMatchAModelAcrossRemounts) {
+  const uint64_t seed = upfs_test::TestSeed(20261127);
+  const int steps = int(upfs_test::Scaled(20000, 3000));
+  std::printf("seed %llu, %d steps\n", (unsigned long long)seed, steps);
+  std::mt19937_64 r(seed);
+  int fd = upfs_open(Path("m").c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(fd, 0) << upfs_last_error();
+  std::string model = Bytes(48 * kBlockSize + 100, uint32_t(seed));
+  ASSERT_EQ(upfs_pwrite(fd, model.data(), model.size(), 0), ssize_t(model.size()));
+  for (int step = 0; step < steps; ++step) {
+    const uint64_t pick = r() % 100;
+    if (pick < 2) {
+      // Truncate, often into a patched block (then grow again below).
+      const uint64_t len = r() % (model.size() + 1);
+      ASSERT_EQ(upfs_ftruncate(fd, off_t(len)), 0) << upfs_last_error();
+      model.resize(len);
+      continue;
+    }
+    if (pick < 3) {
+      // The same file in a fresh mount: what the next process replays.
+      ASSERT_EQ(upfs_close(fd), 0);
+      Remount();
+      fd = upfs_open(Path("m").c_str(), O_RDWR, 0);
+      ASSERT_GE(fd, 0) << upfs_last_error();
+      const std::string got = ReadAll(fd);
+      ASSERT_EQ(got, model) << "after a remount at step " << step << ": " << FirstDifference(model, got);
+      continue;
+    }
+    // Mostly patch-sized writes (1-128 or 1-600 bytes) anywhere, some past
+    // the end (they grow the file and are not patches).
+    const uint64_t n = 1 + r() % (pick < 70 ? 128 : 600);
+    const uint64_t off = r() % (model.size() + 64);
+    const std::string b = Bytes(n, uint32_t(r()));
+    ASSERT_EQ(upfs_pwrite(fd, b.data(), n, off_t(off)), ssize_t(n)) << upfs_last_error();
+    if (model.size() < off + n) model.resize(off + n, '\0');
+    model.replace(off, n, b);
+    if (step % 500 == 0) {
+      const std::string got = ReadAll(fd);
+      ASSERT_EQ(got, model) << "step " << step << ": " << FirstDifference(model, got);
+    }
+  }
+  const std::string got = ReadAll(fd);
+  ASSERT_EQ(got, model) << FirstDifference(model, got);
+  ASSERT_EQ(upfs_close(fd), 0);
+  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
+  upfs::PoolReport rep;
+  ASSERT_TRUE(upfs::CheckPool(pool_, &rep).ok());
+  EXPECT_TRUE(rep.problems.empty()) << rep.problems.front();
+  ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
+  fd = upfs_open(Path("m").c_str(), O_RDONLY, 0);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(ReadAll(fd), model);
+  upfs_close(fd);
+}
+
+// As the per-file test (tests/patch_test.cc), through the C API on one
+// descriptor; the rule the reader checks is PatchOrderCheck's.
+TEST_F(PoolPatch, ThreadsPatchingOneFileNeverTearOrReorder) {
+  constexpr uint64_t kBlocks = 3, kWords = kBlockSize / 8;
+  constexpr int kThreads = 3, kWrites = 3000;
+  const int fd = upfs_open(Path("t").c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(fd, 0) << upfs_last_error();
+  const std::string zeros(kBlocks * kBlockSize, '\0');
+  ASSERT_EQ(upfs_pwrite(fd, zeros.data(), zeros.size(), 0), ssize_t(zeros.size()));
+  const int errors = upfs_test::RacePatchWriters(
+      kThreads, kWrites, kBlocks, kWords,
+      [&](const void* b, size_t n, uint64_t off) { return upfs_pwrite(fd, b, n, off_t(off)) == ssize_t(n); },
+      [&](void* b, size_t n) { return upfs_pread(fd, b, n, 0) == ssize_t(n); });
+  EXPECT_EQ(errors, 0);
+  const std::string now = ReadAll(fd);
+  ASSERT_EQ(upfs_close(fd), 0);
+  Remount();
+  const int again = upfs_open(Path("t").c_str(), O_RDONLY, 0);
+  ASSERT_GE(again, 0);
+  EXPECT_EQ(ReadAll(again), now);
+  upfs_close(again);
+}
+
+}  // namespace
