@@ -39,6 +39,7 @@
 
 #include "container/perfile/perfile.h"
 #include "engine/file.h"
+#include "engine/gc_worker.h"
 #include "container/perfile/inspect.h"
 #include "format/format.h"
 #include "medium/pm.h"
@@ -639,6 +640,9 @@ class Explorer {
 
 int main(int argc, char** argv) {
   using namespace upfs::crashtest;
+  // Every fence must happen in the operation the recorder follows: GC runs
+  // inline, where the workload triggers it.
+  upfs::GcWorker::SetBackground(false);
   Options opt;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];

@@ -52,6 +52,7 @@
 
 #include "container/pool/namespace.h"
 #include "container/pool/pool.h"
+#include "engine/gc_worker.h"
 #include "medium/pm.h"
 #include "pm_sparse_model.h"
 #include "pool_ops.h"
@@ -542,6 +543,9 @@ class Explorer {
 
 int main(int argc, char** argv) {
   using namespace upfs::crashtest;
+  // Every fence must happen in the operation the recorder follows: GC runs
+  // inline, where the workload triggers it.
+  upfs::GcWorker::SetBackground(false);
   Options opt;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];

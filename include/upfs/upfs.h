@@ -60,9 +60,10 @@ int upfs_fdatasync(int fd);
 int upfs_fstat(int fd, struct stat *st);
 
 /* Waits until background work on the file is done: growth of the host file
- * ahead of the allocator and, on tmpfs, collapsing it into 2 MiB pages (which
- * otherwise starts once the file has stopped growing for a second). Never
- * needed for correctness; benchmarks call it after filling a file. */
+ * ahead of the allocator, on tmpfs collapsing it into 2 MiB pages (which
+ * otherwise starts once the file has stopped growing for a second), and a
+ * compaction of its log asked for by this process. Never needed for
+ * correctness; benchmarks call it after filling a file. */
 int upfs_settle(int fd);
 
 /* The last close of a upfs file keeps its mapping and state in the process

@@ -10,6 +10,7 @@
 
 #include "engine/epoch_pin.h"
 #include "engine/file_internal.h"
+#include "engine/gc_worker.h"
 #include "engine/log_compactor.h"
 #include "medium/pm.h"
 #include "util/assert.h"
@@ -65,6 +66,8 @@ File::File(const FileStorage& storage, std::unique_ptr<StorageLease> lease)
 }
 
 File::~File() {
+  // The worker may be compacting this log, with a context of this File.
+  if (source_) GcWorker::Get().Forget(this);
   // A per-file container's growth callback publishes into this File's
   // bitmap: stopped before the File goes. A pool's outlives its files.
   if (!space_outlives_file_) space_->JoinBackground();
@@ -301,8 +304,22 @@ Status File::CollectGarbage(bool force) {
 
 void File::MaybeCollectGarbage(ThreadCtx* c) {
   if (!c->blocks.limbo.empty()) source_->DrainLimbo(&c->blocks, false);
-  if (!writer_.TakeGcWanted()) return;
+  const bool wanted = writer_.TakeGcWanted();
+  const bool behind = writer_.TakeGcBehind();
+  if (!wanted && !behind) return;
+  if (GcWorker::Background()) {
+    // Writers outpacing the worker would grow the log without bound:
+    // past twice the trigger, the write that notices waits for the GC.
+    GcWorker::Get().Request(this);
+    if (behind) GcWorker::Get().Wait(this);
+    return;
+  }
   (void)CollectGarbage(false);  // best effort: the log just stays longer
+}
+
+void File::Settle() {
+  space_->Settle();
+  if (source_) GcWorker::Get().Wait(this);
 }
 
 // ---------------------------------------------------------------------------

@@ -100,8 +100,8 @@ class File {
   Status Truncate(uint64_t len);
   Status Fallocate(int mode, uint64_t off, uint64_t len);
   Status Sync();
-  // Waits for background work on the file (growth, huge pages).
-  void Settle() { space_->Settle(); }
+  // Waits for background work on the file (growth, huge pages, a GC).
+  void Settle();
   Status Stat(FileStat* st);
   // Sets the modification time (utimensat), durably.
   Status SetMtime(int64_t mtime_ns);

@@ -66,6 +66,7 @@ Status LogWriter::ExtendChain(ThreadBlocks* t, LogPos* pos) {
       }
       uint64_t last = root_.words->gc_last_blocks.load(std::memory_order_relaxed);
       if (len > kGcSlackBlocks + 2 * last) gc_wanted_.store(true, std::memory_order_relaxed);
+      if (len > 2 * (kGcSlackBlocks + 2 * last)) gc_behind_.store(true, std::memory_order_relaxed);
     } else {
       source_->Free(t, nl, 1);  // never published
       w = expected;

@@ -65,10 +65,10 @@ class LogWriter {
   BlockSource* source() const { return source_; }
 
   // True once since a new log block made the chain long enough for a GC.
-  bool TakeGcWanted() {
-    return gc_wanted_.load(std::memory_order_relaxed) &&
-           gc_wanted_.exchange(false, std::memory_order_relaxed);
-  }
+  bool TakeGcWanted() { return TakeFlag(&gc_wanted_); }
+  // True once since a new log block made the chain twice that long: a GC
+  // in the background is not keeping up, and writers wait for it.
+  bool TakeGcBehind() { return TakeFlag(&gc_behind_); }
 
  private:
   format::LogBlock* LogAt(uint32_t lblock) const {
@@ -78,10 +78,15 @@ class LogWriter {
   Status ExtendChain(ThreadBlocks* t, LogPos* pos);
   void PersistBeforeSlot(format::LogBlock* b, const LogPos& pos);
 
+  static bool TakeFlag(std::atomic<bool>* f) {
+    return f->load(std::memory_order_relaxed) && f->exchange(false, std::memory_order_relaxed);
+  }
+
   BlockAccess access_;
   BlockSource* source_;
   LogRoot root_;
   std::atomic<bool> gc_wanted_{false};
+  std::atomic<bool> gc_behind_{false};
 };
 
 // What one operation took for a commit: its fresh blocks (`fresh`, may be

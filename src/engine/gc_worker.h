@@ -1,0 +1,56 @@
+// GcWorker: the one background thread per process that compacts the logs
+// of its files (docs/design.md, "Garbage collection", "Trigger").
+//
+// A write that makes a log long enough asks for a GC and goes on; the
+// worker compacts while writers and readers keep going (GC never blocks
+// them). Run inline, a GC stalled the write that triggered it for as long
+// as it took to replay and rewrite the log: for a file written in small
+// pieces, whose compacted log holds every live patch, that was most of a
+// write's average cost and tens of milliseconds at once. MadFS runs its GC
+// in a thread of its own too (§4.5).
+//
+// The thread starts with the first request. It is never joined: a process
+// may exit in the middle of a GC, which is then a process crash for that
+// log (its GC word names a dead owner, and the next GC takes over).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+namespace upfs {
+
+class File;
+
+class GcWorker {
+ public:
+  // The process's worker (a fresh one in a fork child: the parent's thread
+  // does not exist there).
+  static GcWorker& Get();
+  // Whether writes hand their GC to the worker: yes unless
+  // UPFS_BACKGROUND_GC=0 or SetBackground(false) (the crash explorer,
+  // which needs every fence in the thread it records).
+  static bool Background();
+  static void SetBackground(bool on);
+
+  // Queues a GC of f, unless one is queued or running.
+  void Request(File* f);
+  // Until no GC of f is queued or running.
+  void Wait(File* f);
+  // Drops f's queued GC and waits for a running one: before f goes.
+  void Forget(File* f);
+
+ private:
+  GcWorker() = default;
+  void Loop();
+  bool QueuedLocked(File* f) const;
+
+  std::mutex mu_;
+  std::condition_variable work_, done_;
+  std::deque<File*> queue_;
+  File* running_ = nullptr;
+  bool started_ = false;
+};
+
+}  // namespace upfs
