@@ -14,18 +14,62 @@ uintptr_t EndLine(const void* addr, size_t n) {
   return (reinterpret_cast<uintptr_t>(addr) + n + kLine - 1) / kLine;
 }
 
+// The recorder a counter is installed through. A thread loads the
+// recorder and then calls it, so it may call after the counter is gone;
+// the forwarder is never destroyed and drops such late calls.
+class Forwarder final : public pm::Recorder {
+ public:
+  void Attach(PersistCounter* c) {
+    std::lock_guard<std::mutex> g(mu_);
+    UPFS_ASSERT(current_ == nullptr);
+    current_ = c;
+  }
+  void Detach() {
+    std::lock_guard<std::mutex> g(mu_);
+    current_ = nullptr;
+  }
+  void OnCopy(void* dst, const void* src, size_t n) override {
+    std::lock_guard<std::mutex> g(mu_);
+    if (current_) current_->OnCopy(dst, src, n);
+  }
+  void OnZero(void* dst, size_t n) override {
+    std::lock_guard<std::mutex> g(mu_);
+    if (current_) current_->OnZero(dst, n);
+  }
+  void OnStore(void* dst, uint64_t value) override {
+    std::lock_guard<std::mutex> g(mu_);
+    if (current_) current_->OnStore(dst, value);
+  }
+  void OnFlush(const void* addr, size_t n) override {
+    std::lock_guard<std::mutex> g(mu_);
+    if (current_) current_->OnFlush(addr, n);
+  }
+  void OnFence() override {}
+
+ private:
+  std::mutex mu_;
+  PersistCounter* current_ = nullptr;
+};
+
+Forwarder& TheForwarder() {
+  static Forwarder* f = new Forwarder;  // never destroyed (see above)
+  return *f;
+}
+
 }  // namespace
 
 PersistCounter::PersistCounter() {
+  TheForwarder().Attach(this);
   pm::Recorder* expected = nullptr;
-  const bool installed = pm::g_recorder.compare_exchange_strong(expected, this);
+  const bool installed = pm::g_recorder.compare_exchange_strong(expected, &TheForwarder());
   UPFS_ASSERT(installed);
   (void)installed;
 }
 
 PersistCounter::~PersistCounter() {
-  pm::Recorder* expected = this;
+  pm::Recorder* expected = &TheForwarder();
   pm::g_recorder.compare_exchange_strong(expected, nullptr);
+  TheForwarder().Detach();  // a late call waits for this, then counts nothing
 }
 
 uint64_t PersistCounter::bytes() const {

@@ -5,9 +5,10 @@
 // non-temporal copy or zero fill counts every line it touches, and a flush
 // counts the lines in its range that were stored to (Store64 or a CAS)
 // since they were last written back; a flush of a clean line writes
-// nothing. Installed as the process's pm::Recorder, it sees every thread's
-// primitives; it takes a mutex per primitive, so it is for a counting pass,
-// not for timed code.
+// nothing. It sees every thread's primitives (through a recorder installed
+// for it, which outlives it: a thread of the process's GC worker, say, may
+// be inside a primitive when the counter goes); it takes a mutex per
+// primitive, so it is for a counting pass, not for timed code.
 #pragma once
 
 #include <cstddef>
@@ -19,24 +20,23 @@
 
 namespace upfs {
 
-class PersistCounter final : public pm::Recorder {
+class PersistCounter {
  public:
-  // Installs the counter as the recorder; the destructor puts back what was
-  // there. Only one recorder runs at a time: installing over another one is
-  // a caller's error (asserted).
+  // Starts counting; the destructor stops. Only one recorder runs at a
+  // time: counting while another one is installed is a caller's error
+  // (asserted).
   PersistCounter();
-  ~PersistCounter() override;
+  ~PersistCounter();
   PersistCounter(const PersistCounter&) = delete;
   PersistCounter& operator=(const PersistCounter&) = delete;
 
   // Bytes written back so far (a multiple of the cache line).
   uint64_t bytes() const;
 
-  void OnCopy(void* dst, const void* src, size_t n) override;
-  void OnZero(void* dst, size_t n) override;
-  void OnStore(void* dst, uint64_t value) override;
-  void OnFlush(const void* addr, size_t n) override;
-  void OnFence() override {}
+  void OnCopy(void* dst, const void* src, size_t n);
+  void OnZero(void* dst, size_t n);
+  void OnStore(void* dst, uint64_t value);
+  void OnFlush(const void* addr, size_t n);
 
  private:
   void CountLines(const void* addr, size_t n);
