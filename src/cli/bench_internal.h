@@ -166,6 +166,11 @@ class File {
   }
 
   bool is_open() const { return fd_ >= 0; }
+  // Waits for upfs's background work on the file (a GC of its log, growth).
+  Status Settle() const {
+    if (upfs_ && is_open() && upfs_settle(fd_) != 0) return Error("settle");
+    return Status::OK();
+  }
 
  private:
   bool upfs_ = false;
@@ -339,6 +344,9 @@ class Bench {
   Status RunCreate2t(SideState* s, double* ops_per_s);
   Status Prepare(const Workload& w);
   Status CountAmplification(size_t wi, const Workload& w, Result* r);
+  // After a upfs round, untimed: a GC the round started must not run during
+  // the kernel's round that follows (nor be counted in the next one).
+  Status SettleUpfs();
   Status Finish(const Workload& w);
   void PrintTable(const std::vector<Result>& results) const;
   Status WriteJson(const std::vector<Result>& results) const;
