@@ -70,6 +70,14 @@ void GcWorker::Forget(File* f) {
   done_.wait(l, [&] { return running_ != f; });
 }
 
+void GcWorker::DrainAtExit() {
+  GcWorker* w = g_worker.load(std::memory_order_acquire);
+  if (!w) return;
+  std::unique_lock<std::mutex> l(w->mu_);
+  w->queue_.clear();
+  w->done_.wait(l, [&] { return w->running_ == nullptr; });
+}
+
 void GcWorker::Loop() {
   std::unique_lock<std::mutex> l(mu_);
   for (;;) {

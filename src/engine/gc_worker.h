@@ -9,9 +9,13 @@
 // write's average cost and tens of milliseconds at once. MadFS runs its GC
 // in a thread of its own too (§4.5).
 //
-// The thread starts with the first request. It is never joined: a process
-// may exit in the middle of a GC, which is then a process crash for that
-// log (its GC word names a dead owner, and the next GC takes over).
+// The thread starts with the first request and is never joined. A process
+// that exits drops the queued GCs and waits for a running one
+// (DrainAtExit, from the POSIX layer's exit handler), as the write that
+// triggered it would have waited: a GC cut short is a crash for its log
+// (the next GC takes over from the dead owner) and leaves the blocks it
+// took allocated until the file's next rebuild. One killed, or exiting
+// through a path that skips the handler, still does that.
 #pragma once
 
 #include <condition_variable>
@@ -40,6 +44,8 @@ class GcWorker {
   void Wait(File* f);
   // Drops f's queued GC and waits for a running one: before f goes.
   void Forget(File* f);
+  // Drops every queued GC and waits for a running one (if there is a worker).
+  static void DrainAtExit();
 
  private:
   GcWorker() = default;

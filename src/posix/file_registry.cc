@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "container/container.h"
+#include "engine/gc_worker.h"
 #include "util/leak.h"
 
 namespace upfs {
@@ -98,6 +99,8 @@ void Release(File* f, FileKey key);
 // threads may still be inside a call on it. A killed process leaves its
 // shared state behind; `upfs sweep` removes it.
 void LeaveFilesAtExit() {
+  // A compaction in the GC thread finishes first (see GcWorker).
+  GcWorker::DrainAtExit();
   Registry* r = Reg();
   // Released after the lock: dropping a last reference takes the lock.
   std::vector<std::shared_ptr<File>> open_files;
