@@ -302,15 +302,22 @@ Status File::CollectGarbage(bool force) {
   return LogCompactor(space_, source_, root_).Collect(&c->blocks, c->slot, force);
 }
 
+bool File::ReleaseGcBlocks() {
+  ThreadCtx* c;
+  if (!Ctx(&c).ok()) return true;
+  source_->DrainLimbo(&c->blocks, true);
+  source_->ReturnAll(&c->blocks);
+  return c->blocks.limbo.empty();
+}
+
 void File::MaybeCollectGarbage(ThreadCtx* c) {
   if (!c->blocks.limbo.empty()) source_->DrainLimbo(&c->blocks, false);
   const bool wanted = writer_.TakeGcWanted();
   const bool behind = writer_.TakeGcBehind();
   if (!wanted && !behind) return;
-  if (GcWorker::Background()) {
+  if (GcWorker::Background() && GcWorker::Get().Request(this)) {
     // Writers outpacing the worker would grow the log without bound:
     // past twice the trigger, the write that notices waits for the GC.
-    GcWorker::Get().Request(this);
     if (behind) GcWorker::Get().Wait(this);
     return;
   }

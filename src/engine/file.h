@@ -112,6 +112,11 @@ class File {
   // that makes it shorter). Non-blocking: returns at once if another GC is
   // running.
   Status CollectGarbage(bool force);
+  // For the GC worker, after a GC in its thread: frees what that thread
+  // retired once two epochs have passed, and gives every block the thread
+  // holds back to the shared bitmap, where writers find them. False while
+  // some retired blocks must still wait.
+  bool ReleaseGcBlocks();
   // Number of log blocks in the chain from the head to the tail.
   Status LogLength(uint64_t* blocks);
   // Compares the shared allocation bitmap with the blocks the log

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <system_error>
 
 #include "engine/file.h"
 
@@ -48,15 +50,20 @@ bool GcWorker::QueuedLocked(File* f) const {
   return running_ == f || std::find(queue_.begin(), queue_.end(), f) != queue_.end();
 }
 
-void GcWorker::Request(File* f) {
+bool GcWorker::Request(File* f) {
   std::lock_guard<std::mutex> g(mu_);
-  if (QueuedLocked(f)) return;
-  queue_.push_back(f);
+  if (QueuedLocked(f)) return true;
   if (!started_) {
+    try {
+      std::thread([this] { Loop(); }).detach();
+    } catch (const std::system_error&) {
+      return false;  // no thread to be had (EAGAIN): the next request tries again
+    }
     started_ = true;
-    std::thread([this] { Loop(); }).detach();
   }
+  queue_.push_back(f);
   work_.notify_one();
+  return true;
 }
 
 void GcWorker::Wait(File* f) {
@@ -67,6 +74,7 @@ void GcWorker::Wait(File* f) {
 void GcWorker::Forget(File* f) {
   std::unique_lock<std::mutex> l(mu_);
   queue_.erase(std::remove(queue_.begin(), queue_.end(), f), queue_.end());
+  draining_.erase(std::remove(draining_.begin(), draining_.end(), f), draining_.end());
   done_.wait(l, [&] { return running_ != f; });
 }
 
@@ -75,23 +83,53 @@ void GcWorker::DrainAtExit() {
   if (!w) return;
   std::unique_lock<std::mutex> l(w->mu_);
   w->queue_.clear();
+  w->draining_.clear();
   w->done_.wait(l, [&] { return w->running_ == nullptr; });
+}
+
+// Runs fn(f) for a file without the lock, marked running so that Forget
+// waits for it.
+template <typename Fn>
+void GcWorker::RunUnlocked(std::unique_lock<std::mutex>& l, File* f, Fn fn) {
+  running_ = f;
+  l.unlock();
+  fn();
+  l.lock();
+  running_ = nullptr;
+  done_.notify_all();
 }
 
 void GcWorker::Loop() {
   std::unique_lock<std::mutex> l(mu_);
   for (;;) {
-    work_.wait(l, [&] { return !queue_.empty(); });
-    File* f = queue_.front();
-    queue_.pop_front();
-    running_ = f;
-    l.unlock();
-    // Best effort, as inline: on an error the log just stays longer, and
-    // the next write past the trigger asks again.
-    (void)f->CollectGarbage(false);
-    l.lock();
-    running_ = nullptr;
-    done_.notify_all();
+    if (queue_.empty()) {
+      if (draining_.empty())
+        work_.wait(l, [&] { return !queue_.empty(); });
+      else
+        work_.wait_for(l, std::chrono::milliseconds(1), [&] { return !queue_.empty(); });
+    }
+    if (!queue_.empty()) {
+      File* f = queue_.front();
+      queue_.pop_front();
+      bool released = false;
+      RunUnlocked(l, f, [&] {
+        // Best effort, as inline: on an error the log just stays longer,
+        // and the next write past the trigger asks again.
+        (void)f->CollectGarbage(false);
+        released = f->ReleaseGcBlocks();
+      });
+      if (!released && std::find(draining_.begin(), draining_.end(), f) == draining_.end())
+        draining_.push_back(f);
+      continue;
+    }
+    // The blocks a GC retired wait two epochs before they can go back.
+    std::deque<File*> retry;
+    retry.swap(draining_);
+    for (File* f : retry) {
+      bool released = false;
+      RunUnlocked(l, f, [&] { released = f->ReleaseGcBlocks(); });
+      if (!released) draining_.push_back(f);
+    }
   }
 }
 

@@ -9,6 +9,10 @@
 // write's average cost and tens of milliseconds at once. MadFS runs its GC
 // in a thread of its own too (§4.5).
 //
+// What a GC frees (the old chain, two epochs after it retired it) goes
+// back to the shared bitmap at once, not to the worker's own free list,
+// where only the worker would reuse it: writers allocate from the bitmap.
+//
 // The thread starts with the first request and is never joined. A process
 // that exits drops the queued GCs and waits for a running one
 // (DrainAtExit, from the POSIX layer's exit handler), as the write that
@@ -38,8 +42,9 @@ class GcWorker {
   static bool Background();
   static void SetBackground(bool on);
 
-  // Queues a GC of f, unless one is queued or running.
-  void Request(File* f);
+  // Queues a GC of f, unless one is queued or running. False if the
+  // thread could not be started (then the caller runs the GC itself).
+  bool Request(File* f);
   // Until no GC of f is queued or running.
   void Wait(File* f);
   // Drops f's queued GC and waits for a running one: before f goes.
@@ -51,10 +56,15 @@ class GcWorker {
   GcWorker() = default;
   void Loop();
   bool QueuedLocked(File* f) const;
+  template <typename Fn>
+  void RunUnlocked(std::unique_lock<std::mutex>& l, File* f, Fn fn);
 
   std::mutex mu_;
   std::condition_variable work_, done_;
   std::deque<File*> queue_;
+  // Files whose last GC retired blocks that could not go back yet (they
+  // wait two epochs): retried every millisecond until they have.
+  std::deque<File*> draining_;
   File* running_ = nullptr;
   bool started_ = false;
 };
