@@ -11,7 +11,7 @@ using namespace format;
 PatchIndex::PatchIndex() = default;
 PatchIndex::~PatchIndex() = default;
 
-const PatchIndex::Record* PatchIndex::Find(uint64_t v) const {
+PatchIndex::Record* PatchIndex::Find(uint64_t v) const {
   if (!any() || v >> 32) return nullptr;
   Mid* m = root_[v >> (kLeafBits + kMidBits)].load(std::memory_order_acquire);
   if (!m) return nullptr;
@@ -87,7 +87,7 @@ void PatchIndex::Clear(uint64_t v0, uint64_t v1) {
   // Few blocks: look each up. Many (a truncate, a big run): walk the leaves.
   if (v1 - v0 <= (1u << kLeafBits)) {
     for (uint64_t v = v0; v < v1; ++v)
-      if (Record* r = const_cast<Record*>(Find(v)))
+      if (Record* r = Find(v))
         if (r->count.load(std::memory_order_relaxed)) r->count.store(0, std::memory_order_release);
     return;
   }
@@ -95,7 +95,7 @@ void PatchIndex::Clear(uint64_t v0, uint64_t v1) {
   for (; it != leaves_.end() && (uint64_t(*it) << kLeafBits) < v1; ++it) {
     uint64_t base = uint64_t(*it) << kLeafBits;
     for (uint64_t v = std::max(base, v0); v < std::min(base + (1u << kLeafBits), v1); ++v) {
-      Record* r = const_cast<Record*>(Find(v));
+      Record* r = Find(v);
       if (r->count.load(std::memory_order_relaxed)) r->count.store(0, std::memory_order_release);
     }
   }

@@ -85,7 +85,9 @@ class PatchIndex {
   struct Mid {
     std::atomic<Leaf*> leaf[1u << kMidBits];
   };
-  const Record* Find(uint64_t v) const;
+  // The records live in leaves the index owns through pointers, not in
+  // the index itself: a const lookup may hand the writer a mutable one.
+  Record* Find(uint64_t v) const;
   Record* FindOrMake(uint64_t v);
 
   std::atomic<bool> any_{false};
