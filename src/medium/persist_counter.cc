@@ -1,5 +1,9 @@
 #include "medium/persist_counter.h"
 
+#include <mutex>
+#include <unordered_set>
+
+#include "medium/pm.h"
 #include "util/assert.h"
 
 namespace upfs {
@@ -14,93 +18,78 @@ uintptr_t EndLine(const void* addr, size_t n) {
   return (reinterpret_cast<uintptr_t>(addr) + n + kLine - 1) / kLine;
 }
 
-// The recorder a counter is installed through. A thread loads the
-// recorder and then calls it, so it may call after the counter is gone;
-// the forwarder is never destroyed and drops such late calls.
-class Forwarder final : public pm::Recorder {
+// The recorder a PersistCounter counts through. A thread loads the
+// recorder and then calls it, so it may call after the counter is gone:
+// the recorder is never destroyed, and counts only while a counter runs.
+class LineCounter final : public pm::Recorder {
  public:
-  void Attach(PersistCounter* c) {
+  void Start() {
     std::lock_guard<std::mutex> g(mu_);
-    UPFS_ASSERT(current_ == nullptr);
-    current_ = c;
+    UPFS_ASSERT(!running_);
+    running_ = true;
+    bytes_ = 0;
+    dirty_.clear();
   }
-  void Detach() {
+  void Stop() {
     std::lock_guard<std::mutex> g(mu_);
-    current_ = nullptr;
+    running_ = false;
   }
-  void OnCopy(void* dst, const void* src, size_t n) override {
+  uint64_t bytes() const {
     std::lock_guard<std::mutex> g(mu_);
-    if (current_) current_->OnCopy(dst, src, n);
+    return bytes_;
   }
-  void OnZero(void* dst, size_t n) override {
+
+  // A non-temporal write goes to media whole lines at a time, and a line
+  // it writes is no longer dirty in the cache.
+  void OnCopy(void* dst, const void*, size_t n) override { CountLines(dst, n); }
+  void OnZero(void* dst, size_t n) override { CountLines(dst, n); }
+  void OnStore(void* dst, uint64_t) override {
     std::lock_guard<std::mutex> g(mu_);
-    if (current_) current_->OnZero(dst, n);
-  }
-  void OnStore(void* dst, uint64_t value) override {
-    std::lock_guard<std::mutex> g(mu_);
-    if (current_) current_->OnStore(dst, value);
+    if (running_) dirty_.insert(FirstLine(dst));
   }
   void OnFlush(const void* addr, size_t n) override {
     std::lock_guard<std::mutex> g(mu_);
-    if (current_) current_->OnFlush(addr, n);
+    if (!running_) return;
+    for (uintptr_t l = FirstLine(addr); l < EndLine(addr, n); ++l)
+      if (dirty_.erase(l)) bytes_ += kLine;
   }
   void OnFence() override {}
 
  private:
-  std::mutex mu_;
-  PersistCounter* current_ = nullptr;
+  void CountLines(const void* addr, size_t n) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!running_ || n == 0) return;
+    for (uintptr_t l = FirstLine(addr); l < EndLine(addr, n); ++l) dirty_.erase(l);
+    bytes_ += (EndLine(addr, n) - FirstLine(addr)) * kLine;
+  }
+
+  mutable std::mutex mu_;
+  bool running_ = false;
+  uint64_t bytes_ = 0;
+  std::unordered_set<uintptr_t> dirty_;  // lines stored to and not yet flushed
 };
 
-Forwarder& TheForwarder() {
-  static Forwarder* f = new Forwarder;  // never destroyed (see above)
-  return *f;
+LineCounter& TheLineCounter() {
+  static LineCounter* c = new LineCounter;  // never destroyed (see above)
+  return *c;
 }
 
 }  // namespace
 
 PersistCounter::PersistCounter() {
-  TheForwarder().Attach(this);
+  TheLineCounter().Start();
   pm::Recorder* expected = nullptr;
-  const bool installed = pm::g_recorder.compare_exchange_strong(expected, &TheForwarder());
+  const bool installed = pm::g_recorder.compare_exchange_strong(expected, &TheLineCounter());
   UPFS_ASSERT(installed);
   (void)installed;
 }
 
 PersistCounter::~PersistCounter() {
-  pm::Recorder* expected = &TheForwarder();
+  pm::Recorder* expected = &TheLineCounter();
   pm::g_recorder.compare_exchange_strong(expected, nullptr);
-  TheForwarder().Detach();  // a late call waits for this, then counts nothing
+  TheLineCounter().Stop();  // a late call waits for this, then counts nothing
 }
 
-uint64_t PersistCounter::bytes() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return bytes_;
-}
-
-// A non-temporal write goes to media whole lines at a time, and a line it
-// writes is no longer dirty in the cache.
-void PersistCounter::CountLines(const void* addr, size_t n) {
-  if (n == 0) return;
-  std::lock_guard<std::mutex> g(mu_);
-  for (uintptr_t l = FirstLine(addr); l < EndLine(addr, n); ++l) dirty_.erase(l);
-  bytes_ += (EndLine(addr, n) - FirstLine(addr)) * kLine;
-}
-
-void PersistCounter::OnCopy(void* dst, const void*, size_t n) { CountLines(dst, n); }
-
-void PersistCounter::OnZero(void* dst, size_t n) { CountLines(dst, n); }
-
-void PersistCounter::OnStore(void* dst, uint64_t) {
-  std::lock_guard<std::mutex> g(mu_);
-  dirty_.insert(FirstLine(dst));
-}
-
-void PersistCounter::OnFlush(const void* addr, size_t n) {
-  if (n == 0) return;
-  std::lock_guard<std::mutex> g(mu_);
-  for (uintptr_t l = FirstLine(addr); l < EndLine(addr, n); ++l) {
-    if (dirty_.erase(l)) bytes_ += kLine;
-  }
-}
+uint64_t PersistCounter::bytes() const { return TheLineCounter().bytes(); }
 
 }  // namespace upfs

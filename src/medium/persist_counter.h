@@ -11,12 +11,7 @@
 // primitive, so it is for a counting pass, not for timed code.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
-#include <mutex>
-#include <unordered_set>
-
-#include "medium/pm.h"
 
 namespace upfs {
 
@@ -30,20 +25,9 @@ class PersistCounter {
   PersistCounter(const PersistCounter&) = delete;
   PersistCounter& operator=(const PersistCounter&) = delete;
 
-  // Bytes written back so far (a multiple of the cache line).
+  // Bytes written back since this counter started (a multiple of the
+  // cache line).
   uint64_t bytes() const;
-
-  void OnCopy(void* dst, const void* src, size_t n);
-  void OnZero(void* dst, size_t n);
-  void OnStore(void* dst, uint64_t value);
-  void OnFlush(const void* addr, size_t n);
-
- private:
-  void CountLines(const void* addr, size_t n);
-
-  mutable std::mutex mu_;
-  uint64_t bytes_ = 0;
-  std::unordered_set<uintptr_t> dirty_;  // lines stored to and not yet flushed
 };
 
 }  // namespace upfs
