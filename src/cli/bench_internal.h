@@ -143,8 +143,7 @@ class File {
     // Measure the steady state: let upfs finish its background work on the
     // new file (on tmpfs, collapsing it into huge pages), as the kernel side
     // has its pages allocated by the prefill too.
-    if (upfs_ && upfs_settle(fd_) != 0) return Error("settle");
-    return Status::OK();
+    return Settle();
   }
 
   Status Error(const std::string& what) const {

@@ -325,8 +325,8 @@ void File::MaybeCollectGarbage(ThreadCtx* c) {
 }
 
 void File::Settle() {
-  space_->Settle();
   if (source_) GcWorker::Get().Wait(this);
+  space_->Settle();  // after the GC: its allocations may have grown the file
 }
 
 // ---------------------------------------------------------------------------
