@@ -1,6 +1,6 @@
 // The engine over the per-file container: replay and inspection of real
-// files, allocation against a real medium, the shared state's rebuild, GC,
-// creation and appends in place. Unit tests of single engine modules, with
+// files, allocation against a real medium, the shared state's rebuild,
+// creation and appends in place (GC: gc_test.cc). Unit tests of single engine modules, with
 // no container, are in tests/engine/.
 #include <fcntl.h>
 #include <linux/falloc.h>
@@ -12,7 +12,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <random>
@@ -23,7 +22,6 @@
 #include "engine/block_source.h"
 #include "engine/block_table.h"
 #include "engine/file.h"
-#include "engine/gc_worker.h"
 #include "container/perfile/inspect.h"
 #include "engine/log.h"
 #include "container/perfile/shared_state.h"
@@ -31,42 +29,15 @@
 #include "medium/medium.h"
 #include "upfs/upfs.h"
 
+#include "engine_file_util.h"
+#include "test_util.h"
+
 namespace upfs {
 namespace {
 
 using namespace format;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/dev/shm/upfs-engine-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    for (auto& e : std::filesystem::directory_iterator(path_)) upfs_unlink(e.path().c_str());
-    std::filesystem::remove_all(path_);
-  }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-struct OpenedFile {
-  int host = -1;
-  std::unique_ptr<upfs::File> file;
-  ~OpenedFile() {
-    file.reset();
-    if (host >= 0) close(host);
-  }
-};
-
-void OpenEngine(const std::string& path, OpenedFile* of, Consistency c = Consistency::kStrict) {
-  of->host = open(path.c_str(), O_RDWR | O_CREAT, 0644);
-  ASSERT_GE(of->host, 0);
-  Status st = OpenPerFile(of->host, path, true, c, nullptr, &of->file);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-}
+using upfs_test::TempDir;
 
 TEST(Log, ReplayMatchesWritesAndRejectsGarbageAfterTail) {
   TempDir d;
@@ -284,150 +255,6 @@ TEST(Corruption, GrowTailThatDoesNotContinueTheTailBlockIsRefused) {
       }
     }
   }
-}
-
-// GC run where the workload triggers it (as the crash explorer runs it),
-// or by the process's worker; restored after the test.
-class GcMode {
- public:
-  explicit GcMode(bool background) : was_(GcWorker::Background()) { GcWorker::SetBackground(background); }
-  ~GcMode() { GcWorker::SetBackground(was_); }
-
- private:
-  bool was_;
-};
-
-// 200,000 overwrites of three blocks; returns the longest log seen.
-uint64_t OverwriteThreeBlocks(File* f) {
-  std::vector<char> b(kBlockSize);
-  uint64_t at, len = 0, max_len = 0;
-  for (int i = 0; i < 200000; ++i) {
-    std::memset(b.data(), i & 0xff, b.size());
-    EXPECT_TRUE(f->Write(b.data(), b.size(), kBlockSize * (i % 3), false, &at).ok());
-    if (i % 1000 == 0) {
-      EXPECT_TRUE(f->LogLength(&len).ok());
-      max_len = std::max(max_len, len);
-    }
-  }
-  std::vector<char> r(kBlockSize);
-  size_t done;
-  EXPECT_TRUE(f->Read(r.data(), r.size(), kBlockSize * (199999 % 3), &done).ok());
-  EXPECT_EQ(r[0], char(199999 & 0xff));
-  return max_len;
-}
-
-TEST(Gc, TenThousandsOfOverwritesKeepTheLogBounded) {
-  GcMode inline_gc(false);
-  TempDir d;
-  OpenedFile of;
-  OpenEngine(d.File("g"), &of);
-  // 200,000 entries would need 393 log blocks without GC; the trigger is
-  // 32 + 2 x 2 blocks here.
-  EXPECT_LT(OverwriteThreeBlocks(of.file.get()), 64u);
-}
-
-TEST(Gc, ABackgroundGcKeepsTheLogBoundedToo) {
-  GcMode background(true);
-  TempDir d;
-  OpenedFile of;
-  OpenEngine(d.File("g"), &of);
-  // Writers go on while the worker compacts, and wait for it only past
-  // twice the trigger (72 blocks here).
-  EXPECT_LT(OverwriteThreeBlocks(of.file.get()), 128u);
-  of.file->Settle();  // the last GC asked for is done
-  uint64_t len = 0;
-  ASSERT_TRUE(of.file->LogLength(&len).ok());
-  EXPECT_LT(len, 64u);
-}
-
-// The allocation state of an open, idle file matches its log exactly.
-void ExpectAllocationExact(File* f) {
-  uint64_t leaked = 0, unmarked = 0;
-  Status st = f->AuditAllocation(&leaked, &unmarked);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  EXPECT_EQ(leaked, 0u) << "blocks taken that nothing references or holds";
-  EXPECT_EQ(unmarked, 0u) << "referenced blocks marked free";
-}
-
-// A closed file checks clean, and its last user removed its shared state.
-void ReportIsClean(const std::string& path) {
-  FileReport r;
-  Status st = InspectFile(path, true, &r);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  EXPECT_TRUE(r.problems.empty()) << r.problems.front();
-  EXPECT_FALSE(r.shared_state_present) << "the last user removes the shared state";
-}
-
-TEST(Gc, ForcedCompactionPreservesContentAndIsClean) {
-  TempDir d;
-  std::string path = d.File("c");
-  std::vector<char> expect(300 * kBlockSize, 0);
-  {
-    OpenedFile of;
-    OpenEngine(path, &of);
-    std::mt19937 rng(7);
-    uint64_t at;
-    for (int i = 0; i < 5000; ++i) {
-      uint64_t off = rng() % (expect.size() - 9000);
-      uint64_t n = 1 + rng() % 9000;
-      std::vector<char> b(n, char('a' + i % 26));
-      ASSERT_TRUE(of.file->Write(b.data(), n, off, false, &at).ok());
-      std::memcpy(&expect[off], b.data(), n);
-    }
-    uint64_t before, after;
-    ASSERT_TRUE(of.file->LogLength(&before).ok());
-    ASSERT_TRUE(of.file->CollectGarbage(true).ok());
-    ASSERT_TRUE(of.file->LogLength(&after).ok());
-    EXPECT_LE(after, before);
-    std::vector<char> got(expect.size());
-    size_t done;
-    ASSERT_TRUE(of.file->Read(got.data(), got.size(), 0, &done).ok());
-    uint64_t size;
-    ASSERT_TRUE(of.file->Size(&size).ok());
-    ASSERT_EQ(std::memcmp(got.data(), expect.data(), size), 0);
-    ExpectAllocationExact(of.file.get());
-  }
-  ReportIsClean(path);
-}
-
-TEST(Gc, ConcurrentWithWritersAndReaders) {
-  TempDir d;
-  OpenedFile of;
-  OpenEngine(d.File("cc"), &of);
-  constexpr int kSlots = 16;
-  std::atomic<bool> stop{false};
-  std::atomic<int> errors{0};
-  auto writer = [&](int id) {
-    std::vector<uint64_t> b(kBlockSize / 8);
-    uint64_t at;
-    for (uint64_t i = 1; i < 20000; ++i) {
-      std::fill(b.begin(), b.end(), (uint64_t(id) << 32) | i);
-      if (!of.file->Write(b.data(), kBlockSize, kBlockSize * ((i * 7 + id) % kSlots), false, &at).ok())
-        errors++;
-    }
-  };
-  auto reader = [&] {
-    std::vector<uint64_t> b(kBlockSize / 8);
-    size_t done;
-    while (!stop.load()) {
-      for (int s = 0; s < kSlots; ++s) {
-        if (!of.file->Read(b.data(), kBlockSize, kBlockSize * s, &done).ok()) errors++;
-        if (done == kBlockSize && std::any_of(b.begin(), b.end(), [&](uint64_t w) { return w != b[0]; }))
-          errors++;  // torn
-      }
-    }
-  };
-  auto gc = [&] {
-    while (!stop.load())
-      if (!of.file->CollectGarbage(true).ok()) errors++;
-  };
-  std::thread w1(writer, 1), w2(writer, 2), r(reader), g(gc);
-  w1.join();
-  w2.join();
-  stop = true;
-  r.join();
-  g.join();
-  EXPECT_EQ(errors.load(), 0);
 }
 
 }  // namespace
