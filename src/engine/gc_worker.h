@@ -5,9 +5,9 @@
 // worker compacts while writers and readers keep going (GC never blocks
 // them). Run inline, a GC stalled the write that triggered it for as long
 // as it took to replay and rewrite the log: for a file written in small
-// pieces, whose compacted log holds every live patch, that was most of a
-// write's average cost and tens of milliseconds at once. MadFS runs its GC
-// in a thread of its own too (§4.5).
+// pieces, whose compacted log holds every live patch, that was 28% of a
+// write's average cost and 21-31 ms at once (docs/design.md). MadFS runs
+// its GC in a thread of its own too (§4.5).
 //
 // What a GC frees (the old chain, two epochs after it retired it) goes
 // back to the shared bitmap at once, not to the worker's own free list,
