@@ -56,6 +56,7 @@
 #include "container/pool/pool_check.h"
 #include "container/pool/pool_format.h"
 #include "fuzz_common.h"
+#include "pool_durable_hash.h"
 
 using namespace upfs_fuzz;
 namespace fmt = upfs::format;
@@ -112,7 +113,6 @@ class PoolFuzz {
   bool Build(const std::string& path, bool crashed);
   void Load(const std::string& path, Seed* s);
   void WriteImage(Image& img);
-  uint64_t DurableHash();
   void Walk(const std::string& dir, int depth, int* budget);
 
   std::string dir_, path_, mnt_;
@@ -315,35 +315,6 @@ void PoolFuzz::WriteImage(Image& img) {
   }
 }
 
-// The durable bytes: every block but the volatile area, the superblock's
-// clean word left out (attaching rewrites both).
-uint64_t PoolFuzz::DurableHash() {
-  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  struct stat st;
-  fstat(fd, &st);
-  uint64_t h = 1469598103934665603ull ^ uint64_t(st.st_size);
-  Block b(kB);
-  for (off_t at = 0; at < st.st_size;) {
-    off_t data = lseek(fd, at, SEEK_DATA);
-    if (data < 0) break;
-    off_t hole = lseek(fd, data, SEEK_HOLE);
-    if (hole < 0) hole = st.st_size;
-    for (off_t o = data / off_t(kB) * off_t(kB); o < hole; o += off_t(kB)) {
-      const uint64_t l = uint64_t(o) / kB;
-      if (l >= 1 && l < fp::kDataStart) continue;
-      const ssize_t n = pread(fd, b.data(), kB, o);
-      if (n <= 0) break;
-      if (l == 0) memset(b.data() + offsetof(fp::Superblock, clean), 0, 8);
-      if (std::all_of(b.begin(), b.begin() + n, [](uint8_t c) { return c == 0; })) continue;
-      h = (h ^ l) * 1099511628211ull;
-      for (ssize_t i = 0; i < n; ++i) h = (h ^ b[size_t(i)]) * 1099511628211ull;
-    }
-    at = hole;
-  }
-  ::close(fd);
-  return h;
-}
 
 // Lists, lstats, reads links and files; bounded.
 void PoolFuzz::Walk(const std::string& dir, int depth, int* budget) {
@@ -413,7 +384,7 @@ void PoolFuzz::Run(const uint8_t* data, size_t size) {
   if (!(flags & 2)) FixChecksums(img);
   WriteImage(img);
 
-  const uint64_t before = DurableHash();
+  const uint64_t before = upfs_test::PoolDurableHash(path_);
   if (upfs_mount(path_.c_str(), mnt_.c_str()) == 0) {
     int budget = 5000;
     Walk(mnt_, 0, &budget);
@@ -424,7 +395,7 @@ void PoolFuzz::Run(const uint8_t* data, size_t size) {
     const std::string msg = upfs_last_error();
     if (!MountErrnoAllowed(e)) Violation("upfs_mount failed with %s (%s)", ErrnoName(e), msg.c_str());
     if (msg.find(": ") == std::string::npos) Violation("upfs_mount failed with %s and no structure named: '%s'", ErrnoName(e), msg.c_str());
-    if (e != ENOSPC && e != EAGAIN && DurableHash() != before)
+    if (e != ENOSPC && e != EAGAIN && upfs_test::PoolDurableHash(path_) != before)
       Violation("a refused mount (%s: %s) changed the pool's durable bytes", ErrnoName(e), msg.c_str());
   }
   upfs::PoolReport r;

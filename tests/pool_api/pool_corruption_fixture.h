@@ -26,6 +26,7 @@
 #include "format/format.h"
 #include "upfs/upfs.h"
 #include "util/crc32c.h"
+#include "pool_durable_hash.h"
 
 namespace {
 
@@ -73,41 +74,7 @@ bool CopySparse(const std::string& src, const std::string& dst) {
   return ok;
 }
 
-// FNV-1a over the pool's durable bytes: every block but the volatile area
-// [1, kDataStart), with the superblock's `clean` word left out (both are
-// soft state that attaching rewrites).
-uint64_t DurableHash(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  struct stat st;
-  fstat(fd, &st);
-  uint64_t h = 1469598103934665603ull ^ uint64_t(st.st_size);
-  std::vector<unsigned char> blk(kB);
-  static const std::vector<unsigned char> zero(kB, 0);
-  for (off_t at = 0; at < st.st_size;) {
-    off_t data = lseek(fd, at, SEEK_DATA);
-    if (data < 0) break;
-    off_t hole = lseek(fd, data, SEEK_HOLE);
-    if (hole < 0) hole = st.st_size;
-    for (off_t o = data / off_t(kB) * off_t(kB); o < hole; o += off_t(kB)) {
-      const uint64_t b = uint64_t(o) / kB;
-      if (b >= 1 && b < kDataStart) continue;
-      const ssize_t n = pread(fd, blk.data(), kB, o);
-      if (n <= 0) break;
-      if (b == 0) std::memset(blk.data() + offsetof(Superblock, clean), 0, 8);
-      if (std::memcmp(blk.data(), zero.data(), size_t(n)) == 0) continue;  // a hole and zeros are alike
-      h ^= b;
-      h *= 1099511628211ull;
-      for (ssize_t i = 0; i < n; ++i) {
-        h ^= blk[size_t(i)];
-        h *= 1099511628211ull;
-      }
-    }
-    at = hole;
-  }
-  close(fd);
-  return h;
-}
+using upfs_test::PoolDurableHash;
 
 bool PWrite(const std::string& path, const void* p, size_t n, uint64_t off) {
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
@@ -420,7 +387,7 @@ class PoolCorruptionTest : public ::testing::Test {
   // Mounts work_ (walks it and unmounts if mounted) and runs CheckPool.
   Outcome Try(const std::function<void()>& after_walk = nullptr) {
     Outcome o;
-    const uint64_t before = DurableHash(work_);
+    const uint64_t before = PoolDurableHash(work_);
     if (upfs_mount(work_.c_str(), mnt_.c_str()) == 0) {
       o.mounted = true;
       Walk(mnt_, &o.walk);
@@ -429,7 +396,7 @@ class PoolCorruptionTest : public ::testing::Test {
     } else {
       o.mount_errno = errno;
       o.mount_error = upfs_last_error();
-      o.unchanged = DurableHash(work_) == before;
+      o.unchanged = PoolDurableHash(work_) == before;
     }
     upfs::PoolReport r;
     upfs::Status st = upfs::CheckPool(work_, &r);

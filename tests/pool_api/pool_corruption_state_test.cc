@@ -359,7 +359,7 @@ TEST_F(PoolCorruptionTest, FsckCommandNamesTheStructure) {
   std::string out;
   EXPECT_EQ(Fsck(work_, &out), 0) << out;
   EXPECT_NE(out.find("clean"), std::string::npos) << out;
-  const std::string before = std::to_string(DurableHash(work_));
+  const std::string before = std::to_string(PoolDurableHash(work_));
   struct C {
     std::string what;
     std::function<void()> damage;
@@ -378,10 +378,10 @@ TEST_F(PoolCorruptionTest, FsckCommandNamesTheStructure) {
     SCOPED_TRACE(c.what);
     ASSERT_TRUE(CopySparse(base_, work_));
     c.damage();
-    const uint64_t h = DurableHash(work_);
+    const uint64_t h = PoolDurableHash(work_);
     EXPECT_EQ(Fsck(work_, &out), 1) << out;
     EXPECT_NE(out.find(c.word), std::string::npos) << out;
-    EXPECT_EQ(DurableHash(work_), h) << "fsck changed the pool";
+    EXPECT_EQ(PoolDurableHash(work_), h) << "fsck changed the pool";
   }
   // A foreign file.
   ASSERT_TRUE(CopySparse(base_, work_));
