@@ -122,32 +122,29 @@ TEST_F(PoolCorruptionTest, CheckpointImageTables) {
     first_slot = at;
     break;
   }
-  for (const C& c : cases) {
-    SCOPED_TRACE(c.what);
-    ASSERT_TRUE(CopySparse(base_, work_));
-    SetWord(work_, word_off(c.word), c.value);
+  // Refused naming the checkpoint, or (a name slot: read lazily) mounted
+  // with the damage found by CheckPool.
+  auto expect_found = [&] {
     FixCheckpointCrcs(work_, L.ck);
     Outcome o = Try();
-    // Refused naming the checkpoint, or (a name slot: read lazily) mounted
-    // with the damage found by CheckPool.
     if (o.mounted) {
       ExpectDetected(o, {"checkpoint", "inode", "name", "directory", "links"});
     } else {
       ExpectRefused(o, {"checkpoint", "inode", "namespace"});
     }
+  };
+  for (const C& c : cases) {
+    SCOPED_TRACE(c.what);
+    ASSERT_TRUE(CopySparse(base_, work_));
+    SetWord(work_, word_off(c.word), c.value);
+    expect_found();
   }
   ASSERT_NE(first_slot, ~uint64_t{0});
   ASSERT_TRUE(CopySparse(base_, work_));
   SetWord(work_, word_off(first_slot + 1),
           (Word(base_, word_off(first_slot + 1)) & ~(uint64_t(0xff) << 40)) | (uint64_t(1) << 40));
   SetWord(work_, word_off(first_slot + 2), ~uint64_t{0});
-  FixCheckpointCrcs(work_, L.ck);
-  Outcome o = Try();
-  if (o.mounted) {
-    ExpectDetected(o, {"checkpoint", "inode", "name", "directory", "links"});
-  } else {
-    ExpectRefused(o, {"checkpoint", "inode", "namespace"});
-  }
+  expect_found();
 }
 
 // -- inodes -------------------------------------------------------------------------
