@@ -20,7 +20,7 @@
 #include "format/format.h"
 #include "medium/persist_counter.h"
 #include "upfs/upfs.h"
-#include "patch_order_check.h"
+#include "patch_test_util.h"
 #include "test_util.h"
 #include "util/crc32c.h"
 
@@ -29,6 +29,7 @@ namespace {
 
 using namespace format;
 
+using upfs_test::PatchBytes;
 using upfs_test::TempDir;
 
 struct Opened {
@@ -60,13 +61,6 @@ struct Opened {
   }
 };
 
-std::string Bytes(size_t n, uint32_t seed) {
-  std::string s(n, '\0');
-  std::mt19937 r(seed);
-  for (auto& c : s) c = char(r());
-  return s;
-}
-
 uint64_t Persisted(Opened* f, const std::string& b, uint64_t off) {
   PersistCounter counter;
   f->Write(b, off);
@@ -76,16 +70,16 @@ uint64_t Persisted(Opened* f, const std::string& b, uint64_t off) {
 TEST(Patch, ASmallWritePersistsItsBytesNotItsBlock) {
   TempDir d;
   Opened f(d.File("a"));
-  f.Write(Bytes(64 * kBlockSize, 1), 0);
+  f.Write(PatchBytes(64 * kBlockSize, 1), 0);
   // 128 bytes: a reservation line, the payload's lines, the apply line.
-  const uint64_t p128 = Persisted(&f, Bytes(128, 2), 5 * kBlockSize + 640);
+  const uint64_t p128 = Persisted(&f, PatchBytes(128, 2), 5 * kBlockSize + 640);
   EXPECT_LE(p128, 6 * kCacheLine) << "a 128-byte patch";
   // A write across a block edge is copied on write (two blocks).
-  const uint64_t cross = Persisted(&f, Bytes(128, 3), 7 * kBlockSize - 64);
+  const uint64_t cross = Persisted(&f, PatchBytes(128, 3), 7 * kBlockSize - 64);
   EXPECT_GE(cross, 2 * kBlockSize);
   // Writes up to 512 bytes are patches (file_patch.cc); one more byte is not.
-  EXPECT_LT(Persisted(&f, Bytes(512, 4), 20 * kBlockSize), kBlockSize);
-  EXPECT_GE(Persisted(&f, Bytes(513, 5), 30 * kBlockSize), kBlockSize);
+  EXPECT_LT(Persisted(&f, PatchBytes(512, 4), 20 * kBlockSize), kBlockSize);
+  EXPECT_GE(Persisted(&f, PatchBytes(513, 5), 30 * kBlockSize), kBlockSize);
 }
 
 // Damage to a committed patch is refused at open, naming its entry (the
@@ -96,7 +90,7 @@ TEST(Patch, ADamagedPatchIsRefusedAtOpen) {
   const std::string marker(100, '\x5a');
   {
     Opened f(path);
-    f.Write(Bytes(4 * kBlockSize, 1), 0);
+    f.Write(PatchBytes(4 * kBlockSize, 1), 0);
     f.Write(marker, kBlockSize + 8);
   }
   // Find the patch's bytes in the host file (only the log holds them:
@@ -121,7 +115,7 @@ TEST(Patch, ADamagedPatchIsRefusedAtOpen) {
 TEST(Patch, EverySizeAndAlignmentReadsBackAcrossFoldsGcAndReopen) {
   TempDir d;
   const std::string path = d.File("b");
-  std::string model = Bytes(16 * kBlockSize + 1000, 7);
+  std::string model = PatchBytes(16 * kBlockSize + 1000, 7);
   {
     Opened f(path);
     f.Write(model, 0);
@@ -129,7 +123,7 @@ TEST(Patch, EverySizeAndAlignmentReadsBackAcrossFoldsGcAndReopen) {
     for (int i = 0; i < 3000; ++i) {
       uint64_t len = 1 + r() % (i % 3 == 0 ? kPatchMaxBytes : 64);
       uint64_t off = r() % (model.size() - len);
-      std::string b = Bytes(len, 100 + i);
+      std::string b = PatchBytes(len, 100 + i);
       f.Write(b, off);
       model.replace(off, len, b);
       if (i % 500 == 0) {
@@ -150,8 +144,8 @@ TEST(Patch, EverySizeAndAlignmentReadsBackAcrossFoldsGcAndReopen) {
     ASSERT_TRUE(f.file->Truncate(7 * kBlockSize).ok());
     model.resize(7 * kBlockSize, '\0');
     ASSERT_EQ(f.ReadAll(), model);
-    f.Write(Bytes(300, 9), 5 * kBlockSize + 10);
-    model.replace(5 * kBlockSize + 10, 300, Bytes(300, 9));
+    f.Write(PatchBytes(300, 9), 5 * kBlockSize + 10);
+    model.replace(5 * kBlockSize + 10, 300, PatchBytes(300, 9));
     ASSERT_EQ(f.ReadAll(), model);
   }
   Opened g(path);
@@ -168,7 +162,7 @@ TEST(Patch, EverySizeAndAlignmentReadsBackAcrossFoldsGcAndReopen) {
 TEST(Patch, PunchingAPatchedBlockKeepsItsOtherPatchedBytes) {
   TempDir d;
   Opened f(d.File("p"));
-  std::string model = Bytes(4 * kBlockSize, 1);
+  std::string model = PatchBytes(4 * kBlockSize, 1);
   f.Write(model, 0);
   f.Write(std::string(100, 'P'), kBlockSize + 50);
   f.Write(std::string(100, 'Q'), kBlockSize + 3000);
@@ -184,7 +178,7 @@ TEST(Patch, VersionOneFilesGetNoPatches) {
   const std::string path = d.File("v1");
   {
     Opened f(path);
-    f.Write(Bytes(8 * kBlockSize, 1), 0);
+    f.Write(PatchBytes(8 * kBlockSize, 1), 0);
   }
   // Label the file version 1 (as a build before patches made it).
   int fd = open(path.c_str(), O_RDWR);
@@ -196,15 +190,15 @@ TEST(Patch, VersionOneFilesGetNoPatches) {
   ASSERT_EQ(pwrite(fd, &h, sizeof(h), 0), ssize_t(sizeof(h)));
   close(fd);
   Opened f(path);
-  EXPECT_GE(Persisted(&f, Bytes(128, 2), kBlockSize + 100), kBlockSize) << "copied on write";
+  EXPECT_GE(Persisted(&f, PatchBytes(128, 2), kBlockSize + 100), kBlockSize) << "copied on write";
 }
 
 TEST(Patch, SyncModeWritesInPlace) {
   TempDir d;
   Opened f(d.File("s"), Consistency::kSync);
-  f.Write(Bytes(8 * kBlockSize, 1), 0);
+  f.Write(PatchBytes(8 * kBlockSize, 1), 0);
   // In place: the 128 bytes, the touch entry's line.
-  EXPECT_LE(Persisted(&f, Bytes(128, 2), kBlockSize + 100), 4 * kCacheLine);
+  EXPECT_LE(Persisted(&f, PatchBytes(128, 2), kBlockSize + 100), 4 * kCacheLine);
 }
 
 // Threads patching overlapping ranges of the same blocks while a thread

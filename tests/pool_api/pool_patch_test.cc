@@ -2,7 +2,7 @@
 // persists its bytes and a few lines of log, not its block; thousands of
 // small writes of every size and alignment, with truncations into patched
 // blocks, read back as a model says, before and after a remount, and leave
-// a pool fsck finds consistent; threads patching overlapping ranges of one
+// a pool fsck finds consistent with nothing leaked; threads patching overlapping ranges of one
 // pool file never see a write torn, undone or reordered.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -15,10 +15,10 @@
 #include <thread>
 #include <vector>
 
-#include "container/pool/pool_check.h"
 #include "format/format.h"
 #include "medium/persist_counter.h"
-#include "patch_order_check.h"
+#include "patch_test_util.h"
+#include "pool_concurrency_util.h"
 #include "test_util.h"
 #include "upfs/upfs.h"
 
@@ -26,27 +26,15 @@ namespace {
 
 using upfs::format::kBlockSize;
 using upfs::format::kCacheLine;
+using upfs_test::PatchBytes;
 
-class PoolPatch : public ::testing::Test {
+// A fresh pool, mounted (PoolConcurrencyTest: names of its own per test,
+// Umount/Mount, CheckDetached).
+class PoolPatch : public pool_conc::PoolConcurrencyTest {
  protected:
-  void SetUp() override {
-    // A test that fails with a file open cannot unmount: the next one
-    // gets names of its own.
-    static int count = 0;
-    const std::string id = std::to_string(getpid()) + "-" + std::to_string(count++);
-    pool_ = "/dev/shm/upfs-poolpatch-" + id + ".pool";
-    mnt_ = "/upfs-poolpatch-" + id;
-    ASSERT_EQ(upfs_mkfs(pool_.c_str(), 0), 0) << upfs_last_error();
-    ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
-  }
-  void TearDown() override {
-    upfs_umount(mnt_.c_str());
-    unlink(pool_.c_str());
-  }
-  std::string Path(const char* name) const { return mnt_ + "/" + name; }
   void Remount() {
-    ASSERT_EQ(upfs_umount(mnt_.c_str()), 0) << upfs_last_error();
-    ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
+    Umount();
+    Mount();
   }
   std::string ReadAll(int fd) {
     struct stat st;
@@ -55,15 +43,7 @@ class PoolPatch : public ::testing::Test {
     EXPECT_EQ(upfs_pread(fd, out.data(), out.size(), 0), ssize_t(out.size())) << upfs_last_error();
     return out;
   }
-  std::string pool_, mnt_;
 };
-
-std::string Bytes(size_t n, uint32_t seed) {
-  std::string s(n, '\0');
-  std::mt19937 r(seed);
-  for (auto& c : s) c = char(r());
-  return s;
-}
 
 // Where the first difference is, for a readable failure.
 std::string FirstDifference(const std::string& want, const std::string& got) {
@@ -75,11 +55,11 @@ std::string FirstDifference(const std::string& want, const std::string& got) {
 }
 
 TEST_F(PoolPatch, ASmallWriteInAPoolFilePersistsItsBytesNotItsBlock) {
-  const int fd = upfs_open(Path("f").c_str(), O_CREAT | O_RDWR, 0644);
+  const int fd = upfs_open(P("f").c_str(), O_CREAT | O_RDWR, 0644);
   ASSERT_GE(fd, 0) << upfs_last_error();
-  const std::string base = Bytes(64 * kBlockSize, 1);
+  const std::string base = PatchBytes(64 * kBlockSize, 1);
   ASSERT_EQ(upfs_pwrite(fd, base.data(), base.size(), 0), ssize_t(base.size()));
-  const std::string small = Bytes(128, 2);
+  const std::string small = PatchBytes(128, 2);
   uint64_t persisted;
   {
     upfs::PersistCounter counter;
@@ -108,9 +88,9 @@ TEST_F(PoolPatch, SmallWritesOfEverySizeMatchAModelAcrossRemounts) {
   const int steps = int(upfs_test::Scaled(20000, 3000));
   std::printf("seed %llu, %d steps\n", (unsigned long long)seed, steps);
   std::mt19937_64 r(seed);
-  int fd = upfs_open(Path("m").c_str(), O_CREAT | O_RDWR, 0644);
+  int fd = upfs_open(P("m").c_str(), O_CREAT | O_RDWR, 0644);
   ASSERT_GE(fd, 0) << upfs_last_error();
-  std::string model = Bytes(48 * kBlockSize + 100, uint32_t(seed));
+  std::string model = PatchBytes(48 * kBlockSize + 100, uint32_t(seed));
   ASSERT_EQ(upfs_pwrite(fd, model.data(), model.size(), 0), ssize_t(model.size()));
   for (int step = 0; step < steps; ++step) {
     const uint64_t pick = r() % 100;
@@ -125,7 +105,7 @@ TEST_F(PoolPatch, SmallWritesOfEverySizeMatchAModelAcrossRemounts) {
       // The same file in a fresh mount: what the next process replays.
       ASSERT_EQ(upfs_close(fd), 0);
       Remount();
-      fd = upfs_open(Path("m").c_str(), O_RDWR, 0);
+      fd = upfs_open(P("m").c_str(), O_RDWR, 0);
       ASSERT_GE(fd, 0) << upfs_last_error();
       const std::string got = ReadAll(fd);
       ASSERT_EQ(got, model) << "after a remount at step " << step << ": " << FirstDifference(model, got);
@@ -135,7 +115,7 @@ TEST_F(PoolPatch, SmallWritesOfEverySizeMatchAModelAcrossRemounts) {
     // the end (they grow the file and are not patches).
     const uint64_t n = 1 + r() % (pick < 70 ? 128 : 600);
     const uint64_t off = r() % (model.size() + 64);
-    const std::string b = Bytes(n, uint32_t(r()));
+    const std::string b = PatchBytes(n, uint32_t(r()));
     ASSERT_EQ(upfs_pwrite(fd, b.data(), n, off_t(off)), ssize_t(n)) << upfs_last_error();
     if (model.size() < off + n) model.resize(off + n, '\0');
     model.replace(off, n, b);
@@ -147,12 +127,9 @@ TEST_F(PoolPatch, SmallWritesOfEverySizeMatchAModelAcrossRemounts) {
   const std::string got = ReadAll(fd);
   ASSERT_EQ(got, model) << FirstDifference(model, got);
   ASSERT_EQ(upfs_close(fd), 0);
-  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
-  upfs::PoolReport rep;
-  ASSERT_TRUE(upfs::CheckPool(pool_, &rep).ok());
-  EXPECT_TRUE(rep.problems.empty()) << rep.problems.front();
-  ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
-  fd = upfs_open(Path("m").c_str(), O_RDONLY, 0);
+  CheckDetached(1, 1);  // the file and the root: no problem, orphan or leaked block
+  Mount();
+  fd = upfs_open(P("m").c_str(), O_RDONLY, 0);
   ASSERT_GE(fd, 0);
   EXPECT_EQ(ReadAll(fd), model);
   upfs_close(fd);
@@ -163,7 +140,7 @@ TEST_F(PoolPatch, SmallWritesOfEverySizeMatchAModelAcrossRemounts) {
 TEST_F(PoolPatch, ThreadsPatchingOneFileNeverTearOrReorder) {
   constexpr uint64_t kBlocks = 3, kWords = kBlockSize / 8;
   constexpr int kThreads = 3, kWrites = 3000;
-  const int fd = upfs_open(Path("t").c_str(), O_CREAT | O_RDWR, 0644);
+  const int fd = upfs_open(P("t").c_str(), O_CREAT | O_RDWR, 0644);
   ASSERT_GE(fd, 0) << upfs_last_error();
   const std::string zeros(kBlocks * kBlockSize, '\0');
   ASSERT_EQ(upfs_pwrite(fd, zeros.data(), zeros.size(), 0), ssize_t(zeros.size()));
@@ -175,7 +152,7 @@ TEST_F(PoolPatch, ThreadsPatchingOneFileNeverTearOrReorder) {
   const std::string now = ReadAll(fd);
   ASSERT_EQ(upfs_close(fd), 0);
   Remount();
-  const int again = upfs_open(Path("t").c_str(), O_RDONLY, 0);
+  const int again = upfs_open(P("t").c_str(), O_RDONLY, 0);
   ASSERT_GE(again, 0);
   EXPECT_EQ(ReadAll(again), now);
   upfs_close(again);

@@ -1,6 +1,7 @@
-// The check both patch concurrency tests (tests/patch_test.cc,
-// tests/pool_api/pool_patch_test.cc) make of what a reader sees while
-// threads patch overlapping ranges of the same blocks.
+// What the sub-block write tests share (tests/patch_test.cc over per-file
+// files, tests/pool_api/pool_patch_test.cc over pool files): bytes to
+// write, and the check of what a reader sees while threads patch
+// overlapping ranges of the same blocks (PatchOrderCheck).
 //
 // Write s of writer w fills its range with the word (w << 32 | s) and
 // announces the range before it starts. Any read that finds (w, s) in a
@@ -12,10 +13,19 @@
 #include <atomic>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
 namespace upfs_test {
+
+// n bytes of every value, the same for the same seed.
+inline std::string PatchBytes(size_t n, uint32_t seed) {
+  std::string s(n, '\0');
+  std::mt19937 r(seed);
+  for (auto& c : s) c = char(r());
+  return s;
+}
 
 class PatchOrderCheck {
  public:
