@@ -204,7 +204,7 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
       if (Status o = OpenExisting(ns, r, flags); !o.ok()) return Fail(o);
     }
     if (!created) {
-      st = ns.TakeHold(r.ino, &gen);
+      st = ns.TakeHold(r.ino, &gen, &r);
       if (st.err() == ENOENT) continue;  // removed meanwhile: resolve again
       if (!st.ok()) return Fail(st);
     }

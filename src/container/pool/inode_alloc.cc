@@ -88,7 +88,16 @@ Status InodeAllocator::Allocate(FileType kind, Inode* image, uint64_t* ino) {
   image->ident.store(EncodeIdent(kind, IdentGen(was) + 1), std::memory_order_relaxed);
   // No fence of its own: the inode is only reachable once a record naming
   // it commits, and the record's reservation fences first (NsLog::Reserve).
-  pm::CopyNT(in, image, kInodeSize);
+  // Every byte but the open count: an open that resolved a name of the
+  // inode's previous life may be adding and taking back a hold on it right
+  // now (PoolNamespace::TakeHold), and a copy over the count would lose
+  // that hold or the take-back. The creator's own hold is added to it,
+  // first: the line is often still cached from the Free that pushed it.
+  static_assert(offsetof(Inode, open_count) == offsetof(Inode, times) + sizeof(FileTimes));
+  if (const uint64_t held = image->open_count.load(std::memory_order_relaxed); held != 0)
+    in->open_count.fetch_add(held, std::memory_order_seq_cst);
+  pm::CopyNT(in, image, offsetof(Inode, open_count));
+  pm::CopyNT(&in->pad1, &image->pad1, kInodeSize - offsetof(Inode, pad1));
   *ino = n;
   return Status::OK();
 }
@@ -137,6 +146,9 @@ Status InodeAllocator::Rebuild(const std::function<Status(uint64_t, Inode*)>& fn
       UPFS_RETURN_IF_ERROR(At(ino, &in));
       const FileType k = IdentKind(in->ident.load(std::memory_order_acquire));
       if (k == FileType::kFree) {
+        // A process killed between taking and giving back a hold on a free
+        // inode left its count high; Allocate adds to the count.
+        pm::Store64(&in->open_count, 0);
         Push(ino);
       } else if (k > FileType::kSymlink) {
         return Status::Corrupt("inode", std::to_string(ino) + " has an unknown kind");

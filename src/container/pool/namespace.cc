@@ -338,6 +338,10 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
     return Status::OK();
   });
   if (!st.ok()) {
+    // The creator's hold goes with the inode (Allocate added it to the
+    // count, which outlives the inode's life).
+    Inode* in;
+    if (held_gen && pool_->InodeAt(n, &in).ok()) in->open_count.fetch_sub(1, std::memory_order_seq_cst);
     pool_->inodes()->Free(n);
     return st;
   }
@@ -538,24 +542,32 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
   return Status::OK();
 }
 
-Status PoolNamespace::TakeHold(uint64_t ino, uint32_t* gen) {
+Status PoolNamespace::TakeHold(uint64_t ino, uint32_t* gen, const Resolved* named) {
   std::optional<EpochPin> pin;
   UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   Inode* in;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
   in->open_count.fetch_add(1, std::memory_order_seq_cst);
-  const uint64_t id = in->ident.load(std::memory_order_seq_cst);
   // Whoever frees the inode committed its last unlink before looking at
   // the count: either it saw this hold, or the index shows the unlink.
   bool linked = false;
+  uint64_t id = 0;
   Status st;
   {
     std::shared_lock<SpinSharedMutex> g;
     st = pool_->LockLatest(&g);
     if (st.ok()) linked = LinkedLocked(ino, in);
+    if (linked && named && !named->name.empty() && !SameView(*named)) {
+      NsEntry e;
+      linked = pool_->index()->Find(named->dir, named->name, &e) && e.ino == ino;
+    }
+    // The file the name leads to now: the hold, taken before, is on it.
+    id = in->ident.load(std::memory_order_seq_cst);
   }
   if (!st.ok() || IdentKind(id) == FileType::kFree || !linked) {
-    in->open_count.fetch_sub(1, std::memory_order_seq_cst);
+    // Perhaps the last name went while this hold was there, and its
+    // remover left the freeing to the last holder: this one.
+    if (in->open_count.fetch_sub(1, std::memory_order_seq_cst) == 1) MaybeRelease(ino);
     return st.ok() ? Status::Error(ENOENT, "file removed") : st;
   }
   *gen = IdentGen(id);

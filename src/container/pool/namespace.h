@@ -88,8 +88,10 @@ class PoolNamespace {
 
   // Takes and gives back a hold on an inode that keeps it (and its blocks)
   // from being freed while a descriptor or a call uses it; TakeHold fails
-  // (ENOENT) if the inode has lost its last name meanwhile.
-  Status TakeHold(uint64_t ino, uint32_t* gen);
+  // (ENOENT) if the inode has lost its last name meanwhile. With `named`
+  // (the resolution that found ino), also if that name no longer leads to
+  // ino: the inode may have been freed and made again for another file.
+  Status TakeHold(uint64_t ino, uint32_t* gen, const Resolved* named = nullptr);
   void DropHold(uint64_t ino, uint32_t gen);
 
   // Directory listing: a snapshot of the entries of `dir`.
