@@ -108,7 +108,8 @@ class PoolNamespace {
   // held); *needs_file: a regular file with a log, whose size, blocks and
   // data ctime its engine File gives (StatFile, without the lock).
   Status StatLocked(uint64_t ino, struct stat* st, bool* needs_file) const;
-  Status StatFile(uint64_t ino, struct stat* st, bool held);
+  // `named`: as TakeHold's (a hold that fails its check gives ENOENT).
+  Status StatFile(uint64_t ino, struct stat* st, bool held, const Resolved* named = nullptr);
   Status Commit(const NsRecord& rec, const std::function<Status()>& validate);
   // Whether the index is where it was when `r` was resolved (index lock held).
   bool SameView(const Resolved& r) const;

@@ -16,6 +16,12 @@
 
 namespace upfs {
 
+namespace {
+// A stat whose name keeps changing under it gives up (ENOENT) after this
+// many looks, as open does with EAGAIN.
+constexpr int kMaxStatRetries = 100;
+}  // namespace
+
 using namespace format;
 using namespace format::pool;
 using namespace ns_internal;
@@ -69,9 +75,9 @@ Status PoolNamespace::StatLocked(uint64_t ino, struct stat* st, bool* needs_file
   return Status::OK();
 }
 
-Status PoolNamespace::StatFile(uint64_t ino, struct stat* st, bool held) {
+Status PoolNamespace::StatFile(uint64_t ino, struct stat* st, bool held, const Resolved* named) {
   uint32_t gen = 0;
-  if (!held) UPFS_RETURN_IF_ERROR(TakeHold(ino, &gen));
+  if (!held) UPFS_RETURN_IF_ERROR(TakeHold(ino, &gen, named));
   std::shared_ptr<File> f;
   Status s = pool_->FileOf(ino, &f);
   FileStat fs;
@@ -102,18 +108,25 @@ Status PoolNamespace::StatPath(std::string_view path, bool follow, struct stat* 
                                uint64_t start) {
   std::optional<EpochPin> pin;
   UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
-  Resolved r;
-  bool needs_file;
-  {
-    // One pin and one hold of the index lock for the lookup and the
-    // attributes: stat is the call programs make most.
-    std::shared_lock<SpinSharedMutex> g;
-    UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
-    UPFS_RETURN_IF_ERROR(ResolveLocked(path, follow, &r, escape, start));
-    if (r.ino == 0) return Status::Error(ENOENT, "no such file or directory");
-    UPFS_RETURN_IF_ERROR(StatLocked(r.ino, st, &needs_file));
+  for (int attempt = 0;; ++attempt) {
+    Resolved r;
+    bool needs_file;
+    {
+      // One pin and one hold of the index lock for the lookup and the
+      // attributes: stat is the call programs make most.
+      std::shared_lock<SpinSharedMutex> g;
+      UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
+      UPFS_RETURN_IF_ERROR(ResolveLocked(path, follow, &r, escape, start));
+      if (r.ino == 0) return Status::Error(ENOENT, "no such file or directory");
+      UPFS_RETURN_IF_ERROR(StatLocked(r.ino, st, &needs_file));
+    }
+    if (!needs_file) return Status::OK();
+    // The size comes from the file's engine, under a hold taken after the
+    // lock: if the name has moved on meanwhile (removed, or its inode
+    // freed and made again for another file), look again, as open does.
+    Status s = StatFile(r.ino, st, false, &r);
+    if (s.err() != ENOENT || attempt >= kMaxStatRetries) return s;
   }
-  return needs_file ? StatFile(r.ino, st, false) : Status::OK();
 }
 
 Status PoolNamespace::Chmod(uint64_t ino, mode_t mode) {
