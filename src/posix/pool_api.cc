@@ -266,11 +266,22 @@ template <typename Fn>
 int OnInode(const PoolPath& p, bool follow, Fn fn) {
   OpGuard g;
   PoolNamespace ns = Ns(p);
-  Resolved r;
-  if (Status s = ResolveIn(ns, p, follow, &r); !s.ok()) return Fail(s);
-  if (r.ino == 0) return FailErrno(ENOENT, "no such file or directory");
-  Status s = fn(ns, r);
-  return s.ok() ? 0 : Fail(s);
+  // Under a hold taken through the name: between the resolution and the
+  // change the inode may have been freed and made again for another file,
+  // which must not get this change (PoolNamespace::TakeHold).
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    Resolved r;
+    if (Status s = ResolveIn(ns, p, follow, &r); !s.ok()) return Fail(s);
+    if (r.ino == 0) return FailErrno(ENOENT, "no such file or directory");
+    uint32_t gen;
+    Status s = ns.TakeHold(r.ino, &gen, &r);
+    if (s.err() == ENOENT) continue;  // the name moved on: resolve again
+    if (!s.ok()) return Fail(s);
+    s = fn(ns, r);
+    ns.DropHold(r.ino, gen);
+    return s.ok() ? 0 : Fail(s);
+  }
+  return FailErrno(EAGAIN, "the name kept changing under the call");
 }
 
 template <typename Fn>
@@ -297,7 +308,7 @@ int PoolChown(const PoolPath& p, uid_t uid, gid_t gid, bool follow) {
 }
 
 int PoolUtimens(const PoolPath& p, const struct timespec ts[2], bool follow) {
-  return OnInode(p, follow, [&](PoolNamespace& ns, const Resolved& r) { return ns.Utimens(r.ino, ts); });
+  return OnInode(p, follow, [&](PoolNamespace& ns, const Resolved& r) { return ns.Utimens(r.ino, ts, /*held=*/true); });
 }
 
 int PoolTruncate(const PoolPath& p, off_t length) {
