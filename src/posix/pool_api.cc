@@ -199,14 +199,20 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
       if (st.err() == EEXIST && !excl) continue;  // another creator won: open theirs
       if (!st.ok()) return Fail(st);
       r.type = FileType::kRegular;
-    } else {
-      if (excl) return FailErrno(EEXIST, "file exists");
-      if (Status o = OpenExisting(ns, r, flags); !o.ok()) return Fail(o);
+    } else if (excl) {
+      return FailErrno(EEXIST, "file exists");
     }
     if (!created) {
       st = ns.TakeHold(r.ino, &gen, &r);
       if (st.err() == ENOENT) continue;  // removed meanwhile: resolve again
       if (!st.ok()) return Fail(st);
+      // Type and permissions checked under the hold, on the file the name
+      // leads to now: before it the inode could change hands (a file made
+      // again on it, of another owner, mode or type).
+      if (Status o = OpenExisting(ns, r, flags); !o.ok()) {
+        ns.DropHold(r.ino, gen);
+        return Fail(o);
+      }
     }
     const int fd = NewDescriptor(p, r, gen, flags);
     if (fd < 0) return -1;

@@ -5,9 +5,9 @@
 // some later recovery) nor hand the opener a file that never had the name.
 // Threads race for real in the first three tests (the wrong file was seen
 // once in their first run on the old code; a preemption between resolution
-// and hold is rare, so they are not a reliable check of it); the last two
+// and hold is rare, so they are not a reliable check of it); the others
 // make the same interleavings happen in one thread, step by step, and fail
-// without the name check and without the count kept across the copy.
+// without the name check, the type check and the count kept across the copy.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -220,6 +220,20 @@ TEST_F(PoolHoldSteps, AHoldByANameThatMovedOnFails) {
   uint32_t gen = 0;
   upfs::Status st = Ns().TakeHold(ra.ino, &gen, &ra);
   EXPECT_EQ(st.err(), ENOENT) << "a hold through \"a\" was taken on \"b\"'s inode";
+  if (st.ok()) Ns().DropHold(ra.ino, gen);
+}
+
+TEST_F(PoolHoldSteps, AHoldByANameMadeAgainAsADirectoryFails) {
+  const uint64_t a = MakeAndClose("/a");
+  const upfs::Resolved ra = At("/a");
+  ASSERT_TRUE(Ns().Remove(ra, false).ok());
+  ASSERT_TRUE(Ns().Mkdir(At("/a"), 0755).ok());
+  if (At("/a").ino != a) GTEST_SKIP() << "the free stack did not hand the same inode back";
+  // Same name, same inode, but a directory now: the resolution's type (a
+  // regular file, which the opener goes on to open as one) is stale.
+  uint32_t gen = 0;
+  upfs::Status st = Ns().TakeHold(ra.ino, &gen, &ra);
+  EXPECT_EQ(st.err(), ENOENT) << "a hold for a regular file was taken on a directory";
   if (st.ok()) Ns().DropHold(ra.ino, gen);
 }
 

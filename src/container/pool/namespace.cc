@@ -563,6 +563,9 @@ Status PoolNamespace::TakeHold(uint64_t ino, uint32_t* gen, const Resolved* name
     }
     // The file the name leads to now: the hold, taken before, is on it.
     id = in->ident.load(std::memory_order_seq_cst);
+    // Made again as something else (a directory where a file was): the
+    // resolution's type no longer holds either.
+    if (named && IdentKind(id) != named->type) linked = false;
   }
   if (!st.ok() || IdentKind(id) == FileType::kFree || !linked) {
     // Perhaps the last name went while this hold was there, and its
