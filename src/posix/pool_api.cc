@@ -269,12 +269,11 @@ int PoolRename(const PoolPath& from, const PoolPath& to, unsigned flags) {
 
 namespace {
 template <typename Fn>
-int OnInode(const PoolPath& p, bool follow, Fn fn) {
-  OpGuard g;
-  PoolNamespace ns = Ns(p);
+int UnderHold(PoolNamespace& ns, const PoolPath& p, bool follow, Fn fn) {
   // Under a hold taken through the name: between the resolution and the
-  // change the inode may have been freed and made again for another file,
-  // which must not get this change (PoolNamespace::TakeHold).
+  // call the inode may have been freed and made again for another file,
+  // which must not get this change, or give this answer
+  // (PoolNamespace::TakeHold).
   for (int attempt = 0; attempt < 100; ++attempt) {
     Resolved r;
     if (Status s = ResolveIn(ns, p, follow, &r); !s.ok()) return Fail(s);
@@ -288,6 +287,15 @@ int OnInode(const PoolPath& p, bool follow, Fn fn) {
     return s.ok() ? 0 : Fail(s);
   }
   return FailErrno(EAGAIN, "the name kept changing under the call");
+}
+
+// fn(ns, resolved) on the file `p` names, with the caller's effective
+// credentials, under a hold: 0, or -1 and errno.
+template <typename Fn>
+int OnInode(const PoolPath& p, bool follow, Fn fn) {
+  OpGuard g;
+  PoolNamespace ns = Ns(p);
+  return UnderHold(ns, p, follow, fn);
 }
 
 template <typename Fn>
@@ -448,13 +456,9 @@ ssize_t upfs_readlink(const char* path, char* buf, size_t bufsiz) {
     return n >= 0 ? n : FailErrno(errno, "readlink failed");
   }
   auto in_pool = [&]() -> ssize_t {
-    OpGuard g;
-    PoolNamespace ns = Ns(p);
-    Resolved r;
-    if (Status s = ResolveIn(ns, p, false, &r); !s.ok()) return Fail(s);
-    if (r.ino == 0) return FailErrno(ENOENT, "no such file or directory");
     std::string t;
-    if (Status s = ns.Readlink(r.ino, &t); !s.ok()) return Fail(s);
+    if (OnInode(p, false, [&](PoolNamespace& ns, const Resolved& r) { return ns.Readlink(r.ino, &t); }) != 0)
+      return ssize_t(-1);
     const size_t n = std::min(bufsiz, t.size());
     std::memcpy(buf, t.data(), n);
     return ssize_t(n);
@@ -469,12 +473,8 @@ int upfs_access(const char* path, int mode) {
   if (!InPool(AT_FDCWD, path, &p)) return access(path, mode) == 0 ? 0 : FailErrno(errno, "access failed");
   auto in_pool = [&] {
     OpGuard g;
-    PoolNamespace ns(p.mount->pool.get(), &p.mount->real);
-    Resolved r;
-    if (Status s = ResolveIn(ns, p, true, &r); !s.ok()) return Fail(s);
-    if (r.ino == 0) return FailErrno(ENOENT, "no such file or directory");
-    Status s = ns.Access(r.ino, mode);
-    return s.ok() ? 0 : Fail(s);
+    PoolNamespace ns(p.mount->pool.get(), &p.mount->real);  // access(2) checks the real ids
+    return UnderHold(ns, p, true, [&](PoolNamespace& n, const Resolved& r) { return n.Access(r.ino, mode); });
   };
   return FollowEscape(in_pool, [&](const std::string& to, int) { return upfs_access(to.c_str(), mode); });
 }
