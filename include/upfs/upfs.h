@@ -165,7 +165,12 @@ const char *upfs_last_error(void);
  * at creation and by utimensat only (the noatime policy). Permissions are
  * checked against the caller's effective uid and gid and its supplementary
  * groups, root (uid 0) passing as in the kernel; they and the umask are
- * read at upfs_mount: a process that changes them must mount again. */
+ * read at upfs_mount: a process that changes them must mount again.
+ *
+ * Across fork: the child keeps the mounts and attaches each pool again on
+ * its first path call (the parent's attachment is the parent's); pool
+ * descriptors and directory streams of the parent are not inherited
+ * (their numbers give EBADF in the child). */
 
 /* Makes a new, empty pool file `pool` (EEXIST if it exists). size_hint
  * (bytes, 0 for the default) is the space to map up front: the pool grows

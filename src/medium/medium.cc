@@ -149,6 +149,11 @@ Medium::~Medium() {
   if (fd_ >= 0) close(fd_);
 }
 
+void Medium::ForgetDescriptorAfterFork() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
 Status Medium::Open(int fd, const std::string& path, std::unique_ptr<Medium>* out,
                     bool read_only) {
   MediumKind kind;

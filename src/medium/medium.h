@@ -56,6 +56,10 @@ class Medium final : public BlockSpace {
   ~Medium() override;
 
   int fd() const { return fd_; }
+  // In a fork child that will never use this Medium: closes the child's
+  // copy of the descriptor, whose open file description (and the OFD locks
+  // on it) stays the parent's. The object is then leaked, not destroyed.
+  void ForgetDescriptorAfterFork();
   MediumKind kind() const { return kind_; }
   const std::string& path() const { return path_; }
 

@@ -13,6 +13,7 @@
 #include "posix/op_guard.h"
 #include "posix/pool_api.h"
 #include "posix/pool_node.h"
+#include "util/leak.h"
 
 namespace upfs {
 namespace {
@@ -20,6 +21,29 @@ namespace {
 std::shared_mutex g_mounts_mu;
 std::vector<std::unique_ptr<Mount>> g_mounts;  // mounts are never moved while mounted
 std::atomic<int> g_mount_count{0};
+// Set in a fork child whose mounts have no attachment of their own yet.
+std::atomic<bool> g_reattach{false};
+
+// The child's first path call: attaches every mount's pool for this
+// process. A pool that cannot be attached (gone, damaged, no free process
+// slot) is unmounted in the child, so that its paths fail in the kernel's
+// tree (ENOENT, unless the directory exists there) rather than reaching a
+// pool through the parent's attachment.
+void ReattachAfterFork() {
+  std::unique_lock<std::shared_mutex> g(g_mounts_mu);
+  if (!g_reattach.load(std::memory_order_acquire)) return;
+  for (auto it = g_mounts.begin(); it != g_mounts.end();) {
+    Mount& m = **it;
+    if (!m.pool && !Pool::Attach(m.pool_file, &m.pool).ok()) {
+      IntentionallyLeaked(it->release());  // calls that looked it up may still run
+      it = g_mounts.erase(it);
+      g_mount_count.fetch_sub(1, std::memory_order_release);
+      continue;
+    }
+    ++it;
+  }
+  g_reattach.store(false, std::memory_order_release);
+}
 
 // Lexically normal absolute form: no ".", "..", or repeated slashes.
 std::string Normalize(const std::string& abs) {
@@ -125,6 +149,7 @@ bool SplitAtMount(const std::string& abs, PoolPath* out) {
 
 bool InPool(int dirfd, const char* path, PoolPath* out) {
   if (g_mount_count.load(std::memory_order_acquire) == 0 || !path) return false;
+  if (g_reattach.load(std::memory_order_acquire)) ReattachAfterFork();
   if (path[0] != '/' && dirfd != AT_FDCWD) {
     // Relative to a pool directory's descriptor: from its inode, wherever
     // the directory has been renamed since (the path it was opened by is
@@ -173,6 +198,7 @@ Status MountPool(const std::string& pool, const std::string& dir) {
   }
   auto m = std::make_unique<Mount>();
   UPFS_RETURN_IF_ERROR(Pool::Attach(pool, &m->pool));
+  m->pool_file = pool;
   m->dir = abs;
   m->effective = Credentials::Current(false);
   m->real = Credentials::Current(true);
@@ -194,7 +220,7 @@ Status UnmountPool(const std::string& dir) {
     std::unique_lock<std::shared_mutex> g(g_mounts_mu);
     for (auto it = g_mounts.begin(); it != g_mounts.end(); ++it) {
       if ((*it)->dir != abs) continue;
-      if ((*it)->pool->users().load() != 0)
+      if ((*it)->pool && (*it)->pool->users().load() != 0)
         return Status::Error(EBUSY, abs + ": descriptors of the pool are open");
       gone = std::move(*it);
       g_mounts.erase(it);
@@ -208,6 +234,25 @@ Status UnmountPool(const std::string& dir) {
   Mount* m = gone.release();
   RetireAfterOps([m] { delete m; });
   return Status::OK();
+}
+
+void PoolsAfterForkInChild() {
+  // One thread, nothing else running: no lock needed (and none may be
+  // taken: another thread of the parent may have held it at the fork).
+  for (auto& m : g_mounts) {
+    if (!m->pool) continue;
+    m->pool->ForgetAfterFork();
+    IntentionallyLeaked(m->pool.release());
+  }
+  if (!g_mounts.empty()) g_reattach.store(true, std::memory_order_release);
+  // A pool descriptor's hold on its inode, its engine File and its slots
+  // are the parent's: the child drops the descriptor unclosed (calls on
+  // its number fail with EBADF), and leaks it.
+  ForEachDescriptorInChild([](std::atomic<OpenFile*>& slot, OpenFile* of) {
+    if (!of->d->pool) return;
+    slot.store(nullptr, std::memory_order_relaxed);
+    IntentionallyLeaked(of);
+  });
 }
 
 }  // namespace upfs

@@ -11,6 +11,9 @@ namespace upfs {
 
 struct Mount {
   std::string dir;  // absolute, without a trailing slash
+  std::string pool_file;  // as given to upfs_mount (a fork child attaches it again)
+  // Null in a fork child until its first path call attaches the pool
+  // again (ReattachAfterFork): the parent's attachment is not the child's.
   std::unique_ptr<Pool> pool;
   Credentials effective;  // read at mount (docs/design.md, "Pools": credentials)
   Credentials real;       // for access()
@@ -34,5 +37,11 @@ Status UnmountPool(const std::string& dir);
 
 // The mount a pool descriptor's pool belongs to (for dirfd-relative paths).
 Mount* MountOfPool(const Pool* pool);
+
+// In a fork child (its only thread, from the pthread_atfork handler): lets
+// go of the parent's pool attachments and descriptors without touching
+// them (see docs/design.md, "Pools across fork"); the child's first path
+// call attaches each mounted pool again.
+void PoolsAfterForkInChild();
 
 }  // namespace upfs

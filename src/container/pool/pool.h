@@ -59,6 +59,12 @@ class Pool {
   static Status Attach(const std::string& path, std::unique_ptr<Pool>* out);
   // Detaches; the last process to leave marks the volatile area clean.
   ~Pool();
+  // In a fork child: this attachment (its process and thread slots, block
+  // caches, held inodes) is the parent's, so the child never uses or
+  // destroys it. Closes the child's copy of the pool file's descriptor, so
+  // that the parent's liveness locks end with the parent, not with the
+  // last of its children; the caller then leaks the object.
+  void ForgetAfterFork() { medium_->ForgetDescriptorAfterFork(); }
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 

@@ -1,0 +1,83 @@
+// A process that forks with a pool mounted and pool files open. The
+// parent's attachment (process slot, block caches, holds on inodes) is not
+// the child's: the child must not crash on it (it did, with SIGSEGV, when a
+// descriptor's engine had not been made yet), must not keep the parent's
+// liveness locks alive (its copy of the pool file's descriptor), and gets
+// a pool of its own on its first call. Inherited pool descriptors fail
+// with EBADF in the child; the parent's keep working.
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstring>
+#include <string>
+
+#include "pool_concurrency_util.h"
+#include "upfs/upfs.h"
+
+namespace {
+
+using PoolFork = pool_conc::PoolConcurrencyTest;
+
+// Descriptors of this process open on `file` (by /proc/self/fd).
+int DescriptorsOn(const std::string& file) {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  while (dirent* e = readdir(d)) {
+    char target[PATH_MAX];
+    const std::string link = std::string("/proc/self/fd/") + e->d_name;
+    const ssize_t len = readlink(link.c_str(), target, sizeof target - 1);
+    if (len > 0 && file == std::string(target, size_t(len))) ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+TEST_F(PoolFork, AChildGetsAPoolOfItsOwnAndLeavesTheParentsAlone) {
+  const int idle = upfs_open(P("idle").c_str(), O_CREAT | O_RDWR, 0644);  // no engine yet
+  ASSERT_GE(idle, 0) << upfs_last_error();
+  const int written = upfs_open(P("written").c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(written, 0) << upfs_last_error();
+  ASSERT_EQ(upfs_write(written, "hello", 5), 5) << upfs_last_error();
+  // The child's checks, in order; its exit status is the first that failed.
+  auto child = [&]() -> int {
+    if (DescriptorsOn(pool_) != 0) return 10;  // the parent's descriptor kept open
+    char c;
+    if (upfs_pread(idle, &c, 1, 0) != -1 || errno != EBADF) return 11;
+    if (upfs_pread(written, &c, 1, 0) != -1 || errno != EBADF) return 12;
+    struct stat st;
+    if (upfs_stat(P("written").c_str(), &st) != 0 || st.st_size != 5) return 13;
+    const int fd = upfs_open(P("child").c_str(), O_CREAT | O_EXCL | O_RDWR, 0644);
+    if (fd < 0) return 14;
+    if (upfs_write(fd, "child", 5) != 5) return 15;
+    if (upfs_close(fd) != 0) return 16;
+    if (DescriptorsOn(pool_) != 1) return 17;  // its own attachment now
+    if (upfs_umount(mnt_.c_str()) != 0) return 18;
+    return 0;
+  };
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) _exit(child());
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "child killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's check number " << WEXITSTATUS(status) << " failed";
+  // The parent's descriptors work as before the fork, and see the child's file.
+  char buf[8] = {};
+  EXPECT_EQ(upfs_pread(written, buf, 5, 0), 5) << upfs_last_error();
+  EXPECT_EQ(std::string(buf, 5), "hello");
+  EXPECT_EQ(upfs_write(idle, "x", 1), 1) << upfs_last_error();
+  struct stat st;
+  EXPECT_EQ(upfs_stat(P("child").c_str(), &st), 0) << upfs_last_error();
+  EXPECT_EQ(st.st_size, 5);
+  EXPECT_EQ(upfs_close(idle), 0);
+  EXPECT_EQ(upfs_close(written), 0);
+  CheckDetached(3, 1);
+}
+
+}  // namespace
