@@ -74,6 +74,7 @@ File::~File() {
   ctx_.ForEach([&](ThreadCtx* c) {
     if (source_) {
       source_->DrainLimbo(&c->blocks, true);
+      if (!c->blocks.limbo.empty() && lease_) lease_->KeepRetired(&c->blocks.limbo);
       source_->ReturnAll(&c->blocks);
       source_->epochs()->ReleaseSlot(c->slot);
     }

@@ -72,6 +72,12 @@ struct FileStorage {
 class StorageLease {
  public:
   virtual ~StorageLease() = default;
+  // Blocks the File retired (a GC's old log, blocks an overwrite replaced)
+  // that could not be freed before it closed: their epochs had not passed.
+  // A container whose space outlives the File takes them (emptying
+  // *limbo) and frees them once the epochs have passed; left in *limbo,
+  // they stay taken until the space's next rebuild.
+  virtual void KeepRetired(std::vector<ThreadBlocks::Retired>* limbo) {}
 };
 
 class File {

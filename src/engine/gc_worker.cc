@@ -75,6 +75,7 @@ void GcWorker::Forget(File* f) {
   std::unique_lock<std::mutex> l(mu_);
   queue_.erase(std::remove(queue_.begin(), queue_.end(), f), queue_.end());
   draining_.erase(std::remove(draining_.begin(), draining_.end(), f), draining_.end());
+  if (running_ == f) running_forgotten_ = true;  // not put back in a list after its run
   done_.wait(l, [&] { return running_ != f; });
 }
 
@@ -84,19 +85,31 @@ void GcWorker::DrainAtExit() {
   std::unique_lock<std::mutex> l(w->mu_);
   w->queue_.clear();
   w->draining_.clear();
+  if (w->running_) w->running_forgotten_ = true;
   w->done_.wait(l, [&] { return w->running_ == nullptr; });
 }
 
 // Runs fn(f) for a file without the lock, marked running so that Forget
-// waits for it.
+// waits for it. A Forget that came meanwhile is waiting to destroy f: the
+// caller must not keep f anywhere (it was once put back in draining_ after
+// Forget had emptied it, and a later retry released blocks of a destroyed
+// File).
 template <typename Fn>
-void GcWorker::RunUnlocked(std::unique_lock<std::mutex>& l, File* f, Fn fn) {
+bool GcWorker::RunUnlocked(std::unique_lock<std::mutex>& l, File* f, Fn fn) {
   running_ = f;
+  running_forgotten_ = false;
   l.unlock();
   fn();
   l.lock();
+  const bool wanted = !running_forgotten_;
   running_ = nullptr;
-  done_.notify_all();
+  return wanted;
+}
+
+void GcWorker::KeepDraining(File* f, bool released, bool wanted) {
+  if (wanted && !released && std::find(draining_.begin(), draining_.end(), f) == draining_.end())
+    draining_.push_back(f);
+  done_.notify_all();  // after the lists say what f's run decided
 }
 
 void GcWorker::Loop() {
@@ -112,23 +125,24 @@ void GcWorker::Loop() {
       File* f = queue_.front();
       queue_.pop_front();
       bool released = false;
-      RunUnlocked(l, f, [&] {
+      const bool wanted = RunUnlocked(l, f, [&] {
         // Best effort, as inline: on an error the log just stays longer,
         // and the next write past the trigger asks again.
         (void)f->CollectGarbage(false);
         released = f->ReleaseGcBlocks();
       });
-      if (!released && std::find(draining_.begin(), draining_.end(), f) == draining_.end())
-        draining_.push_back(f);
+      KeepDraining(f, released, wanted);
       continue;
     }
     // The blocks a GC retired wait two epochs before they can go back.
-    std::deque<File*> retry;
-    retry.swap(draining_);
-    for (File* f : retry) {
+    // One file at a time, taken from the shared list under the lock, so
+    // that Forget can still remove the ones not yet retried.
+    for (size_t n = draining_.size(); n > 0 && !draining_.empty() && queue_.empty(); --n) {
+      File* f = draining_.front();
+      draining_.pop_front();
       bool released = false;
-      RunUnlocked(l, f, [&] { released = f->ReleaseGcBlocks(); });
-      if (!released) draining_.push_back(f);
+      const bool wanted = RunUnlocked(l, f, [&] { released = f->ReleaseGcBlocks(); });
+      KeepDraining(f, released, wanted);
     }
   }
 }

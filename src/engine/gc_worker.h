@@ -56,8 +56,13 @@ class GcWorker {
   GcWorker() = default;
   void Loop();
   bool QueuedLocked(File* f) const;
+  // Runs fn() for f without the lock; false if f was forgotten meanwhile
+  // (then f may be gone and must not be kept in any list).
   template <typename Fn>
-  void RunUnlocked(std::unique_lock<std::mutex>& l, File* f, Fn fn);
+  bool RunUnlocked(std::unique_lock<std::mutex>& l, File* f, Fn fn);
+  // Finishes a run of f: keeps it for another release if it still needs
+  // one and nobody forgot it while it ran.
+  void KeepDraining(File* f, bool released, bool wanted);
 
   std::mutex mu_;
   std::condition_variable work_, done_;
@@ -66,6 +71,7 @@ class GcWorker {
   // wait two epochs): retried every millisecond until they have.
   std::deque<File*> draining_;
   File* running_ = nullptr;
+  bool running_forgotten_ = false;  // Forget or DrainAtExit came while running_ ran
   bool started_ = false;
 };
 

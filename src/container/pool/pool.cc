@@ -463,14 +463,19 @@ Status Pool::ReleaseInode(uint64_t ino) {
 }
 
 namespace {
-// The engine's hold on a pool file: nothing to give back (the pool
-// outlives every File of it), but it names the inode.
+// The engine's hold on a pool file: it names the inode, and hands the
+// pool what the File could not free before it closed (the pool outlives
+// every File of it). Before, those blocks were dropped with the File's
+// thread contexts and stayed taken in a pool marked clean, so no recovery
+// ever freed them (1,967 blocks after 60 patched files were closed).
 class PoolFileLease final : public StorageLease {
  public:
-  explicit PoolFileLease(uint64_t ino) : ino_(ino) {}
+  PoolFileLease(Pool* pool, uint64_t ino) : pool_(pool), ino_(ino) {}
   uint64_t ino() const { return ino_; }
+  void KeepRetired(std::vector<ThreadBlocks::Retired>* limbo) override { pool_->AdoptRetired(limbo); }
 
  private:
+  Pool* pool_;
   uint64_t ino_;
 };
 
@@ -527,11 +532,20 @@ Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out) {
     return Status::Corrupt("inode", std::to_string(ino) + " has no consistency mode");
   std::unique_ptr<File> f;
   UPFS_RETURN_IF_ERROR(File::Open(FileStorage{medium_.get(), source_.get(), root, true}, nullptr,
-                                  std::make_unique<PoolFileLease>(ino), &f));
+                                  std::make_unique<PoolFileLease>(this, ino), &f));
   std::shared_ptr<File> sf(std::move(f));
   files_[ino] = sf;
   *out = std::move(sf);
   return Status::OK();
+}
+
+void Pool::AdoptRetired(std::vector<ThreadBlocks::Retired>* limbo) {
+  std::lock_guard<std::mutex> g(retired_mu_);
+  retired_.limbo.insert(retired_.limbo.end(), limbo->begin(), limbo->end());
+  limbo->clear();
+  // Entries keep their epochs: the oldest may be free to go already.
+  source_->DrainLimbo(&retired_, false);
+  source_->ReturnAll(&retired_);
 }
 
 Pool::~Pool() {

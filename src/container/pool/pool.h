@@ -59,6 +59,9 @@ class Pool {
   static Status Attach(const std::string& path, std::unique_ptr<Pool>* out);
   // Detaches; the last process to leave marks the volatile area clean.
   ~Pool();
+  // Takes blocks a closing file retired whose epochs have not passed yet
+  // (StorageLease::KeepRetired): freed with the pool's own retired blocks.
+  void AdoptRetired(std::vector<ThreadBlocks::Retired>* limbo);
   // In a fork child: this attachment (its process and thread slots, block
   // caches, held inodes) is the parent's, so the child never uses or
   // destroys it. Closes the child's copy of the pool file's descriptor, so
