@@ -7,7 +7,8 @@
 // once in their first run on the old code; a preemption between resolution
 // and hold is rare, so they are not a reliable check of it); the others
 // make the same interleavings happen in one thread, step by step, and fail
-// without the name check, the type check and the count kept across the copy.
+// without the name check, the type check and the count kept across the copy;
+// the last checks that a closed file's engine is not kept for ever.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -23,6 +24,7 @@
 
 #include "container/pool/namespace.h"
 #include "container/pool/pool.h"
+#include "engine/file.h"
 #include "pool_concurrency_util.h"
 #include "test_util.h"
 #include "upfs/upfs.h"
@@ -254,6 +256,29 @@ TEST_F(PoolHoldSteps, AStaleHoldAcrossTheInodesNextLifeIsNotLost) {
   ASSERT_TRUE(Ns().Remove(At("/b"), false).ok());
   // No holder and no name left: freed now, not at some later recovery.
   EXPECT_EQ(Kind(b), upfs::format::pool::FileType::kFree) << "open_count " << in->open_count.load();
+}
+
+// What a process keeps per inode must not outlive the file's last holder:
+// the map of engine Files kept one entry for every file the process ever
+// wrote (or stat'ed with data), so a process walking a big tree grew
+// without bound (5,000 entries here before the sweep).
+TEST_F(PoolHoldSteps, EnginesOfClosedFilesAreNotKeptForever) {
+  const int files = 5000;
+  for (int i = 0; i < files; ++i) {
+    const std::string path = "/f" + std::to_string(i);
+    uint64_t ino = 0;
+    bool created = false;
+    uint32_t gen = 0;
+    ASSERT_TRUE(Ns().Create(At(path.c_str()), 0644, upfs::format::Consistency::kStrict, &ino, &created, &gen).ok());
+    std::shared_ptr<upfs::File> f;
+    upfs::Status st = pool_->FileOf(ino, &f);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    uint64_t at = 0;
+    ASSERT_TRUE(f->Write("x", 1, 0, false, &at).ok());
+    f.reset();
+    Ns().DropHold(ino, gen);
+  }
+  EXPECT_LE(pool_->FileEntriesForTest(), 2048u) << "engines of " << files << " closed files";
 }
 
 }  // namespace

@@ -463,6 +463,8 @@ Status Pool::ReleaseInode(uint64_t ino) {
 }
 
 namespace {
+constexpr size_t kFileSweepMin = 1024;
+
 // The engine's hold on a pool file: it names the inode, and hands the
 // pool what the File could not free before it closed (the pool outlives
 // every File of it). Before, those blocks were dropped with the File's
@@ -535,6 +537,12 @@ Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out) {
                                   std::make_unique<PoolFileLease>(this, ino), &f));
   std::shared_ptr<File> sf(std::move(f));
   files_[ino] = sf;
+  if (files_.size() >= next_file_sweep_) {
+    // An entry outlives its File (closed); without a sweep, the map kept
+    // one for every file this process ever wrote or stat'ed with data.
+    std::erase_if(files_, [](const auto& e) { return e.second.expired(); });
+    next_file_sweep_ = std::max(kFileSweepMin, 2 * files_.size());
+  }
   *out = std::move(sf);
   return Status::OK();
 }
@@ -546,6 +554,11 @@ void Pool::AdoptRetired(std::vector<ThreadBlocks::Retired>* limbo) {
   // Entries keep their epochs: the oldest may be free to go already.
   source_->DrainLimbo(&retired_, false);
   source_->ReturnAll(&retired_);
+}
+
+size_t Pool::FileEntriesForTest() {
+  std::lock_guard<std::mutex> g(files_mu_);
+  return files_.size();
 }
 
 Pool::~Pool() {

@@ -129,6 +129,8 @@ class Pool {
   // The engine File of regular file `ino` in this process (opened, and its
   // first log block made, on first use); shared by every descriptor of it.
   Status FileOf(uint64_t ino, std::shared_ptr<File>* out);
+  // Entries of the map FileOf keeps, live or not yet swept (for tests).
+  size_t FileEntriesForTest();
   // The descriptors and directory streams of this pool in this process.
   std::atomic<int64_t>& users() { return users_; }
 
@@ -173,6 +175,10 @@ class Pool {
   SpinSharedMutex index_mu_;  // spins: see util/spin_shared_mutex.h
   std::mutex files_mu_;
   std::unordered_map<uint64_t, std::weak_ptr<File>> files_;
+  // files_ is swept of the entries of closed files when it reaches this
+  // size (then twice what is left, at least kFileSweepMin): amortized O(1)
+  // per engine made, and bounded by twice the files open at once.
+  size_t next_file_sweep_ = 0;
   std::atomic<int64_t> users_{0};
   bool joined_ = false;
   // This process's own slot while attached: a process that dies attached
