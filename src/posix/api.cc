@@ -27,6 +27,7 @@
 #include "container/container.h"
 #include "engine/file.h"
 #include "posix/api_internal.h"
+#include "posix/pool_mounts.h"
 #include "posix/pool_api.h"
 #include "posix/pool_escape.h"
 #include "posix/descriptor_table.h"
@@ -206,10 +207,16 @@ int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consi
 }
 
 // Here, not in api_fork.cc: whoever links the C API gets the handlers.
+void PrepareFork() {
+  LockMountsForFork();
+  LockRegistryForFork();
+}
+void ParentAfterFork() {
+  UnlockRegistryInParent();
+  UnlockMountsInParent();
+}
 struct AtForkRegistration {
-  AtForkRegistration() {
-    pthread_atfork(LockRegistryForFork, UnlockRegistryInParent, ReopenAfterFork);
-  }
+  AtForkRegistration() { pthread_atfork(PrepareFork, ParentAfterFork, ReopenAfterFork); }
 } g_atfork_registration;
 
 }  // namespace

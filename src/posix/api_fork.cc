@@ -10,6 +10,7 @@
 #include "posix/api_internal.h"
 #include "posix/descriptor_table.h"
 #include "posix/file_registry.h"
+#include "posix/op_guard.h"
 #include "posix/pool_mounts.h"
 #include "util/leak.h"
 
@@ -21,7 +22,8 @@ namespace upfs {
 // child re-opens every inherited upfs file and leaks the inherited objects
 // (destroying them would return the parent's blocks to the shared bitmap).
 void ReopenAfterFork() {
-  PoolsAfterForkInChild();  // first: the loop below knows per-file descriptors only
+  OpGuardsAfterForkInChild();  // before anything here retires a descriptor
+  PoolsAfterForkInChild();     // then: the loop below knows per-file descriptors only
   ForgetRegistryInChild();
   std::map<const File*, std::shared_ptr<File>> fresh;
   std::map<const Description*, bool> done;  // dup'ed descriptors share one

@@ -2,7 +2,10 @@
 
 #include <atomic>
 #include <mutex>
+#include <new>
 #include <vector>
+
+#include "util/leak.h"
 
 namespace upfs {
 
@@ -144,6 +147,22 @@ OpGuard::~OpGuard() {
   // retired may miss it; the next call to end, in any thread, frees it.)
   // Guards are outermost in every API call: no upfs lock is held here.
   if (g_retiree_count.load(std::memory_order_relaxed) != 0) Reclaim(nullptr);
+}
+
+void OpGuardsAfterForkInChild() {
+  // Another thread may have held the lock at the fork: made anew.
+  new (&g_retire_mu) std::mutex();
+  IntentionallyLeaked(new std::vector<Retiree>(std::move(g_retirees)));
+  g_retirees.clear();
+  g_retiree_count.store(0, std::memory_order_relaxed);
+  OpThreadRecord* self = ThreadRecord();
+  for (OpThreadRecord* r = g_records.load(std::memory_order_acquire); r; r = r->next) {
+    if (r == self) continue;
+    IntentionallyLeaked(new std::vector<Retiree>(std::move(r->mine)));
+    r->mine.clear();
+    r->active.store(0, std::memory_order_relaxed);
+    r->owned.store(false, std::memory_order_relaxed);  // its thread is not here
+  }
 }
 
 void RetireAfterOps(std::function<void()> free_fn) {

@@ -27,4 +27,11 @@ class OpGuard {
 // at once if none is running, else at the end of the last of them.
 void RetireAfterOps(std::function<void()> free_fn);
 
+// In a fork child (its only thread, from the atfork child handler): the
+// calls other threads were in at the fork never end here, and what waited
+// for them is the parent's to free (run here, a retired descriptor would
+// give back the parent's holds and blocks a second time). Forgets those
+// calls and leaks what waited.
+void OpGuardsAfterForkInChild();
+
 }  // namespace upfs

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <climits>
+#include <new>
 #include <shared_mutex>
 #include <vector>
 
@@ -236,9 +237,14 @@ Status UnmountPool(const std::string& dir) {
   return Status::OK();
 }
 
+void LockMountsForFork() { g_mounts_mu.lock(); }
+
+void UnlockMountsInParent() { g_mounts_mu.unlock(); }
+
 void PoolsAfterForkInChild() {
-  // One thread, nothing else running: no lock needed (and none may be
-  // taken: another thread of the parent may have held it at the fork).
+  // One thread, nothing else running; the table's lock is held by this
+  // thread since the prepare handler: made anew, unlocked.
+  new (&g_mounts_mu) std::shared_mutex();
   for (auto& m : g_mounts) {
     if (!m->pool) continue;
     m->pool->ForgetAfterFork();

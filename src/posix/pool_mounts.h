@@ -43,5 +43,10 @@ Mount* MountOfPool(const Pool* pool);
 // them (see docs/design.md, "Pools across fork"); the child's first path
 // call attaches each mounted pool again.
 void PoolsAfterForkInChild();
+// The fork's prepare and parent handlers: no other thread changes or walks
+// the mount table while the process forks (the child re-makes the lock,
+// held by its one thread).
+void LockMountsForFork();
+void UnlockMountsInParent();
 
 }  // namespace upfs

@@ -12,9 +12,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "pool_concurrency_util.h"
 #include "upfs/upfs.h"
@@ -78,6 +80,48 @@ TEST_F(PoolFork, AChildGetsAPoolOfItsOwnAndLeavesTheParentsAlone) {
   EXPECT_EQ(upfs_close(idle), 0);
   EXPECT_EQ(upfs_close(written), 0);
   CheckDetached(3, 1);
+}
+
+// Forks while another thread makes path calls, which hold the mount
+// table's lock for a moment: a child must never find it held for ever (it
+// did when the lock was copied in the middle of such a call; the child's
+// first call then waited for ever). Each child makes a file and exits
+// within its alarm's time.
+TEST_F(PoolFork, ForksAmidPathCallsOfOtherThreadsLeaveTheChildUsable) {
+  ASSERT_EQ(pool_conc::CreateFile(P("f"), "data"), 0);
+  std::atomic<bool> stop{false};
+  std::thread caller([&] {
+    struct stat st;
+    while (!stop.load(std::memory_order_relaxed)) (void)upfs_stat(P("f").c_str(), &st);
+  });
+  const int forks = 40;
+  int bad = 0;
+  std::string first;
+  for (int i = 0; i < forks; ++i) {
+    const pid_t pid = fork();
+    if (pid < 0) break;
+    if (pid == 0) {
+      alarm(10);  // a child stuck on a lock dies of SIGALRM
+      struct stat st;
+      const std::string mine = P("child" + std::to_string(i));
+      const int fd = upfs_open(mine.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+      if (fd < 0) _exit(1);
+      if (upfs_stat(P("f").c_str(), &st) != 0) _exit(2);
+      if (upfs_close(fd) != 0) _exit(3);
+      if (upfs_unlink(mine.c_str()) != 0) _exit(4);
+      if (upfs_umount(mnt_.c_str()) != 0) _exit(5);
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && bad++ == 0)
+      first = WIFSIGNALED(status) ? "child " + std::to_string(i) + " killed by signal " + std::to_string(WTERMSIG(status))
+                                  : "child " + std::to_string(i) + " exited " + std::to_string(WEXITSTATUS(status));
+  }
+  stop = true;
+  caller.join();
+  EXPECT_EQ(bad, 0) << first;
+  CheckDetached(1, 1);
 }
 
 }  // namespace
