@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <climits>
-#include <new>
 #include <shared_mutex>
 #include <vector>
 
@@ -243,8 +242,8 @@ void UnlockMountsInParent() { g_mounts_mu.unlock(); }
 
 void PoolsAfterForkInChild() {
   // One thread, nothing else running; the table's lock is held by this
-  // thread since the prepare handler: made anew, unlocked.
-  new (&g_mounts_mu) std::shared_mutex();
+  // thread since the prepare handler (LockMountsForFork).
+  g_mounts_mu.unlock();
   for (auto& m : g_mounts) {
     if (!m->pool) continue;
     m->pool->ForgetAfterFork();

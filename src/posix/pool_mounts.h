@@ -44,8 +44,8 @@ Mount* MountOfPool(const Pool* pool);
 // call attaches each mounted pool again.
 void PoolsAfterForkInChild();
 // The fork's prepare and parent handlers: no other thread changes or walks
-// the mount table while the process forks (the child re-makes the lock,
-// held by its one thread).
+// the mount table while the process forks (the child's one thread, which
+// took the lock, lets it go in PoolsAfterForkInChild).
 void LockMountsForFork();
 void UnlockMountsInParent();
 
