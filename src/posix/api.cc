@@ -207,13 +207,16 @@ int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consi
 }
 
 // Here, not in api_fork.cc: whoever links the C API gets the handlers.
+// Registry, then mounts: the child handler takes the mount table's lock
+// again (re-attaching) after the registry's was made anew, which a lock
+// checker may still count as held.
 void PrepareFork() {
-  LockMountsForFork();
   LockRegistryForFork();
+  LockMountsForFork();
 }
 void ParentAfterFork() {
-  UnlockRegistryInParent();
   UnlockMountsInParent();
+  UnlockRegistryInParent();
 }
 struct AtForkRegistration {
   AtForkRegistration() { pthread_atfork(PrepareFork, ParentAfterFork, ReopenAfterFork); }
