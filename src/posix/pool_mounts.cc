@@ -1,6 +1,7 @@
 #include "posix/pool_mounts.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -241,9 +242,14 @@ void LockMountsForFork() { g_mounts_mu.lock(); }
 void UnlockMountsInParent() { g_mounts_mu.unlock(); }
 
 void PoolsAfterForkInChild() {
-  // One thread, nothing else running; the table's lock is held by this
-  // thread since the prepare handler (LockMountsForFork).
-  g_mounts_mu.unlock();
+  // One thread, nothing else running. The table's lock, taken in the
+  // prepare handler, is made anew: an unlock from here would not count as
+  // the writer's (glibc knows the writer by thread id, which differs in
+  // the child), and destroy + init (rather than a placement new) also
+  // tells ThreadSanitizer the lock is a new one.
+  auto* rw = static_cast<pthread_rwlock_t*>(g_mounts_mu.native_handle());
+  pthread_rwlock_destroy(rw);
+  pthread_rwlock_init(rw, nullptr);
   for (auto& m : g_mounts) {
     if (!m->pool) continue;
     m->pool->ForgetAfterFork();

@@ -44,8 +44,8 @@ Mount* MountOfPool(const Pool* pool);
 // call attaches each mounted pool again.
 void PoolsAfterForkInChild();
 // The fork's prepare and parent handlers: no other thread changes or walks
-// the mount table while the process forks (the child's one thread, which
-// took the lock, lets it go in PoolsAfterForkInChild).
+// the mount table while the process forks (PoolsAfterForkInChild makes
+// the child's copy of the lock anew).
 void LockMountsForFork();
 void UnlockMountsInParent();
 
