@@ -243,11 +243,13 @@ void UnlockMountsInParent() { g_mounts_mu.unlock(); }
 
 void PoolsAfterForkInChild() {
   // One thread, nothing else running. The table's lock, taken in the
-  // prepare handler, is made anew: an unlock from here would not count as
-  // the writer's (glibc knows the writer by thread id, which differs in
-  // the child), and destroy + init (rather than a placement new) also
-  // tells ThreadSanitizer the lock is a new one.
+  // prepare handler, is made anew: an unlock alone would not count as the
+  // writer's (glibc knows the writer by thread id, which differs in the
+  // child) and would leave it held. The unlock first is for lock checkers
+  // (ThreadSanitizer), which know this thread as the holder and object to
+  // destroying a held lock; destroy + init then resets glibc's state.
   auto* rw = static_cast<pthread_rwlock_t*>(g_mounts_mu.native_handle());
+  pthread_rwlock_unlock(rw);
   pthread_rwlock_destroy(rw);
   pthread_rwlock_init(rw, nullptr);
   for (auto& m : g_mounts) {
