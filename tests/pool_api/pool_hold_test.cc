@@ -205,6 +205,13 @@ class PoolHoldSteps : public ::testing::Test {
     EXPECT_TRUE(pool_->InodeAt(ino, &in).ok());
     return upfs::format::pool::IdentKind(in->ident.load());
   }
+  // A hold through resolution r, given back at once if it was taken.
+  upfs::Status HoldAndLetGo(const upfs::Resolved& r) {
+    uint32_t gen = 0;
+    upfs::Status st = Ns().TakeHold(r.ino, &gen, &r);
+    if (st.ok()) Ns().DropHold(r.ino, gen);
+    return st;
+  }
   std::string path_;
   std::unique_ptr<upfs::Pool> pool_;
   upfs::Credentials who_;
@@ -219,10 +226,7 @@ TEST_F(PoolHoldSteps, AHoldByANameThatMovedOnFails) {
   const uint64_t b = MakeAndClose("/b");
   if (b != a) GTEST_SKIP() << "the free stack did not hand the same inode back";
   // The inode has a name ("b"), not the one resolved: the hold must fail.
-  uint32_t gen = 0;
-  upfs::Status st = Ns().TakeHold(ra.ino, &gen, &ra);
-  EXPECT_EQ(st.err(), ENOENT) << "a hold through \"a\" was taken on \"b\"'s inode";
-  if (st.ok()) Ns().DropHold(ra.ino, gen);
+  EXPECT_EQ(HoldAndLetGo(ra).err(), ENOENT) << "a hold through \"a\" was taken on \"b\"'s inode";
 }
 
 TEST_F(PoolHoldSteps, AHoldByANameMadeAgainAsADirectoryFails) {
@@ -233,10 +237,7 @@ TEST_F(PoolHoldSteps, AHoldByANameMadeAgainAsADirectoryFails) {
   if (At("/a").ino != a) GTEST_SKIP() << "the free stack did not hand the same inode back";
   // Same name, same inode, but a directory now: the resolution's type (a
   // regular file, which the opener goes on to open as one) is stale.
-  uint32_t gen = 0;
-  upfs::Status st = Ns().TakeHold(ra.ino, &gen, &ra);
-  EXPECT_EQ(st.err(), ENOENT) << "a hold for a regular file was taken on a directory";
-  if (st.ok()) Ns().DropHold(ra.ino, gen);
+  EXPECT_EQ(HoldAndLetGo(ra).err(), ENOENT) << "a hold for a regular file was taken on a directory";
 }
 
 TEST_F(PoolHoldSteps, AStaleHoldAcrossTheInodesNextLifeIsNotLost) {
