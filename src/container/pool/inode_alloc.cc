@@ -77,7 +77,7 @@ Status InodeAllocator::NewBlock(uint64_t* first_ino) {
   return Status::OK();
 }
 
-Status InodeAllocator::Allocate(FileType kind, Inode* image, uint64_t* ino) {
+Status InodeAllocator::Take(FileType kind, Inode* image, uint64_t* ino, Inode** out) {
   uint64_t n;
   if (!Pop(&n)) UPFS_RETURN_IF_ERROR(NewBlock(&n));
   Inode* in;
@@ -86,20 +86,26 @@ Status InodeAllocator::Allocate(FileType kind, Inode* image, uint64_t* ino) {
   if (IdentKind(was) != FileType::kFree)
     return Status::Corrupt("inode", "free list names inode " + std::to_string(n) + " in use");
   image->ident.store(EncodeIdent(kind, IdentGen(was) + 1), std::memory_order_relaxed);
+  // The creator's own hold is added to the count now, while the line is
+  // often still cached from the Free that pushed it; WriteImage never
+  // copies over the count (see there).
+  if (const uint64_t held = image->open_count.load(std::memory_order_relaxed); held != 0)
+    in->open_count.fetch_add(held, std::memory_order_seq_cst);
+  *ino = n;
+  *out = in;
+  return Status::OK();
+}
+
+void InodeAllocator::WriteImage(Inode* in, const Inode& image) {
   // No fence of its own: the inode is only reachable once a record naming
   // it commits, and the record's reservation fences first (NsLog::Reserve).
   // Every byte but the open count: an open that resolved a name of the
   // inode's previous life may be adding and taking back a hold on it right
   // now (PoolNamespace::TakeHold), and a copy over the count would lose
-  // that hold or the take-back. The creator's own hold is added to it,
-  // first: the line is often still cached from the Free that pushed it.
+  // that hold or the take-back.
   static_assert(offsetof(Inode, open_count) == offsetof(Inode, times) + sizeof(FileTimes));
-  if (const uint64_t held = image->open_count.load(std::memory_order_relaxed); held != 0)
-    in->open_count.fetch_add(held, std::memory_order_seq_cst);
-  pm::CopyNT(in, image, offsetof(Inode, open_count));
-  pm::CopyNT(&in->pad1, &image->pad1, kInodeSize - offsetof(Inode, pad1));
-  *ino = n;
-  return Status::OK();
+  pm::CopyNT(in, &image, offsetof(Inode, open_count));
+  pm::CopyNT(&in->pad1, &image.pad1, kInodeSize - offsetof(Inode, pad1));
 }
 
 Status InodeAllocator::Free(uint64_t ino) {
@@ -109,7 +115,7 @@ Status InodeAllocator::Free(uint64_t ino) {
   // Neither fenced nor flushed: an inode no name leads to is an orphan,
   // freed by recovery if a crash comes first, so this word need never be
   // durable. (A flush would also evict the line on this CPU, and the next
-  // Allocate, often of this very inode, reads it.)
+  // Take, often of this very inode, reads it.)
   pm::Store64(&in->ident, EncodeIdent(FileType::kFree, IdentGen(was)));
   Push(ino);
   return Status::OK();
@@ -147,7 +153,7 @@ Status InodeAllocator::Rebuild(const std::function<Status(uint64_t, Inode*)>& fn
       const FileType k = IdentKind(in->ident.load(std::memory_order_acquire));
       if (k == FileType::kFree) {
         // A process killed between taking and giving back a hold on a free
-        // inode left its count high; Allocate adds to the count.
+        // inode left its count high; Take adds to the count.
         pm::Store64(&in->open_count, 0);
         Push(ino);
       } else if (k > FileType::kSymlink) {

@@ -32,10 +32,16 @@ class InodeAllocator {
   // Address of inode `ino`, checked (EUCLEAN for a number no inode block
   // can hold).
   Status At(uint64_t ino, format::pool::Inode** out) const;
-  // Takes a free inode for a new file of `kind` and writes `image` (whose
-  // ident this sets) into it with non-temporal stores, not yet fenced: the
-  // caller's next fence (the namespace log reservation) makes it durable.
-  Status Allocate(format::pool::FileType kind, format::pool::Inode* image, uint64_t* ino);
+  // Takes a free inode for a new file of `kind`: sets image's ident (kind
+  // and the inode's next generation) and adds image's open count to the
+  // inode's. The image is not written yet: WriteImage does, before the
+  // fence of the record that names the inode (PoolNamespace::Commit).
+  Status Take(format::pool::FileType kind, format::pool::Inode* image, uint64_t* ino,
+              format::pool::Inode** in);
+  // Writes every byte of `image` but the open count into `in` with
+  // non-temporal stores, not fenced: the namespace log reservation's fence
+  // that follows makes it durable.
+  static void WriteImage(format::pool::Inode* in, const format::pool::Inode& image);
   // Gives back inode `ino` (nothing references it any more).
   Status Free(uint64_t ino);
   // Recovery: the stack again, from every free inode of the chain.

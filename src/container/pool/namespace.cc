@@ -210,7 +210,8 @@ Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved
   return Status::OK();
 }
 
-Status PoolNamespace::Commit(const NsRecord& rec, const std::function<Status()>& validate) {
+Status PoolNamespace::Commit(const NsRecord& rec, const std::function<Status()>& validate,
+                             const std::function<void()>* with_payload) {
   uint32_t slot;
   UPFS_RETURN_IF_ERROR(pool_->NamespaceSlot(&slot));
   EpochPin pin(pool_->epochs(), slot);  // the log's blocks stay while it is read
@@ -224,7 +225,8 @@ Status PoolNamespace::Commit(const NsRecord& rec, const std::function<Status()>&
         std::shared_lock<SpinSharedMutex> s(pool_->index_mu());
         from = log->pos();
       }
-      UPFS_RETURN_IF_ERROR(log->Reserve(rec, from, &r));
+      UPFS_RETURN_IF_ERROR(log->Reserve(rec, from, &r, with_payload));
+      with_payload = nullptr;  // persisted by that reservation's fence
     }
     reserved = true;
     std::unique_lock<SpinSharedMutex> g(pool_->index_mu());
@@ -245,7 +247,8 @@ Status PoolNamespace::Commit(const NsRecord& rec, const std::function<Status()>&
   }
 }
 
-Status PoolNamespace::NewInode(FileType kind, uint64_t dir, mode_t mode, uint64_t* ino, Inode* image) {
+Status PoolNamespace::NewInode(FileType kind, uint64_t dir, mode_t mode, uint64_t* ino, Inode* image,
+                               Inode** in) {
   Inode* din;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(dir, &din));
   const uint64_t dmode = din->mode.load(std::memory_order_acquire);
@@ -265,7 +268,7 @@ Status PoolNamespace::NewInode(FileType kind, uint64_t dir, mode_t mode, uint64_
   image->created_ns = now;
   image->times.mtime_ns.store(now, std::memory_order_relaxed);
   image->times.data_ctime_ns.store(now, std::memory_order_relaxed);
-  return pool_->inodes()->Allocate(kind, image, ino);
+  return pool_->inodes()->Take(kind, image, ino, in);
 }
 
 void PoolNamespace::TouchDir(uint64_t dir) {
@@ -313,6 +316,32 @@ Status PoolNamespace::CheckSticky(uint64_t dir, uint64_t ino) const {
   return Status::Error(EPERM, "sticky directory: not the owner");
 }
 
+// A create's check at the log's tail (index lock held): the name Resolve
+// saw absent is absent still, in a directory that still exists.
+Status PoolNamespace::NameStillFree(const Resolved& at) const {
+  NsEntry e;
+  if (SameView(at)) return Status::OK();  // nothing committed since Resolve
+  if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
+  if (pool_->index()->Find(at.dir, at.name, &e)) return Status::Error(EEXIST, "file exists");
+  return Status::OK();
+}
+
+Status PoolNamespace::CommitNewInode(RecordType type, FileType kind, const Resolved& at, mode_t mode,
+                                     Inode* image, uint64_t* ino) {
+  *ino = 0;
+  Inode* in;
+  UPFS_RETURN_IF_ERROR(NewInode(kind, at.dir, mode, ino, image, &in));
+  NewInodeImage written(in, image);
+  const NsRecord rec{type, kind, *ino, at.dir, 0, 0, at.name, {}};
+  const std::function<void()> with_record = [&] {
+    written.Write();
+    TouchDir(at.dir);
+  };
+  Status st = Commit(rec, [&]() { return NameStillFree(at); }, &with_record);
+  if (!st.ok()) written.EnsureWritten();
+  return st;
+}
+
 Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uint64_t* ino,
                              bool* created, uint32_t* held_gen) {
   *created = false;
@@ -327,22 +356,13 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
   // which another process could remove and free it first.
   if (held_gen) image.open_count.store(1, std::memory_order_relaxed);
   uint64_t n;
-  UPFS_RETURN_IF_ERROR(NewInode(FileType::kRegular, at.dir, mode & ~who_->umask, &n, &image));
-  NsRecord rec{RecordType::kCreate, FileType::kRegular, n, at.dir, 0, 0, at.name, {}};
-  TouchDir(at.dir);
-  Status st = Commit(rec, [&]() -> Status {
-    NsEntry e;
-    if (SameView(at)) return Status::OK();  // Resolve saw the name absent
-    if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
-    if (pool_->index()->Find(at.dir, at.name, &e)) return Status::Error(EEXIST, "file exists");
-    return Status::OK();
-  });
-  if (!st.ok()) {
-    // The creator's hold goes with the inode (Allocate added it to the
-    // count, which outlives the inode's life).
+  if (Status st = CommitNewInode(RecordType::kCreate, FileType::kRegular, at, mode & ~who_->umask, &image, &n);
+      !st.ok()) {
+    // The creator's hold goes with the inode (Take added it to the count,
+    // which outlives the inode's life).
     Inode* in;
-    if (held_gen && pool_->InodeAt(n, &in).ok()) in->open_count.fetch_sub(1, std::memory_order_seq_cst);
-    pool_->inodes()->Free(n);
+    if (n && held_gen && pool_->InodeAt(n, &in).ok()) in->open_count.fetch_sub(1, std::memory_order_seq_cst);
+    if (n) pool_->inodes()->Free(n);
     return st;
   }
   *ino = n;
@@ -359,17 +379,8 @@ Status PoolNamespace::Mkdir(const Resolved& at, mode_t mode) {
   InodeImage img;
   Inode& image = *img.get();
   uint64_t n;
-  UPFS_RETURN_IF_ERROR(NewInode(FileType::kDirectory, at.dir, mode & 07777 & ~who_->umask, &n, &image));
-  NsRecord rec{RecordType::kMkdir, FileType::kDirectory, n, at.dir, 0, 0, at.name, {}};
-  TouchDir(at.dir);
-  Status st = Commit(rec, [&]() -> Status {
-    NsEntry e;
-    if (SameView(at)) return Status::OK();  // Resolve saw the name absent
-    if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
-    if (pool_->index()->Find(at.dir, at.name, &e)) return Status::Error(EEXIST, "file exists");
-    return Status::OK();
-  });
-  if (!st.ok()) pool_->inodes()->Free(n);
+  Status st = CommitNewInode(RecordType::kMkdir, FileType::kDirectory, at, mode & 07777 & ~who_->umask, &image, &n);
+  if (!st.ok() && n) pool_->inodes()->Free(n);
   return st;
 }
 
@@ -393,20 +404,13 @@ Status PoolNamespace::Symlink(const Resolved& at, std::string_view target) {
     image.target_block.store(block, std::memory_order_relaxed);
   }
   uint64_t n;
-  if (Status st = NewInode(FileType::kSymlink, at.dir, 0777, &n, &image); !st.ok()) {
-    if (block) pool_->FreeBlock(block);
-    return st;
+  Status st = CommitNewInode(RecordType::kCreate, FileType::kSymlink, at, 0777, &image, &n);
+  if (!st.ok()) {
+    if (n)
+      pool_->ReleaseInode(n);  // and the target block its image names
+    else if (block)
+      pool_->FreeBlock(block);
   }
-  NsRecord rec{RecordType::kCreate, FileType::kSymlink, n, at.dir, 0, 0, at.name, {}};
-  TouchDir(at.dir);
-  Status st = Commit(rec, [&]() -> Status {
-    NsEntry e;
-    if (SameView(at)) return Status::OK();  // Resolve saw the name absent
-    if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
-    if (pool_->index()->Find(at.dir, at.name, &e)) return Status::Error(EEXIST, "file exists");
-    return Status::OK();
-  });
-  if (!st.ok()) pool_->ReleaseInode(n);
   return st;
 }
 
@@ -418,8 +422,10 @@ Status PoolNamespace::Link(const Resolved& from, const Resolved& to) {
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(to.dir, &din));
   UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
   NsRecord rec{RecordType::kLink, from.type, from.ino, to.dir, 0, 0, to.name, {}};
-  TouchDir(to.dir);
-  TouchCtime(from.ino);
+  const std::function<void()> with_record = [&] {
+    TouchDir(to.dir);
+    TouchCtime(from.ino);
+  };
   return Commit(rec, [&]() -> Status {
     const NsIndex* idx = pool_->index();
     NsEntry e;
@@ -427,7 +433,7 @@ Status PoolNamespace::Link(const Resolved& from, const Resolved& to) {
     if (!idx->IsDir(to.dir)) return Status::Error(ENOENT, "directory removed");
     if (idx->Find(to.dir, to.name, &e)) return Status::Error(EEXIST, "file exists");
     return Status::OK();
-  });
+  }, &with_record);
 }
 
 Status PoolNamespace::Remove(const Resolved& at, bool dir) {
@@ -441,7 +447,7 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
   UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
   UPFS_RETURN_IF_ERROR(CheckSticky(at.dir, at.ino));
   NsRecord rec{RecordType::kUnlink, at.type, at.ino, at.dir, 0, 0, at.name, {}};
-  TouchDir(at.dir);
+  const std::function<void()> with_record = [&] { TouchDir(at.dir); };
   bool last = false;  // the name going is the inode's last
   UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
     const NsIndex* idx = pool_->index();
@@ -455,7 +461,7 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
     // Exact: this record commits at the tail, right after what was read.
     last = dir || idx->Nlink(at.ino, at.type) == 1;
     return Status::OK();
-  }));
+  }, &with_record));
   if (!dir) TouchCtime(at.ino, /*durable=*/!last);
   if (last) SetUnlinked(at.ino);
   MaybeRelease(at.ino);
@@ -511,9 +517,11 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
   }
   NsRecord rec{exchange ? RecordType::kExchange : RecordType::kRename, from.type, from.ino,
                from.dir, to.dir, to.ino, from.name, to.name};
-  TouchDir(from.dir);
-  if (to.dir != from.dir) TouchDir(to.dir);
-  TouchCtime(from.ino);
+  const std::function<void()> with_record = [&] {
+    TouchDir(from.dir);
+    if (to.dir != from.dir) TouchDir(to.dir);
+    TouchCtime(from.ino);
+  };
   bool victim_last = false;  // the name replaced was its inode's last
   UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
     NsEntry a, b;
@@ -533,7 +541,7 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
     // Exact: this record commits at the tail, right after what was read.
     victim_last = !exchange && eb && (eb->type == FileType::kDirectory || idx->Nlink(eb->ino, eb->type) == 1);
     return Status::OK();
-  }));
+  }, &with_record));
   if (!exchange && to.ino != 0) {
     TouchCtime(to.ino, /*durable=*/!victim_last);
     if (victim_last) SetUnlinked(to.ino);

@@ -110,11 +110,24 @@ class PoolNamespace {
   Status StatLocked(uint64_t ino, struct stat* st, bool* needs_file) const;
   // `named`: as TakeHold's (a hold that fails its check gives ENOENT).
   Status StatFile(uint64_t ino, struct stat* st, bool held, const Resolved* named = nullptr);
-  Status Commit(const NsRecord& rec, const std::function<Status()>& validate);
+  // Commits rec once validate() holds at the log's tail. `with_payload`:
+  // writes to make durable with the record's payload (NsLog::Reserve), run
+  // once, before the first reservation's fence.
+  Status Commit(const NsRecord& rec, const std::function<Status()>& validate,
+                const std::function<void()>* with_payload = nullptr);
   // Whether the index is where it was when `r` was resolved (index lock held).
   bool SameView(const Resolved& r) const;
+  Status NameStillFree(const Resolved& at) const;
+  // Takes an inode for `image` (filled in here); the caller writes it with
+  // its record (ns_internal::NewInodeImage).
   Status NewInode(format::pool::FileType kind, uint64_t dir, mode_t mode, uint64_t* ino,
-                  format::pool::Inode* image);
+                  format::pool::Inode* image, format::pool::Inode** in);
+  // Takes an inode for `image` and commits the record of `type` that
+  // names it as `at`, the image written with the record's payload. *ino:
+  // the inode taken (0: none), which a failed call leaves written, for the
+  // caller to give back.
+  Status CommitNewInode(format::pool::RecordType type, format::pool::FileType kind, const Resolved& at,
+                        mode_t mode, format::pool::Inode* image, uint64_t* ino);
   void TouchDir(uint64_t dir);
   // Sets ino's ctime; `durable`: flushed for the next fence (an inode
   // losing its last name needs no durable ctime, and a flush would evict

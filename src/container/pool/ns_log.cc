@@ -244,7 +244,8 @@ Status NsLog::MoveToNextBlock(NsPos* p) {
   return Status::OK();
 }
 
-Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r) {
+Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r,
+                      const std::function<void()>* with_payload) {
   alignas(64) uint64_t words[kMaxRecordWords];
   const uint32_t n = EncodeRecord(rec, words);
   NsPos p = from;
@@ -264,6 +265,10 @@ Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r) {
       // after this one would have persisted the word first, TryCommit),
       // and recovery clears them before anyone reserves there again
       // (DiscardPastTail).
+      // Whatever comes with the payload is written after the CAS above: a
+      // locked instruction after a non-temporal store waits for its
+      // write-back, and two such waits per record cost twice one.
+      if (with_payload) (*with_payload)();
       pm::Flush(&b->slots[p.slot], 8);
       pm::CopyNT(&b->slots[p.slot + 1], words, n * 8);
       pm::Fence();

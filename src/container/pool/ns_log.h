@@ -83,7 +83,11 @@ class NsLog {
   // there. `from` is a copy of pos() the caller took under the index lock
   // (pos() itself moves under that lock; reservations are made without
   // it, so that their fences do not serialize the threads).
-  Status Reserve(const NsRecord& rec, NsPos from, Reservation* r);
+  // `with_payload`, if given, is called once the slots are taken, just
+  // before the payload is written: the non-temporal stores it makes (a new
+  // inode's image) are persisted by the payload's fence.
+  Status Reserve(const NsRecord& rec, NsPos from, Reservation* r,
+                 const std::function<void()>* with_payload = nullptr);
   // What a commit leaves to make durable: every slot from `from` (where this
   // process's known-durable prefix ended when the record committed) to
   // `to` (just past the record's kApply).

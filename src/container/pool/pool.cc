@@ -426,7 +426,7 @@ Status Pool::Recover() {
   // a crash lost) go before anyone reserves there again.
   UPFS_RETURN_IF_ERROR(log_.DiscardPastTail());
   UPFS_RETURN_IF_ERROR(inodes_.Rebuild([&](uint64_t ino, Inode* in) -> Status {
-    pm::Store64(&in->open_count, 0);  // the holds of processes now gone (Allocate adds to it)
+    pm::Store64(&in->open_count, 0);  // the holds of processes now gone (Take adds to it)
     if (!linked.count(ino)) return inodes_.Free(ino);  // an orphan
     if (const uint64_t id = in->ident.load(); id & (kIdentUnlinked | kIdentReleasing))
       pm::Store64(&in->ident, id & ~(kIdentUnlinked | kIdentReleasing));
