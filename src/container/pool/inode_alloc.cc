@@ -103,9 +103,12 @@ void InodeAllocator::WriteImage(Inode* in, const Inode& image) {
   // inode's previous life may be adding and taking back a hold on it right
   // now (PoolNamespace::TakeHold), and a copy over the count would lose
   // that hold or the take-back.
+  // Ordinary stores and a flush per line, not non-temporal ones: for a few
+  // lines, and a partial one, they cost less here (docs/design.md, "The
+  // namespace log").
   static_assert(offsetof(Inode, open_count) == offsetof(Inode, times) + sizeof(FileTimes));
-  pm::CopyNT(in, &image, offsetof(Inode, open_count));
-  pm::CopyNT(&in->pad1, &image.pad1, kInodeSize - offsetof(Inode, pad1));
+  pm::CopyFlush(in, &image, offsetof(Inode, open_count));
+  pm::CopyFlush(&in->pad1, &image.pad1, kInodeSize - offsetof(Inode, pad1));
 }
 
 Status InodeAllocator::Free(uint64_t ino) {

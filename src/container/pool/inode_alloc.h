@@ -38,9 +38,9 @@ class InodeAllocator {
   // fence of the record that names the inode (PoolNamespace::Commit).
   Status Take(format::pool::FileType kind, format::pool::Inode* image, uint64_t* ino,
               format::pool::Inode** in);
-  // Writes every byte of `image` but the open count into `in` with
-  // non-temporal stores, not fenced: the namespace log reservation's fence
-  // that follows makes it durable.
+  // Writes every byte of `image` but the open count into `in` and flushes
+  // it, not fenced: the namespace log reservation's fence that follows
+  // makes it durable.
   static void WriteImage(format::pool::Inode* in, const format::pool::Inode& image);
   // Gives back inode `ino` (nothing references it any more).
   Status Free(uint64_t ino);

@@ -269,8 +269,13 @@ Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r,
       // locked instruction after a non-temporal store waits for its
       // write-back, and two such waits per record cost twice one.
       if (with_payload) (*with_payload)();
+      // Ordinary stores and flushes: a payload is a line or two, mostly
+      // partial ones, which non-temporal stores wrote back far more slowly
+      // here (docs/design.md, "The namespace log"). The word is flushed
+      // after the payload, which usually shares its line: flushed first,
+      // that line would be read back in for the payload's stores.
+      pm::CopyFlush(&b->slots[p.slot + 1], words, n * 8);
       pm::Flush(&b->slots[p.slot], 8);
-      pm::CopyNT(&b->slots[p.slot + 1], words, n * 8);
       pm::Fence();
       *r = Reservation{p.lblock, p.slot, n, Crc32c(words, n * 8), p.seq};
       return Status::OK();

@@ -84,8 +84,8 @@ class NsLog {
   // (pos() itself moves under that lock; reservations are made without
   // it, so that their fences do not serialize the threads).
   // `with_payload`, if given, is called once the slots are taken, just
-  // before the payload is written: the non-temporal stores it makes (a new
-  // inode's image) are persisted by the payload's fence.
+  // before the payload is written: what it writes and flushes (a new
+  // inode's image, times) is persisted by the payload's fence.
   Status Reserve(const NsRecord& rec, NsPos from, Reservation* r,
                  const std::function<void()>* with_payload = nullptr);
   // What a commit leaves to make durable: every slot from `from` (where this
