@@ -1,5 +1,7 @@
 #include "posix/pool_mounts.h"
 
+#include <cstring>
+
 #include <fcntl.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -146,6 +148,21 @@ bool SplitAtMount(const std::string& abs, PoolPath* out) {
   return false;
 }
 
+// Whether an absolute path has "/." or "//" in it, which SplitAtMount
+// handles. One pass from slash to slash: two std::string::find calls were
+// 9% of a stat's samples.
+bool NeedsSplit(std::string_view p) {
+  const char* s = p.data();
+  const char* const last = s + p.size() - 1;  // a slash there has nothing after it
+  while (s < last) {
+    s = static_cast<const char*>(std::memchr(s, '/', size_t(last - s)));
+    if (!s) return false;
+    if (s[1] == '.' || s[1] == '/') return true;
+    ++s;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool InPool(int dirfd, const char* path, PoolPath* out) {
@@ -168,8 +185,7 @@ bool InPool(int dirfd, const char* path, PoolPath* out) {
   std::string abs;
   if (!Absolute(dirfd, path, &abs)) return false;
   std::shared_lock<std::shared_mutex> g(g_mounts_mu);
-  if (abs.find("/.") != std::string::npos || abs.find("//") != std::string::npos)
-    return SplitAtMount(abs, out);
+  if (NeedsSplit(abs)) return SplitAtMount(abs, out);
   // The common case, a plain absolute path, is matched as it is.
   for (auto& m : g_mounts) {
     const std::string& d = m->dir;

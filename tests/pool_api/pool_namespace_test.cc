@@ -258,6 +258,28 @@ TEST_F(PoolTest, DotAndDotDotAreResolvedNotShortened) {
   EXPECT_EQ(st.st_ino, want.st_ino);
 }
 
+// A path that reaches the mount directory through "//", "." or ".." is in
+// the pool as the kernel would see it; only lexically plain paths take the
+// quick prefix match (InPool), which these must not.
+TEST_F(PoolTest, PathsReachingTheMountThroughDotsAndSlashes) {
+  ASSERT_EQ(upfs_mkdir(P("a").c_str(), 0755), 0);
+  ASSERT_EQ(Create("a/marker"), 0);
+  ASSERT_EQ(Create(".hidden"), 0);
+  struct stat st, want;
+  ASSERT_EQ(upfs_stat(P("a/marker").c_str(), &want), 0);
+  const std::string tail = mnt_.substr(1) + "/a/marker";  // mnt_ is absolute
+  const std::string leaf = mnt_.substr(mnt_.rfind('/') + 1);
+  for (const std::string& path : {"//" + tail, "/./" + tail, mnt_ + "/../" + leaf + "/a/marker",
+                                  mnt_ + "//a//marker", mnt_ + "/./a/./marker"}) {
+    ASSERT_EQ(upfs_stat(path.c_str(), &st), 0) << path << ": " << strerror(errno);
+    EXPECT_EQ(st.st_ino, want.st_ino) << path;
+    EXPECT_EQ(st.st_dev, want.st_dev) << path;
+  }
+  ASSERT_EQ(upfs_stat(P(".hidden").c_str(), &st), 0);  // a name starting with a dot
+  EXPECT_EQ(upfs_stat(P("a/marker/").c_str(), &st), -1);  // a file named as a directory
+  EXPECT_EQ(errno, ENOTDIR);
+}
+
 TEST_F(PoolTest, HardAndSymbolicLinks) {
   ASSERT_EQ(Create("f", "data"), 0);
   ASSERT_EQ(upfs_link(P("f").c_str(), P("g").c_str()), 0);
