@@ -182,20 +182,31 @@ bool InPool(int dirfd, const char* path, PoolPath* out) {
       return true;
     }
   }
-  std::string abs;
-  if (!Absolute(dirfd, path, &abs)) return false;
+  // An absolute path is looked at where it is; only a relative one is
+  // copied behind its directory's path (a copy of a long path, allocated
+  // and freed, was 3% of a stat's samples in the benchmark).
+  std::string joined;
+  std::string_view abs;
+  if (path[0] == '/') {
+    abs = path;
+  } else {
+    if (!Absolute(dirfd, path, &joined)) return false;
+    abs = joined;
+  }
   std::shared_lock<std::shared_mutex> g(g_mounts_mu);
-  if (NeedsSplit(abs)) return SplitAtMount(abs, out);
+  if (NeedsSplit(abs)) return SplitAtMount(std::string(abs), out);
   // The common case, a plain absolute path, is matched as it is.
   for (auto& m : g_mounts) {
-    const std::string& d = m->dir;
-    if (abs.compare(0, d.size(), d) != 0) continue;
+    const std::string_view d = m->dir;
+    if (!abs.starts_with(d)) continue;
     if (abs.size() == d.size()) {
       *out = PoolPath{m.get(), "/"};
       return true;
     }
     if (abs[d.size()] == '/') {
-      *out = PoolPath{m.get(), abs.substr(d.size())};
+      out->mount = m.get();
+      out->inner.assign(abs.substr(d.size()));
+      out->start = 0;
       return true;
     }
   }
