@@ -242,3 +242,42 @@ TEST(NsIndexLayers, FrozenLayerAndItsImageAnswerAsTheWholeView) {
 
 }  // namespace
 }  // namespace upfs
+
+namespace upfs {
+namespace {
+
+// The delta's table of directories: values stay where they were made while
+// the table grows (the index hands out pointers to them), absent keys are
+// absent, and every entry is visited once.
+TEST(DirTable, ValuesStayPutAsTheTableGrows) {
+  DirTable<std::string> t;
+  EXPECT_EQ(t.Find(7), nullptr);
+  std::vector<std::string*> made;
+  for (uint64_t ino = 1; ino <= 5000; ++ino) {
+    std::string& v = t.Get(ino * 16 + 1);
+    v = std::to_string(ino);
+    made.push_back(&v);
+  }
+  EXPECT_EQ(t.size(), 5000u);
+  for (uint64_t ino = 1; ino <= 5000; ++ino) {
+    ASSERT_EQ(t.Find(ino * 16 + 1), made[ino - 1]) << ino;
+    EXPECT_EQ(*made[ino - 1], std::to_string(ino));
+    EXPECT_FALSE(t.Contains(ino * 16 + 2));
+  }
+  EXPECT_EQ(&t.Get(16 + 1), made[0]);  // Get of a present key makes nothing
+  EXPECT_EQ(t.size(), 5000u);
+  uint64_t visited = 0, sum = 0;
+  t.ForEach([&](uint64_t ino, const std::string& v) {
+    ++visited;
+    sum += ino;
+    EXPECT_EQ(v, std::to_string((ino - 1) / 16));
+  });
+  EXPECT_EQ(visited, 5000u);
+  EXPECT_EQ(sum, 16ull * (5000ull * 5001 / 2) + 5000);
+  t.Clear();
+  EXPECT_EQ(t.size(), 0u);
+  EXPECT_EQ(t.Find(17), nullptr);
+}
+
+}  // namespace
+}  // namespace upfs

@@ -18,11 +18,11 @@ void NsIndex::Rebase(uint64_t root, std::unique_ptr<BaseImage> base) {
   root_ = root;
   base_ = std::move(base);
   frozen_.reset();
-  dirs_.clear();
+  dirs_.Clear();
   links_.Clear();
   records_ = 0;
   if (!base_) {
-    DeltaDir& r = dirs_[root];
+    DeltaDir& r = dirs_.Get(root);
     r.info.parent = root;
     r.fresh = true;
   }
@@ -36,7 +36,7 @@ std::shared_ptr<const NsIndex> NsIndex::Freeze() {
   f->dirs_ = std::move(dirs_);
   f->links_ = std::move(links_);
   f->records_ = records_;
-  dirs_.clear();
+  dirs_.Clear();
   links_.Clear();
   records_ = 0;
   frozen_ = f;
@@ -102,19 +102,17 @@ uint32_t NsIndex::LowerLinks(uint64_t ino) const {
 }
 
 bool NsIndex::Dir(uint64_t ino, NsDirInfo* out) const {
-  auto it = dirs_.find(ino);
-  if (it != dirs_.end()) {
-    if (it->second.removed) return false;
-    if (out) *out = it->second.info;
+  if (const DeltaDir* d = dirs_.Find(ino)) {
+    if (d->removed) return false;
+    if (out) *out = d->info;
     return true;
   }
   return LowerDir(ino, out);
 }
 
 bool NsIndex::Find(uint64_t dir, std::string_view name, NsEntry* out) const {
-  auto it = dirs_.find(dir);
-  if (it != dirs_.end()) {
-    const DeltaDir& d = it->second;
+  if (const DeltaDir* dp = dirs_.Find(dir)) {
+    const DeltaDir& d = *dp;
     if (d.removed) return false;
     if (const NsEntry* e = d.names.Find(name)) {
       if (e->type == FileType::kFree) return false;
@@ -150,11 +148,10 @@ bool NsIndex::IsAncestorOrSelf(uint64_t ino, uint64_t dir) const {
 }
 
 NsIndex::DeltaDir* NsIndex::Touch(uint64_t dir) {
-  auto it = dirs_.find(dir);
-  if (it != dirs_.end()) return it->second.removed ? nullptr : &it->second;
+  if (DeltaDir* d = dirs_.Find(dir)) return d->removed ? nullptr : d;
   NsDirInfo lower;
   if (!LowerDir(dir, &lower)) return nullptr;
-  DeltaDir& d = dirs_[dir];
+  DeltaDir& d = dirs_.Get(dir);
   d.info = lower;
   return &d;
 }
@@ -207,7 +204,7 @@ Status NsIndex::Apply(const NsRecord& r, bool validated) {
     case RecordType::kMkdir: {
       if (IsDir(r.ino)) return Misfit("record makes a directory twice");
       UPFS_RETURN_IF_ERROR(Insert(r.dir1, r.name1, NsEntry{r.ino, FileType::kDirectory}, validated));
-      DeltaDir& d = dirs_[r.ino];
+      DeltaDir& d = dirs_.Get(r.ino);
       d = DeltaDir();
       d.info.parent = r.dir1;
       d.fresh = true;
@@ -258,7 +255,7 @@ Status NsIndex::Unref(const NsEntry& e) {
     NsDirInfo i;
     if (!Dir(e.ino, &i)) return Misfit("record removes a directory that does not exist");
     if (i.entries != 0) return Misfit("record removes a directory that is not empty");
-    DeltaDir& d = dirs_[e.ino];
+    DeltaDir& d = dirs_.Get(e.ino);
     d.removed = true;
     d.names = NameTable();
     return Status::OK();

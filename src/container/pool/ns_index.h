@@ -131,7 +131,7 @@ class NsIndex {
   uint64_t root_ = 0;
   std::unique_ptr<BaseImage> base_;
   std::shared_ptr<const NsIndex> frozen_;  // if set, base_ is null: it is below
-  std::unordered_map<uint64_t, DeltaDir> dirs_;
+  DirTable<DeltaDir> dirs_;
   LinkTable links_;
   uint64_t records_ = 0;
 };
@@ -148,8 +148,7 @@ void NsIndex::LowerList(uint64_t dir, Fn fn) const {
 
 template <typename Fn>
 void NsIndex::ListHashed(uint64_t dir, Fn fn) const {
-  auto d = dirs_.find(dir);
-  const DeltaDir* dd = d == dirs_.end() ? nullptr : &d->second;
+  const DeltaDir* dd = dirs_.Find(dir);
   if (dd && dd->removed) return;
   if (!(dd && dd->fresh)) {
     LowerList(dir, [&](std::string_view name, const NsEntry& e, uint32_t h) {
@@ -167,17 +166,18 @@ template <typename Fn>
 void NsIndex::ForEachDir(Fn fn) const {
   if (frozen_) {
     frozen_->ForEachDirErased([&](uint64_t ino, const NsDirInfo& i) {
-      if (!dirs_.count(ino)) fn(ino, i);
+      if (!dirs_.Contains(ino)) fn(ino, i);
     });
   } else if (base_) {
     base_->ForEachDir([&](const BaseDir& b) {
-      if (!dirs_.count(b.ino)) fn(b.ino, NsDirInfo{b.parent, b.subdirs, b.entries});
+      if (!dirs_.Contains(b.ino)) fn(b.ino, NsDirInfo{b.parent, b.subdirs, b.entries});
     });
-  } else if (!dirs_.count(root_)) {
+  } else if (!dirs_.Contains(root_)) {
     fn(root_, NsDirInfo{root_, 0, 0});
   }
-  for (const auto& [ino, d] : dirs_)
+  dirs_.ForEach([&](uint64_t ino, const DeltaDir& d) {
     if (!d.removed) fn(ino, d.info);
+  });
 }
 
 }  // namespace upfs
