@@ -156,114 +156,44 @@ inline uint64_t MixIno(uint64_t x) {
   return x ^ (x >> 33);
 }
 
-// LinkTable: the link count of every non-directory a record after the
-// checkpoint touched, keyed by inode number (0 never is one); a count of 0
-// is kept (the inode lost its last name), not erased. The same kind of
-// table: applying a create costs no allocation (a node-based map cost a
-// malloc inside the index lock).
-class LinkTable {
+// What the two tables below share: slots keyed by inode number (0 never is
+// one, and marks an empty slot), linear probing from MixIno, a power-of-two
+// size, nothing ever erased. Slot: { uint64_t ino; ... }, movable.
+template <typename Slot>
+class InoSlots {
  public:
-  const uint32_t* Find(uint64_t ino) const {
+  size_t size() const { return count_; }
+  void Clear() {
+    slots_.clear();
+    mask_ = 0;
+    count_ = 0;
+  }
+
+ protected:
+  // The slot holding ino, or null.
+  Slot* Lookup(uint64_t ino) {
     if (count_ == 0) return nullptr;
     for (size_t i = MixIno(ino) & mask_;; i = (i + 1) & mask_) {
-      if (slots_[i].ino == ino) return &slots_[i].links;
+      if (slots_[i].ino == ino) return &slots_[i];
       if (slots_[i].ino == 0) return nullptr;
     }
   }
-  void Set(uint64_t ino, uint32_t links) {
+  // The slot holding ino, claimed (and counted) if it was not there; the
+  // table grows first past `num`/`den` full.
+  Slot& Claim(uint64_t ino, size_t num, size_t den) {
     UPFS_ASSERT(ino != 0);
-    if ((count_ + 1) * 4 > slots_.size() * 3) Rehash(slots_.empty() ? 16 : slots_.size() * 2);
+    if ((count_ + 1) * den > slots_.size() * num) Rehash(slots_.empty() ? 16 : slots_.size() * 2);
     size_t i = MixIno(ino) & mask_;
     while (slots_[i].ino != 0 && slots_[i].ino != ino) i = (i + 1) & mask_;
     if (slots_[i].ino == 0) {
       slots_[i].ino = ino;
       ++count_;
     }
-    slots_[i].links = links;
+    return slots_[i];
   }
-  template <typename Fn>
-  void ForEach(Fn fn) const {
-    for (const Slot& s : slots_)
-      if (s.ino != 0) fn(s.ino, s.links);
-  }
-  size_t size() const { return count_; }
-  void Clear() {
-    slots_.clear();
-    mask_ = 0;
-    count_ = 0;
-  }
-
- private:
-  struct Slot {
-    uint64_t ino = 0;
-    uint32_t links = 0;
-  };
-  void Rehash(size_t cap) {
-    std::vector<Slot> old;
-    old.swap(slots_);
-    slots_.assign(cap, Slot{});
-    mask_ = cap - 1;
-    for (const Slot& s : old) {
-      if (s.ino == 0) continue;
-      size_t i = MixIno(s.ino) & mask_;
-      while (slots_[i].ino != 0) i = (i + 1) & mask_;
-      slots_[i] = s;
-    }
-  }
-
   std::vector<Slot> slots_;
-  size_t mask_ = 0;
-  size_t count_ = 0;
-};
-
-// DirTable: the delta's directories (T: NsIndex's DeltaDir), keyed by
-// inode number (0 never is one), each value allocated once and never
-// moved, never erased (a removed directory stays, marked so). Open
-// addressing as above: a path lookup asks it twice per component, and the
-// node-based std::unordered_map it replaces spent 9.5% of a stat's samples
-// there (a division by a prime and a node per lookup).
-template <typename T>
-class DirTable {
- public:
-  T* Find(uint64_t ino) {
-    if (count_ == 0) return nullptr;
-    for (size_t i = MixIno(ino) & mask_;; i = (i + 1) & mask_) {
-      if (slots_[i].ino == ino) return slots_[i].value.get();
-      if (slots_[i].ino == 0) return nullptr;
-    }
-  }
-  const T* Find(uint64_t ino) const { return const_cast<DirTable*>(this)->Find(ino); }
-  bool Contains(uint64_t ino) const { return Find(ino) != nullptr; }
-  // The value of `ino`, made (value-initialized) if there is none.
-  T& Get(uint64_t ino) {
-    UPFS_ASSERT(ino != 0);
-    if (T* t = Find(ino)) return *t;
-    if ((count_ + 1) * 2 > slots_.size()) Rehash(slots_.empty() ? 16 : slots_.size() * 2);
-    size_t i = MixIno(ino) & mask_;
-    while (slots_[i].ino != 0) i = (i + 1) & mask_;
-    slots_[i].ino = ino;
-    slots_[i].value = std::make_unique<T>();
-    ++count_;
-    return *slots_[i].value;
-  }
-  // fn(ino, value) for every entry.
-  template <typename Fn>
-  void ForEach(Fn fn) const {
-    for (const Slot& s : slots_)
-      if (s.ino != 0) fn(s.ino, static_cast<const T&>(*s.value));
-  }
-  size_t size() const { return count_; }
-  void Clear() {
-    slots_.clear();
-    mask_ = 0;
-    count_ = 0;
-  }
 
  private:
-  struct Slot {
-    uint64_t ino = 0;
-    std::unique_ptr<T> value;
-  };
   void Rehash(size_t cap) {
     std::vector<Slot> old;
     old.swap(slots_);
@@ -277,9 +207,67 @@ class DirTable {
     }
   }
 
-  std::vector<Slot> slots_;
   size_t mask_ = 0;
   size_t count_ = 0;
+};
+
+struct LinkSlot {
+  uint64_t ino = 0;
+  uint32_t links = 0;
+};
+
+// LinkTable: the link count of every non-directory a record after the
+// checkpoint touched; a count of 0 is kept (the inode lost its last name).
+// Applying a create costs no allocation (a node-based map cost a malloc
+// inside the index lock).
+class LinkTable : public InoSlots<LinkSlot> {
+ public:
+  const uint32_t* Find(uint64_t ino) const {
+    const LinkSlot* s = const_cast<LinkTable*>(this)->Lookup(ino);
+    return s ? &s->links : nullptr;
+  }
+  void Set(uint64_t ino, uint32_t links) { Claim(ino, 3, 4).links = links; }
+  template <typename Fn>
+  void ForEach(Fn fn) const {
+    for (const LinkSlot& s : slots_)
+      if (s.ino != 0) fn(s.ino, s.links);
+  }
+};
+
+template <typename T>
+struct DirSlot {
+  uint64_t ino = 0;
+  std::unique_ptr<T> value;
+};
+
+// DirTable: the delta's directories (T: NsIndex's DeltaDir), each
+// allocated once and never moved (the index hands out pointers), never
+// erased (a removed directory stays, marked so). A path lookup asks it
+// twice per component; the node-based std::unordered_map it replaces cost
+// a division by a prime and a node per lookup.
+template <typename T>
+class DirTable : public InoSlots<DirSlot<T>> {
+  using Base = InoSlots<DirSlot<T>>;
+
+ public:
+  T* Find(uint64_t ino) {
+    DirSlot<T>* s = Base::Lookup(ino);
+    return s ? s->value.get() : nullptr;
+  }
+  const T* Find(uint64_t ino) const { return const_cast<DirTable*>(this)->Find(ino); }
+  bool Contains(uint64_t ino) const { return Find(ino) != nullptr; }
+  // The value of `ino`, made (value-initialized) if there is none.
+  T& Get(uint64_t ino) {
+    DirSlot<T>& s = Base::Claim(ino, 1, 2);
+    if (!s.value) s.value = std::make_unique<T>();
+    return *s.value;
+  }
+  // fn(ino, value) for every entry.
+  template <typename Fn>
+  void ForEach(Fn fn) const {
+    for (const DirSlot<T>& s : Base::slots_)
+      if (s.ino != 0) fn(s.ino, static_cast<const T&>(*s.value));
+  }
 };
 
 }  // namespace upfs
