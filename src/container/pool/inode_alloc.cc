@@ -17,7 +17,7 @@ constexpr uint64_t kInoMask = (uint64_t{1} << 36) - 1;
 Status InodeAllocator::At(uint64_t ino, Inode** out) const {
   const uint32_t slot = InodeSlotOf(ino);
   const uint64_t block = ino / kInodesPerBlock;
-  if (slot == 0 || block < kDataStart || block >= kMaxPoolBlocks)
+  if (!InodeNumberInRange(ino))
     return Status::Corrupt("inode", "number " + std::to_string(ino) + " names no inode");
   char* p;
   UPFS_RETURN_IF_ERROR(ba_->Addr(block, &p));

@@ -71,6 +71,11 @@ Status DecodeRecord(const uint64_t* words, uint32_t n, NsRecord* rec) {
   rec->name2 = std::string_view(names + NameWords(len1) * 8, len2);
   const bool two = rec->type == RecordType::kRename || rec->type == RecordType::kExchange;
   if (two != (len2 != 0)) return Status::Corrupt("namespace log", "record names do not fit its type");
+  // Inode numbers no inode can have (0 among them, which the index's
+  // tables keep for "empty") are damage, not keys.
+  if (!InodeNumberInRange(rec->ino) || !InodeNumberInRange(rec->dir1) ||
+      (two && !InodeNumberInRange(rec->dir2)) || (rec->victim != 0 && !InodeNumberInRange(rec->victim)))
+    return Status::Corrupt("namespace log", "record names an inode number out of range");
   // A name no path can reach ('/' or NUL in it, "." or "..") is damage,
   // not an entry to list.
   auto bad_name = [](std::string_view n) {

@@ -151,6 +151,13 @@ inline constexpr uint64_t InodeNumber(uint32_t lblock, uint32_t slot) {
 }
 inline constexpr uint32_t InodeBlockOf(uint64_t ino) { return uint32_t(ino / kInodesPerBlock); }
 inline constexpr uint32_t InodeSlotOf(uint64_t ino) { return uint32_t(ino % kInodesPerBlock); }
+// Whether ino can name an inode at all: slot 1-15 of a block in the data
+// region (0, in particular, never does; tables keyed by inode use it as
+// "empty").
+inline constexpr bool InodeNumberInRange(uint64_t ino) {
+  return InodeSlotOf(ino) != 0 && ino / kInodesPerBlock >= kDataStart &&
+         ino / kInodesPerBlock < kMaxPoolBlocks;
+}
 
 // The identity word: kind:8 | zero:6 | unlinked:1 | releasing:1 | gen:32 | zero:16.
 // kind kFree = free (gen kept, bumped by each allocation, so that a stale
