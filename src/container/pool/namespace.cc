@@ -210,8 +210,8 @@ Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved
   return Status::OK();
 }
 
-Status PoolNamespace::Commit(const NsRecord& rec, const std::function<Status()>& validate,
-                             const std::function<void()>* with_payload) {
+Status PoolNamespace::Commit(const NsRecord& rec, FunctionRef<Status()> validate,
+                             FunctionRef<void()> with_payload) {
   uint32_t slot;
   UPFS_RETURN_IF_ERROR(pool_->NamespaceSlot(&slot));
   EpochPin pin(pool_->epochs(), slot);  // the log's blocks stay while it is read
@@ -226,7 +226,7 @@ Status PoolNamespace::Commit(const NsRecord& rec, const std::function<Status()>&
         from = log->pos();
       }
       UPFS_RETURN_IF_ERROR(log->Reserve(rec, from, &r, with_payload));
-      with_payload = nullptr;  // persisted by that reservation's fence
+      with_payload = {};  // persisted by that reservation's fence
     }
     reserved = true;
     std::unique_lock<SpinSharedMutex> g(pool_->index_mu());
@@ -333,11 +333,11 @@ Status PoolNamespace::CommitNewInode(RecordType type, FileType kind, const Resol
   UPFS_RETURN_IF_ERROR(NewInode(kind, at.dir, mode, ino, image, &in));
   NewInodeImage written(in, image);
   const NsRecord rec{type, kind, *ino, at.dir, 0, 0, at.name, {}};
-  const std::function<void()> with_record = [&] {
+  const auto with_record = [&] {
     written.Write();
     TouchDir(at.dir);
   };
-  Status st = Commit(rec, [&]() { return NameStillFree(at); }, &with_record);
+  Status st = Commit(rec, [&]() { return NameStillFree(at); }, with_record);
   if (!st.ok()) written.EnsureWritten();
   return st;
 }
@@ -422,7 +422,7 @@ Status PoolNamespace::Link(const Resolved& from, const Resolved& to) {
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(to.dir, &din));
   UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
   NsRecord rec{RecordType::kLink, from.type, from.ino, to.dir, 0, 0, to.name, {}};
-  const std::function<void()> with_record = [&] {
+  const auto with_record = [&] {
     TouchDir(to.dir);
     TouchCtime(from.ino);
   };
@@ -433,7 +433,7 @@ Status PoolNamespace::Link(const Resolved& from, const Resolved& to) {
     if (!idx->IsDir(to.dir)) return Status::Error(ENOENT, "directory removed");
     if (idx->Find(to.dir, to.name, &e)) return Status::Error(EEXIST, "file exists");
     return Status::OK();
-  }, &with_record);
+  }, with_record);
 }
 
 Status PoolNamespace::Remove(const Resolved& at, bool dir) {
@@ -447,7 +447,7 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
   UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
   UPFS_RETURN_IF_ERROR(CheckSticky(at.dir, at.ino));
   NsRecord rec{RecordType::kUnlink, at.type, at.ino, at.dir, 0, 0, at.name, {}};
-  const std::function<void()> with_record = [&] { TouchDir(at.dir); };
+  const auto with_record = [&] { TouchDir(at.dir); };
   bool last = false;  // the name going is the inode's last
   UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
     const NsIndex* idx = pool_->index();
@@ -461,7 +461,7 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
     // Exact: this record commits at the tail, right after what was read.
     last = dir || idx->Nlink(at.ino, at.type) == 1;
     return Status::OK();
-  }, &with_record));
+  }, with_record));
   if (!dir) TouchCtime(at.ino, /*durable=*/!last);
   if (last) SetUnlinked(at.ino);
   MaybeRelease(at.ino);
@@ -517,7 +517,7 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
   }
   NsRecord rec{exchange ? RecordType::kExchange : RecordType::kRename, from.type, from.ino,
                from.dir, to.dir, to.ino, from.name, to.name};
-  const std::function<void()> with_record = [&] {
+  const auto with_record = [&] {
     TouchDir(from.dir);
     if (to.dir != from.dir) TouchDir(to.dir);
     TouchCtime(from.ino);
@@ -541,7 +541,7 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
     // Exact: this record commits at the tail, right after what was read.
     victim_last = !exchange && eb && (eb->type == FileType::kDirectory || idx->Nlink(eb->ino, eb->type) == 1);
     return Status::OK();
-  }, &with_record));
+  }, with_record));
   if (!exchange && to.ino != 0) {
     TouchCtime(to.ino, /*durable=*/!victim_last);
     if (victim_last) SetUnlinked(to.ino);

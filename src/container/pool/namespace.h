@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "container/pool/pool.h"
+#include "util/function_ref.h"
 #include "util/status.h"
 
 namespace upfs {
@@ -113,8 +114,7 @@ class PoolNamespace {
   // Commits rec once validate() holds at the log's tail. `with_payload`:
   // writes to make durable with the record's payload (NsLog::Reserve), run
   // once, before the first reservation's fence.
-  Status Commit(const NsRecord& rec, const std::function<Status()>& validate,
-                const std::function<void()>* with_payload = nullptr);
+  Status Commit(const NsRecord& rec, FunctionRef<Status()> validate, FunctionRef<void()> with_payload = {});
   // Whether the index is where it was when `r` was resolved (index lock held).
   bool SameView(const Resolved& r) const;
   Status NameStillFree(const Resolved& at) const;

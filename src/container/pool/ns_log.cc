@@ -249,8 +249,7 @@ Status NsLog::MoveToNextBlock(NsPos* p) {
   return Status::OK();
 }
 
-Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r,
-                      const std::function<void()>* with_payload) {
+Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r, FunctionRef<void()> with_payload) {
   alignas(64) uint64_t words[kMaxRecordWords];
   const uint32_t n = EncodeRecord(rec, words);
   NsPos p = from;
@@ -273,7 +272,7 @@ Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r,
       // Whatever comes with the payload is written after the CAS above: a
       // locked instruction after a non-temporal store waits for its
       // write-back, and two such waits per record cost twice one.
-      if (with_payload) (*with_payload)();
+      if (with_payload) with_payload();
       // Ordinary stores and flushes: a payload is a line or two, mostly
       // partial ones, which non-temporal stores wrote back far more slowly
       // here (docs/design.md, "The namespace log"). The word is flushed

@@ -23,6 +23,7 @@
 
 #include "container/pool/pool_format.h"
 #include "engine/log.h"
+#include "util/function_ref.h"
 #include "util/spin_mutex.h"
 #include "util/status.h"
 
@@ -86,8 +87,7 @@ class NsLog {
   // `with_payload`, if given, is called once the slots are taken, just
   // before the payload is written: what it writes and flushes (a new
   // inode's image, times) is persisted by the payload's fence.
-  Status Reserve(const NsRecord& rec, NsPos from, Reservation* r,
-                 const std::function<void()>* with_payload = nullptr);
+  Status Reserve(const NsRecord& rec, NsPos from, Reservation* r, FunctionRef<void()> with_payload = {});
   // What a commit leaves to make durable: every slot from `from` (where this
   // process's known-durable prefix ended when the record committed) to
   // `to` (just past the record's kApply).
