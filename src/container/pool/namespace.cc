@@ -331,14 +331,17 @@ Status PoolNamespace::CommitNewInode(RecordType type, FileType kind, const Resol
   *ino = 0;
   Inode* in;
   UPFS_RETURN_IF_ERROR(NewInode(kind, at.dir, mode, ino, image, &in));
-  NewInodeImage written(in, image);
   const NsRecord rec{type, kind, *ino, at.dir, 0, 0, at.name, {}};
   const auto with_record = [&] {
-    written.Write();
+    InodeAllocator::WriteImage(in, *image);
     TouchDir(at.dir);
   };
   Status st = Commit(rec, [&]() { return NameStillFree(at); }, with_record);
-  if (!st.ok()) written.EnsureWritten();
+  // Failed, the image is written (again, if the reservation wrote it: the
+  // same bytes) before the caller gives the inode back: Free and
+  // ReleaseInode read its fields, and until written the inode holds its
+  // previous life's (a free inode's log_head is the free stack's link).
+  if (!st.ok()) InodeAllocator::WriteImage(in, *image);
   return st;
 }
 

@@ -119,7 +119,7 @@ class PoolNamespace {
   bool SameView(const Resolved& r) const;
   Status NameStillFree(const Resolved& at) const;
   // Takes an inode for `image` (filled in here); the caller writes it with
-  // its record (ns_internal::NewInodeImage).
+  // its record (CommitNewInode).
   Status NewInode(format::pool::FileType kind, uint64_t dir, mode_t mode, uint64_t* ino,
                   format::pool::Inode* image, format::pool::Inode** in);
   // Takes an inode for `image` and commits the record of `type` that

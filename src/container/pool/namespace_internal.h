@@ -9,7 +9,6 @@
 
 #include <cstdint>
 
-#include "container/pool/inode_alloc.h"
 #include "container/pool/pool_format.h"
 
 namespace upfs::ns_internal {
@@ -47,28 +46,5 @@ inline mode_t TypeBits(format::pool::FileType t) {
 // An inode's owner word: uid in the low half, gid in the high half.
 inline uid_t OwnerUid(uint64_t w) { return uid_t(uint32_t(w)); }
 inline gid_t OwnerGid(uint64_t w) { return gid_t(uint32_t(w >> 32)); }
-
-// A new inode's image, written with the payload of the record that names
-// it (PoolNamespace::Commit's `with_payload`), so that the two share one
-// fence. A create that fails before its reservation writes it anyway
-// (EnsureWritten) before giving the inode back: Free and ReleaseInode read
-// the image's fields, and until then the inode holds its previous life's
-// (a free inode's log_head is the free stack's link).
-class NewInodeImage {
- public:
-  NewInodeImage(format::pool::Inode* in, const format::pool::Inode* image) : in_(in), image_(image) {}
-  void Write() {
-    InodeAllocator::WriteImage(in_, *image_);
-    written_ = true;
-  }
-  void EnsureWritten() {
-    if (!written_) Write();
-  }
-
- private:
-  format::pool::Inode* in_;
-  const format::pool::Inode* image_;
-  bool written_ = false;
-};
 
 }  // namespace upfs::ns_internal
