@@ -204,9 +204,7 @@ bool InPool(int dirfd, const char* path, PoolPath* out) {
       return true;
     }
     if (abs[d.size()] == '/') {
-      out->mount = m.get();
-      out->inner.assign(abs.substr(d.size()));
-      out->start = 0;
+      *out = PoolPath{m.get(), std::string(abs.substr(d.size()))};
       return true;
     }
   }

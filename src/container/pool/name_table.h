@@ -171,7 +171,7 @@ class InoSlots {
 
  protected:
   // The slot holding ino, or null.
-  Slot* Lookup(uint64_t ino) {
+  const Slot* Lookup(uint64_t ino) const {
     if (count_ == 0) return nullptr;
     for (size_t i = MixIno(ino) & mask_;; i = (i + 1) & mask_) {
       if (slots_[i].ino == ino) return &slots_[i];
@@ -223,7 +223,7 @@ struct LinkSlot {
 class LinkTable : public InoSlots<LinkSlot> {
  public:
   const uint32_t* Find(uint64_t ino) const {
-    const LinkSlot* s = const_cast<LinkTable*>(this)->Lookup(ino);
+    const LinkSlot* s = Lookup(ino);
     return s ? &s->links : nullptr;
   }
   void Set(uint64_t ino, uint32_t links) { Claim(ino, 3, 4).links = links; }
@@ -250,11 +250,8 @@ class DirTable : public InoSlots<DirSlot<T>> {
   using Base = InoSlots<DirSlot<T>>;
 
  public:
-  T* Find(uint64_t ino) {
-    DirSlot<T>* s = Base::Lookup(ino);
-    return s ? s->value.get() : nullptr;
-  }
-  const T* Find(uint64_t ino) const { return const_cast<DirTable*>(this)->Find(ino); }
+  T* Find(uint64_t ino) { return Value(ino); }
+  const T* Find(uint64_t ino) const { return Value(ino); }
   bool Contains(uint64_t ino) const { return Find(ino) != nullptr; }
   // The value of `ino`, made (value-initialized) if there is none.
   T& Get(uint64_t ino) {
@@ -267,6 +264,14 @@ class DirTable : public InoSlots<DirSlot<T>> {
   void ForEach(Fn fn) const {
     for (const DirSlot<T>& s : Base::slots_)
       if (s.ino != 0) fn(s.ino, static_cast<const T&>(*s.value));
+  }
+
+ private:
+  // The slot holds a pointer: a const table finds it too (Find const
+  // hands it out as const).
+  T* Value(uint64_t ino) const {
+    const DirSlot<T>* s = Base::Lookup(ino);
+    return s ? s->value.get() : nullptr;
   }
 };
 
