@@ -87,7 +87,7 @@ Status CheckSuperblockImage(const Superblock& sb, uint64_t file_bytes, const std
                                              std::to_string(file_bytes) + " bytes");
   const uint64_t blocks = file_bytes / kBlockSize;
   auto in_pool = [&](uint64_t l) { return l >= kDataStart && l < blocks; };
-  if (!in_pool(InodeBlockOf(sb.root_ino)) || InodeSlotOf(sb.root_ino) == 0)
+  if (!InodeNumberInRange(sb.root_ino) || !in_pool(sb.root_ino / kInodesPerBlock))
     return Status::Corrupt("superblock", path + ": root inode out of range");
   if (!in_pool(sb.nslog_head.load()) || !in_pool(sb.inode_chain.load()) || (sb.checkpoint.load() != 0 && !in_pool(sb.checkpoint.load())))
     return Status::Corrupt("superblock", path + ": a root pointer is out of range");
