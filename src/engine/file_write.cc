@@ -223,7 +223,8 @@ Status File::ZeroTailForGap(ThreadCtx* c, BlockTable* t, const LogPos& p, bool* 
   return Status::OK();
 }
 
-// Appends up to this long are copied with ordinary stores (see below).
+// Appends up to this long are copied with ordinary stores (see below;
+// measured at 100 bytes only, the bound is a judgement).
 constexpr uint64_t kShortAppendBytes = 256;
 
 Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
