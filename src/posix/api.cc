@@ -264,20 +264,21 @@ int upfs_set_default_consistency(enum upfs_consistency c) {
 
 int upfs_close(int fd) {
   std::atomic<OpenFile*>* slot = FdSlot(fd, false);
-  OpenFile* of = slot ? slot->exchange(nullptr, std::memory_order_acq_rel) : nullptr;
+  // seq_cst: ordered before the retirement's look at the running calls.
+  OpenFile* of = slot ? slot->exchange(nullptr, std::memory_order_seq_cst) : nullptr;
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (IsPoolDescriptor(of)) return PoolClose(fd, of);
   // The descriptor number is reused by the kernel as soon as it is closed;
   // the OpenFile (and with the last one, the engine File) goes when no
   // call can still be using it.
   int host = of->fd;
-  RetireAfterOps([of] { delete of; });
+  RetireDescriptor(fd, [of] { delete of; });
   close(host);
   return 0;
 }
 
 ssize_t upfs_pread(int fd, void* buf, size_t count, off_t offset) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
@@ -290,7 +291,7 @@ ssize_t upfs_pread(int fd, void* buf, size_t count, off_t offset) {
 }
 
 ssize_t upfs_pwrite(int fd, const void* buf, size_t count, off_t offset) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
@@ -305,7 +306,7 @@ ssize_t upfs_pwrite(int fd, const void* buf, size_t count, off_t offset) {
 }
 
 ssize_t upfs_read(int fd, void* buf, size_t count) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
@@ -319,7 +320,7 @@ ssize_t upfs_read(int fd, void* buf, size_t count) {
 }
 
 ssize_t upfs_write(int fd, const void* buf, size_t count) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
@@ -334,7 +335,7 @@ ssize_t upfs_write(int fd, const void* buf, size_t count) {
 }
 
 off_t upfs_lseek(int fd, off_t offset, int whence) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
@@ -374,7 +375,7 @@ off_t upfs_lseek(int fd, off_t offset, int whence) {
 }
 
 int upfs_ftruncate(int fd, off_t length) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
@@ -386,7 +387,7 @@ int upfs_ftruncate(int fd, off_t length) {
 }
 
 int upfs_fallocate(int fd, int mode, off_t offset, off_t len) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
@@ -398,7 +399,7 @@ int upfs_fallocate(int fd, int mode, off_t offset, off_t len) {
 }
 
 int upfs_fsync(int fd) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (IsPoolDescriptor(of) && !of->d->engine_ready.load(std::memory_order_acquire))
@@ -410,7 +411,7 @@ int upfs_fsync(int fd) {
 int upfs_fdatasync(int fd) { return upfs_fsync(fd); }
 
 int upfs_settle(int fd) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
@@ -419,7 +420,7 @@ int upfs_settle(int fd) {
 }
 
 int upfs_fstat(int fd, struct stat* out) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (IsPoolDescriptor(of)) return PoolFstat(of, out);
@@ -436,7 +437,7 @@ int upfs_stat_if_open(const struct stat* host, struct stat* out) {
   std::shared_ptr<File> f = FindFile(*host);
   if (!f) return 0;
   if (!out) return 1;
-  OpGuard g;
+  OpGuard g(DescriptorUse::None());
   FileStat fs;
   if (!f->Stat(&fs).ok()) return 0;
   *out = *host;
@@ -470,7 +471,7 @@ int upfs_stat_host_fd(int host_fd, struct stat* out) {
       return c.Open(host_fd, name, Container::OpenOptions{false}, nf);
     }, &f);
     if (st.ok()) {
-      OpGuard g;
+      OpGuard g(DescriptorUse::None());
       st = f->Stat(&fs);
     }
   }

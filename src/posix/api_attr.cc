@@ -131,7 +131,7 @@ Status SetUpfsMtime(const std::string& path, const struct stat& host,
   const int64_t mtime = (!times || times[1].tv_nsec == UTIME_NOW) ? Nanoseconds(host.st_mtim)
                                                                   : Nanoseconds(times[1]);
   if (!file) UPFS_RETURN_IF_ERROR(AcquireWritable(path, host, &file));
-  OpGuard g;
+  OpGuard g(DescriptorUse::None());
   return file->SetMtime(mtime);
 }
 
@@ -325,7 +325,7 @@ int upfs_truncate(const char* path, off_t length) {
     s = AcquireWritable(SelfPath(fd), now, &file);
   if (s.ok()) s = ClearPrivilegesOf(file.get(), now);
   if (s.ok()) {
-    OpGuard g;
+    OpGuard g(DescriptorUse::None());
     s = file->Truncate(uint64_t(length));
   }
   close(fd);

@@ -16,7 +16,7 @@
 namespace upfs {
 
 int ApiAdoptDuplicate(int oldfd, int newfd) {
-  OpGuard g;
+  OpGuard g;  // two descriptors: any
   OpenFile* old = Lookup(oldfd);
   if (!old) return FailErrno(EBADF, "not a upfs descriptor");
   std::atomic<OpenFile*>* slot = FdSlot(newfd, true);
@@ -24,13 +24,13 @@ int ApiAdoptDuplicate(int oldfd, int newfd) {
   auto* of = new OpenFile();
   of->fd = newfd;
   of->d = old->d;
-  OpenFile* prev = slot->exchange(of, std::memory_order_acq_rel);
-  if (prev) RetireAfterOps([prev] { delete prev; });
+  OpenFile* prev = slot->exchange(of, std::memory_order_seq_cst);
+  if (prev) RetireDescriptor(newfd, [prev] { delete prev; });
   return newfd;
 }
 
 int ApiSetAppend(int fd, bool on) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   std::lock_guard<std::mutex> pl(of->d->pos_mu);
@@ -39,7 +39,7 @@ int ApiSetAppend(int fd, bool on) {
 }
 
 std::shared_ptr<File> ApiFileOf(int fd, int* flags) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return nullptr;
   if (flags) *flags = of->d->flags;
@@ -47,7 +47,7 @@ std::shared_ptr<File> ApiFileOf(int fd, int* flags) {
 }
 
 int ApiGetFlags(int fd) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   return of->d->flags;
@@ -77,7 +77,7 @@ int upfs_inherited_flags(int host_fd) {
 }
 
 int upfs_host_fd(int fd) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   return of->fd;

@@ -21,7 +21,7 @@ using namespace upfs;
 extern "C" {
 
 int upfs_map_guard(int fd) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (!CanWrite(of)) return FailErrno(EACCES, "a shared writable map needs a descriptor open for writing");
@@ -35,7 +35,7 @@ int upfs_map_guard(int fd) {
 int upfs_flock(int fd, int op) {
   std::shared_ptr<Description> d;
   {
-    OpGuard g;
+    OpGuard g(DescriptorUse::Only(fd));
     OpenFile* of = Lookup(fd);
     if (!of) return FailErrno(EBADF, "not a upfs descriptor");
     d = of->d;
@@ -55,7 +55,7 @@ int upfs_fcntl_lock(int fd, int cmd, struct flock* lock) {
   if (!lock) return FailErrno(EFAULT, "null lock");
   std::shared_ptr<Description> d;
   {
-    OpGuard g;
+    OpGuard g(DescriptorUse::Only(fd));
     OpenFile* of = Lookup(fd);
     if (!of) return FailErrno(EBADF, "not a upfs descriptor");
     d = of->d;

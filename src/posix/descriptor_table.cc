@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include "container/container.h"
+#include "posix/op_guard.h"
+#include "util/assert.h"
 
 namespace upfs {
 
@@ -43,7 +45,13 @@ std::atomic<OpenFile*>* FdSlot(int fd, bool create) {
   return &p->e[fd & ((1 << kFdPageBits) - 1)];
 }
 
+static_assert((internal::kFdPages << internal::kFdPageBits) <= DescriptorUse::kMaxFd,
+              "every slot has a descriptor use of its own (op_guard.h)");
+
 OpenFile* Lookup(int fd) {
+  // The call declared that it may look this slot up: else a close of fd
+  // in another thread could free what this returns while it is used.
+  UPFS_ASSERT(OpGuardCovers(fd));
   std::atomic<OpenFile*>* s = FdSlot(fd, false);
   return s ? s->load(std::memory_order_acquire) : nullptr;
 }

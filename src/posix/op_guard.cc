@@ -11,17 +11,34 @@ namespace upfs {
 
 struct Retiree {
   uint64_t epoch;
+  DescriptorUse use = DescriptorUse::Any();  // the calls it waits for (Any: every call)
   std::function<void()> fn;
 };
 
 struct alignas(64) OpThreadRecord {
-  std::atomic<uint64_t> active{0};  // epoch the thread's call began in, 0 = none
+  // The thread's call: Word(epoch it began in, what it may look up); 0 = none.
+  std::atomic<uint64_t> active{0};
   std::atomic<bool> owned{false};
   OpThreadRecord* next = nullptr;
   // Retired during the owner's current call: freed at its end if no other
-  // call that began before is running, else handed to the shared list.
-  // Only the owning thread touches it.
+  // call that began before and may hold it is running, else handed to the
+  // shared list. Only the owning thread touches it.
   std::vector<Retiree> mine;
+
+  static uint64_t Word(uint64_t epoch, DescriptorUse u) { return epoch << DescriptorUse::kTagBits | u.tag_; }
+  static uint64_t EpochOf(uint64_t w) { return w >> DescriptorUse::kTagBits; }
+  static DescriptorUse UseOf(uint64_t w) {
+    return DescriptorUse(uint32_t(w & ((uint64_t{1} << DescriptorUse::kTagBits) - 1)));
+  }
+  // Whether an outer call declared with `outer` may do what `inner` does.
+  static bool Covers(DescriptorUse outer, DescriptorUse inner) {
+    return outer.tag_ == DescriptorUse::kAny || inner.tag_ == DescriptorUse::kNone || outer.tag_ == inner.tag_;
+  }
+  // Whether the call in word w (of another thread) may still hold what `rt`
+  // frees: it is running, began before the retirement, may read its slot.
+  static bool Blocks(uint64_t w, const Retiree& rt) {
+    return w != 0 && EpochOf(w) <= rt.epoch && UseOf(w).Overlaps(rt.use);
+  }
 };
 
 namespace {
@@ -30,15 +47,25 @@ std::atomic<uint64_t> g_epoch{1};
 std::atomic<OpThreadRecord*> g_records{nullptr};
 std::mutex g_retire_mu;
 std::vector<Retiree> g_retirees;
-// g_retirees.size(), readable without the lock: the end of every call
-// looks at it.
 std::atomic<size_t> g_retiree_count{0};
 
-// Runs the retirees that no running call can still use. With `add`, first
-// retires it. Without, the end of a call: if another thread is reclaiming
-// already, it does not wait for it (what that thread's pass could not free
-// yet, the next call to end frees).
-void Reclaim(std::function<void()>* add) {
+// The active words of every thread's record but `skip`'s.
+std::vector<uint64_t> ActiveCalls(const OpThreadRecord* skip) {
+  std::vector<uint64_t> calls;
+  for (OpThreadRecord* r = g_records.load(std::memory_order_acquire); r; r = r->next) {
+    if (r == skip) continue;
+    if (const uint64_t w = r->active.load(std::memory_order_seq_cst); w != 0) calls.push_back(w);
+  }
+  return calls;
+}
+
+bool Waits(const std::vector<uint64_t>& calls, const Retiree& rt) {
+  for (uint64_t w : calls)
+    if (OpThreadRecord::Blocks(w, rt)) return true;
+  return false;
+}
+
+void Reclaim(Retiree* add) {
   std::vector<std::function<void()>> ready;
   {
     std::unique_lock<std::mutex> g(g_retire_mu, std::defer_lock);
@@ -48,18 +75,13 @@ void Reclaim(std::function<void()>* add) {
       return;
     }
     if (add) {
-      uint64_t e = g_epoch.fetch_add(1, std::memory_order_seq_cst);
-      g_retirees.push_back({e, std::move(*add)});
-      g_retiree_count.store(g_retirees.size(), std::memory_order_relaxed);
+      add->epoch = g_epoch.fetch_add(1, std::memory_order_seq_cst);
+      g_retirees.push_back(std::move(*add));
     }
-    uint64_t min_active = UINT64_MAX;
-    for (OpThreadRecord* r = g_records.load(std::memory_order_acquire); r; r = r->next) {
-      uint64_t a = r->active.load(std::memory_order_seq_cst);
-      if (a != 0 && a < min_active) min_active = a;
-    }
+    const std::vector<uint64_t> calls = ActiveCalls(nullptr);
     size_t kept = 0;
     for (auto& rt : g_retirees) {
-      if (rt.epoch < min_active)
+      if (!Waits(calls, rt))
         ready.push_back(std::move(rt.fn));
       else
         g_retirees[kept++] = std::move(rt);
@@ -86,18 +108,13 @@ OpThreadRecord* AcquireRecord() {
 }
 
 // Frees what this thread retired during its call that just ended, when no
-// call of another thread that began before the retirement still runs (the
-// common case: no lock, no shared list); what must wait goes to the shared
-// list, which the end of any later call drains.
+// call of another thread that began before the retirement and may hold it
+// still runs (the common case: no lock, no shared list); what must wait
+// goes to the shared list, which the end of any later call drains.
 void FreeMine(OpThreadRecord* self) {
-  uint64_t min_active = UINT64_MAX;
-  for (OpThreadRecord* r = g_records.load(std::memory_order_acquire); r; r = r->next) {
-    if (r == self) continue;
-    const uint64_t a = r->active.load(std::memory_order_seq_cst);
-    if (a != 0 && a < min_active) min_active = a;
-  }
+  const std::vector<uint64_t> calls = ActiveCalls(self);
   std::vector<Retiree> ready, wait;
-  for (Retiree& rt : self->mine) (rt.epoch < min_active ? ready : wait).push_back(std::move(rt));
+  for (Retiree& rt : self->mine) (Waits(calls, rt) ? wait : ready).push_back(std::move(rt));
   self->mine.clear();
   if (!wait.empty()) {
     std::lock_guard<std::mutex> g(g_retire_mu);
@@ -123,14 +140,21 @@ OpThreadRecord* ThreadRecord() {
 
 }  // namespace
 
-OpGuard::OpGuard() : rec_(ThreadRecord()) {
-  if (rec_->active.load(std::memory_order_relaxed) != 0) {
+OpGuard::OpGuard(DescriptorUse use) : rec_(ThreadRecord()) {
+  if (const uint64_t w = rec_->active.load(std::memory_order_relaxed); w != 0) {
+    // Nested: the outer call's declaration widens to cover this one's
+    // before this one looks anything up (a retirement that saw the
+    // narrower word emptied its slot before, so no lookup after this
+    // store can find what it frees).
+    if (!OpThreadRecord::Covers(OpThreadRecord::UseOf(w), use))
+      rec_->active.store(OpThreadRecord::Word(OpThreadRecord::EpochOf(w), DescriptorUse::Any()),
+                         std::memory_order_seq_cst);
     rec_ = nullptr;
     return;
   }
   uint64_t e = g_epoch.load(std::memory_order_seq_cst);
   for (;;) {
-    rec_->active.store(e, std::memory_order_seq_cst);
+    rec_->active.store(OpThreadRecord::Word(e, use), std::memory_order_seq_cst);
     uint64_t e2 = g_epoch.load(std::memory_order_seq_cst);
     if (e2 == e) break;
     e = e2;
@@ -165,14 +189,42 @@ void OpGuardsAfterForkInChild() {
   }
 }
 
-void RetireAfterOps(std::function<void()> free_fn) {
+namespace {
+
+// Every caller has already made the object unreachable (emptied its slot,
+// removed the mount) with a seq_cst store or exchange, so a call whose
+// word is read here as idle, or as one that cannot use the object, can
+// never find it afterwards.
+void Retire(DescriptorUse use, std::function<void()> free_fn) {
   OpThreadRecord* self = ThreadRecord();
+  Retiree rt{0, use, std::move(free_fn)};
   if (self->active.load(std::memory_order_relaxed) == 0) {  // outside any call
-    Reclaim(&free_fn);
+    // No call that may hold it is running (counting every running call as
+    // begun before): freed now, with no shared line written. A close among
+    // threads that each use their own descriptors goes this way.
+    rt.epoch = UINT64_MAX;
+    if (!Waits(ActiveCalls(self), rt)) {
+      rt.fn();
+      return;
+    }
+    Reclaim(&rt);
     return;
   }
-  const uint64_t e = g_epoch.fetch_add(1, std::memory_order_seq_cst);
-  self->mine.push_back({e, std::move(free_fn)});
+  rt.epoch = g_epoch.fetch_add(1, std::memory_order_seq_cst);
+  self->mine.push_back(std::move(rt));
+}
+
+}  // namespace
+
+void RetireAfterOps(std::function<void()> free_fn) { Retire(DescriptorUse::Any(), std::move(free_fn)); }
+
+void RetireDescriptor(int fd, std::function<void()> free_fn) {
+  Retire(DescriptorUse::Only(fd), std::move(free_fn));
+}
+
+bool OpGuardCovers(int fd) {
+  const uint64_t w = ThreadRecord()->active.load(std::memory_order_relaxed);
+  return w == 0 || OpThreadRecord::Covers(OpThreadRecord::UseOf(w), DescriptorUse::Only(fd));
 }
 
 }  // namespace upfs

@@ -79,7 +79,7 @@ int WithRetry(Fn fn) {
 // while the namespace changes under it.
 template <typename Fn>
 int ChangeAt(const PoolPath& p, Fn fn) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::None());
   PoolNamespace ns = Ns(p);
   return WithRetry([&]() -> Status {
     Resolved r;
@@ -121,7 +121,7 @@ Status ClearPoolPrivileges(OpenFile* of) {
 }
 
 int PoolClose(int fd, OpenFile* of) {
-  RetireAfterOps([of, fd] {
+  RetireDescriptor(fd, [of, fd] {
     delete of;
     GiveNumber(fd);
   });
@@ -179,7 +179,7 @@ Status OpenExisting(PoolNamespace& ns, const Resolved& r, int flags) {
 }  // namespace
 
 int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::None());
   if ((flags & O_ACCMODE) == O_ACCMODE) return FailErrno(EINVAL, "bad access mode");
   // An unnamed file (one that a later linkat may name) is not built for
   // pools: said plainly, as a file system without it says it.
@@ -232,7 +232,7 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
 }
 
 int PoolStat(const PoolPath& p, struct stat* st, bool follow) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::None());
   PoolNamespace ns = Ns(p);
   std::string escape;
   Status s = Noting(ns.StatPath(p.inner, follow, st, &escape, p.start), p, escape, 0);
@@ -255,7 +255,7 @@ int PoolUnlink(const PoolPath& p, bool dir) {
 }
 
 int PoolRename(const PoolPath& from, const PoolPath& to, unsigned flags) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::None());
   if (from.mount != to.mount) return FailErrno(EXDEV, "rename between pools");
   PoolNamespace ns = Ns(from);
   return WithRetry([&]() -> Status {
@@ -293,14 +293,14 @@ int UnderHold(PoolNamespace& ns, const PoolPath& p, bool follow, Fn fn) {
 // credentials, under a hold: 0, or -1 and errno.
 template <typename Fn>
 int OnInode(const PoolPath& p, bool follow, Fn fn) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::None());
   PoolNamespace ns = Ns(p);
   return UnderHold(ns, p, follow, fn);
 }
 
 template <typename Fn>
 int OnDescriptor(int fd, Fn fn) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of || !of->d->pool) return -2;
   PoolNode* n = of->d->pool.get();
@@ -337,7 +337,7 @@ int PoolTruncate(const PoolPath& p, off_t length) {
 }
 
 int PoolFstatFd(int fd, struct stat* st) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of || !of->d->pool) return -2;
   return PoolFstat(of, st);
@@ -422,7 +422,7 @@ int upfs_link(const char* oldpath, const char* newpath) {
   if (!ia && !ib) return link(oldpath, newpath) == 0 ? 0 : FailErrno(errno, "link failed");
   if (ia != ib || a.mount != b.mount) return FailErrno(EXDEV, "link across pools");
   auto in_pool = [&] {
-    OpGuard g;
+    OpGuard g(DescriptorUse::None());
     PoolNamespace ns = Ns(a);
     return WithRetry([&]() -> Status {
       Resolved from, to;
@@ -472,7 +472,7 @@ int upfs_access(const char* path, int mode) {
   PoolPath p;
   if (!InPool(AT_FDCWD, path, &p)) return access(path, mode) == 0 ? 0 : FailErrno(errno, "access failed");
   auto in_pool = [&] {
-    OpGuard g;
+    OpGuard g(DescriptorUse::None());
     PoolNamespace ns(p.mount->pool.get(), &p.mount->real);  // access(2) checks the real ids
     return UnderHold(ns, p, true, [&](PoolNamespace& n, const Resolved& r) { return n.Access(r.ino, mode); });
   };
@@ -492,7 +492,7 @@ int upfs_statvfs(const char* path, struct statvfs* buf) {
 namespace upfs {
 
 int PoolStatvfs(const PoolPath& p, struct statvfs* buf) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::None());
   {
     // The path must name something, as for the kernel's statvfs.
     PoolNamespace ns = Ns(p);

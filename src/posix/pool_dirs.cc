@@ -56,7 +56,7 @@ using namespace upfs;
 extern "C" {
 
 UPFS_DIR* upfs_fdopendir(int fd) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   if (!DirNode(fd)) {
     errno = Lookup(fd) ? ENOTDIR : EBADF;
     return nullptr;
@@ -95,7 +95,7 @@ struct dirent* upfs_readdir(UPFS_DIR* d) {
     return nullptr;
   }
   if (d->kernel) return readdir(d->kernel);
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(d->fd));
   PoolNode* n = DirNode(d->fd);
   if (!n) {
     errno = EBADF;
@@ -122,7 +122,7 @@ struct dirent* upfs_readdir(UPFS_DIR* d) {
 void upfs_rewinddir(UPFS_DIR* d) {
   if (!d) return;
   if (d->kernel) return rewinddir(d->kernel);
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(d->fd));
   if (PoolNode* n = DirNode(d->fd)) {
     std::lock_guard<std::mutex> lk(n->scan_mu);
     n->scanned = false;  // the next read takes a new snapshot
@@ -143,7 +143,7 @@ int upfs_closedir(UPFS_DIR* d) {
 }
 
 ssize_t upfs_getdents64(int fd, void* buf, size_t count) {
-  OpGuard g;
+  OpGuard g(DescriptorUse::Only(fd));
   PoolNode* n = DirNode(fd);
   if (!n) return FailErrno(Lookup(fd) ? ENOTDIR : EBADF, "not a pool directory descriptor");
   std::lock_guard<std::mutex> lk(n->scan_mu);

@@ -172,7 +172,7 @@ bool InPool(int dirfd, const char* path, PoolPath* out) {
     // Relative to a pool directory's descriptor: from its inode, wherever
     // the directory has been renamed since (the path it was opened by is
     // not where it is any more).
-    OpGuard g;
+    OpGuard g(DescriptorUse::Only(dirfd));
     if (OpenFile* of = Lookup(dirfd); of && of->d->pool) {
       const PoolNode& n = *of->d->pool;
       Mount* m = MountOfPool(n.pool);
