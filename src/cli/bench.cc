@@ -91,7 +91,7 @@ const char kBenchHelp[] =
     "  pool-mkdir-rmdir       make a directory and remove it\n"
     "  pool-readdir-10k       list a directory of 10,000 entries\n"
     "  pool-create-512        create, write 512 bytes, fsync, close, remove\n"
-    "  pool-create-2t         2 threads creating files in one directory\n"
+    "  pool-create-2t         2 threads creating files in one directory (batches)\n"
     "  pool-stat-100k         stat a random file of 100,000 in a directory\n"
     "  pool-read-rand-4k, pool-overwrite-rand-4k, pool-append-4k\n"
     "                         the file workloads, on a file in the pool\n"

@@ -1,6 +1,7 @@
 // upfs bench --pool: one round of a namespace workload on one side.
 #include <algorithm>
 #include <atomic>
+#include <barrier>
 #include <cerrno>
 #include <string>
 #include <thread>
@@ -105,55 +106,66 @@ Status Bench::RunBatched(const Workload& w, SideState* s, double* ops_per_s) {
   return Status::OK();
 }
 
-// Two threads creating files (each its own names) in one directory. A
-// thread stops at kCap files, which bounds what a round leaves to remove.
+// Two threads creating files (each its own names) in one directory, in
+// batches as pool-create's: both threads create a batch at once (timed from
+// the start of the batch until both are done), then remove it off the clock,
+// so that the directory stays as small as pool-create's and the two rates
+// compare. A thread that fails stops creating and keeps meeting the others
+// at each phase, so that the round ends.
 Status Bench::RunCreate2t(SideState* s, double* ops_per_s) {
   constexpr int kThreads = 2;
-  constexpr uint64_t kCap = 1u << 18;
-  std::atomic<int> ready{0};
-  std::atomic<bool> go{false};
-  uint64_t counts[kThreads] = {};
-  double elapsed[kThreads] = {};
-  int errs[kThreads] = {};
-  const double seconds = cfg_.seconds;
+  constexpr uint64_t kBatch = 2048;  // per thread: 4096 a batch, as pool-create's
   const Ns ns{s->upfs};
+  std::barrier phase(kThreads + 1);
+  std::atomic<bool> stop{false};
+  uint64_t made[kThreads] = {};
+  int errs[kThreads] = {};
+  std::string failed[kThreads];
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; t++) {
     threads.emplace_back([&, t] {
       Names names(s->ns_dir, t == 0 ? "p" : "q");
-      ready.fetch_add(1);
-      while (!go.load(std::memory_order_acquire)) {
-      }
-      uint64_t n = 0;
-      const double start = NowSeconds();
-      double now = start;
-      while (n < kCap && !errs[t]) {
-        for (int k = 0; k < 16 && n < kCap; k++, n++) {
+      for (;;) {
+        phase.arrive_and_wait();  // a batch starts, or the round ends
+        if (stop.load()) return;
+        uint64_t n = 0;
+        for (; n < kBatch && !errs[t]; n++) {
           if (!ns.Create(names(n))) {
             errs[t] = errno;
+            failed[t] = std::string("pool-create-2t ") + names(n);
             break;
           }
         }
-        now = NowSeconds();
-        if (now - start >= seconds || g_interrupted) break;
+        made[t] = n;
+        phase.arrive_and_wait();  // the batch's clock stops
+        for (uint64_t i = 0; i < made[t] && !errs[t]; i++) {
+          if (ns.Unlink(names(i)) != 0) {
+            errs[t] = errno;
+            failed[t] = std::string("remove ") + names(i);
+          }
+        }
+        phase.arrive_and_wait();
       }
-      counts[t] = n;
-      elapsed[t] = now - start;
     });
   }
-  while (ready.load() < kThreads) {
+  double timed = 0;
+  uint64_t ops = 0;
+  while (timed < cfg_.seconds && !g_interrupted && !errs[0] && !errs[1]) {
+    phase.arrive_and_wait();
+    const double start = NowSeconds();
+    phase.arrive_and_wait();
+    timed += NowSeconds() - start;
+    ops += made[0] + made[1];
+    phase.arrive_and_wait();
   }
-  go.store(true, std::memory_order_release);
+  stop.store(true);
+  phase.arrive_and_wait();
   for (std::thread& th : threads) th.join();
-  for (int t = 0; t < kThreads; t++) {  // off the clock
-    Names names(s->ns_dir, t == 0 ? "p" : "q");
-    for (uint64_t i = 0; i < counts[t]; i++) ns.Unlink(names(i));
-  }
   if (g_interrupted) return Interrupted();
-  for (int e : errs) {
-    if (e) return SideError(s->upfs, "pool-create-2t in " + s->ns_dir, e);
+  for (int t = 0; t < kThreads; t++) {
+    if (errs[t]) return SideError(s->upfs, failed[t] + " in " + s->ns_dir, errs[t]);
   }
-  *ops_per_s = double(counts[0] + counts[1]) / std::max(elapsed[0], elapsed[1]);
+  *ops_per_s = double(ops) / timed;
   return Status::OK();
 }
 
