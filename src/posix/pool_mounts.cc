@@ -149,16 +149,13 @@ bool SplitAtMount(const std::string& abs, PoolPath* out) {
 }
 
 // Whether an absolute path has "/." or "//" in it, which SplitAtMount
-// handles. One pass from slash to slash: two std::string::find calls were
-// 9% of a stat's samples.
+// handles. One byte loop: two std::string::find calls were 9% of a stat's
+// samples, and a memchr per slash still 4%.
 bool NeedsSplit(std::string_view p) {
   const char* s = p.data();
   const char* const last = s + p.size() - 1;  // a slash there has nothing after it
-  while (s < last) {
-    s = static_cast<const char*>(std::memchr(s, '/', size_t(last - s)));
-    if (!s) return false;
-    if (s[1] == '.' || s[1] == '/') return true;
-    ++s;
+  for (; s < last; ++s) {
+    if (*s == '/' && (s[1] == '.' || s[1] == '/')) return true;
   }
   return false;
 }

@@ -279,5 +279,25 @@ TEST(DirTable, ValuesStayPutAsTheTableGrows) {
   EXPECT_EQ(t.Find(17), nullptr);
 }
 
+
+// SameName compares short names with overlapping word loads: every byte of
+// every length counts, and no load reads past either name.
+TEST(SameName, EveryByteOfEveryLengthCounts) {
+  for (size_t n = 0; n <= 40; ++n) {
+    // Each name at the end of its own buffer: a load past it would be
+    // reported by ASan.
+    std::unique_ptr<char[]> a(new char[n + 1]), b(new char[n + 1]);
+    for (size_t i = 0; i < n; ++i) a[i] = b[i] = char('a' + i % 26);
+    const std::string_view va(a.get(), n), vb(b.get(), n);
+    EXPECT_TRUE(SameName(va, vb)) << n;
+    for (size_t i = 0; i < n; ++i) {
+      b[i] ^= 1;
+      EXPECT_FALSE(SameName(va, vb)) << "length " << n << ", byte " << i;
+      b[i] ^= 1;
+    }
+    if (n > 0) EXPECT_FALSE(SameName(va, std::string_view(b.get(), n - 1))) << n;
+  }
+}
+
 }  // namespace
 }  // namespace upfs

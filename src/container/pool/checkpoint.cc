@@ -197,7 +197,7 @@ bool BaseImage::FindName(const BaseDir& d, std::string_view name, NsEntry* out) 
     if (Word(at) == 0) return false;
     if (uint32_t(Word(at + 1)) != crc) continue;
     std::string_view n;
-    if (DecodeSlot(at, &n, out) && n == name) return true;
+    if (DecodeSlot(at, &n, out) && SameName(n, name)) return true;
   }
   return false;
 }

@@ -88,17 +88,27 @@ class PathCursor {
  public:
   explicit PathCursor(std::string_view path) : rest_(path) {}
   // The next component, or false at the end.
+  // Byte loops, not find/memchr: components are short, and a library call
+  // per component was 8% of a stat's samples.
   bool Next(std::string_view* c) {
-    size_t i = rest_.find_first_not_of('/');
-    if (i == std::string_view::npos) return false;
-    rest_.remove_prefix(i);
-    size_t j = rest_.find('/');
-    if (j == std::string_view::npos) j = rest_.size();
-    *c = rest_.substr(0, j);
-    rest_.remove_prefix(j);
+    const char* p = rest_.data();
+    const char* const end = p + rest_.size();
+    while (p < end && *p == '/') ++p;
+    if (p == end) {
+      rest_ = {};
+      return false;
+    }
+    const char* q = p;
+    while (q < end && *q != '/') ++q;
+    *c = std::string_view(p, size_t(q - p));
+    rest_ = std::string_view(q, size_t(end - q));
     return true;
   }
-  bool AtEnd() const { return rest_.find_first_not_of('/') == std::string_view::npos; }
+  bool AtEnd() const {
+    for (char ch : rest_)
+      if (ch != '/') return false;
+    return true;
+  }
   // What is left, after a link's target.
   void Prepend(std::string_view target) {
     std::string joined;
@@ -113,6 +123,15 @@ class PathCursor {
   std::string_view rest_;
   std::string owned_;
 };
+
+// *out = Resolved{dir, name, ino, type}, into the string out->name
+// already has (no temporary, no allocation for a short name).
+void SetResolved(Resolved* out, uint64_t dir, std::string_view name, uint64_t ino, FileType type) {
+  out->dir = dir;
+  out->name.assign(name);
+  out->ino = ino;
+  out->type = type;
+}
 
 }  // namespace
 
@@ -162,8 +181,14 @@ Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved
   std::string target;
   for (std::string_view c; parts.Next(&c);) {
     if (c.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "name longer than 255 bytes");
+    const bool dot = c == "." || c == "..";
     NsDirInfo d;
-    if (!idx.Dir(cur, &d)) return Status::Error(ENOTDIR, "not a directory");
+    NsEntry found;
+    bool exists = false;
+    // The name is looked up with its directory, and used only once the
+    // directory's search permission is checked.
+    if (!(dot ? idx.Dir(cur, &d) : idx.DirAndFind(cur, c, &d, &found, &exists)))
+      return Status::Error(ENOTDIR, "not a directory");
     Inode* din;
     UPFS_RETURN_IF_ERROR(pool_->InodeAt(cur, &din));
     UPFS_RETURN_IF_ERROR(Permit(din, kWantExec));
@@ -181,10 +206,9 @@ Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved
       if (last) *out = Resolved{ParentOf(idx, cur), "", cur, FileType::kDirectory};
       continue;
     }
-    NsEntry found;
-    if (!idx.Find(cur, c, &found)) {
+    if (!exists) {
       if (!last) return Status::Error(ENOENT, "no such file or directory");
-      *out = Resolved{cur, std::string(c), 0, FileType::kFree};
+      SetResolved(out, cur, c, 0, FileType::kFree);
       return Status::OK();
     }
     if (found.type == FileType::kSymlink && (!last || follow || trailing_slash)) {
@@ -199,7 +223,7 @@ Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved
       continue;
     }
     if (last) {
-      *out = Resolved{cur, std::string(c), found.ino, found.type};
+      SetResolved(out, cur, c, found.ino, found.type);
       break;
     }
     if (found.type != FileType::kDirectory) return Status::Error(ENOTDIR, "not a directory");

@@ -124,6 +124,31 @@ bool NsIndex::Find(uint64_t dir, std::string_view name, NsEntry* out) const {
   return LowerFind(dir, name, out);
 }
 
+bool NsIndex::DirAndFind(uint64_t dir, std::string_view name, NsDirInfo* info, NsEntry* out,
+                         bool* found) const {
+  if (const DeltaDir* d = dirs_.Find(dir)) {
+    if (d->removed) return false;
+    *info = d->info;
+    if (const NsEntry* e = d->names.Find(name)) {
+      *found = e->type != FileType::kFree;
+      if (*found) *out = *e;
+      return true;
+    }
+    *found = !d->fresh && LowerFind(dir, name, out);
+    return true;
+  }
+  if (frozen_) {
+    if (!frozen_->Dir(dir, info)) return false;
+    *found = frozen_->Find(dir, name, out);
+    return true;
+  }
+  BaseDir b;
+  if (!base_ || !base_->FindDir(dir, &b)) return false;
+  *info = NsDirInfo{b.parent, b.subdirs, b.entries};
+  *found = base_->FindName(b, name, out);
+  return true;
+}
+
 uint32_t NsIndex::FileLinks(uint64_t ino) const {
   if (const uint32_t* l = links_.Find(ino)) return *l;
   return LowerLinks(ino);

@@ -66,6 +66,9 @@ class NsIndex {
   bool Dir(uint64_t ino, NsDirInfo* out) const;
   bool IsDir(uint64_t ino) const { return Dir(ino, nullptr); }
   bool Find(uint64_t dir, std::string_view name, NsEntry* out) const;
+  // Dir(dir, info) and, if it is one, Find(dir, name, out) into *found,
+  // with one lookup of the directory (a path walk's step).
+  bool DirAndFind(uint64_t dir, std::string_view name, NsDirInfo* info, NsEntry* out, bool* found) const;
   // Links of ino (of kind `type`); see above for what 0 means.
   uint32_t Nlink(uint64_t ino, format::pool::FileType type) const;
   // Whether `ino` is `dir` or one of its ancestors.
