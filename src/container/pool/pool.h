@@ -50,6 +50,8 @@ Status CheckSuperblockImage(const format::pool::Superblock& sb, uint64_t file_by
 // The namespace log is checkpointed every this many log blocks (about
 // 14,000 records of creates); the log keeps at most two intervals.
 inline constexpr uint64_t kCheckpointEveryBlocks = 256;
+// After a checkpoint failed: log blocks to wait before the next try.
+inline constexpr uint64_t kCheckpointRetryBlocks = 32;
 
 class Pool {
  public:
@@ -153,6 +155,10 @@ class Pool {
   // failure.
   Status PlaceImage(const std::vector<uint64_t>& image, std::vector<format::Run>* runs,
                     uint32_t* header_block, std::vector<format::Run>* image_runs);
+  // n blocks into *runs, from `prefer` on if it is free (0: anywhere), and
+  // split as PlaceImage's.
+  Status AllocImageBlocks(uint64_t n, uint64_t prefer, std::vector<format::Run>* runs,
+                          uint32_t* header_block, std::vector<format::Run>* image_runs);
   // Retires the log blocks from the head up to keep_lblock (exclusive)
   // and makes keep_lblock the head.
   void RetireOldLog(uint32_t keep_lblock);
@@ -187,6 +193,9 @@ class Pool {
   uint32_t process_slot_ = kMaxSlots;
   // The checkpoint this process last saw (its header block, 0 = none).
   std::atomic<uint64_t> seen_checkpoint_{0};
+  // No checkpoint is tried before the log reaches this sequence number
+  // (set after one failed: MaybeCheckpoint).
+  std::atomic<uint64_t> checkpoint_retry_seq_{0};
   std::array<std::atomic<uint32_t>, kMaxThreads> ns_slots_;
   // Blocks of old checkpoints and of the log before them, retired under
   // the pool's epochs and freed when no reader can still be in them.

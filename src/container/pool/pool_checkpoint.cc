@@ -36,11 +36,18 @@ PoolWords* Words(const BlockAccess& ba) {
 bool Pool::CheckpointDue() const {
   if (index_.frozen()) return false;  // one is being written
   const uint64_t base = index_.base() ? index_.base()->header().cont_seq : 1;
-  return log_.pos().seq >= base + kCheckpointEveryBlocks;
+  return log_.pos().seq >= base + kCheckpointEveryBlocks &&
+         log_.pos().seq >= checkpoint_retry_seq_.load(std::memory_order_relaxed);
 }
 
 void Pool::MaybeCheckpoint(bool due) {
-  if (due) (void)Checkpoint();  // a failure leaves the log longer, nothing else
+  if (!due) return;
+  // A failure leaves the log longer, nothing else; the next try waits for
+  // a little more of it, so that a checkpoint that cannot be written (no
+  // room for its image) costs an image build per kCheckpointRetryBlocks,
+  // not one per commit.
+  if (Status st = Checkpoint(); !st.ok() && st.err() != EBUSY)
+    checkpoint_retry_seq_.store(log_.pos().seq + kCheckpointRetryBlocks, std::memory_order_relaxed);
 }
 
 Status Pool::Checkpoint() {
@@ -92,24 +99,29 @@ Status Pool::WriteCheckpoint() {
 Status Pool::PlaceImage(const std::vector<uint64_t>& image, std::vector<Run>* runs, uint32_t* header_block,
                         std::vector<Run>* image_runs) {
   // Blocks: the header, then the image.
-  ThreadBlocks t;
   const uint64_t image_blocks = CeilBlocks(image.size() * 8);
-  Status st = source_->Alloc(&t, 1 + image_blocks, runs);
-  source_->ReturnAll(&t);
-  *header_block = 0;
-  for (const Run& r : *runs) {
-    if (*header_block == 0) {
-      *header_block = r.lblock;
-      if (r.count > 1) image_runs->push_back(Run{r.lblock + 1, r.count - 1});
-    } else {
-      image_runs->push_back(r);
-    }
-  }
-  if (st.ok() && image_runs->size() > kMaxCheckpointRuns)
-    st = Status::Error(ENOSPC, "free space too fragmented for a checkpoint");
-  if (!st.ok()) {
+  auto give_back = [&] {
     for (const Run& r : *runs)
       for (uint32_t i = 0; i < r.count; ++i) FreeBlock(r.lblock + i);
+    runs->clear();
+    image_runs->clear();
+  };
+  Status st = AllocImageBlocks(1 + image_blocks, 0, runs, header_block, image_runs);
+  if (st.ok() && image_runs->size() > kMaxCheckpointRuns) {
+    // The free space is in small pieces (single inode and log blocks freed
+    // among live ones, as a directory of 150,000 new files leaves it): the
+    // image goes to fresh space past the pool's end, where it is one run.
+    // Failing instead left every later commit building a whole image only
+    // to fail again, and the log growing without bound.
+    give_back();
+    const uint64_t end = bitmap_->words()->capacity_blocks.load(std::memory_order_acquire);
+    st = source_->EnsureCapacity(end + 1 + image_blocks);
+    if (st.ok()) st = AllocImageBlocks(1 + image_blocks, end, runs, header_block, image_runs);
+    if (st.ok() && image_runs->size() > kMaxCheckpointRuns)
+      st = Status::Error(ENOSPC, "free space too fragmented for a checkpoint");
+  }
+  if (!st.ok()) {
+    give_back();
     return st;
   }
   uint64_t done = 0;
@@ -122,6 +134,25 @@ Status Pool::PlaceImage(const std::vector<uint64_t>& image, std::vector<Run>* ru
     }
   }
   return Status::OK();
+}
+
+Status Pool::AllocImageBlocks(uint64_t n, uint64_t prefer, std::vector<Run>* runs, uint32_t* header_block,
+                              std::vector<Run>* image_runs) {
+  ThreadBlocks t;
+  t.prefer = prefer;  // 0: wherever the claim policy finds room
+  t.file_blocks = n;
+  Status st = source_->Alloc(&t, n, runs);
+  source_->ReturnAll(&t);
+  *header_block = 0;
+  for (const Run& r : *runs) {
+    if (*header_block == 0) {
+      *header_block = r.lblock;
+      if (r.count > 1) image_runs->push_back(Run{r.lblock + 1, r.count - 1});
+    } else {
+      image_runs->push_back(r);
+    }
+  }
+  return st;
 }
 
 Status Pool::WriteImageOf(const NsIndex& frozen, NsPos at, CheckpointHeader* hp, std::vector<uint64_t>* imagep) {

@@ -1,0 +1,103 @@
+// A checkpoint finds room in a pool whose free space is in small pieces.
+//
+// A directory that grows to 150,000 new files on small pages (this test
+// runs with UPFS_HUGEPAGES=0, set by tests/CMakeLists.txt: the switch is
+// read once per process) leaves the pool's free space as single blocks
+// between inode blocks (the log blocks freed by each checkpoint). The image
+// of the next checkpoint then needed more runs than its header holds, the
+// checkpoint failed with ENOSPC, every later commit built a whole image to
+// fail again (2,200 creates/s instead of 400,000), and the log grew
+// without bound. Now the image goes to fresh space at the pool's end.
+// The first test makes that fragmentation on purpose, the second as a
+// program does.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "container/pool/pool.h"
+#include "container/pool/pool_check.h"
+#include "engine/alloc_bitmap.h"
+#include "engine/block_source.h"
+#include "upfs/upfs.h"
+
+namespace {
+
+// Makes pool `pool` with `files` empty files in its directory `dir` ("" =
+// the root), through the C API, and unmounts it.
+void MakePoolWithFiles(const std::string& pool, const std::string& dir, int files) {
+  const std::string mnt = "/upfs-ckroom-" + std::to_string(getpid());
+  unlink(pool.c_str());
+  ASSERT_EQ(upfs_mkfs(pool.c_str(), 0), 0) << upfs_last_error();
+  ASSERT_EQ(upfs_mount(pool.c_str(), mnt.c_str()), 0) << upfs_last_error();
+  const std::string in = dir.empty() ? mnt : mnt + "/" + dir;
+  if (!dir.empty()) ASSERT_EQ(upfs_mkdir(in.c_str(), 0755), 0);
+  for (int i = 0; i < files; ++i) {
+    const int fd = upfs_open((in + "/f" + std::to_string(i)).c_str(), O_CREAT | O_WRONLY, 0644);
+    ASSERT_GE(fd, 0) << i << " " << upfs_last_error();
+    ASSERT_EQ(upfs_close(fd), 0);
+  }
+  ASSERT_EQ(upfs_umount(mnt.c_str()), 0);
+}
+
+TEST(PoolCheckpointRoom, AnImageFindsRoomWhenFreeSpaceIsInSingleBlocks) {
+  const std::string pool = "/dev/shm/upfs-ckroom1-" + std::to_string(getpid()) + ".pool";
+  // 20,000 names: an image of over 512 blocks (slots at most half full).
+  constexpr int kFiles = 20000;
+  MakePoolWithFiles(pool, "", kFiles);
+  if (HasFatalFailure()) return;
+  {
+    std::unique_ptr<upfs::Pool> p;
+    ASSERT_TRUE(upfs::Pool::Attach(pool, &p).ok());
+    // Every free block of the pool taken, then every other one given back:
+    // free space in single blocks only (the medium settled first, so that
+    // no growth begun by the creates adds whole free space afterwards).
+    p->medium()->Settle();
+    upfs::AllocationBitmap* bm = p->source()->bitmap();
+    const uint64_t cap = bm->capacity();
+    std::vector<uint32_t> taken, kept;
+    for (uint64_t w = 0; w < cap / 64; ++w) {
+      uint64_t was = 0;
+      while (!bm->ClaimBits(w, was, ~uint64_t{0})) {
+      }
+      for (uint64_t b = 0; b < 64; ++b)
+        if (!(was >> b & 1)) taken.push_back(uint32_t(w * 64 + b));
+    }
+    for (size_t i = 0; i < taken.size(); ++i) {
+      if (i % 2) p->FreeBlock(taken[i]);
+      else kept.push_back(taken[i]);
+    }
+    ASSERT_GT(taken.size() / 2, 600u) << "too few free blocks to fragment";
+    upfs::Status st = p->Checkpoint();
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    for (uint32_t l : kept) p->FreeBlock(l);
+  }
+  upfs::PoolReport r;
+  ASSERT_TRUE(upfs::CheckPool(pool, &r).ok());
+  EXPECT_TRUE(r.problems.empty());
+  EXPECT_EQ(r.files, uint64_t(kFiles));
+  unlink(pool.c_str());
+}
+
+TEST(PoolCheckpointRoom, AGrowingDirectoryKeepsTheLogBounded) {
+  const char* huge = std::getenv("UPFS_HUGEPAGES");
+  ASSERT_TRUE(huge && huge[0] == '0') << "run with UPFS_HUGEPAGES=0 (tests/CMakeLists.txt)";
+  const std::string pool = "/dev/shm/upfs-ckroom-" + std::to_string(getpid()) + ".pool";
+  constexpr int kFiles = 150000;
+  MakePoolWithFiles(pool, "d", kFiles);
+  if (HasFatalFailure()) return;
+  upfs::PoolReport r;
+  ASSERT_TRUE(upfs::CheckPool(pool, &r).ok());
+  EXPECT_TRUE(r.problems.empty());
+  EXPECT_EQ(r.files, uint64_t(kFiles));
+  // As CheckpointsKeepEverythingAndBoundTheLog: at most two checkpoint
+  // intervals of log (the one being written and the one after it).
+  EXPECT_LE(r.log_blocks, 2 * 256u + 2);
+  unlink(pool.c_str());
+}
+
+}  // namespace
