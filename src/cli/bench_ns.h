@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -61,17 +62,32 @@ struct Ns {
   }
 };
 
-// Paths "DIR/PREFIXi", formatted in place: no allocation on the clock.
+// Paths "DIR/PREFIXi", formatted in place: no allocation on the clock, and
+// no snprintf either (70-85 ns a name here, against 8 for the digits by
+// hand: as much as half of what a pool stat costs, on both sides, so that
+// the ratio measured the formatting as much as the calls).
 class Names {
  public:
-  Names(const std::string& dir, const char* prefix) : head_(dir + "/" + prefix) {}
+  Names(const std::string& dir, const char* prefix) {
+    const std::string head = dir + "/" + prefix;
+    head_len_ = std::min(head.size(), sizeof(buf_) - 21);
+    std::memcpy(buf_, head.data(), head_len_);
+  }
   const char* operator()(uint64_t i) {
-    std::snprintf(buf_, sizeof buf_, "%s%llu", head_.c_str(), static_cast<unsigned long long>(i));
+    char digits[20];
+    int n = 0;
+    do {
+      digits[n++] = char('0' + i % 10);
+      i /= 10;
+    } while (i != 0);
+    char* p = buf_ + head_len_;
+    while (n > 0) *p++ = digits[--n];
+    *p = '\0';
     return buf_;
   }
 
  private:
-  std::string head_;
+  size_t head_len_ = 0;
   char buf_[512];
 };
 
