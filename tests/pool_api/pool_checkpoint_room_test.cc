@@ -16,6 +16,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,41 @@ TEST(PoolCheckpointRoom, AGrowingDirectoryKeepsTheLogBounded) {
   // As CheckpointsKeepEverythingAndBoundTheLog: at most two checkpoint
   // intervals of log (the one being written and the one after it).
   EXPECT_LE(r.log_blocks, 2 * 256u + 2);
+  unlink(pool.c_str());
+}
+
+
+// A process whose log position stayed behind while others checkpointed
+// may find that position's block freed and made something else: Reserve
+// refuses it (the caller catches up and reserves again) instead of
+// writing a reservation into someone else's block.
+TEST(PoolLogPosition, AReservationAtAPositionLeftBehindIsRefused) {
+  const std::string pool = "/dev/shm/upfs-ckroom2-" + std::to_string(getpid()) + ".pool";
+  MakePoolWithFiles(pool, "", 10);
+  if (HasFatalFailure()) return;
+  {
+    std::unique_ptr<upfs::Pool> p;
+    ASSERT_TRUE(upfs::Pool::Attach(pool, &p).ok());
+    std::optional<upfs::EpochPin> pin;
+    ASSERT_TRUE(p->Pin(&pin).ok());
+    const upfs::NsPos at = p->log()->PosHint();
+    upfs::NsRecord rec{upfs::format::pool::RecordType::kCreate, upfs::format::pool::FileType::kRegular,
+                       0, p->root_ino(), 0, 0, "x", {}};
+    upfs::NsLog::Reservation r;
+    // The same block with another sequence number: made anew since.
+    upfs::Status st = p->log()->Reserve(rec, upfs::NsPos{at.lblock, at.slot, at.seq + 1}, &r);
+    EXPECT_EQ(st.err(), ESTALE) << st.ToString();
+    // A block that is not a namespace log block at all (an inode block).
+    st = p->log()->Reserve(rec, upfs::NsPos{upfs::format::pool::InodeBlockOf(p->root_ino()), 0, at.seq}, &r);
+    EXPECT_EQ(st.err(), ESTALE) << st.ToString();
+    // Where the log is: a reservation (never applied, so it means nothing).
+    st = p->log()->Reserve(rec, at, &r);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  upfs::PoolReport r;
+  ASSERT_TRUE(upfs::CheckPool(pool, &r).ok());
+  EXPECT_TRUE(r.problems.empty());
+  EXPECT_EQ(r.files, 10u);
   unlink(pool.c_str());
 }
 

@@ -242,14 +242,24 @@ Status PoolNamespace::Commit(const NsRecord& rec, FunctionRef<Status()> validate
   NsLog* log = pool_->log();
   NsLog::Reservation r;
   bool reserved = false;
+  bool caught_up = false;
   for (;;) {
     if (!reserved) {
-      NsPos from;
-      {
-        std::shared_lock<SpinSharedMutex> s(pool_->index_mu());
-        from = log->pos();
+      // Where to reserve: the position this process last published, read
+      // without the index lock. Behind a checkpoint it has not seen, that
+      // position's block may have been freed before the pin above: the
+      // index is brought up to date first (Reserve also refuses a block
+      // that is no longer that block of the log).
+      if (caught_up || pool_->CheckpointUnseen()) {
+        std::unique_lock<SpinSharedMutex> g(pool_->index_mu());
+        UPFS_RETURN_IF_ERROR(pool_->CatchUpLocked());
       }
-      UPFS_RETURN_IF_ERROR(log->Reserve(rec, from, &r, with_payload));
+      Status rs = log->Reserve(rec, log->PosHint(), &r, with_payload);
+      if (rs.err() == ESTALE && !caught_up) {
+        caught_up = true;
+        continue;
+      }
+      UPFS_RETURN_IF_ERROR(rs);
       with_payload = {};  // persisted by that reservation's fence
     }
     reserved = true;

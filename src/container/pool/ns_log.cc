@@ -117,6 +117,7 @@ Status NsLog::Init(BlockAccess* ba, uint32_t head, AllocBlock alloc, FreeBlock f
   Bind(ba, std::move(alloc), std::move(free));
   UPFS_RETURN_IF_ERROR(CheckNsBlock(*ba_, head, 0, "namespace log head"));
   pos_ = NsPos{head, 0, Block(head)->seq};
+  PublishPos();
   std::lock_guard<SpinMutex> g(durable_mu_);
   durable_ = pos_;
   return Status::OK();
@@ -131,9 +132,31 @@ Status NsLog::MoveTo(NsPos pos) {
   UPFS_RETURN_IF_ERROR(CheckNsBlock(*ba_, pos.lblock, pos.seq, "namespace log position"));
   if (pos.slot > kSlotsPerLogBlock) return Status::Corrupt("namespace log", "position out of range");
   pos_ = pos;
+  PublishPos();
   std::lock_guard<SpinMutex> g(durable_mu_);
   durable_ = pos_;
   return Status::OK();
+}
+
+void NsLog::PublishPos() {
+  const uint32_t v = hint_version_.load(std::memory_order_relaxed);
+  hint_version_.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  hint_place_.store(uint64_t(pos_.lblock) << 32 | pos_.slot, std::memory_order_relaxed);
+  hint_seq_.store(pos_.seq, std::memory_order_relaxed);
+  hint_version_.store(v + 2, std::memory_order_release);
+}
+
+NsPos NsLog::PosHint() const {
+  for (;;) {
+    const uint32_t v = hint_version_.load(std::memory_order_acquire);
+    if (v & 1) continue;  // a publish is a few stores: spin
+    const uint64_t place = hint_place_.load(std::memory_order_relaxed);
+    const uint64_t seq = hint_seq_.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (hint_version_.load(std::memory_order_relaxed) == v)
+      return NsPos{uint32_t(place >> 32), uint32_t(place), seq};
+  }
 }
 
 bool NsLog::AnyNew() const {
@@ -203,7 +226,9 @@ Status NsLog::Advance(const std::function<Status(const NsRecord&)>* fn, bool* at
 
 Status NsLog::ReadNew(const std::function<Status(const NsRecord&)>& fn) {
   bool at_tail;
-  return Advance(&fn, &at_tail);
+  Status st = Advance(&fn, &at_tail);
+  PublishPos();  // also where a damaged record stopped it
+  return st;
 }
 
 Status NsLog::MoveToNextBlock(NsPos* p) {
@@ -253,6 +278,12 @@ Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r, FunctionR
   alignas(64) uint64_t words[kMaxRecordWords];
   const uint32_t n = EncodeRecord(rec, words);
   NsPos p = from;
+  // The caller is pinned, so a block still in the log stays so while this
+  // runs; one that left it before (freed, and perhaps made an inode or data
+  // block since) no longer carries this position's sequence number.
+  if (const LogBlock* b = Block(p.lblock);
+      !NsNextWordValid(b->next.load(std::memory_order_acquire)) || b->seq != p.seq)
+    return Status::Error(ESTALE, "namespace log position left behind");
   for (;;) {
     // The reservation, its payload and the commit entry after it must fit
     // in the block.
@@ -304,6 +335,7 @@ Status NsLog::TryCommit(const Reservation& r, bool* committed, bool* lost_reserv
   uint64_t expected = 0;
   if (!pm::Cas64(&b->slots[pos_.slot], expected, EncodeApply(r.slot, r.crc))) return Status::OK();
   pos_.slot += 1;
+  PublishPos();
   {
     std::lock_guard<SpinMutex> g(durable_mu_);
     pending->from = durable_;

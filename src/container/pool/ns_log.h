@@ -15,6 +15,7 @@
 // successor and readers follow the chain in order.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -60,6 +61,9 @@ class NsLog {
   // Moves to `pos` (a reload from a checkpoint).
   Status MoveTo(NsPos pos);
   const NsPos& pos() const { return pos_; }
+  // A recent pos() (what the last change of it, under the index lock,
+  // published), read without that lock: a seqlock of three words.
+  NsPos PosHint() const;
 
   // Makes a new, empty log block (for mkfs and for extending the chain).
   static Status InitBlock(BlockAccess* ba, uint32_t lblock, uint64_t seq);
@@ -81,9 +85,12 @@ class NsLog {
     uint64_t seq = 0;
   };
   // Reserves slots at or after `from` for `rec` and persists its payload
-  // there. `from` is a copy of pos() the caller took under the index lock
-  // (pos() itself moves under that lock; reservations are made without
-  // it, so that their fences do not serialize the threads).
+  // there. `from` is PosHint(), taken by the caller while pinned
+  // (reservations are made without the index lock, so that their fences
+  // do not serialize the threads). A `from` whose block is no longer that
+  // block of the log (a position that stayed behind while other processes
+  // checkpointed, and whose block was freed and made something else) gives
+  // ESTALE: the caller catches up and reserves again.
   // `with_payload`, if given, is called once the slots are taken, just
   // before the payload is written: what it writes and flushes (a new
   // inode's image, times) is persisted by the payload's fence.
@@ -133,10 +140,17 @@ class NsLog {
   // successor, linking a new one if needed.
   Status MoveToNextBlock(NsPos* p);
 
+  // Publishes pos_ to PosHint's readers (index lock held exclusively: one
+  // writer at a time).
+  void PublishPos();
+
   BlockAccess* ba_ = nullptr;
   AllocBlock alloc_;
   FreeBlock free_;
   NsPos pos_;
+  std::atomic<uint32_t> hint_version_{0};  // odd while PublishPos writes
+  std::atomic<uint64_t> hint_place_{0};    // lblock:32 | slot:32
+  std::atomic<uint64_t> hint_seq_{0};
   // Slots before durable_ are durable as far as this process knows. Moved
   // forward after a fence, outside the index lock: its own mutex.
   SpinMutex durable_mu_;  // a few instructions under it: see util/spin_mutex.h

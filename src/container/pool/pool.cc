@@ -296,15 +296,13 @@ Status Pool::Pin(std::optional<EpochPin>* pin) {
 Status Pool::CatchUpLocked() {
   // A new checkpoint: a new base, and an empty delta from where it ends
   // (the old image is retired; the log from its end on is kept).
-  if (super()->checkpoint.load(std::memory_order_acquire) != seen_checkpoint_.load(std::memory_order_relaxed))
-    UPFS_RETURN_IF_ERROR(LoadNamespace());
+  if (CheckpointUnseen()) UPFS_RETURN_IF_ERROR(LoadNamespace());
   return log_.ReadNew([this](const NsRecord& r) { return index_.Apply(r); });
 }
 
 Status Pool::LockLatest(std::shared_lock<SpinSharedMutex>* g) {
   std::shared_lock<SpinSharedMutex> s(index_mu_);
-  if (!log_.AnyNew() &&
-      super()->checkpoint.load(std::memory_order_acquire) == seen_checkpoint_.load(std::memory_order_relaxed)) {
+  if (!log_.AnyNew() && !CheckpointUnseen()) {
     *g = std::move(s);
     return Status::OK();
   }

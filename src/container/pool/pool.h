@@ -104,6 +104,13 @@ class Pool {
   // committed before the call (catching up first if the log moved). The
   // caller is pinned. One lock round trip when nothing is new.
   Status LockLatest(std::shared_lock<SpinSharedMutex>* g);
+  // Whether a checkpoint newer than the one this process's index stands on
+  // has been published (then log blocks before this process's position may
+  // have been retired before the caller pinned: catch up first).
+  bool CheckpointUnseen() const {
+    return super()->checkpoint.load(std::memory_order_acquire) !=
+           seen_checkpoint_.load(std::memory_order_relaxed);
+  }
 
   // Pins this thread in the pool's epochs for as long as *pin lives: the
   // checkpoint image and the log blocks it reads stay (re-entrant).

@@ -47,7 +47,7 @@ void Pool::MaybeCheckpoint(bool due) {
   // room for its image) costs an image build per kCheckpointRetryBlocks,
   // not one per commit.
   if (Status st = Checkpoint(); !st.ok() && st.err() != EBUSY)
-    checkpoint_retry_seq_.store(log_.pos().seq + kCheckpointRetryBlocks, std::memory_order_relaxed);
+    checkpoint_retry_seq_.store(log_.PosHint().seq + kCheckpointRetryBlocks, std::memory_order_relaxed);
 }
 
 Status Pool::Checkpoint() {
