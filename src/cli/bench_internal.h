@@ -354,6 +354,9 @@ class Bench {
   std::string bench_dir_;
   MediumKind medium_ = MediumKind::kTmpfs;
   std::string pool_file_, mount_dir_;  // --pool: the pool and where it is mounted
+  // --pool: a file of the pool kept open, through which SettleUpfs waits for
+  // the pool's own background work (growth, huge-page collapses).
+  int pool_settle_fd_ = -1;
   SideState sides_[2];  // 0 = upfs, 1 = kernel
   Buffer wbuf_, rbuf_[2], prefill_;
   StatusLine status_;

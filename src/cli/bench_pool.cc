@@ -58,6 +58,8 @@ Status Bench::SetupPool() {
     return SideError(true, "mount " + pool_file_, errno);
   }
   mount_dir_ = mount;
+  pool_settle_fd_ = upfs_open((mount + "/settle").c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (pool_settle_fd_ < 0) return SideError(true, "create " + mount + "/settle", errno);
   SideState& u = sides_[0];
   u.data_path = mount + "/data";
   u.append_path = mount + "/append";
@@ -69,6 +71,8 @@ Status Bench::SetupPool() {
 
 void Bench::CleanupPool() {
   if (mount_dir_.empty()) return;
+  if (pool_settle_fd_ >= 0) upfs_close(pool_settle_fd_);
+  pool_settle_fd_ = -1;
   if (upfs_umount(mount_dir_.c_str()) != 0) {
     std::fprintf(stderr, "upfs bench: %s\n", ApiError("unmount " + pool_file_).c_str());
   }
