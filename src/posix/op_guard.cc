@@ -47,6 +47,8 @@ std::atomic<uint64_t> g_epoch{1};
 std::atomic<OpThreadRecord*> g_records{nullptr};
 std::mutex g_retire_mu;
 std::vector<Retiree> g_retirees;
+// g_retirees.size(), readable without the lock: the end of every call
+// looks at it.
 std::atomic<size_t> g_retiree_count{0};
 
 // The active words of every thread's record but `skip`'s.
@@ -65,6 +67,18 @@ bool Waits(const std::vector<uint64_t>& calls, const Retiree& rt) {
   return false;
 }
 
+// Waits(ActiveCalls(skip), rt) for one retiree, without the snapshot's
+// allocation: a close's common path.
+bool AnyCallBlocks(const OpThreadRecord* skip, const Retiree& rt) {
+  for (OpThreadRecord* r = g_records.load(std::memory_order_acquire); r; r = r->next)
+    if (r != skip && OpThreadRecord::Blocks(r->active.load(std::memory_order_seq_cst), rt)) return true;
+  return false;
+}
+
+// Runs the retirees that no running call can still use. With `add`, first
+// retires it. Without, the end of a call: if another thread is reclaiming
+// already, it does not wait for it (what that thread's pass could not free
+// yet, the next call to end frees).
 void Reclaim(Retiree* add) {
   std::vector<std::function<void()>> ready;
   {
@@ -203,7 +217,7 @@ void Retire(DescriptorUse use, std::function<void()> free_fn) {
     // begun before): freed now, with no shared line written. A close among
     // threads that each use their own descriptors goes this way.
     rt.epoch = UINT64_MAX;
-    if (!Waits(ActiveCalls(self), rt)) {
+    if (!AnyCallBlocks(self, rt)) {
       rt.fn();
       return;
     }
