@@ -226,8 +226,9 @@ Status NsLog::Advance(const std::function<Status(const NsRecord&)>* fn, bool* at
 
 Status NsLog::ReadNew(const std::function<Status(const NsRecord&)>& fn) {
   bool at_tail;
+  const NsPos was = pos_;
   Status st = Advance(&fn, &at_tail);
-  PublishPos();  // also where a damaged record stopped it
+  if (!(pos_ == was)) PublishPos();  // also where a damaged record stopped it
   return st;
 }
 
@@ -280,9 +281,9 @@ Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r, FunctionR
   NsPos p = from;
   // The caller is pinned, so a block still in the log stays so while this
   // runs; one that left it before (freed, and perhaps made an inode or data
-  // block since) no longer carries this position's sequence number.
-  if (const LogBlock* b = Block(p.lblock);
-      !NsNextWordValid(b->next.load(std::memory_order_acquire)) || b->seq != p.seq)
+  // block since) no longer carries the log's magic and this position's
+  // sequence number (which is never 0).
+  if (!CheckNsBlock(*ba_, p.lblock, p.seq, "namespace log position").ok())
     return Status::Error(ESTALE, "namespace log position left behind");
   for (;;) {
     // The reservation, its payload and the commit entry after it must fit

@@ -140,7 +140,6 @@ Status Pool::AllocImageBlocks(uint64_t n, uint64_t prefer, std::vector<Run>* run
                               std::vector<Run>* image_runs) {
   ThreadBlocks t;
   t.prefer = prefer;  // 0: wherever the claim policy finds room
-  t.file_blocks = n;
   Status st = source_->Alloc(&t, n, runs);
   source_->ReturnAll(&t);
   *header_block = 0;
