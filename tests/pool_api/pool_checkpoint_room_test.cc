@@ -2,8 +2,8 @@
 //
 // A directory that grows to 150,000 new files on small pages (this test
 // runs with UPFS_HUGEPAGES=0, set by tests/CMakeLists.txt: the switch is
-// read once per process) leaves the pool's free space as single blocks
-// between inode blocks (the log blocks freed by each checkpoint). The image
+// read once per process) can leave the pool's free space in pieces too
+// small for a checkpoint image (more runs than its header holds). The image
 // of the next checkpoint then needed more runs than its header holds, the
 // checkpoint failed with ENOSPC, every later commit built a whole image to
 // fail again (2,200 creates/s instead of 400,000), and the log grew
