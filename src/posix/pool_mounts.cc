@@ -16,14 +16,41 @@
 #include "posix/op_guard.h"
 #include "posix/pool_api.h"
 #include "posix/pool_node.h"
+#include "util/assert.h"
 #include "util/leak.h"
 
 namespace upfs {
 namespace {
 
+// Writers (mount, umount, a fork child's reattachment) hold g_mounts_mu
+// and publish a new snapshot of g_mounts in g_table; readers load the
+// snapshot inside their call's OpGuard, and an old one is freed after the
+// calls that may read it (a rwlock's two locked operations per path call
+// were ~3% of a stat's samples).
+struct MountTable {
+  std::vector<Mount*> all;
+};
 std::shared_mutex g_mounts_mu;
 std::vector<std::unique_ptr<Mount>> g_mounts;  // mounts are never moved while mounted
+std::atomic<const MountTable*> g_table{nullptr};
 std::atomic<int> g_mount_count{0};
+
+// Caller holds g_mounts_mu exclusively, after changing g_mounts.
+void PublishTableLocked() {
+  auto* t = new MountTable;
+  for (auto& m : g_mounts) t->all.push_back(m.get());
+  const MountTable* old = g_table.exchange(t, std::memory_order_acq_rel);
+  g_mount_count.store(int(g_mounts.size()), std::memory_order_release);
+  if (old) RetireAfterOps([old] { delete old; });
+}
+
+// The current snapshot; inside an OpGuard, and only once something was
+// mounted (g_mount_count != 0 seen).
+const MountTable& Table() {
+  const MountTable* t = g_table.load(std::memory_order_acquire);
+  UPFS_ASSERT(t != nullptr);
+  return *t;
+}
 // Set in a fork child whose mounts have no attachment of their own yet.
 std::atomic<bool> g_reattach{false};
 
@@ -40,11 +67,11 @@ void ReattachAfterFork() {
     if (!m.pool && !Pool::Attach(m.pool_file, &m.pool).ok()) {
       IntentionallyLeaked(it->release());  // calls that looked it up may still run
       it = g_mounts.erase(it);
-      g_mount_count.fetch_sub(1, std::memory_order_release);
       continue;
     }
     ++it;
   }
+  PublishTableLocked();
   g_reattach.store(false, std::memory_order_release);
 }
 
@@ -98,20 +125,25 @@ bool Absolute(int dirfd, const char* path, std::string* out) { return AbsolutePa
 }  // namespace
 
 Mount* MountOfPool(const Pool* pool) {
-  std::shared_lock<std::shared_mutex> g(g_mounts_mu);
-  for (auto& m : g_mounts)
-    if (m->pool.get() == pool) return m.get();
+  if (g_mount_count.load(std::memory_order_acquire) == 0) return nullptr;
+  for (Mount* m : Table().all)
+    if (m->pool.get() == pool) return m;
   return nullptr;
 }
 
 namespace {
 
 // The mount whose directory is exactly `dir` (lexically normal), or null.
-// Caller holds g_mounts_mu.
-Mount* MountAt(std::string_view dir) {
-  for (auto& m : g_mounts)
-    if (m->dir == dir) return m.get();
+Mount* MountAt(const MountTable& t, std::string_view dir) {
+  for (Mount* m : t.all)
+    if (m->dir == dir) return m;
   return nullptr;
+}
+
+void SetPath(PoolPath* out, Mount* m, std::string inner, uint64_t start = 0) {
+  out->mount = m;
+  out->inner = std::move(inner);
+  out->start = start;
 }
 
 // Splits an absolute path with "." or ".." or "//" in it at the mount it
@@ -121,7 +153,7 @@ Mount* MountAt(std::string_view dir) {
 // symbolic link and "d/." keep the kernel's meaning. A ".." that climbs
 // above the pool's root is found there, step by step, and the call goes
 // on from the mount directory's parent (pool_escape.h).
-bool SplitAtMount(const std::string& abs, PoolPath* out) {
+bool SplitAtMount(const MountTable& t, const std::string& abs, PoolPath* out) {
   std::vector<std::string_view> parts;
   std::string norm;
   size_t i = 0;
@@ -139,10 +171,10 @@ bool SplitAtMount(const std::string& abs, PoolPath* out) {
     }
     norm.clear();
     for (std::string_view p : parts) (norm += '/') += p;
-    Mount* m = norm.empty() ? nullptr : MountAt(norm);
+    Mount* m = norm.empty() ? nullptr : MountAt(t, norm);
     if (!m) continue;
     std::string rest = i < abs.size() ? abs.substr(i) : std::string();
-    *out = PoolPath{m, "/" + rest};
+    SetPath(out, m, "/" + rest);
     return true;
   }
   return false;
@@ -162,20 +194,20 @@ bool NeedsSplit(std::string_view p) {
 
 }  // namespace
 
-bool InPool(int dirfd, const char* path, PoolPath* out) {
-  if (g_mount_count.load(std::memory_order_acquire) == 0 || !path) return false;
-  if (g_reattach.load(std::memory_order_acquire)) ReattachAfterFork();
-  if (path[0] != '/' && dirfd != AT_FDCWD) {
+namespace {
+
+// InPool's search, inside the guard it took.
+bool FindMount(int dirfd, const char* path, bool from_fd, PoolPath* out) {
+  if (from_fd) {
     // Relative to a pool directory's descriptor: from its inode, wherever
     // the directory has been renamed since (the path it was opened by is
     // not where it is any more).
-    OpGuard g(DescriptorUse::Only(dirfd));
     if (OpenFile* of = Lookup(dirfd); of && of->d->pool) {
       const PoolNode& n = *of->d->pool;
       Mount* m = MountOfPool(n.pool);
       if (!m) return false;
       // An empty path stays empty: the resolver's ENOENT, as the kernel's.
-      *out = PoolPath{m, *path ? "/" + std::string(path) : std::string(), n.ino};
+      SetPath(out, m, *path ? "/" + std::string(path) : std::string(), n.ino);
       return true;
     }
   }
@@ -190,21 +222,36 @@ bool InPool(int dirfd, const char* path, PoolPath* out) {
     if (!Absolute(dirfd, path, &joined)) return false;
     abs = joined;
   }
-  std::shared_lock<std::shared_mutex> g(g_mounts_mu);
-  if (NeedsSplit(abs)) return SplitAtMount(std::string(abs), out);
+  const MountTable& t = Table();
+  if (NeedsSplit(abs)) return SplitAtMount(t, std::string(abs), out);
   // The common case, a plain absolute path, is matched as it is.
-  for (auto& m : g_mounts) {
+  for (Mount* m : t.all) {
     const std::string_view d = m->dir;
     if (!abs.starts_with(d)) continue;
     if (abs.size() == d.size()) {
-      *out = PoolPath{m.get(), "/"};
+      SetPath(out, m, "/");
       return true;
     }
     if (abs[d.size()] == '/') {
-      *out = PoolPath{m.get(), std::string(abs.substr(d.size()))};
+      SetPath(out, m, std::string(abs.substr(d.size())));
       return true;
     }
   }
+  return false;
+}
+
+}  // namespace
+
+bool InPool(int dirfd, const char* path, PoolPath* out) {
+  if (g_mount_count.load(std::memory_order_acquire) == 0 || !path) return false;
+  if (g_reattach.load(std::memory_order_acquire)) ReattachAfterFork();
+  UPFS_ASSERT(!out->guard && !out->mount);
+  // The guard before the table: a mount this call finds is freed only
+  // after the call ends, wherever an upfs_umount comes in.
+  const bool from_fd = path[0] != '/' && dirfd != AT_FDCWD;
+  out->guard.emplace(from_fd ? DescriptorUse::Only(dirfd) : DescriptorUse::None());
+  if (FindMount(dirfd, path, from_fd, out)) return true;
+  out->guard.reset();
   return false;
 }
 
@@ -229,7 +276,7 @@ Status MountPool(const std::string& pool, const std::string& dir) {
   for (auto& o : g_mounts)
     if (o->dir == abs) return Status::Error(EBUSY, abs + " is mounted already");
   g_mounts.push_back(std::move(m));
-  g_mount_count.fetch_add(1, std::memory_order_release);
+  PublishTableLocked();
   return Status::OK();
 }
 
@@ -247,7 +294,7 @@ Status UnmountPool(const std::string& dir) {
         return Status::Error(EBUSY, abs + ": descriptors of the pool are open");
       gone = std::move(*it);
       g_mounts.erase(it);
-      g_mount_count.fetch_sub(1, std::memory_order_release);
+      PublishTableLocked();
       break;
     }
   }

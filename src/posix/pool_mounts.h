@@ -2,10 +2,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "container/pool/namespace.h"
 #include "container/pool/pool.h"
+#include "posix/op_guard.h"
 
 namespace upfs {
 
@@ -20,7 +22,11 @@ struct Mount {
 };
 
 // A path's place in a pool: the mount and the path inside it ("/..." ).
+// While InPool's answer is true it holds the call's guard, taken before
+// the mount was looked up: an upfs_umount meanwhile frees the mount only
+// after the call ends. Not copyable (the guard is the calling thread's).
 struct PoolPath {
+  std::optional<OpGuard> guard;
   Mount* mount = nullptr;
   std::string inner;
   // The directory a relative path given with a pool directory descriptor
@@ -30,12 +36,15 @@ struct PoolPath {
 
 // Whether dirfd/path lies in a mounted pool (dirfd may be a pool
 // directory's descriptor, AT_FDCWD, or a kernel directory descriptor).
-// Costs one load when nothing is mounted.
+// Costs one load when nothing is mounted. Takes no lock: the mount table
+// is an immutable snapshot, replaced on mount and umount and freed
+// through the op guard. `out` must be fresh (no guard yet).
 bool InPool(int dirfd, const char* path, PoolPath* out);
 Status MountPool(const std::string& pool, const std::string& dir);
 Status UnmountPool(const std::string& dir);
 
-// The mount a pool descriptor's pool belongs to (for dirfd-relative paths).
+// The mount a pool descriptor's pool belongs to (for dirfd-relative
+// paths), or null. Inside an OpGuard (the mount lives until it ends).
 Mount* MountOfPool(const Pool* pool);
 
 // In a fork child (its only thread, from the pthread_atfork handler): lets

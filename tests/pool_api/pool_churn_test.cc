@@ -244,9 +244,14 @@ TEST_F(PoolConcurrencyTest, CheckpointsWrittenWhileThreadsChangeAndLook) {
   const std::string dir = P("ck");
   ASSERT_EQ(upfs_mkdir(dir.c_str(), 0755), 0) << upfs_last_error();
   for (int x = 0; x < pinned; ++x) ASSERT_EQ(CreateFile(dir + "/pin" + std::to_string(x), "pin\n"), 0);
-  upfs::PoolPath pp;
-  ASSERT_TRUE(upfs::InPool(AT_FDCWD, mnt_.c_str(), &pp));
-  upfs::Pool* pool = pp.mount->pool.get();
+  upfs::Pool* pool;  // lives while mounted
+  {
+    // A PoolPath holds a call's guard, which would keep the mount (and the
+    // pool) attached past the umount at the end: let go of it at once.
+    upfs::PoolPath pp;
+    ASSERT_TRUE(upfs::InPool(AT_FDCWD, mnt_.c_str(), &pp));
+    pool = pp.mount->pool.get();
+  }
 
   Errors errs;
   std::atomic<int> running{workers};

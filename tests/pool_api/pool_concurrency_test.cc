@@ -504,6 +504,41 @@ TEST_F(PoolConcurrencyTest, ConcurrentClosesJustAfterMount) {
   Mount();
 }
 
+// Path calls in other threads while the pool is unmounted and mounted
+// again. A path call found its Mount under the mount table's lock and
+// began its guard only after, so an upfs_umount in between freed the
+// Mount (and the pool) under it; ThreadSanitizer saw the free race the
+// call's reads. InPool now begins the guard before it reads the table.
+TEST_F(PoolConcurrencyTest, UmountWhileOtherThreadsResolvePaths) {
+  const int threads = 2;
+  const uint64_t rounds = Scaled(400, 40);
+  ASSERT_EQ(CreateFile(P("f"), "x"), 0);
+  std::atomic<bool> stop{false};
+  Errors errors;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&] {
+      const std::string p = P("f");
+      while (!stop.load(std::memory_order_relaxed) && !errors.Many()) {
+        struct stat st;
+        // Mounted: the pool's file. Not mounted: the kernel has no such path.
+        if (upfs_stat(p.c_str(), &st) == 0) {
+          if (st.st_size != 1) errors.Add("stat: size " + std::to_string(st.st_size));
+        } else if (errno != ENOENT) {
+          errors.Add(std::string("stat: ") + upfs_last_error());
+        }
+      }
+    });
+  for (uint64_t r = 0; r < rounds && !errors.Many(); ++r) {
+    Umount();
+    Mount();
+    if (HasFatalFailure()) break;
+  }
+  stop.store(true);
+  for (auto& th : ts) th.join();
+  EXPECT_EQ(errors.count(), 0u) << errors.Text();
+}
+
 // Processes that detach while a thread of another process lists. It leaked
 // blocks (found by the process test above), most runs: a process whose
 // checkpoints retired log and image blocks freed them at detach only if
