@@ -235,7 +235,8 @@ Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved
 }
 
 Status PoolNamespace::Commit(const NsRecord& rec, FunctionRef<Status()> validate,
-                             FunctionRef<void()> with_payload) {
+                             FunctionRef<void()> with_payload, bool* committed_out) {
+  if (committed_out) *committed_out = false;
   uint32_t slot;
   UPFS_RETURN_IF_ERROR(pool_->NamespaceSlot(&slot));
   EpochPin pin(pool_->epochs(), slot);  // the log's blocks stay while it is read
@@ -270,7 +271,13 @@ Status PoolNamespace::Commit(const NsRecord& rec, FunctionRef<Status()> validate
     NsLog::Pending pending;
     UPFS_RETURN_IF_ERROR(log->TryCommit(r, &committed, &lost, &pending));
     if (committed) {
+      if (committed_out) *committed_out = true;
       Status applied = pool_->index()->Apply(rec, /*validated=*/true);
+      // Only damage or a bug gets here: the record is in the log and not in
+      // the index, whose position is past it (a checkpoint written from it
+      // would drop the record). Made again from the log, the index has the
+      // record, or stops before it as every other process's does.
+      if (!applied.ok()) (void)pool_->ReloadIndexLocked();
       const bool due = pool_->CheckpointDue();
       g.unlock();
       log->MakeDurable(pending);
@@ -361,8 +368,9 @@ Status PoolNamespace::NameStillFree(const Resolved& at) const {
 }
 
 Status PoolNamespace::CommitNewInode(RecordType type, FileType kind, const Resolved& at, mode_t mode,
-                                     Inode* image, uint64_t* ino) {
+                                     Inode* image, uint64_t* ino, bool* committed) {
   *ino = 0;
+  *committed = false;
   Inode* in;
   UPFS_RETURN_IF_ERROR(NewInode(kind, at.dir, mode, ino, image, &in));
   const NsRecord rec{type, kind, *ino, at.dir, 0, 0, at.name, {}};
@@ -370,7 +378,7 @@ Status PoolNamespace::CommitNewInode(RecordType type, FileType kind, const Resol
     InodeAllocator::WriteImage(in, *image);
     TouchDir(at.dir);
   };
-  Status st = Commit(rec, [&]() { return NameStillFree(at); }, with_record);
+  Status st = Commit(rec, [&]() { return NameStillFree(at); }, with_record, committed);
   // Failed, the image is written (again, if the reservation wrote it: the
   // same bytes) before the caller gives the inode back: Free and
   // ReleaseInode read its fields, and until written the inode holds its
@@ -393,13 +401,16 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
   // which another process could remove and free it first.
   if (held_gen) image.open_count.store(1, std::memory_order_relaxed);
   uint64_t n;
-  if (Status st = CommitNewInode(RecordType::kCreate, FileType::kRegular, at, mode & ~who_->umask, &image, &n);
+  bool committed;
+  if (Status st = CommitNewInode(RecordType::kCreate, FileType::kRegular, at, mode & ~who_->umask, &image, &n,
+                                 &committed);
       !st.ok()) {
-    // The creator's hold goes with the inode (Take added it to the count,
-    // which outlives the inode's life).
+    // The creator's hold goes (Take added it to the count, which outlives
+    // the inode's life), and the inode with it unless its record is in
+    // the log (the index failed to apply it: the file is the log's).
     Inode* in;
     if (n && held_gen && pool_->InodeAt(n, &in).ok()) in->open_count.fetch_sub(1, std::memory_order_seq_cst);
-    if (n) pool_->inodes()->Free(n);
+    if (n && !committed) pool_->inodes()->Free(n);
     return st;
   }
   *ino = n;
@@ -416,8 +427,10 @@ Status PoolNamespace::Mkdir(const Resolved& at, mode_t mode) {
   InodeImage img;
   Inode& image = *img.get();
   uint64_t n;
-  Status st = CommitNewInode(RecordType::kMkdir, FileType::kDirectory, at, mode & 07777 & ~who_->umask, &image, &n);
-  if (!st.ok() && n) pool_->inodes()->Free(n);
+  bool committed;
+  Status st = CommitNewInode(RecordType::kMkdir, FileType::kDirectory, at, mode & 07777 & ~who_->umask, &image, &n,
+                             &committed);
+  if (!st.ok() && n && !committed) pool_->inodes()->Free(n);
   return st;
 }
 
@@ -441,8 +454,9 @@ Status PoolNamespace::Symlink(const Resolved& at, std::string_view target) {
     image.target_block.store(block, std::memory_order_relaxed);
   }
   uint64_t n;
-  Status st = CommitNewInode(RecordType::kCreate, FileType::kSymlink, at, 0777, &image, &n);
-  if (!st.ok()) {
+  bool committed;
+  Status st = CommitNewInode(RecordType::kCreate, FileType::kSymlink, at, 0777, &image, &n, &committed);
+  if (!st.ok() && !committed) {
     if (n)
       pool_->ReleaseInode(n);  // and the target block its image names
     else if (block)

@@ -113,8 +113,11 @@ class PoolNamespace {
   Status StatFile(uint64_t ino, struct stat* st, bool held, const Resolved* named = nullptr);
   // Commits rec once validate() holds at the log's tail. `with_payload`:
   // writes to make durable with the record's payload (NsLog::Reserve), run
-  // once, before the first reservation's fence.
-  Status Commit(const NsRecord& rec, FunctionRef<Status()> validate, FunctionRef<void()> with_payload = {});
+  // once, before the first reservation's fence. *committed (if given):
+  // whether the record committed, even if the call then fails (the index
+  // could not apply it: damage); what the record names is then the log's.
+  Status Commit(const NsRecord& rec, FunctionRef<Status()> validate, FunctionRef<void()> with_payload = {},
+                bool* committed = nullptr);
   // Whether the index is where it was when `r` was resolved (index lock held).
   bool SameView(const Resolved& r) const;
   Status NameStillFree(const Resolved& at) const;
@@ -125,9 +128,10 @@ class PoolNamespace {
   // Takes an inode for `image` and commits the record of `type` that
   // names it as `at`, the image written with the record's payload. *ino:
   // the inode taken (0: none), which a failed call leaves written, for the
-  // caller to give back.
+  // caller to give back unless *committed (the record that names it is in
+  // the log, though the call failed).
   Status CommitNewInode(format::pool::RecordType type, format::pool::FileType kind, const Resolved& at,
-                        mode_t mode, format::pool::Inode* image, uint64_t* ino);
+                        mode_t mode, format::pool::Inode* image, uint64_t* ino, bool* committed);
   void TouchDir(uint64_t dir);
   // Sets ino's ctime; `durable`: flushed for the next fence (an inode
   // losing its last name needs no durable ctime, and a flush would evict

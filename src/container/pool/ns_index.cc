@@ -1,5 +1,7 @@
 #include "container/pool/ns_index.h"
 
+#include <atomic>
+
 #include <algorithm>
 #include <utility>
 
@@ -12,7 +14,10 @@ using format::pool::RecordType;
 
 namespace {
 Status Misfit(const char* what) { return Status::Corrupt("namespace log", what); }
+std::atomic<int> g_fail_validated_applies{0};
 }  // namespace
+
+void NsIndex::FailValidatedAppliesForTest(int n) { g_fail_validated_applies.store(n); }
 
 void NsIndex::Rebase(uint64_t root, std::unique_ptr<BaseImage> base) {
   root_ = root;
@@ -214,6 +219,9 @@ Status NsIndex::Remove(uint64_t dir, std::string_view name, uint64_t expect_ino,
 }
 
 Status NsIndex::Apply(const NsRecord& r, bool validated) {
+  if (validated && g_fail_validated_applies.load(std::memory_order_relaxed) > 0 &&
+      g_fail_validated_applies.fetch_sub(1) > 0)
+    return Misfit("failed for a test");
   ++records_;
   switch (r.type) {
     case RecordType::kCreate:

@@ -97,6 +97,9 @@ class NsIndex {
   // state under the index lock; the check that a name it adds is absent is
   // not repeated.
   Status Apply(const NsRecord& r, bool validated = false);
+  // Tests: the next n applies of a validated record (the committer's own)
+  // fail as damage would make them, in every index of the process.
+  static void FailValidatedAppliesForTest(int n);
 
  private:
   // A directory some record after the checkpoint changed.

@@ -300,6 +300,11 @@ Status Pool::CatchUpLocked() {
   return log_.ReadNew([this](const NsRecord& r) { return index_.Apply(r); });
 }
 
+Status Pool::ReloadIndexLocked() {
+  UPFS_RETURN_IF_ERROR(LoadNamespace());
+  return log_.ReadNew([this](const NsRecord& r) { return index_.Apply(r); });
+}
+
 Status Pool::LockLatest(std::shared_lock<SpinSharedMutex>* g) {
   std::shared_lock<SpinSharedMutex> s(index_mu_);
   if (!log_.AnyNew() && !CheckpointUnseen()) {

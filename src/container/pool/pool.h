@@ -100,6 +100,10 @@ class Pool {
   Status CatchUp();
   // The same, for a caller holding the index lock exclusively and pinned.
   Status CatchUpLocked();
+  // Makes the index again from the newest checkpoint and the log (index
+  // lock held exclusively, pinned): after a committed record it could not
+  // apply, so that it never stands for a position past a record it lacks.
+  Status ReloadIndexLocked();
   // Takes the index lock shared, on an index that holds every record
   // committed before the call (catching up first if the log moved). The
   // caller is pinned. One lock round trip when nothing is new.
