@@ -193,13 +193,15 @@ Status BlockSource::ClaimChunk(ThreadBlocks* t, uint64_t want) {
       return Status::OK();
     }
     if (space_->GrowInFlight()) {
-      // The background worker is already growing the file: wait for it
-      // rather than doing the same kernel work twice.
+      // The background worker is already growing the file: help it (take
+      // extents of its step from the top) rather than start the same
+      // kernel work twice, and once nothing is left to take, wait for it.
       // Sleep, not spin: the kernel work it waits for (page allocation,
       // huge-page collapse) needs this CPU for its per-CPU drains.
       while (space_->GrowInFlight() &&
-             bm_->words()->capacity_blocks.load(std::memory_order_acquire) == cap)
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
+             bm_->words()->capacity_blocks.load(std::memory_order_acquire) == cap) {
+        if (!space_->HelpGrow()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
       continue;
     }
     // Full: grow the space now and publish the new capacity.

@@ -37,6 +37,9 @@ class BlockSpace {
   virtual void GrowAhead(uint64_t bytes, std::function<void()> done) = 0;
   // True while a GrowAhead request is being carried out.
   virtual bool GrowInFlight() const = 0;
+  // Does a share of the growth in progress in the calling thread, which
+  // would otherwise wait for it; false if there is nothing to share.
+  virtual bool HelpGrow() = 0;
   // Re-reads the capacity (another process may have grown the space).
   virtual Status RefreshCapacity() = 0;
   // Makes everything written to [offset, offset + bytes) durable.

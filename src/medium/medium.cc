@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -76,35 +77,69 @@ bool PopulateWanted() {
   return wanted;
 }
 
-// Whether growth makes fresh extents huge pages now. Process-wide, as the
-// kernel's free memory is: MADV_COLLAPSE of a fresh extent cost 0.15 ms
-// where free huge pages were at hand and 4.6 ms (median of 64 extents,
-// one run after the other on this machine) where free memory had to be
-// compacted first, against 1 ms to allocate and map the extent's small
-// pages either way. A collapse slower than the small pages it replaces
-// turns huge pages off for growth for kHugeOffFor; the medium's worker
-// collapses those extents once growth is quiet.
-constexpr int64_t kHugeOffFor = 1'000'000'000;  // ns
-std::atomic<int64_t> g_huge_off_until{0};          // steady clock, ns
-std::atomic<int64_t> g_small_extent_ns{1'000'000};  // what a small-page extent costs (moving average)
-
 int64_t SteadyNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
-bool CollapseNow() { return SteadyNs() >= g_huge_off_until.load(std::memory_order_relaxed); }
+// Whether growth makes fresh extents huge pages now. Process-wide, as the
+// kernel's free memory is: MADV_COLLAPSE of a fresh extent cost 0.15 ms
+// where free huge pages were at hand and 4.6 ms (median of 64 extents,
+// one run after the other on this machine) where free memory had to be
+// compacted first, against 1-1.2 ms to allocate and map the extent's small
+// pages either way. Single collapses vary: in a run where most took
+// 0.1-0.3 ms, one in 15 took over 3 ms. So while the median of the last
+// kSamples collapses costs more than small pages (their moving average),
+// growth uses small pages (the medium's worker collapses those extents
+// once growth is quiet), and every kHugeOffFor it tries one collapse
+// again: a cheap one turns huge pages back on (the kernel's memory may
+// have been compacted meanwhile).
+class HugePageChoice {
+ public:
+  enum Choice { kSmall, kHuge, kProbe };
+  Choice Now() const {
+    const int64_t off = off_until_.load(std::memory_order_relaxed);
+    if (off == 0) return kHuge;
+    return SteadyNs() >= off ? kProbe : kSmall;
+  }
+  void NoteCollapse(Choice c, int64_t ns, bool ok) {
+    const int64_t small = small_ns_.load(std::memory_order_relaxed);
+    if (c == kProbe && ok && ns <= small) {
+      for (auto& v : recent_) v.store(ns, std::memory_order_relaxed);
+      off_until_.store(0, std::memory_order_relaxed);
+      return;
+    }
+    recent_[next_.fetch_add(1, std::memory_order_relaxed) % kSamples].store(ok ? ns : kFailed,
+                                                                           std::memory_order_relaxed);
+    const bool worth = c != kProbe && MedianNs() <= small;
+    off_until_.store(worth ? 0 : SteadyNs() + kHugeOffFor, std::memory_order_relaxed);
+  }
+  void NoteSmall(int64_t ns) {
+    const int64_t avg = small_ns_.load(std::memory_order_relaxed);
+    small_ns_.store(avg + (ns - avg) / 4, std::memory_order_relaxed);
+  }
 
-void NoteCollapse(int64_t ns, bool ok) {
-  if (!ok || ns > g_small_extent_ns.load(std::memory_order_relaxed))
-    g_huge_off_until.store(SteadyNs() + kHugeOffFor, std::memory_order_relaxed);
-}
+ private:
+  static constexpr int kSamples = 8;
+  static constexpr int64_t kHugeOffFor = 1'000'000'000;  // ns
+  static constexpr int64_t kFailed = int64_t{1} << 40;   // a failed collapse counts as endless
+  int64_t MedianNs() const {
+    std::array<int64_t, kSamples> v;
+    for (int i = 0; i < kSamples; ++i) v[i] = recent_[i].load(std::memory_order_relaxed);
+    std::nth_element(v.begin(), v.begin() + kSamples / 2, v.end());
+    return v[kSamples / 2];
+  }
+  std::atomic<int64_t> off_until_{0};  // steady clock ns; 0: huge pages on
+  std::array<std::atomic<int64_t>, kSamples> recent_{};  // the last collapses, ns (0: none yet)
+  std::atomic<uint32_t> next_{0};
+  std::atomic<int64_t> small_ns_{1'000'000};  // moving average of a small-page extent
+};
+HugePageChoice g_huge_pages;
 
-void NoteSmallExtent(int64_t ns) {
-  const int64_t was = g_small_extent_ns.load(std::memory_order_relaxed);
-  g_small_extent_ns.store(was + (ns - was) / 8, std::memory_order_relaxed);
-}
+// What Grow allocates at the start of a fresh extent before collapsing it
+// (see Grow: with one or two pages present the collapse is slow).
+constexpr uint64_t kCollapseSeed = 64 * 1024;
 
 // Mapping an extent of huge pages takes a fault or two (the huge page,
 // the page-table page); one of small pages, a fault per page (512
@@ -321,14 +356,13 @@ Status Medium::Grow(uint64_t bytes) {
   const bool huge = kind_ == MediumKind::kTmpfs && HugePagesWanted() &&
                     target % kExtentSize == 0 && RoundUp(cur, kExtentSize) < target;
   const uint64_t huge_from = huge ? RoundUp(cur, kExtentSize) : target;
-  constexpr uint64_t kSeed = 64 * 1024;
   // fallocate (never ftruncate, which could shrink a file another process
   // has grown further) is idempotent, so racing growers are fine.
   int rc = 0;
   if (cur < huge_from) rc = posix_fallocate(fd_, off_t(cur), off_t(huge_from - cur));
   if (huge) {
     for (uint64_t e = huge_from; e < target && rc == 0; e += kExtentSize)
-      rc = posix_fallocate(fd_, off_t(e), off_t(kSeed));
+      rc = posix_fallocate(fd_, off_t(e), off_t(kCollapseSeed));
     if (rc == 0) rc = posix_fallocate(fd_, off_t(target - kPageSize), off_t(kPageSize));
   }
   if (rc != 0) return Status::Error(rc, "grow " + path_);
@@ -337,32 +371,47 @@ Status Medium::Grow(uint64_t bytes) {
   RaiseCapacity(target);
   UPFS_RETURN_IF_ERROR(MapLocked(capacity()));
   if (huge) {
-    // Each extent a huge page while collapsing costs less than small pages
-    // (CollapseNow, above); else small pages, which the worker collapses
-    // once growth is quiet. A collapse also drains per-CPU page lists,
-    // which needs every CPU: waiters sleep rather than spin
+    // Threads that wait for this growth take extents from the top
+    // (HelpGrow). A collapse drains per-CPU page lists, which needs every
+    // CPU: waiters that find nothing to take sleep rather than spin
     // (BlockSource::ClaimChunk).
-    char* b = base();
-    bool any_small = false;
-    for (uint64_t e = huge_from; e < target; e += kExtentSize) {
-      if (CollapseNow()) {
-        madvise(b + e, kSeed, MADV_POPULATE_WRITE);
-        const int64_t t0 = SteadyNs();
-        const bool ok = madvise(b + e, kExtentSize, MADV_COLLAPSE) == 0;
-        NoteCollapse(SteadyNs() - t0, ok);
-        if (ok) continue;
-      }
-      const int64_t t0 = SteadyNs();
-      rc = posix_fallocate(fd_, off_t(e), off_t(kExtentSize));
-      if (rc != 0) return Status::Error(rc, "grow " + path_);
-      madvise(b + e, kExtentSize, MADV_POPULATE_WRITE);
-      NoteSmallExtent(SteadyNs() - t0);
-      any_small = true;
-    }
+    work_.Open(huge_from / kExtentSize, target / kExtentSize);
+    for (uint64_t x; work_.TakeLow(&x);) ProvisionExtent(x * kExtentSize);
+    work_.Close([] { std::this_thread::sleep_for(std::chrono::microseconds(20)); });
+    if (const int failed = work_.failure()) return Status::Error(failed, "grow " + path_);
     std::lock_guard<std::mutex> wg(work_mu_);
-    if (!any_small && collapsed_ >= huge_from) collapsed_ = target;  // nothing left to collapse there
+    // Nothing left to collapse there, unless an extent got small pages.
+    if (!work_.any_small_pages() && collapsed_ >= huge_from) collapsed_ = target;
   }
   return Status::OK();
+}
+
+void Medium::ProvisionExtent(uint64_t e) {
+  char* b = base();
+  if (const HugePageChoice::Choice c = g_huge_pages.Now(); c != HugePageChoice::kSmall) {
+    madvise(b + e, kCollapseSeed, MADV_POPULATE_WRITE);
+    const int64_t t0 = SteadyNs();
+    const bool ok = madvise(b + e, kExtentSize, MADV_COLLAPSE) == 0;
+    g_huge_pages.NoteCollapse(c, SteadyNs() - t0, ok);
+    if (ok) return;
+  }
+  const int64_t t0 = SteadyNs();
+  if (const int rc = posix_fallocate(fd_, off_t(e), off_t(kExtentSize)); rc != 0) {
+    work_.Fail(rc);
+    return;
+  }
+  madvise(b + e, kExtentSize, MADV_POPULATE_WRITE);
+  g_huge_pages.NoteSmall(SteadyNs() - t0);
+  work_.NoteSmallPages();
+}
+
+bool Medium::HelpGrow() {
+  work_.Enter();
+  uint64_t x;
+  const bool took = work_.TakeHigh(&x);
+  if (took) ProvisionExtent(x * kExtentSize);
+  work_.Leave();
+  return took;
 }
 
 void Medium::GrowAhead(uint64_t bytes, std::function<void()> done) {

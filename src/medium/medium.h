@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "medium/block_space.h"
+#include "medium/extent_work.h"
 #include "util/status.h"
 
 namespace upfs {
@@ -89,6 +90,9 @@ class Medium final : public BlockSpace {
   void PopulateAhead();
   // True while the background worker has a growth request in hand.
   bool GrowInFlight() const override { return growing_.load(std::memory_order_acquire); }
+  // Gives pages to one extent of the growth step in progress, from its top
+  // (ExtentWork); false if none is left.
+  bool HelpGrow() override;
   // Stops the background worker (waits for the step it is in).
   void JoinBackground() override;
 
@@ -112,6 +116,11 @@ class Medium final : public BlockSpace {
   Status Reserve(uint64_t bytes, char** out, uint64_t* len);
   Status MapRange(char* base, uint64_t from, uint64_t to);
   int PopulateAdvice() const;  // MADV_POPULATE_READ, or _WRITE when writable
+  // Gives the extent at offset e its pages: a huge page while collapsing
+  // costs less than small pages (HugePageChoice, medium.cc), else small pages. Tmpfs,
+  // the file already long enough and mapped; run by Grow and HelpGrow.
+  void ProvisionExtent(uint64_t e);
+  ExtentWork work_;  // the growth step whose extents are being provisioned
 
   int fd_;
   std::string path_;

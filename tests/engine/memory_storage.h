@@ -56,6 +56,7 @@ class MemorySpace final : public BlockSpace {
   }
   void GrowAhead(uint64_t, std::function<void()>) override {}  // growth on demand only
   bool GrowInFlight() const override { return false; }
+  bool HelpGrow() override { return false; }  // no background growth to share
   Status RefreshCapacity() override { return Status::OK(); }
   Status Sync(uint64_t, uint64_t) override { return Status::OK(); }
   void Settle() override {}
