@@ -85,6 +85,7 @@ class BaseImage {
   const format::pool::CheckpointHeader* h_ = nullptr;
   uint64_t header_block_ = 0;
   std::vector<const uint64_t*> blocks_;
+  const BlockSpace* space_ = nullptr;  // the pool's (for FindName's prefetch)
 };
 
 // Builds an image: directories are added in order of inode number, each
