@@ -295,7 +295,9 @@ TEST(SameName, EveryByteOfEveryLengthCounts) {
       EXPECT_FALSE(SameName(va, vb)) << "length " << n << ", byte " << i;
       b[i] ^= 1;
     }
-    if (n > 0) EXPECT_FALSE(SameName(va, std::string_view(b.get(), n - 1))) << n;
+    if (n > 0) {
+      EXPECT_FALSE(SameName(va, std::string_view(b.get(), n - 1))) << n;
+    }
   }
 }
 

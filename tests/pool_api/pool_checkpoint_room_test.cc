@@ -36,7 +36,9 @@ void MakePoolWithFiles(const std::string& pool, const std::string& dir, int file
   ASSERT_EQ(upfs_mkfs(pool.c_str(), 0), 0) << upfs_last_error();
   ASSERT_EQ(upfs_mount(pool.c_str(), mnt.c_str()), 0) << upfs_last_error();
   const std::string in = dir.empty() ? mnt : mnt + "/" + dir;
-  if (!dir.empty()) ASSERT_EQ(upfs_mkdir(in.c_str(), 0755), 0);
+  if (!dir.empty()) {
+    ASSERT_EQ(upfs_mkdir(in.c_str(), 0755), 0);
+  }
   for (int i = 0; i < files; ++i) {
     const int fd = upfs_open((in + "/f" + std::to_string(i)).c_str(), O_CREAT | O_WRONLY, 0644);
     ASSERT_GE(fd, 0) << i << " " << upfs_last_error();
