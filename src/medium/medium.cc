@@ -9,12 +9,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
 
+#include "medium/huge_page_choice.h"
 #include "medium/pm.h"
 
 #ifndef MAP_SHARED_VALIDATE
@@ -83,58 +83,7 @@ int64_t SteadyNs() {
       .count();
 }
 
-// Whether growth makes fresh extents huge pages now. Process-wide, as the
-// kernel's free memory is: MADV_COLLAPSE of a fresh extent cost 0.15 ms
-// where free huge pages were at hand and 4.6 ms (median of 64 extents,
-// one run after the other on this machine) where free memory had to be
-// compacted first, against 1-1.2 ms to allocate and map the extent's small
-// pages either way. Single collapses vary: in a run where most took
-// 0.1-0.3 ms, one in 15 took over 3 ms. So while the median of the last
-// kSamples collapses costs more than small pages (their moving average),
-// growth uses small pages (the medium's worker collapses those extents
-// once growth is quiet), and every kHugeOffFor it tries one collapse
-// again: a cheap one turns huge pages back on (the kernel's memory may
-// have been compacted meanwhile).
-class HugePageChoice {
- public:
-  enum Choice { kSmall, kHuge, kProbe };
-  Choice Now() const {
-    const int64_t off = off_until_.load(std::memory_order_relaxed);
-    if (off == 0) return kHuge;
-    return SteadyNs() >= off ? kProbe : kSmall;
-  }
-  void NoteCollapse(Choice c, int64_t ns, bool ok) {
-    const int64_t small = small_ns_.load(std::memory_order_relaxed);
-    if (c == kProbe && ok && ns <= small) {
-      for (auto& v : recent_) v.store(ns, std::memory_order_relaxed);
-      off_until_.store(0, std::memory_order_relaxed);
-      return;
-    }
-    recent_[next_.fetch_add(1, std::memory_order_relaxed) % kSamples].store(ok ? ns : kFailed,
-                                                                           std::memory_order_relaxed);
-    const bool worth = c != kProbe && MedianNs() <= small;
-    off_until_.store(worth ? 0 : SteadyNs() + kHugeOffFor, std::memory_order_relaxed);
-  }
-  void NoteSmall(int64_t ns) {
-    const int64_t avg = small_ns_.load(std::memory_order_relaxed);
-    small_ns_.store(avg + (ns - avg) / 4, std::memory_order_relaxed);
-  }
-
- private:
-  static constexpr int kSamples = 8;
-  static constexpr int64_t kHugeOffFor = 1'000'000'000;  // ns
-  static constexpr int64_t kFailed = int64_t{1} << 40;   // a failed collapse counts as endless
-  int64_t MedianNs() const {
-    std::array<int64_t, kSamples> v;
-    for (int i = 0; i < kSamples; ++i) v[i] = recent_[i].load(std::memory_order_relaxed);
-    std::nth_element(v.begin(), v.begin() + kSamples / 2, v.end());
-    return v[kSamples / 2];
-  }
-  std::atomic<int64_t> off_until_{0};  // steady clock ns; 0: huge pages on
-  std::array<std::atomic<int64_t>, kSamples> recent_{};  // the last collapses, ns (0: none yet)
-  std::atomic<uint32_t> next_{0};
-  std::atomic<int64_t> small_ns_{1'000'000};  // moving average of a small-page extent
-};
+// Process-wide, as the kernel's free memory is (huge_page_choice.h).
 HugePageChoice g_huge_pages;
 
 // What Grow allocates at the start of a fresh extent before collapsing it
@@ -388,11 +337,12 @@ Status Medium::Grow(uint64_t bytes) {
 
 void Medium::ProvisionExtent(uint64_t e) {
   char* b = base();
-  if (const HugePageChoice::Choice c = g_huge_pages.Now(); c != HugePageChoice::kSmall) {
+  if (const HugePageChoice::Choice c = g_huge_pages.Now(SteadyNs()); c != HugePageChoice::kSmall) {
     madvise(b + e, kCollapseSeed, MADV_POPULATE_WRITE);
     const int64_t t0 = SteadyNs();
     const bool ok = madvise(b + e, kExtentSize, MADV_COLLAPSE) == 0;
-    g_huge_pages.NoteCollapse(c, SteadyNs() - t0, ok);
+    const int64_t t1 = SteadyNs();
+    g_huge_pages.NoteCollapse(c, t1 - t0, ok, t1);
     if (ok) return;
   }
   const int64_t t0 = SteadyNs();

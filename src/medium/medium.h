@@ -117,7 +117,7 @@ class Medium final : public BlockSpace {
   Status MapRange(char* base, uint64_t from, uint64_t to);
   int PopulateAdvice() const;  // MADV_POPULATE_READ, or _WRITE when writable
   // Gives the extent at offset e its pages: a huge page while collapsing
-  // costs less than small pages (HugePageChoice, medium.cc), else small pages. Tmpfs,
+  // costs less than small pages (huge_page_choice.h), else small pages. Tmpfs,
   // the file already long enough and mapped; run by Grow and HelpGrow.
   void ProvisionExtent(uint64_t e);
   ExtentWork work_;  // the growth step whose extents are being provisioned
