@@ -210,6 +210,27 @@ Status BlockSource::ClaimChunk(ThreadBlocks* t, uint64_t want) {
   return Status::Error(ENOSPC, "no free blocks after growing the file");
 }
 
+Status BlockSource::AllocContiguous(ThreadBlocks* t, uint64_t n, Run* out) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::vector<Run> runs;
+    UPFS_RETURN_IF_ERROR(Alloc(t, n, &runs));
+    if (runs.size() == 1) {
+      *out = runs[0];
+      return Status::OK();
+    }
+    FreeRuns(t, runs);
+    DropChunk(t);  // the next claim looks elsewhere
+    if (attempt == 0) continue;
+    // The free space is in pieces shorter than n (a pool after many small
+    // files; CI once failed a pool bench's prefill so): take fresh space
+    // at the end, where nothing is claimed yet.
+    const uint64_t cap = bm_->words()->capacity_blocks.load(std::memory_order_acquire);
+    UPFS_RETURN_IF_ERROR(EnsureCapacity(cap + std::max<uint64_t>(n, kChunkBlocks)));
+    t->prefer = cap;
+  }
+  return Status::Error(ENOSPC, "no " + std::to_string(n) + " contiguous free blocks");
+}
+
 Status BlockSource::EnsureCapacity(uint64_t blocks) {
   if (blocks > format::kMaxBlocks - 1) return Status::Error(EFBIG, "file would exceed upfs limit");
   if (bm_->words()->capacity_blocks.load(std::memory_order_acquire) >= blocks) return Status::OK();

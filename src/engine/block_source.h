@@ -54,6 +54,9 @@ class BlockSource {
   // Appends runs totalling `n` blocks to *runs, as contiguous as possible.
   Status Alloc(ThreadBlocks* t, uint64_t n, std::vector<format::Run>* runs);
   Status AllocOne(ThreadBlocks* t, uint32_t* l);
+  // One run of exactly `n` blocks (a payload's overflow must be one): when
+  // the free space is all in shorter pieces, from space grown past the end.
+  Status AllocContiguous(ThreadBlocks* t, uint64_t n, format::Run* out);
   // Grows the space, if needed, so that it has room for `blocks` blocks in
   // all (fallocate's reservation: see docs/design.md).
   Status EnsureCapacity(uint64_t blocks);

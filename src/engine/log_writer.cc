@@ -102,15 +102,9 @@ Status LogWriter::BuildPayload(ThreadBlocks* t, PendingEntry* p, uint32_t vblock
   words.reserve(runs.size());
   for (const Run& r : runs) words.push_back(EncodeRun(r));
   uint64_t nblocks = CeilBlocks(words.size() * 8);
-  UPFS_RETURN_IF_ERROR(source_->Alloc(t, nblocks, &p->overflow));
-  if (p->overflow.size() != 1) {
-    // Overflow runs must be contiguous; give these back and take a fresh chunk.
-    source_->FreeRuns(t, p->overflow);
-    p->overflow.clear();
-    source_->DropChunk(t);  // force a fresh chunk
-    UPFS_RETURN_IF_ERROR(source_->Alloc(t, nblocks, &p->overflow));
-    if (p->overflow.size() != 1) return Status::Error(ENOSPC, "no contiguous overflow space");
-  }
+  Run overflow;
+  UPFS_RETURN_IF_ERROR(source_->AllocContiguous(t, nblocks, &overflow));  // the payload names one run
+  p->overflow.push_back(overflow);
   char* dst = nullptr;
   UPFS_RETURN_IF_ERROR(access_.Addr(p->overflow[0].lblock, &dst));
   UPFS_RETURN_IF_ERROR(access_.CheckRange(p->overflow[0].lblock, nblocks, "overflow"));

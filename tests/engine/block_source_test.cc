@@ -186,6 +186,37 @@ TEST(BlockSourcePartitions, FragmentedSpaceIsFoundWithoutGrowing) {
   ExpectSummariesAgree(ms);
 }
 
+// A payload's overflow must be one run. With every free block alone
+// between taken ones, Alloc gives single blocks; AllocContiguous grows the
+// space and takes the run past the old end (before it, a write with more
+// runs than a payload holds failed with ENOSPC: a pool bench's prefill in
+// CI, "no contiguous overflow space").
+TEST(BlockSourcePartitions, AContiguousRunComesFromPastTheEndWhenFreeSpaceIsInPieces) {
+  MemoryStorage ms = PoolStorage(4096);
+  BlockSource& src = ms.source();
+  ThreadBlocks t;
+  std::vector<FRun> all;
+  ASSERT_TRUE(src.Alloc(&t, 4096 - 2, &all).ok());
+  src.ReturnAll(&t);
+  std::vector<uint32_t> blocks;
+  for (const FRun& r : all)
+    for (uint32_t i = 0; i < r.count; ++i) blocks.push_back(r.lblock + i);
+  for (size_t i = 0; i < blocks.size(); i += 2) ms.bitmap().Clear(blocks[i]);  // every other block
+  const uint64_t cap = ms.bitmap().capacity();
+  ThreadBlocks u;
+  std::vector<FRun> pieces;
+  ASSERT_TRUE(src.Alloc(&u, 3, &pieces).ok());
+  EXPECT_GT(pieces.size(), 1u) << "the space is in pieces";
+  src.FreeRuns(&u, pieces);
+  FRun run{};
+  ASSERT_TRUE(src.AllocContiguous(&u, 3, &run).ok());
+  EXPECT_EQ(run.count, 3u);
+  EXPECT_GE(run.lblock, cap) << "from the grown space";
+  EXPECT_TRUE(AllTaken(ms, {run}, true));
+  src.ReturnAll(&u);
+  ExpectSummariesAgree(ms);
+}
+
 TEST(BlockSourcePartitions, ThreadsClaimingAndFreeingNeverShareABlock) {
   MemoryStorage ms = PoolStorage(16384);
   BlockSource& src = ms.source();
