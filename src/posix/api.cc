@@ -173,7 +173,7 @@ int OpenOrCreateHost(const char* path, int kflags, mode_t mode, bool* created) {
 int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consistency) {
   if (!path) return FailErrno(EFAULT, "null path");
   if (PoolPath p; InPool(AT_FDCWD, path, &p))
-    return FollowEscape([&] { return PoolOpen(p, flags, mode, consistency); },
+    return FollowEscape({&p}, [&] { return PoolOpen(p, flags, mode, consistency); },
                         [&](const std::string& to, int) { return OpenImpl(to.c_str(), flags, mode, consistency); });
   if (CheckOpenFlags(flags) != 0) return -1;
   // O_TRUNC must not reach the kernel: it would drop the upfs metadata.

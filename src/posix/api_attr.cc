@@ -171,7 +171,7 @@ int upfs_fstatat(int dirfd, const char* path, struct stat* st, int flags) {
     if (int r = PoolFstatFd(dirfd, st); r != -2) return r;
   }
   if (PoolPath p; InPool(dirfd, path, &p))
-    return FollowEscape([&] { return PoolStat(p, st, !(flags & AT_SYMLINK_NOFOLLOW)); },
+    return FollowEscape({&p}, [&] { return PoolStat(p, st, !(flags & AT_SYMLINK_NOFOLLOW)); },
                         [&](const std::string& to, int) { return upfs_fstatat(AT_FDCWD, to.c_str(), st, flags); });
   if (*path == '\0' && (flags & AT_EMPTY_PATH) && ApiFileOf(dirfd, nullptr))
     return upfs_fstat(dirfd, st);
@@ -195,7 +195,7 @@ int upfs_lstat(const char* path, struct stat* st) {
 int upfs_fchmodat(int dirfd, const char* path, mode_t mode, int flags) {
   if (!path) return FailErrno(EFAULT, "null path");
   if (PoolPath p; InPool(dirfd, path, &p))
-    return FollowEscape([&] { return PoolChmod(p, mode, !(flags & AT_SYMLINK_NOFOLLOW)); },
+    return FollowEscape({&p}, [&] { return PoolChmod(p, mode, !(flags & AT_SYMLINK_NOFOLLOW)); },
                         [&](const std::string& to, int) { return upfs_fchmodat(AT_FDCWD, to.c_str(), mode, flags); });
   const int look = flags & AT_SYMLINK_NOFOLLOW;
   struct stat st;
@@ -224,7 +224,7 @@ int upfs_fchmod(int fd, mode_t mode) {
 int upfs_fchownat(int dirfd, const char* path, uid_t owner, gid_t group, int flags) {
   if (!path) return FailErrno(EFAULT, "null path");
   if (PoolPath p; InPool(dirfd, path, &p))
-    return FollowEscape([&] { return PoolChown(p, owner, group, !(flags & AT_SYMLINK_NOFOLLOW)); },
+    return FollowEscape({&p}, [&] { return PoolChown(p, owner, group, !(flags & AT_SYMLINK_NOFOLLOW)); },
                         [&](const std::string& to, int) {
                           return upfs_fchownat(AT_FDCWD, to.c_str(), owner, group, flags);
                         });
@@ -277,7 +277,7 @@ int upfs_utimensat(int dirfd, const char* path, const struct timespec times[2], 
   // A null path is the kernel's futimens through utimensat.
   if (!path) return upfs_futimens(dirfd, times);
   if (PoolPath p; InPool(dirfd, path, &p))
-    return FollowEscape([&] { return PoolUtimens(p, times, !(flags & AT_SYMLINK_NOFOLLOW)); },
+    return FollowEscape({&p}, [&] { return PoolUtimens(p, times, !(flags & AT_SYMLINK_NOFOLLOW)); },
                         [&](const std::string& to, int) { return upfs_utimensat(AT_FDCWD, to.c_str(), times, flags); });
   if (*path == '\0' && (flags & AT_EMPTY_PATH)) return upfs_futimens(dirfd, times);
   if (utimensat(dirfd, path, times, flags) != 0) return FailErrno(errno, "utimensat failed");
@@ -302,7 +302,7 @@ int upfs_utimensat(int dirfd, const char* path, const struct timespec times[2], 
 int upfs_truncate(const char* path, off_t length) {
   if (!path) return FailErrno(EFAULT, "null path");
   if (PoolPath p; InPool(AT_FDCWD, path, &p))
-    return FollowEscape([&] { return PoolTruncate(p, length); },
+    return FollowEscape({&p}, [&] { return PoolTruncate(p, length); },
                         [&](const std::string& to, int) { return upfs_truncate(to.c_str(), length); });
   struct stat st;
   if (fstatat(AT_FDCWD, path, &st, 0) != 0 || !IsUpfsHost(AT_FDCWD, path, 0, st)) {

@@ -57,7 +57,7 @@ int upfs_unlinkat(int dirfd, const char* path, int flags) {
   if (!path) return FailErrno(EFAULT, "null path");
   if (flags & ~AT_REMOVEDIR) return FailErrno(EINVAL, "bad unlinkat flags");
   if (PoolPath p; InPool(dirfd, path, &p))
-    return FollowEscape([&] { return PoolUnlink(p, flags & AT_REMOVEDIR); },
+    return FollowEscape({&p}, [&] { return PoolUnlink(p, flags & AT_REMOVEDIR); },
                         [&](const std::string& to, int) { return upfs_unlinkat(AT_FDCWD, to.c_str(), flags); });
   if (flags & AT_REMOVEDIR) return unlinkat(dirfd, path, flags) == 0 ? 0 : FailErrno(errno, "rmdir failed");
   HostIdentity id{};
@@ -91,7 +91,7 @@ int upfs_renameat2(int olddirfd, const char* oldpath, int newdirfd, const char* 
   PoolPath po, pn;
   const bool in_old = InPool(olddirfd, oldpath, &po), in_new = InPool(newdirfd, newpath, &pn);
   if (in_old && in_new) {
-    return FollowEscape([&] { return PoolRename(po, pn, flags); },
+    return FollowEscape({&po, &pn}, [&] { return PoolRename(po, pn, flags); },
                         [&](const std::string& to, int which) {
                           return which == 0 ? upfs_renameat2(AT_FDCWD, to.c_str(), newdirfd, newpath, flags)
                                             : upfs_renameat2(olddirfd, oldpath, AT_FDCWD, to.c_str(), flags);

@@ -388,7 +388,7 @@ int upfs_openat(int dirfd, const char* path, int flags, ...) {
   if (!path) return FailErrno(EFAULT, "null path");
   PoolPath p;
   if (InPool(dirfd, path, &p))
-    return FollowEscape([&] { return PoolOpen(p, flags, mode, format::Consistency::kStrict); },
+    return FollowEscape({&p}, [&] { return PoolOpen(p, flags, mode, format::Consistency::kStrict); },
                         [&](const std::string& to, int) { return upfs_open(to.c_str(), flags, mode); });
   std::string abs;
   if (!AbsolutePath(dirfd, path, &abs)) return FailErrno(errno ? errno : EBADF, "bad directory descriptor");
@@ -404,7 +404,7 @@ int upfs_mkdirat(int dirfd, const char* path, mode_t mode) {
       return r.ino != 0 ? Status::Error(EEXIST, "file exists") : ns.Mkdir(r, mode);
     });
   };
-  return FollowEscape(in_pool, [&](const std::string& to, int) { return upfs_mkdirat(AT_FDCWD, to.c_str(), mode); });
+  return FollowEscape({&p}, in_pool, [&](const std::string& to, int) { return upfs_mkdirat(AT_FDCWD, to.c_str(), mode); });
 }
 
 int upfs_mkdir(const char* path, mode_t mode) { return upfs_mkdirat(AT_FDCWD, path, mode); }
@@ -432,7 +432,7 @@ int upfs_link(const char* oldpath, const char* newpath) {
       return ns.Link(from, to);
     });
   };
-  return FollowEscape(in_pool, [&](const std::string& to, int which) {
+  return FollowEscape({&a, &b}, in_pool, [&](const std::string& to, int which) {
     return which == 0 ? upfs_link(to.c_str(), newpath) : upfs_link(oldpath, to.c_str());
   });
 }
@@ -445,7 +445,7 @@ int upfs_symlink(const char* target, const char* linkpath) {
   auto in_pool = [&] {
     return ChangeAt(p, [&](PoolNamespace& ns, const Resolved& r) { return ns.Symlink(r, target); });
   };
-  return FollowEscape(in_pool, [&](const std::string& to, int) { return upfs_symlink(target, to.c_str()); });
+  return FollowEscape({&p}, in_pool, [&](const std::string& to, int) { return upfs_symlink(target, to.c_str()); });
 }
 
 ssize_t upfs_readlink(const char* path, char* buf, size_t bufsiz) {
@@ -463,7 +463,7 @@ ssize_t upfs_readlink(const char* path, char* buf, size_t bufsiz) {
     std::memcpy(buf, t.data(), n);
     return ssize_t(n);
   };
-  return FollowEscape(in_pool, [&](const std::string& to, int) { return upfs_readlink(to.c_str(), buf, bufsiz); });
+  return FollowEscape({&p}, in_pool, [&](const std::string& to, int) { return upfs_readlink(to.c_str(), buf, bufsiz); });
 }
 
 int upfs_access(const char* path, int mode) {
@@ -476,14 +476,14 @@ int upfs_access(const char* path, int mode) {
     PoolNamespace ns(p.mount->pool.get(), &p.mount->real);  // access(2) checks the real ids
     return UnderHold(ns, p, true, [&](PoolNamespace& n, const Resolved& r) { return n.Access(r.ino, mode); });
   };
-  return FollowEscape(in_pool, [&](const std::string& to, int) { return upfs_access(to.c_str(), mode); });
+  return FollowEscape({&p}, in_pool, [&](const std::string& to, int) { return upfs_access(to.c_str(), mode); });
 }
 
 int upfs_statvfs(const char* path, struct statvfs* buf) {
   if (!path || !buf) return FailErrno(EFAULT, "null path");
   PoolPath p;
   if (!InPool(AT_FDCWD, path, &p)) return statvfs(path, buf) == 0 ? 0 : FailErrno(errno, "statvfs failed");
-  return FollowEscape([&] { return PoolStatvfs(p, buf); },
+  return FollowEscape({&p}, [&] { return PoolStatvfs(p, buf); },
                       [&](const std::string& to, int) { return upfs_statvfs(to.c_str(), buf); });
 }
 

@@ -86,7 +86,7 @@ UPFS_DIR* upfs_opendir(const char* path) {
     if (!d) upfs_close(fd);
     return d;
   };
-  return FollowEscape(in_pool, [&](const std::string& to, int) { return upfs_opendir(to.c_str()); });
+  return FollowEscape({&p}, in_pool, [&](const std::string& to, int) { return upfs_opendir(to.c_str()); });
 }
 
 struct dirent* upfs_readdir(UPFS_DIR* d) {

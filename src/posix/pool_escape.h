@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cerrno>
+#include <initializer_list>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -39,9 +41,12 @@ class EscapeHop {
 
 // Runs pool call `call`; if it failed because its path left the pool, runs
 // `again(path, which)` with the absolute path to go on with and returns
-// what that returns.
+// what that returns. `paths`: the call's PoolPaths, whose guards end
+// before `again` (which does not use them): a kernel call there that
+// blocks, an open of a FIFO, must not hold back what waits for the
+// guards (a mount, closed descriptors).
 template <typename Call, typename Again>
-auto FollowEscape(Call call, Again again) -> decltype(call()) {
+auto FollowEscape(std::initializer_list<PoolPath*> paths, Call call, Again again) -> decltype(call()) {
   using R = decltype(call());
   ClearEscape();
   R r = call();
@@ -52,6 +57,7 @@ auto FollowEscape(Call call, Again again) -> decltype(call()) {
   std::string path;
   int which;
   if (!TakeEscape(&path, &which)) return r;
+  for (auto it = std::rbegin(paths); it != std::rend(paths); ++it) (*it)->guard.reset();
   EscapeHop hop;
   if (!hop.ok()) {
     errno = ELOOP;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -675,6 +676,39 @@ TEST_F(PoolTest, ARecordCommittedButNotAppliedKeepsItsInode) {
   ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
   EXPECT_EQ(List(""), (std::vector<std::string>{".", "..", "d", "f", "g"}));
   EXPECT_EQ(Read("g"), "data");
+}
+
+// A path that leaves the pool (a symbolic link to a kernel FIFO) goes on in
+// the kernel, where an open for reading blocks until a writer comes. The
+// call's guard ended before that kernel call: the pool, unmounted
+// meanwhile, is let go at once. It used to wait for the blocked open (the
+// guard, taken to find the mount, spanned the kernel call too).
+TEST_F(PoolTest, AnEscapedCallBlockedInTheKernelHoldsNothingOfThePool) {
+  const std::string fifo = "/dev/shm/upfs-pooltest-fifo-" + std::to_string(getpid());
+  unlink(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << strerror(errno);
+  ASSERT_EQ(upfs_symlink(fifo.c_str(), P("l").c_str()), 0) << upfs_last_error();
+  std::atomic<int> opened{-2};
+  std::string open_error;
+  std::thread reader([&] {
+    opened.store(upfs_open(P("l").c_str(), O_RDONLY));
+    if (opened.load() < 0) open_error = upfs_last_error();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // blocked in open(2) by now
+  EXPECT_EQ(opened.load(), -2) << "the open of a FIFO with no writer returned";
+  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0) << upfs_last_error();
+  upfs::PoolReport r;
+  ASSERT_TRUE(upfs::CheckPool(pool_, &r).ok());
+  EXPECT_EQ(r.attached_processes, 0u) << "the unmounted pool is still attached";
+  const int w = open(fifo.c_str(), O_WRONLY);  // lets the reader's open return
+  reader.join();
+  // The C API opens upfs files: it refuses the FIFO once open(2) returns.
+  EXPECT_EQ(opened.load(), -1);
+  EXPECT_NE(open_error.find("not a regular file"), std::string::npos) << open_error;
+  if (opened.load() >= 0) upfs_close(opened.load());
+  if (w >= 0) close(w);
+  unlink(fifo.c_str());
+  ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();  // for TearDown
 }
 
 }  // namespace
