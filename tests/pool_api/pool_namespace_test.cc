@@ -1,14 +1,12 @@
 // The pool through the C API: the namespace calls against what the kernel
-// does on tmpfs, checkpoints, a second attach, and recovery after a
-// process dies with files open. (The random differential test and the
-// concurrency tests are elsewhere; these pin down individual rules.)
+// does on tmpfs, one rule at a time. (Checkpoints, attach, recovery and
+// damage are in pool_lifecycle_test.cc; the random differential test and
+// the concurrency tests elsewhere.)
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,56 +19,13 @@
 #include <thread>
 #include <vector>
 
-#include "container/pool/ns_index.h"
 #include "container/pool/pool_check.h"
+#include "pool_test_fixture.h"
 #include "upfs/upfs.h"
 
 namespace {
 
-class PoolTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    pool_ = "/dev/shm/upfs-pooltest-" + std::to_string(getpid()) + ".pool";
-    mnt_ = "/upfs-pooltest-" + std::to_string(getpid());
-    unlink(pool_.c_str());
-    ASSERT_EQ(upfs_mkfs(pool_.c_str(), 0), 0) << upfs_last_error();
-    ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
-  }
-  void TearDown() override {
-    upfs_umount(mnt_.c_str());
-    unlink(pool_.c_str());
-  }
-  std::string P(const std::string& rel) const { return mnt_ + "/" + rel; }
-  int Create(const std::string& rel, const std::string& data = "") {
-    int fd = upfs_open(P(rel).c_str(), O_CREAT | O_RDWR, 0644);
-    if (fd < 0) return -1;
-    if (!data.empty() && upfs_write(fd, data.data(), data.size()) != ssize_t(data.size())) return -1;
-    return upfs_close(fd);
-  }
-  std::string Read(const std::string& rel) {
-    int fd = upfs_open(P(rel).c_str(), O_RDONLY);
-    if (fd < 0) return "<" + std::string(strerror(errno)) + ">";
-    char buf[4096];
-    ssize_t n = upfs_read(fd, buf, sizeof(buf));
-    upfs_close(fd);
-    return n < 0 ? "<read error>" : std::string(buf, size_t(n));
-  }
-  std::vector<std::string> List(const std::string& rel) {
-    std::vector<std::string> out;
-    UPFS_DIR* d = upfs_opendir(P(rel).c_str());
-    if (!d) return {"<" + std::string(strerror(errno)) + ">"};
-    while (struct dirent* e = upfs_readdir(d)) out.push_back(e->d_name);
-    upfs_closedir(d);
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-  void ExpectClean() {
-    upfs::PoolReport r;
-    ASSERT_TRUE(upfs::CheckPool(pool_, &r).ok());
-    EXPECT_TRUE(r.problems.empty()) << r.problems[0];
-  }
-  std::string pool_, mnt_;
-};
+using pool_test::PoolTest;
 
 TEST_F(PoolTest, CreateOpenReadStat) {
   ASSERT_EQ(Create("a", "hello"), 0);
@@ -559,123 +514,6 @@ TEST_F(PoolTest, ListingsAndGetdents) {
   }
   EXPECT_EQ(names, want.size());
   upfs_close(fd);
-}
-
-TEST_F(PoolTest, CheckpointsKeepEverythingAndBoundTheLog) {
-  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
-  for (int i = 0; i < 40000; ++i) {
-    const std::string n = "d/f" + std::to_string(i);
-    ASSERT_EQ(Create(n), 0) << i << " " << upfs_last_error();
-    if (i % 4 != 0) {
-      ASSERT_EQ(upfs_unlink(P(n).c_str()), 0) << i;
-    }
-  }
-  ASSERT_EQ(upfs_link(P("d/f0").c_str(), P("d/link").c_str()), 0);
-  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
-  upfs::PoolReport r;
-  ASSERT_TRUE(upfs::CheckPool(pool_, &r).ok());
-  EXPECT_TRUE(r.problems.empty());
-  EXPECT_GE(r.checkpoint_number, 1u);
-  EXPECT_EQ(r.files, 10000u);
-  EXPECT_EQ(r.extra_links, 1u);
-  EXPECT_LE(r.log_blocks, 2 * 256u + 2);
-  ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0);
-  struct stat st;
-  ASSERT_EQ(upfs_stat(P("d/f0").c_str(), &st), 0);
-  EXPECT_EQ(st.st_nlink, 2u);
-  EXPECT_EQ(upfs_stat(P("d/f1").c_str(), &st), -1);
-  EXPECT_EQ(List("d").size(), 10000u + 3);
-}
-
-TEST_F(PoolTest, RecoveryAfterAProcessDiesWithFilesOpen) {
-  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    // The child mounts, leaves an unlinked file open and a file created,
-    // and is killed.
-    if (upfs_mount(pool_.c_str(), mnt_.c_str()) != 0) _exit(2);
-    int fd = upfs_open(P("orphan").c_str(), O_CREAT | O_RDWR, 0644);
-    upfs_write(fd, "x", 1);
-    upfs_unlink(P("orphan").c_str());
-    int k = upfs_open(P("kept").c_str(), O_CREAT | O_RDWR, 0644);
-    upfs_write(k, "kept", 4);
-    kill(getpid(), SIGKILL);
-    _exit(3);
-  }
-  int status;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFSIGNALED(status));
-  upfs::PoolReport r;
-  ASSERT_TRUE(upfs::CheckPool(pool_, &r).ok());
-  EXPECT_EQ(r.orphans, 1u);
-  EXPECT_FALSE(r.clean);
-  ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0);  // recovery
-  EXPECT_EQ(Read("kept"), "kept");
-  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
-  ASSERT_TRUE(upfs::CheckPool(pool_, &r).ok());
-  EXPECT_TRUE(r.problems.empty());
-  EXPECT_EQ(r.orphans, 0u);
-  EXPECT_EQ(r.leaked_blocks, 0);
-  ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0);
-}
-
-TEST_F(PoolTest, ForeignAndDamagedPoolsAreRefused) {
-  const std::string other = pool_ + ".foreign";
-  int fd = open(other.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0644);
-  ASSERT_GE(fd, 0);
-  std::vector<char> junk(1 << 20, 'j');
-  ASSERT_EQ(write(fd, junk.data(), junk.size()), ssize_t(junk.size()));
-  close(fd);
-  EXPECT_EQ(upfs_mount(other.c_str(), "/upfs-pooltest-foreign"), -1);
-  EXPECT_EQ(errno, EMEDIUMTYPE);
-  unlink(other.c_str());
-  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
-  fd = open(pool_.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  const char bad = 0x7f;
-  ASSERT_EQ(pwrite(fd, &bad, 1, 20), 1);  // inside the checksummed superblock line
-  close(fd);
-  EXPECT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), -1);
-  EXPECT_EQ(errno, EUCLEAN);
-  EXPECT_NE(std::string(upfs_last_error()).find("superblock"), std::string::npos);
-}
-
-// A create or mkdir whose record committed but which this process's index
-// then failed to apply (only damage or a bug does that; forced here): the
-// call fails with EUCLEAN, and what its record names is the log's. The
-// inode was given back before, so the next create took it for a second
-// name (and the index, standing past a record it lacked, could write a
-// checkpoint without it); now it stays, and the index is made again from
-// the log, which has the name.
-TEST_F(PoolTest, ARecordCommittedButNotAppliedKeepsItsInode) {
-  upfs::NsIndex::FailValidatedAppliesForTest(1);
-  EXPECT_NE(upfs_mkdir(P("d").c_str(), 0755), 0);
-  EXPECT_EQ(errno, EUCLEAN) << upfs_last_error();
-  upfs::NsIndex::FailValidatedAppliesForTest(1);
-  EXPECT_LT(upfs_open(P("f").c_str(), O_CREAT | O_WRONLY, 0644), 0);
-  EXPECT_EQ(errno, EUCLEAN) << upfs_last_error();
-  upfs::NsIndex::FailValidatedAppliesForTest(0);
-  struct stat d, f, g;
-  ASSERT_EQ(upfs_stat(P("d").c_str(), &d), 0) << upfs_last_error();
-  EXPECT_TRUE(S_ISDIR(d.st_mode));
-  ASSERT_EQ(upfs_stat(P("f").c_str(), &f), 0) << upfs_last_error();
-  EXPECT_TRUE(S_ISREG(f.st_mode));
-  ASSERT_EQ(Create("g", "data"), 0);
-  ASSERT_EQ(upfs_mkdir(P("d/e").c_str(), 0755), 0) << upfs_last_error();
-  ASSERT_EQ(upfs_stat(P("g").c_str(), &g), 0);
-  EXPECT_NE(g.st_ino, d.st_ino);
-  EXPECT_NE(g.st_ino, f.st_ino);
-  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0) << upfs_last_error();
-  upfs::PoolReport r;
-  ASSERT_TRUE(upfs::CheckPool(pool_, &r).ok());
-  EXPECT_TRUE(r.problems.empty()) << r.problems.size() << " problems, first: " << r.problems[0];
-  EXPECT_EQ(r.files, 2u);
-  EXPECT_EQ(r.directories, 3u);  // the root, d, d/e
-  EXPECT_EQ(r.inodes_in_use, 5u);
-  ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
-  EXPECT_EQ(List(""), (std::vector<std::string>{".", "..", "d", "f", "g"}));
-  EXPECT_EQ(Read("g"), "data");
 }
 
 // A path that leaves the pool (a symbolic link to a kernel FIFO) goes on in
