@@ -302,7 +302,7 @@ Status Pool::CatchUpLocked() {
 
 Status Pool::ReloadIndexLocked() {
   UPFS_RETURN_IF_ERROR(LoadNamespace());
-  return log_.ReadNew([this](const NsRecord& r) { return index_.Apply(r); });
+  return CatchUpLocked();  // the checkpoint is the newest now: only the log after it
 }
 
 Status Pool::LockLatest(std::shared_lock<SpinSharedMutex>* g) {
