@@ -26,7 +26,9 @@ namespace {
 constexpr off_t kAttachByte = off_t{1} << 50;  // serializes joining and leaving
 constexpr off_t kUsersByte = kAttachByte + 1;  // shared by every attached process
 constexpr off_t kSlotLockBase = kAttachByte + 64;
-constexpr uint64_t kDefaultInitialBytes = 64ull << 20;
+// The data region a pool starts with when mkfs is given no size: provisioned
+// at once (on tmpfs, huge pages), so kept small; growth adds the rest.
+constexpr uint64_t kDefaultInitialBytes = 8ull << 20;
 // A detaching process whose delta holds this many records checkpoints.
 constexpr uint64_t kCheckpointAtDetachRecords = 1024;
 // How long a detaching process waits for others' readers to leave the
@@ -121,15 +123,23 @@ Status Pool::Create(const std::string& path, uint64_t size_hint) {
     unlinkat(AT_FDCWD, path.c_str(), 0);
     return st;
   };
-  // The volatile area is a hole until used; the data region starts small.
+  // The header (the volatile area, the bitmap) is a hole until used. The
+  // data region starts small and is provisioned the way growth provisions
+  // (on tmpfs, each 2 MiB extent one huge page): left a hole, it filled
+  // with small pages as blocks were first written, and the medium's
+  // collapse pass, which runs at attach, had found only holes to collapse
+  // there, so a pool's first 64 MiB of inodes, images and logs stayed in
+  // 4 KiB pages for good (docs/design.md, "Allocation in a pool").
   const uint64_t data = std::max<uint64_t>(size_hint ? size_hint : kDefaultInitialBytes, kExtentSize);
-  const uint64_t bytes = uint64_t(kDataStart) * kBlockSize + (data + kExtentSize - 1) / kExtentSize * kExtentSize;
-  if (ftruncate(fd, off_t(bytes)) != 0) {
+  const uint64_t header = uint64_t(kDataStart) * kBlockSize;
+  const uint64_t bytes = header + (data + kExtentSize - 1) / kExtentSize * kExtentSize;
+  if (ftruncate(fd, off_t(header)) != 0) {
     close(fd);
     return fail(Status::FromErrno("size pool " + path));
   }
   std::unique_ptr<Medium> m;
   if (Status st = Medium::Open(fd, path, &m); !st.ok()) return fail(st);
+  if (Status st = m->Grow(bytes); !st.ok()) return fail(st);
   BlockAccess ba(m.get());
   // Blocks kDataStart (the root's inode block) and kDataStart + 1 (the
   // namespace log's first block).
