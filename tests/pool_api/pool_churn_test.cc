@@ -8,6 +8,8 @@
 //     the end the directory holds exactly the expected names and contents;
 //     CheckPool: no problem, no orphan, no leaked block, no leaked inode.
 // Checkpoints written back to back while threads change, read and list.
+// Processes racing for the same names (records that reach a process
+// through its catch-up, not its own commits).
 //
 // Knobs: UPFS_TEST_SCALE (operations and rounds), UPFS_TEST_SEED.
 // Must stay clean under ThreadSanitizer.
@@ -331,4 +333,78 @@ TEST_F(PoolConcurrencyTest, CheckpointsWrittenWhileThreadsChangeAndLook) {
       EXPECT_EQ(got, text);
     }
 }
+
+// Two processes create the same names in the same order with O_EXCL, then
+// unlink them in the same order: each name is created once and unlinked
+// once, whoever wins. A commit skips its name checks when the index has
+// applied nothing since the path was resolved (PoolNamespace::SameView);
+// a record of another process arrives through the catch-up just before
+// the check, so a catch-up that did not count it let both processes win
+// the same name (threads of one process do not show it: their commits
+// count themselves).
+TEST_F(PoolConcurrencyTest, ProcessesRacingForTheSameNamesWinEachOnce) {
+  const int names = int(Scaled(20000, 2000));
+  const std::string dir = P("race");
+  ASSERT_EQ(upfs_mkdir(dir.c_str(), 0755), 0) << upfs_last_error();
+  Umount();
+  if (HasFatalFailure()) return;
+  int gate[2];
+  ASSERT_EQ(pipe(gate), 0);
+  std::vector<upfs_test::ReportingChild> kids;
+  for (int c = 0; c < 2; ++c) {
+    kids.push_back(upfs_test::ForkReporting("racer " + std::to_string(c), {gate[1]}, [&](int out) {
+      if (upfs_mount(pool_.c_str(), mnt_.c_str()) != 0) {
+        upfs_test::PipeWriteString(out, std::string("E mount: ") + upfs_last_error() + "\n");
+        _exit(2);
+      }
+      char go;
+      if (read(gate[0], &go, 1) != 1) _exit(3);  // both start at once
+      int created = 0, unlinked = 0, errors = 0;
+      auto name = [&](int i) { return dir + "/n" + std::to_string(i); };
+      for (int i = 0; i < names; ++i) {
+        const int fd = upfs_open(name(i).c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+        if (fd >= 0) {
+          ++created;
+          upfs_close(fd);
+        } else if (errno != EEXIST && errors++ < 5) {
+          upfs_test::PipeWriteString(out, "E create " + name(i) + ": " + ErrnoText(errno) + "\n");
+        }
+      }
+      for (int i = 0; i < names; ++i) {
+        if (upfs_unlink(name(i).c_str()) == 0) ++unlinked;
+        else if (errno != ENOENT && errors++ < 5)
+          upfs_test::PipeWriteString(out, "E unlink " + name(i) + ": " + ErrnoText(errno) + "\n");
+      }
+      upfs_test::PipeWriteString(out, "R " + std::to_string(created) + " " + std::to_string(unlinked) + "\n");
+      _exit(upfs_umount(mnt_.c_str()) == 0 ? 0 : 2);
+    }));
+    ASSERT_GE(kids.back().pid, 0);
+  }
+  close(gate[0]);
+  ASSERT_EQ(write(gate[1], "gg", 2), 2);
+  close(gate[1]);
+  int created = 0, unlinked = 0;
+  for (auto& k : kids) {
+    bool hung;
+    std::string how;
+    std::istringstream in(upfs_test::CollectReport(k, 300 * 1000, &how, &hung));
+    if (hung) ADD_FAILURE() << k.what << " hung";
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("E ", 0) == 0) ADD_FAILURE() << k.what << ": " << line.substr(2);
+      int c = 0, u = 0;
+      if (std::sscanf(line.c_str(), "R %d %d", &c, &u) == 2) {
+        std::printf("%s: created %d, unlinked %d of %d names\n", k.what.c_str(), c, u, names);
+        created += c;
+        unlinked += u;
+      }
+    }
+    EXPECT_EQ(how, "exit 0") << k.what;
+  }
+  EXPECT_EQ(created, names) << "names created twice (or not at all)";
+  EXPECT_EQ(unlinked, names) << "names unlinked twice (or not at all)";
+  Mount();
+  if (HasFatalFailure()) return;
+  CheckDetached(0, 2);
+}
+
 }  // namespace

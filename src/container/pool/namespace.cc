@@ -142,15 +142,17 @@ Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out,
   std::shared_lock<SpinSharedMutex> g;
   UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
   UPFS_RETURN_IF_ERROR(ResolveLocked(path, follow, out, escape, start));
-  out->seen = pool_->log()->pos();
+  out->seen = pool_->log()->view();
   return Status::OK();
 }
 
 bool PoolNamespace::SameView(const Resolved& r) const {
-  // The index is a function of the log prefix it has applied: the same
-  // position (its block's sequence number included, which no other block
-  // of the chain ever has) means the same names. Index lock held.
-  return r.seen == pool_->log()->pos();
+  // The index is a function of the records it has applied: the same view
+  // means no record applied since and no reload, so the same names. (The
+  // log position said so too, but the caller's own reservation, stepped
+  // over by the catch-up before the check, moved it: every commit then
+  // looked its names up again, under the exclusive lock.) Index lock held.
+  return r.seen == pool_->log()->view();
 }
 
 Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved* out, std::string* escape,

@@ -35,10 +35,10 @@ struct Resolved {
   std::string name;       // the last component ("" for the root)
   uint64_t ino = 0;       // 0: the last component does not exist
   format::pool::FileType type{};
-  // The log position the index was at when Resolve found this: while the
-  // position is still there, the index says what it said then, and a
-  // commit's checks of the names need not look again (see SameView).
-  NsPos seen{};
+  // The index's view (NsLog::view) when Resolve found this: while the view
+  // is still that one, the index says what it said then, and a commit's
+  // checks of the names need not look again (see SameView).
+  uint64_t seen = 0;
 };
 
 class PoolNamespace {

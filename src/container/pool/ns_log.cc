@@ -117,10 +117,16 @@ Status NsLog::Init(BlockAccess* ba, uint32_t head, AllocBlock alloc, FreeBlock f
   Bind(ba, std::move(alloc), std::move(free));
   UPFS_RETURN_IF_ERROR(CheckNsBlock(*ba_, head, 0, "namespace log head"));
   pos_ = NsPos{head, 0, Block(head)->seq};
+  NewView();
   PublishPos();
   std::lock_guard<SpinMutex> g(durable_mu_);
   durable_ = pos_;
   return Status::OK();
+}
+
+void NsLog::NewView() {
+  static std::atomic<uint64_t> next{1};
+  view_ = next.fetch_add(1, std::memory_order_relaxed) << 40;
 }
 
 Status NsLog::InitAt(BlockAccess* ba, NsPos pos, AllocBlock alloc, FreeBlock free) {
@@ -132,6 +138,7 @@ Status NsLog::MoveTo(NsPos pos) {
   UPFS_RETURN_IF_ERROR(CheckNsBlock(*ba_, pos.lblock, pos.seq, "namespace log position"));
   if (pos.slot > kSlotsPerLogBlock) return Status::Corrupt("namespace log", "position out of range");
   pos_ = pos;
+  NewView();
   PublishPos();
   std::lock_guard<SpinMutex> g(durable_mu_);
   durable_ = pos_;
@@ -208,6 +215,7 @@ Status NsLog::Advance(const std::function<Status(const NsRecord&)>* fn, bool* at
         break;
       }
       case EntryKind::kApply: {
+        ++view_;  // before the apply: one that fails half way changed the index too
         if (fn) {
           NsRecord rec;
           UPFS_RETURN_IF_ERROR(DecodeAt(b, pos_.slot, e, &rec));
@@ -336,6 +344,7 @@ Status NsLog::TryCommit(const Reservation& r, bool* committed, bool* lost_reserv
   uint64_t expected = 0;
   if (!pm::Cas64(&b->slots[pos_.slot], expected, EncodeApply(r.slot, r.crc))) return Status::OK();
   pos_.slot += 1;
+  ++view_;
   PublishPos();
   {
     std::lock_guard<SpinMutex> g(durable_mu_);

@@ -61,6 +61,13 @@ class NsLog {
   // Moves to `pos` (a reload from a checkpoint).
   Status MoveTo(NsPos pos);
   const NsPos& pos() const { return pos_; }
+  // Names the state of the index this process built from the log: a new
+  // number with every committed record passed or made here and with every
+  // move to another position (a reload), never with a reservation
+  // passed. Equal views mean the same index (PoolNamespace::SameView);
+  // equal positions are stricter, since a caller's own reservation, which
+  // the next catch-up steps over, moves the position.
+  uint64_t view() const { return view_; }
   // A recent pos() (what the last change of it, under the index lock,
   // published), read without that lock: a seqlock of three words.
   NsPos PosHint() const;
@@ -147,7 +154,12 @@ class NsLog {
   BlockAccess* ba_ = nullptr;
   AllocBlock alloc_;
   FreeBlock free_;
+  // Starts a view no NsLog of this process had (views of one position
+  // count up from there, 2^40 records apart).
+  void NewView();
+
   NsPos pos_;
+  uint64_t view_ = 0;
   std::atomic<uint32_t> hint_version_{0};  // odd while PublishPos writes
   std::atomic<uint64_t> hint_place_{0};    // lblock:32 | slot:32
   std::atomic<uint64_t> hint_seq_{0};
