@@ -249,7 +249,7 @@ void FixChecksums(Image& im) {
   const uint64_t blocks = im.size / kB;
   if (const uint64_t ck = sb->checkpoint.load(); ck >= fp::kDataStart && ck < blocks) {
     auto* h = reinterpret_cast<fp::CheckpointHeader*>(im.At(ck));
-    if (h->magic == fp::kCheckpointMagic) {
+    if (h->magic == fp::kCheckpointMagic || h->magic == fp::kCheckpointMagicV2) {
       const uint32_t nruns = std::min(h->nruns, fp::kMaxCheckpointRuns);
       uint32_t crc = 0;
       uint64_t left = h->image_words;

@@ -35,6 +35,16 @@ struct Model {
   uint64_t next_ino = 2;
 };
 
+// Names of every kind of length a tagged slot tells apart: up to 16 bytes
+// (held in the slot), 16 and 17 exactly, and longer.
+std::string NameOf(uint64_t k) {
+  std::string n = "n" + std::to_string(k);
+  if (k % 4 == 1) n.resize(16, 'x');
+  else if (k % 4 == 2) n.resize(17, 'y');
+  else if (k % 4 == 3) n += "-a-name-well-past-sixteen-bytes";
+  return n;
+}
+
 class Driver {
  public:
   explicit Driver(uint64_t seed) : rng_(seed) { m_.dirs[1] = {1, {}}; }
@@ -44,8 +54,8 @@ class Driver {
     for (;;) {
       const uint64_t d1 = PickDir(), d2 = PickDir();
       auto& n1 = m_.dirs[d1].names;
-      name1_ = "n" + std::to_string(rng_() % 40);
-      name2_ = "n" + std::to_string(rng_() % 40);
+      name1_ = NameOf(rng_() % 40);
+      name2_ = NameOf(rng_() % 40);
       const bool has1 = n1.count(name1_) != 0;
       switch (rng_() % 7) {
         case 0:
@@ -188,10 +198,10 @@ class Driver {
 // The image of `idx` placed in fresh memory blocks at the space's end
 // (the previous image stays intact: the frozen layer may read it) and opened.
 std::unique_ptr<BaseImage> WriteImage(const NsIndex& idx, upfs_engine_test::MemorySpace* space,
-                                      format::pool::CheckpointHeader* h) {
+                                      format::pool::CheckpointHeader* h, bool tagged) {
   std::vector<uint64_t> image;
   std::memset(h, 0, sizeof(*h));
-  idx.BuildImage(&image, h);
+  idx.BuildImage(&image, h, tagged);
   const uint64_t blocks = (image.size() * 8 + format::kBlockSize - 1) / format::kBlockSize;
   const uint64_t at = space->capacity() / format::kBlockSize;
   EXPECT_TRUE(space->Grow((at + blocks) * format::kBlockSize).ok());
@@ -202,10 +212,21 @@ std::unique_ptr<BaseImage> WriteImage(const NsIndex& idx, upfs_engine_test::Memo
   BlockAccess ba(space);
   Status st = base->Open(ba, *h, 0);
   EXPECT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(base->tagged(), tagged);
+  // Every table passes fsck's check.
+  base->ForEachDir([&](const BaseDir& d) {
+    std::string why;
+    EXPECT_TRUE(base->CheckTable(d, &why)) << "directory " << d.ino << ": " << why;
+  });
   return base;
 }
 
-TEST(NsIndexLayers, FrozenLayerAndItsImageAnswerAsTheWholeView) {
+// Both image formats: tagged (pools of version 3) and untagged (1 and 2).
+class NsIndexLayers : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Formats, NsIndexLayers, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "Tagged" : "Untagged"; });
+
+TEST_P(NsIndexLayers, FrozenLayerAndItsImageAnswerAsTheWholeView) {
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     Driver drv(seed);
     NsIndex idx;
@@ -232,7 +253,7 @@ TEST(NsIndexLayers, FrozenLayerAndItsImageAnswerAsTheWholeView) {
       }
       drv.ExpectSame(idx, r + ", over the frozen layer");
       headers.push_back(std::make_unique<format::pool::CheckpointHeader>());
-      idx.Publish(WriteImage(*frozen, &space, headers.back().get()));
+      idx.Publish(WriteImage(*frozen, &space, headers.back().get(), GetParam()));
       EXPECT_EQ(idx.frozen(), nullptr);
       frozen.reset();
       drv.ExpectSame(idx, r + ", over the image");

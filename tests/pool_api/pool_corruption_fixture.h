@@ -311,6 +311,7 @@ class PoolCorruptionTest : public ::testing::Test {
     bool ok = upfs_mkdir(M("d1").c_str(), 0755) == 0 && upfs_mkdir(M("d1/d2").c_str(), 0750) == 0 &&
               upfs_mkdir(M("churn").c_str(), 0755) == 0 && Put("d1/small", "hello, pool") &&
               Put("d1/d2/big", std::string(5 * kB + 123, 'b')) && Put("top", "top file") &&
+              Put("d1/a-name-longer-than-a-slot-holds", "long") &&
               upfs_symlink("d1/small", M("short_link").c_str()) == 0 &&
               upfs_symlink(std::string(200, 'L').c_str(), M("d1/long_link").c_str()) == 0 &&
               upfs_link(M("d1/d2/big").c_str(), M("big_link").c_str()) == 0;

@@ -96,32 +96,51 @@ TEST_F(PoolCorruptionTest, CheckpointImageTables) {
     cases.push_back({"multi-link count huge", h.multi_words + 1, 0xffffffff});
     cases.push_back({"multi-link ino unknown", h.multi_words, 12345});
   }
-  // The first directory's first used name slot: ino, meta, name position.
-  struct { uint64_t table = 0, slots = 0; } d0;
-  {
-    uint64_t row[8];
-    for (int i = 0; i < 8; ++i) row[i] = Word(base_, word_off(i));
-    d0.table = row[4];
-    d0.slots = row[5];
+  // Name slots (after their directory's tags): the first slot of a short
+  // name (held in the slot), of a long one (placed apart), and the first
+  // empty slot; for each, its tag.
+  ASSERT_EQ(h.magic, kCheckpointMagic);
+  struct Slot {
+    uint64_t tag = ~uint64_t{0}, at = ~uint64_t{0};
+  } short_name, long_name, empty;
+  for (uint64_t r = 0; r < h.dirs; ++r) {
+    const uint64_t table = Word(base_, word_off(r * kDirRowWords + 4));
+    const uint64_t slots = Word(base_, word_off(r * kDirRowWords + 5));
+    for (uint64_t s = 0; s < slots; ++s) {
+      const Slot here{table + s, table + slots + s * kNameSlotWords};
+      if (Word(base_, word_off(here.at)) == 0) {
+        if (empty.at == ~uint64_t{0}) empty = here;
+        continue;
+      }
+      const uint64_t len = (Word(base_, word_off(here.at + 1)) >> 40) & 0xff;
+      Slot& kind = len <= kInlineNameMax ? short_name : long_name;
+      if (kind.at == ~uint64_t{0}) kind = here;
+    }
   }
-  uint64_t first_slot = ~uint64_t{0};
-  for (uint64_t s = 0; s < d0.slots; ++s) {
-    const uint64_t at = d0.table + s * kNameSlotWords;
-    if (Word(base_, word_off(at)) == 0) continue;
-    cases.push_back({"slot ino 1", at, 1});
-    cases.push_back({"slot ino huge", at, ~uint64_t{0}});
-    cases.push_back({"slot meta type 9", at + 1, Word(base_, word_off(at + 1)) | (uint64_t(9) << 32)});
-    cases.push_back({"slot meta length 255", at + 1, Word(base_, word_off(at + 1)) | (uint64_t(255) << 40)});
-    cases.push_back({"slot meta crc wrong", at + 1, Word(base_, word_off(at + 1)) ^ 0x5555});
-    cases.push_back({"slot name out of the image", at + 2, h.image_words + 10});
-    cases.push_back({"slot name at a block end", at + 2, 511});
-    cases.push_back({"slot name huge", at + 2, ~uint64_t{0} - 1});
-    cases.push_back({"slot name at 2^64 - 1", at + 2, ~uint64_t{0}});
-    // A one-word name at 2^64 - 1: the range check wrapped, and listing the
-    // directory read far outside the image (a SEGV found by fuzz_pool).
-    first_slot = at;
-    break;
+  ASSERT_NE(short_name.at, ~uint64_t{0});
+  ASSERT_NE(long_name.at, ~uint64_t{0});
+  ASSERT_NE(empty.at, ~uint64_t{0});
+  for (const Slot& sl : {short_name, long_name}) {
+    const uint64_t at = sl.at, meta = Word(base_, word_off(at + 1));
+    const std::string k = &sl == &short_name ? "short name " : "long name ";
+    cases.push_back({k + "slot ino 1", at, 1});
+    cases.push_back({k + "slot ino huge", at, ~uint64_t{0}});
+    cases.push_back({k + "slot meta type 9", at + 1, meta | (uint64_t(9) << 32)});
+    cases.push_back({k + "slot meta length 255", at + 1, meta | (uint64_t(255) << 40)});
+    cases.push_back({k + "slot meta crc wrong", at + 1, meta ^ 0x5555});
+    cases.push_back({k + "slot meta reserved bits", at + 1, meta | (uint64_t(1) << 50)});
+    cases.push_back({k + "tag ino wrong", sl.tag, Word(base_, word_off(sl.tag)) ^ 1});
+    cases.push_back({k + "tag crc wrong", sl.tag, Word(base_, word_off(sl.tag)) ^ (uint64_t(1) << 40)});
+    cases.push_back({k + "tag cleared", sl.tag, 0});
   }
+  cases.push_back({"short name changed in its slot", short_name.at + 2, Word(base_, word_off(short_name.at + 2)) ^ 1});
+  cases.push_back({"bytes after a short name", short_name.at + 3, uint64_t(0x7a) << 56});
+  cases.push_back({"long name out of the image", long_name.at + 2, h.image_words + 10});
+  cases.push_back({"long name at a block end", long_name.at + 2, 511});
+  cases.push_back({"long name huge", long_name.at + 2, ~uint64_t{0} - 1});
+  cases.push_back({"long name at 2^64 - 1", long_name.at + 2, ~uint64_t{0}});
+  cases.push_back({"a tag over an empty slot", empty.tag, Word(base_, word_off(short_name.tag))});
+  const uint64_t first_slot = long_name.at;
   // Refused naming the checkpoint, or (a name slot: read lazily) mounted
   // with the damage found by CheckPool.
   auto expect_found = [&] {
@@ -139,7 +158,8 @@ TEST_F(PoolCorruptionTest, CheckpointImageTables) {
     SetWord(work_, word_off(c.word), c.value);
     expect_found();
   }
-  ASSERT_NE(first_slot, ~uint64_t{0});
+  // A one-word name at 2^64 - 1: the range check wrapped, and listing the
+  // directory read far outside the image (a SEGV found by fuzz_pool).
   ASSERT_TRUE(CopySparse(base_, work_));
   SetWord(work_, word_off(first_slot + 1),
           (Word(base_, word_off(first_slot + 1)) & ~(uint64_t(0xff) << 40)) | (uint64_t(1) << 40));

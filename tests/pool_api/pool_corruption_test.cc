@@ -155,7 +155,7 @@ TEST_F(PoolCorruptionTest, SuperblockMagicVersionAndChecksum) {
   EXPECT_TRUE(o.unchanged);
 
   ASSERT_TRUE(CopySparse(base_, work_));
-  Set32(work_, offsetof(Superblock, version), 3);
+  Set32(work_, offsetof(Superblock, version), kPoolVersion + 1);
   FixSuperblockCrc(work_);
   o = Try();
   EXPECT_FALSE(o.mounted);

@@ -16,6 +16,7 @@
 #include "container/pool/pool_check.h"
 #include "container/pool/pool_format.h"
 #include "pool_test_fixture.h"
+#include "util/crc32c.h"
 #include "upfs/upfs.h"
 
 namespace {
@@ -46,6 +47,53 @@ TEST_F(PoolTest, CheckpointsKeepEverythingAndBoundTheLog) {
   EXPECT_EQ(st.st_nlink, 2u);
   EXPECT_EQ(upfs_stat(P("d/f1").c_str(), &st), -1);
   EXPECT_EQ(List("d").size(), 10000u + 3);
+}
+
+// A pool of version 3 gets tagged checkpoint images; one of version 2 (made
+// by an earlier build) keeps getting untagged ones, which that build reads,
+// and this build reads them as well.
+TEST_F(PoolTest, CheckpointImagesKeepThePoolVersionsFormat) {
+  namespace fp = upfs::format::pool;
+  for (const uint32_t version : {fp::kPoolVersion, uint32_t{2}}) {
+    SCOPED_TRACE("pool version " + std::to_string(version));
+    ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
+    ASSERT_EQ(unlink(pool_.c_str()), 0);
+    ASSERT_EQ(upfs_mkfs(pool_.c_str(), 0), 0);
+    const int fd = open(pool_.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    fp::Superblock sb;
+    ASSERT_EQ(pread(fd, &sb, sizeof(sb), 0), ssize_t(sizeof(sb)));
+    ASSERT_EQ(sb.version, fp::kPoolVersion);
+    sb.version = version;
+    sb.sb_crc = upfs::Crc32c(&sb, offsetof(fp::Superblock, sb_crc));
+    ASSERT_EQ(pwrite(fd, &sb, sizeof(sb), 0), ssize_t(sizeof(sb)));
+    ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
+    // Names held in a tagged slot (up to 16 bytes) and placed apart.
+    auto name = [](int i) {
+      return "d/" + (i % 2 ? "f" + std::to_string(i) : "a-name-longer-than-a-slot-" + std::to_string(i));
+    };
+    ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+    for (int i = 0; i < 6000; ++i) {
+      ASSERT_EQ(Create(name(i)), 0) << i << " " << upfs_last_error();
+      if (i % 3 != 0) ASSERT_EQ(upfs_unlink(P(name(i)).c_str()), 0) << i;
+    }
+    ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
+    upfs::PoolReport r;
+    ASSERT_TRUE(upfs::CheckPool(pool_, &r).ok());
+    EXPECT_TRUE(r.problems.empty()) << r.problems.front();
+    EXPECT_GE(r.checkpoint_number, 1u);
+    ASSERT_EQ(pread(fd, &sb, sizeof(sb), 0), ssize_t(sizeof(sb)));
+    EXPECT_EQ(sb.version, version);
+    fp::CheckpointHeader h;
+    ASSERT_EQ(pread(fd, &h, sizeof(h), off_t(sb.checkpoint.load()) * upfs::format::kBlockSize), ssize_t(sizeof(h)));
+    EXPECT_EQ(h.magic, fp::CheckpointMagicFor(version));
+    close(fd);
+    ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
+    struct stat st;
+    for (int i = 0; i < 6000; ++i)
+      ASSERT_EQ(upfs_stat(P(name(i)).c_str(), &st), i % 3 == 0 ? 0 : -1) << name(i);
+    EXPECT_EQ(List("d").size(), 2000u + 2);
+  }
 }
 
 TEST_F(PoolTest, RecoveryAfterAProcessDiesWithFilesOpen) {

@@ -50,7 +50,7 @@ class BaseImage {
   template <typename Fn>
   void ForEachNameHashed(const BaseDir& d, Fn fn) const {
     for (uint64_t s = 0; s < d.slots; ++s) {
-      const uint64_t at = d.table + s * format::pool::kNameSlotWords;
+      const uint64_t at = SlotAt(d, s);
       const uint64_t ino = Word(at);
       if (ino == 0) continue;
       std::string_view name;
@@ -58,6 +58,13 @@ class BaseImage {
       if (DecodeSlot(at, &name, &e)) fn(name, e, uint32_t(Word(at + 1)));
     }
   }
+  // Whether the image is of the tagged format (pools of version 3 on).
+  bool tagged() const { return tagged_; }
+  // fsck's check of a directory's table, beyond what a lookup checks: every
+  // slot decodes, holds its name's checksum, agrees with its tag and lies
+  // on its name's probe run, and the used slots are `entries`. False, with
+  // *why, at the first that does not.
+  bool CheckTable(const BaseDir& d, std::string* why) const;
   template <typename Fn>
   void ForEachDir(Fn fn) const {
     for (uint64_t i = 0; i < h_->dirs; ++i) {
@@ -80,12 +87,21 @@ class BaseImage {
     return blocks_[w / (format::kBlockSize / 8)][w % (format::kBlockSize / 8)];
   }
   bool RowAt(uint64_t i, BaseDir* out) const;
+  // The first word of slot s (after the tags, in a tagged image).
+  uint64_t SlotAt(const BaseDir& d, uint64_t s) const {
+    return d.table + (tagged_ ? d.slots : 0) + s * format::pool::kNameSlotWords;
+  }
   bool DecodeSlot(uint64_t at, std::string_view* name, NsEntry* e) const;
+  const char* WordPtr(uint64_t w) const {
+    return reinterpret_cast<const char*>(&blocks_[w / (format::kBlockSize / 8)][w % (format::kBlockSize / 8)]);
+  }
+  bool FindTagged(const BaseDir& d, std::string_view name, uint32_t crc, NsEntry* out) const;
 
   const format::pool::CheckpointHeader* h_ = nullptr;
   uint64_t header_block_ = 0;
   std::vector<const uint64_t*> blocks_;
   const BlockSpace* space_ = nullptr;  // the pool's (for FindName's prefetch)
+  bool tagged_ = false;
 };
 
 // Builds an image: directories are added in order of inode number, each
@@ -97,8 +113,8 @@ class ImageWriter {
   // Builds into *img (emptied; a buffer kept from an earlier image keeps its
   // memory, which would otherwise be faulted in again every time). `dirs`:
   // how many directories will be added; `words_hint`: the image's expected
-  // size, reserved up front.
-  ImageWriter(std::vector<uint64_t>* img, uint64_t dirs, uint64_t words_hint);
+  // size, reserved up front; `tagged`: the format (pool_format.h).
+  ImageWriter(std::vector<uint64_t>* img, uint64_t dirs, uint64_t words_hint, bool tagged);
   struct Name {
     std::string_view name;
     NsEntry e;
@@ -106,15 +122,18 @@ class ImageWriter {
   };
   void AddDir(uint64_t ino, uint64_t parent, uint64_t subdirs, const std::vector<Name>& names);
   void AddMultiLink(uint64_t ino, uint32_t links) { multi_.emplace_back(ino, links); }
-  // Completes the image's words; fills the header's counts (dirs, entries,
-  // multi, multi_words, image_words, image_crc).
+  // Completes the image's words; fills the header's magic (the format) and
+  // counts (dirs, entries, multi, multi_words, image_words, image_crc).
   void Finish(format::pool::CheckpointHeader* h);
 
-  // Words of a directory's hash table for `names` names.
-  static uint64_t TableSlots(uint64_t names);
+  // Slots of a directory's hash table for `names` names.
+  static uint64_t TableSlots(uint64_t names, bool tagged);
+  // Words of that table (tags and slots; names placed apart not counted).
+  static uint64_t TableWords(uint64_t names, bool tagged);
 
  private:
   uint64_t PlaceName(std::string_view name);
+  const bool tagged_;
   uint64_t dirs_expected_;
   uint64_t dirs_ = 0;
   std::vector<uint64_t>& img_;  // the directory table, then the tables and names
@@ -122,8 +141,9 @@ class ImageWriter {
   uint64_t entries_ = 0;
 };
 
-// The header at block `l`, checked (magic, checksum, runs in the pool).
-Status ReadCheckpointHeader(const BlockAccess& ba, uint64_t l,
+// The header at block `l` of a pool of version `pool_version`, checked
+// (magic of that version's format, checksum, runs in the pool).
+Status ReadCheckpointHeader(const BlockAccess& ba, uint64_t l, uint32_t pool_version,
                             const format::pool::CheckpointHeader** out);
 uint32_t CheckpointHeaderCrc(const format::pool::CheckpointHeader& h);
 // Calls fn(lblock) for the header block and every image block.

@@ -63,7 +63,7 @@ void NsIndex::CollectMultiLinks(std::unordered_map<uint64_t, uint32_t>* out) con
   });
 }
 
-void NsIndex::BuildImage(std::vector<uint64_t>* image, format::pool::CheckpointHeader* h) const {
+void NsIndex::BuildImage(std::vector<uint64_t>* image, format::pool::CheckpointHeader* h, bool tagged) const {
   std::vector<std::pair<uint64_t, NsDirInfo>> dirs;
   ForEachDir([&](uint64_t ino, const NsDirInfo& i) { dirs.emplace_back(ino, i); });
   std::sort(dirs.begin(), dirs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -71,9 +71,8 @@ void NsIndex::BuildImage(std::vector<uint64_t>* image, format::pool::CheckpointH
   // grow the vector).
   uint64_t words = 0;
   for (const auto& [ino, info] : dirs)
-    words += ImageWriter::TableSlots(info.entries) * format::pool::kNameSlotWords + 2 * info.entries +
-             format::pool::kNameSlotWords;
-  ImageWriter w(image, dirs.size(), words + words / 8);
+    words += ImageWriter::TableWords(info.entries, tagged) + 2 * info.entries + format::pool::kNameSlotWords;
+  ImageWriter w(image, dirs.size(), words + words / 8, tagged);
   std::vector<ImageWriter::Name> names;
   for (const auto& [ino, info] : dirs) {
     names.clear();

@@ -56,9 +56,10 @@ class NsIndex {
   const NsIndex* frozen() const { return frozen_.get(); }
   // The image of the frozen layer replaces it.
   void Publish(std::unique_ptr<BaseImage> image);
-  // The checkpoint image of the whole view (ImageWriter): *h gets the
-  // image's fields; the caller places the image and fills in its runs.
-  void BuildImage(std::vector<uint64_t>* image, format::pool::CheckpointHeader* h) const;
+  // The checkpoint image of the whole view (ImageWriter), of the tagged
+  // format or not: *h gets the image's fields; the caller places the image
+  // and fills in its runs.
+  void BuildImage(std::vector<uint64_t>* image, format::pool::CheckpointHeader* h, bool tagged) const;
   // Every non-directory with more than one link, and its count.
   void CollectMultiLinks(std::unordered_map<uint64_t, uint32_t>* out) const;
   uint64_t delta_records() const { return records_; }

@@ -265,7 +265,7 @@ Status Pool::LoadNamespace() {
     return log_.Init(&access_, uint32_t(super()->nslog_head.load()), alloc, free);
   }
   const CheckpointHeader* h;
-  UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, ck, &h));
+  UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, ck, super()->version, &h));
   auto base = std::make_unique<BaseImage>();
   UPFS_RETURN_IF_ERROR(base->Open(access_, *h, ck));
   index_.Rebase(root_ino(), std::move(base));
@@ -396,7 +396,7 @@ Status Pool::Recover() {
   }
   if (const uint64_t ck = super()->checkpoint.load(); ck != 0) {
     const CheckpointHeader* h;
-    UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, ck, &h));
+    UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, ck, super()->version, &h));
     ForEachCheckpointBlock(ck, *h, [&](uint32_t l) { marker.Mark(l, "checkpoint"); });
   }
   // The whole kept chain, also the blocks before the checkpoint's

@@ -77,9 +77,13 @@ Status Checker::ReadNamespace() {
   auto no_alloc = [](uint32_t*) { return Status::Error(EROFS, "read-only check"); };
   if (const uint64_t ck = sb_->checkpoint.load(); ck != 0) {
     const CheckpointHeader* h;
-    UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(ba_, ck, &h));
+    UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(ba_, ck, sb_->version, &h));
     auto base = std::make_unique<BaseImage>();
     UPFS_RETURN_IF_ERROR(base->Open(ba_, *h, ck));
+    base->ForEachDir([&](const BaseDir& d) {
+      if (std::string why; !base->CheckTable(d, &why))
+        Problem("checkpoint: directory " + std::to_string(d.ino) + "'s table: " + why);
+    });
     index_.Rebase(sb_->root_ino, std::move(base));
     UPFS_RETURN_IF_ERROR(log.InitAt(&ba_, NsPos{h->cont_lblock, h->cont_slot, h->cont_seq}, no_alloc,
                                     [](uint32_t) {}));

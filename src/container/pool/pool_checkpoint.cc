@@ -158,10 +158,10 @@ Status Pool::WriteImageOf(const NsIndex& frozen, NsPos at, CheckpointHeader* hp,
   CheckpointHeader& h = *hp;
   std::vector<uint64_t>& image = *imagep;
   // The frozen layer does not change: no lock (lookups and commits go on).
-  frozen.BuildImage(&image, &h);
+  frozen.BuildImage(&image, &h, super()->version >= kFirstTaggedPoolVersion);
   const uint64_t old_block = super()->checkpoint.load(std::memory_order_acquire);
   const CheckpointHeader* old = nullptr;
-  if (old_block != 0) UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, old_block, &old));
+  if (old_block != 0) UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(access_, old_block, super()->version, &old));
   std::vector<Run> runs, image_runs;
   uint32_t header_block = 0;
   UPFS_RETURN_IF_ERROR(PlaceImage(image, &runs, &header_block, &image_runs));
@@ -169,7 +169,6 @@ Status Pool::WriteImageOf(const NsIndex& frozen, NsPos at, CheckpointHeader* hp,
     for (const Run& r : runs)
       for (uint32_t i = 0; i < r.count; ++i) FreeBlock(r.lblock + i);
   };
-  h.magic = kCheckpointMagic;
   h.number = old ? old->number + 1 : 1;
   h.cont_seq = at.seq;
   h.cont_lblock = at.lblock;
@@ -186,7 +185,7 @@ Status Pool::WriteImageOf(const NsIndex& frozen, NsPos at, CheckpointHeader* hp,
   // was just computed over: not read again).
   const CheckpointHeader* written;
   auto image_base = std::make_unique<BaseImage>();
-  Status st = ReadCheckpointHeader(access_, header_block, &written);
+  Status st = ReadCheckpointHeader(access_, header_block, super()->version, &written);
   if (st.ok()) st = image_base->Open(access_, *written, header_block, /*verify=*/false);
   if (!st.ok()) {
     give_back();

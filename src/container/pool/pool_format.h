@@ -28,10 +28,14 @@
 namespace upfs::format::pool {
 
 // Version 2 added sub-block patches in files' logs (format.h, kPatch); a
-// version 1 pool is read and written as before, without them.
-inline constexpr uint32_t kPoolVersion = 2;
+// version 1 pool is read and written as before, without them. Version 3
+// added the tagged checkpoint image (below, kCheckpointMagic); a version 1
+// or 2 pool keeps getting images of its own format (kCheckpointMagicV2), so
+// that the builds that made it can still read it.
+inline constexpr uint32_t kPoolVersion = 3;
 inline constexpr uint32_t kOldestPoolVersion = 1;
 inline constexpr uint32_t kFirstPatchPoolVersion = 2;
+inline constexpr uint32_t kFirstTaggedPoolVersion = 3;
 // The per-file magic with family byte 0x02: a pool is never taken for a
 // per-file upfs file, nor the other way round.
 inline constexpr unsigned char kPoolMagic[8] = {'U', 'P', 'F', 'S', 0x02, '\r', '\n', 0x1a};
@@ -220,15 +224,30 @@ static_assert(offsetof(Inode, target) == 2 * kCacheLine);
 // crosses a block boundary: a name that would starts in the next block):
 //   the directory table: `dirs` rows of 8 words, sorted by ino:
 //     ino, parent, subdirectories, entries, table (first word), slots, 0, 0
-//   each directory's table: `slots` (a power of two, at least twice the
-//   entries) slots of 4 words, by linear probing from crc % slots:
-//     ino (0: empty slot), crc:32 | type:8 | name_len:8 | zero:16,
-//     name (first word), 0
-//   where crc is the CRC-32C of the name;
-//   the names, padded with zeros to 8 bytes;
+//   each directory's table (4-word aligned), filled by linear probing from
+//   crc % slots, where crc is the CRC-32C of the name:
+//     tagged (kCheckpointMagic): `slots` (a power of two, at least 4, and
+//     at least 5/4 of the entries) tags, crc:32 | ino:32 (0: empty), then
+//     `slots` slots of 4 words: ino, crc:32 | type:8 | name_len:8 | zero:16,
+//     then the name itself in words 2-3 if it is at most 16 bytes (zero
+//     padded), else the name's first word and 0. A lookup walks the tags
+//     (8 to a cache line, a few MiB for a million names) and reaches the
+//     inode and the slot in parallel: one memory miss, not three in a row;
+//     untagged (kCheckpointMagicV2, pools of version 1 and 2): `slots` (a
+//     power of two, at least twice the entries) slots of 4 words: ino (0:
+//     empty slot), crc:32 | type:8 | name_len:8 | zero:16, name (first
+//     word), 0;
+//   the names not held in their slot, padded with zeros to 8 bytes;
 //   at `multi_words`: `multi` pairs (ino, links), sorted by ino, of the
 //   non-directories with more than one name (the others have one).
-inline constexpr uint64_t kCheckpointMagic = 0x32504b4353465055ull;  // "UPFSCKP2"
+inline constexpr uint64_t kCheckpointMagic = 0x33504b4353465055ull;    // "UPFSCKP3"
+inline constexpr uint64_t kCheckpointMagicV2 = 0x32504b4353465055ull;  // "UPFSCKP2"
+inline constexpr uint64_t CheckpointMagicFor(uint32_t pool_version) {
+  return pool_version >= kFirstTaggedPoolVersion ? kCheckpointMagic : kCheckpointMagicV2;
+}
+inline constexpr uint32_t kInlineNameMax = 16;
+// A tag holds the inode number in 32 bits.
+static_assert(kMaxPoolBlocks * kInodesPerBlock <= (uint64_t{1} << 32));
 inline constexpr uint32_t kMaxCheckpointRuns = 480;
 inline constexpr uint32_t kDirRowWords = 8;
 inline constexpr uint32_t kNameSlotWords = 4;
