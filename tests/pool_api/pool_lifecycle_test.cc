@@ -16,6 +16,7 @@
 #include "container/pool/pool_check.h"
 #include "container/pool/pool_format.h"
 #include "pool_test_fixture.h"
+#include "posix/pool_mounts.h"
 #include "util/crc32c.h"
 #include "upfs/upfs.h"
 
@@ -211,6 +212,52 @@ TEST_F(PoolTest, ARecordCommittedButNotAppliedKeepsItsInode) {
   ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
   EXPECT_EQ(List(""), (std::vector<std::string>{".", "..", "d", "f", "g"}));
   EXPECT_EQ(Read("g"), "data");
+}
+
+// Damage on damage: a committed record the index could not apply, and the
+// index could not be made again either (the checkpoint it reloads from is
+// damaged meanwhile). The index may then stand past the record, and a
+// checkpoint written from it would drop the record: every later call of
+// this attachment fails instead, naming the index, even once the damage is
+// gone; attached again, the pool has the record.
+TEST_F(PoolTest, AnIndexThatCannotBeMadeAgainIsNeverUsedAgain) {
+  ASSERT_EQ(Create("before", "x"), 0);
+  {
+    upfs::PoolPath pp;
+    ASSERT_TRUE(upfs::InPool(AT_FDCWD, P("").c_str(), &pp));
+    ASSERT_TRUE(pp.mount->pool->Checkpoint().ok());
+  }
+  const int fd = open(pool_.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  upfs::format::pool::Superblock sb;
+  ASSERT_EQ(pread(fd, &sb, sizeof(sb), 0), ssize_t(sizeof(sb)));
+  const off_t header = off_t(sb.checkpoint.load()) * upfs::format::kBlockSize;
+  ASSERT_NE(header, 0);
+  uint64_t magic, junk = 0x6b6e756a6b6e756aull;
+  ASSERT_EQ(pread(fd, &magic, 8, header), 8);
+  ASSERT_EQ(pwrite(fd, &junk, 8, header), 8);
+  upfs::NsIndex::FailValidatedAppliesForTest(1);
+  EXPECT_NE(upfs_mkdir(P("d").c_str(), 0755), 0);
+  EXPECT_EQ(errno, EUCLEAN) << upfs_last_error();
+  upfs::NsIndex::FailValidatedAppliesForTest(0);
+  struct stat st;
+  EXPECT_NE(upfs_stat(P("before").c_str(), &st), 0);
+  EXPECT_EQ(errno, EUCLEAN);
+  EXPECT_NE(std::string(upfs_last_error()).find("namespace index"), std::string::npos) << upfs_last_error();
+  // The damage repaired: this attachment still does not trust its index.
+  ASSERT_EQ(pwrite(fd, &magic, 8, header), 8);
+  close(fd);
+  EXPECT_NE(upfs_stat(P("before").c_str(), &st), 0);
+  EXPECT_EQ(errno, EUCLEAN);
+  EXPECT_LT(upfs_open(P("new").c_str(), O_CREAT | O_WRONLY, 0644), 0);
+  EXPECT_EQ(errno, EUCLEAN);
+  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0) << upfs_last_error();
+  upfs::PoolReport r;
+  ASSERT_TRUE(upfs::CheckPool(pool_, &r).ok());
+  EXPECT_TRUE(r.problems.empty()) << r.problems.front();
+  ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
+  EXPECT_EQ(List(""), (std::vector<std::string>{".", "..", "before", "d"}));
+  EXPECT_EQ(Read("before"), "x");
 }
 
 }  // namespace

@@ -304,6 +304,7 @@ Status Pool::Pin(std::optional<EpochPin>* pin) {
 }
 
 Status Pool::CatchUpLocked() {
+  if (index_lost_.load(std::memory_order_relaxed)) return IndexLost();
   // A new checkpoint: a new base, and an empty delta from where it ends
   // (the old image is retired; the log from its end on is kept).
   if (CheckpointUnseen()) UPFS_RETURN_IF_ERROR(LoadNamespace());
@@ -311,13 +312,26 @@ Status Pool::CatchUpLocked() {
 }
 
 Status Pool::ReloadIndexLocked() {
-  UPFS_RETURN_IF_ERROR(LoadNamespace());
-  return CatchUpLocked();  // the checkpoint is the newest now: only the log after it
+  Status st = LoadNamespace();
+  if (st.ok()) st = CatchUpLocked();  // the checkpoint is the newest now: only the log after it
+  if (!st.ok()) {
+    // Damage on damage: the index may stand past a record it lacks, and a
+    // checkpoint written from it would drop that record from the pool.
+    // Nothing of this attachment uses it again (every call fails, loudly).
+    index_lost_.store(true, std::memory_order_relaxed);
+    lost_why_ = st.message();
+  }
+  return st;
+}
+
+Status Pool::IndexLost() const {
+  return Status::Corrupt("namespace index", path_ + ": this process could not make its index of the pool again (" +
+                                                lost_why_ + "); detach, check (upfs fsck) and attach again");
 }
 
 Status Pool::LockLatest(std::shared_lock<SpinSharedMutex>* g) {
   std::shared_lock<SpinSharedMutex> s(index_mu_);
-  if (!log_.AnyNew() && !CheckpointUnseen()) {
+  if (!log_.AnyNew() && !CheckpointUnseen() && !index_lost_.load(std::memory_order_relaxed)) {
     *g = std::move(s);
     return Status::OK();
   }

@@ -103,6 +103,8 @@ class Pool {
   // Makes the index again from the newest checkpoint and the log (index
   // lock held exclusively, pinned): after a committed record it could not
   // apply, so that it never stands for a position past a record it lacks.
+  // If that fails too, the index is lost to this attachment: every later
+  // call that reads it fails (EUCLEAN, naming the namespace index).
   Status ReloadIndexLocked();
   // Takes the index lock shared, on an index that holds every record
   // committed before the call (catching up first if the log moved). The
@@ -202,6 +204,10 @@ class Pool {
   // leaves it in use, which tells the last process to leave that the
   // volatile area holds leaks only a recovery takes back.
   uint32_t process_slot_ = kMaxSlots;
+  // Set once ReloadIndexLocked failed (index lock held; read with it).
+  std::atomic<bool> index_lost_{false};
+  std::string lost_why_;
+  Status IndexLost() const;
   // The checkpoint this process last saw (its header block, 0 = none).
   std::atomic<uint64_t> seen_checkpoint_{0};
   // No checkpoint is tried before the log reaches this sequence number

@@ -89,8 +89,10 @@ Status Pool::WriteCheckpoint() {
   if (!st.ok()) {
     std::unique_lock<SpinSharedMutex> g(index_mu_);
     if (index_.frozen() == frozen.get()) {
-      // Reloaded from the newest checkpoint and the log after it.
-      if (Status r = LoadNamespace(); r.ok()) (void)CatchUpLocked();
+      // Reloaded from the newest checkpoint and the log after it (if that
+      // fails, the index is lost to this attachment: it would stay frozen,
+      // and no checkpoint would be written here again).
+      (void)ReloadIndexLocked();
     }
   }
   return st;
