@@ -13,10 +13,13 @@
 //     and a log delta after it; cleanly detached (mount trusts the
 //     volatile area and replays from the checkpoint);
 //   seed 1 "crashed": the same, then a process killed while attached with
-//     an unlinked file open (mount runs recovery).
+//     an unlinked file open (mount runs recovery);
+//   seed 2 "version 2": seed 0 made as a pool of version 2, whose
+//     checkpoint image is untagged (docs/format.md, "Checkpoints").
 //
 // Input: byte 0 = flags:
 //   bit 0   seed 1 instead of seed 0
+//   bit 3   seed 2 (bit 0 ignored)
 //   bit 1   leave checksums alone (else the superblock's, the checkpoint's
 //           header and image checksums, and every namespace log record's
 //           kApply checksum are recomputed after patching, so that
@@ -110,13 +113,13 @@ class PoolFuzz {
     ::unlink(path_.c_str());
     ::rmdir(dir_.c_str());
   }
-  bool Build(const std::string& path, bool crashed);
+  bool Build(const std::string& path, bool crashed, uint32_t version);
   void Load(const std::string& path, Seed* s);
   void WriteImage(Image& img);
   void Walk(const std::string& dir, int depth, int* budget);
 
   std::string dir_, path_, mnt_;
-  Seed seeds_[2];
+  Seed seeds_[3];
 };
 
 bool PutFile(const std::string& p, const std::string& data) {
@@ -126,16 +129,31 @@ bool PutFile(const std::string& p, const std::string& data) {
   return upfs_close(fd) == 0 && ok;
 }
 
-bool PoolFuzz::Build(const std::string& path, bool crashed) {
+// Labels a fresh pool with an older format version, as the build that
+// made such pools did.
+bool SetPoolVersion(const std::string& path, uint32_t version) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  fp::Superblock sb;
+  bool ok = pread(fd, &sb, sizeof(sb), 0) == ssize_t(sizeof(sb));
+  sb.version = version;
+  sb.sb_crc = upfs::Crc32c(&sb, offsetof(fp::Superblock, sb_crc));
+  ok = ok && pwrite(fd, &sb, sizeof(sb), 0) == ssize_t(sizeof(sb));
+  return ::close(fd) == 0 && ok;
+}
+
+bool PoolFuzz::Build(const std::string& path, bool crashed, uint32_t version) {
   auto M = [&](const std::string& rel) { return mnt_ + "/" + rel; };
   if (upfs_mkfs(path.c_str(), 0) != 0) return false;
+  if (version != fp::kPoolVersion && !SetPoolVersion(path, version)) return false;
   if (upfs_mount(path.c_str(), mnt_.c_str()) != 0) return false;
   bool ok = upfs_mkdir(M("d1").c_str(), 0755) == 0 && upfs_mkdir(M("d1/d2").c_str(), 0750) == 0 &&
             upfs_mkdir(M("c").c_str(), 0755) == 0 && PutFile(M("d1/small"), "hello, pool") &&
             PutFile(M("d1/d2/big"), std::string(5 * kB + 123, 'b')) && PutFile(M("top"), "top") &&
             upfs_symlink("d1/small", M("short").c_str()) == 0 &&
             upfs_symlink(std::string(200, 'L').c_str(), M("d1/long").c_str()) == 0 &&
-            upfs_link(M("d1/d2/big").c_str(), M("hard").c_str()) == 0;
+            upfs_link(M("d1/d2/big").c_str(), M("hard").c_str()) == 0 &&
+            PutFile(M("d1/a-name-longer-than-a-slot-holds"), "long");
   // Enough records for a checkpoint at detach (1,024), few names left (a
   // run walks and checks them all).
   for (int i = 0; ok && i < 600; ++i) {
@@ -228,16 +246,21 @@ PoolFuzz::PoolFuzz() {
   path_ = dir_ + "/input.pool";
   mnt_ = "/fuzz-pool-" + std::to_string(getpid());
   atexit([] { Get().Cleanup(); });
-  for (int k = 0; k < 2; ++k) {
+  for (int k = 0; k < 3; ++k) {
     const std::string seed = dir_ + "/seed" + std::to_string(k) + ".pool";
     ::unlink(seed.c_str());
-    if (!Build(seed, k == 1)) Violation("harness: building seed pool %d failed: %s", k, upfs_last_error());
+    if (!Build(seed, k == 1, k == 2 ? 2 : fp::kPoolVersion)) Violation("harness: building seed pool %d failed: %s", k, upfs_last_error());
     upfs::PoolReport r;
     upfs::Status st = upfs::CheckPool(seed, &r);
     if (!st.ok() || !r.problems.empty() || r.checkpoint_number == 0)
       Violation("harness: seed pool %d is not clean or has no checkpoint", k);
     Load(seed, &seeds_[k]);
     ::unlink(seed.c_str());
+    Image& im = seeds_[k].img;
+    uint64_t magic;
+    memcpy(&magic, im.At(im.Get(offsetof(fp::Superblock, checkpoint))), sizeof(magic));
+    if (magic != fp::CheckpointMagicFor(k == 2 ? 2 : fp::kPoolVersion))
+      Violation("harness: seed pool %d's checkpoint is not of its version's format", k);
   }
 }
 
@@ -359,7 +382,7 @@ bool MountErrnoAllowed(int e) {
 void PoolFuzz::Run(const uint8_t* data, size_t size) {
   const uint8_t flags = size ? data[0] : 0;
   size_t at = size ? 1 : 0;
-  const int which = flags & 1;
+  const int which = (flags & 8) ? 2 : (flags & 1);
   Image img = seeds_[which].img;
   const std::vector<uint32_t>& targets = seeds_[which].targets;
   if ((flags & 4) && at + 2 <= size) {

@@ -582,6 +582,10 @@ int PoolSeeds(const std::string& dir) {
   emit("pool-ck-multi", PoolSeed(0).Word(1, 80, uint64_t{1} << 63));
   emit("pool-ck-image", PoolSeed(0).Word(2, 0, 0));
   emit("pool-ck-image-raw", PoolSeed(2).Word(2, 40, 0x1234));
+  // The version 2 seed (untagged checkpoint image).
+  emit("pool-v2-clean", PoolSeed(8));
+  emit("pool-v2-ck-image", PoolSeed(8).Word(2, 0, 0));
+  emit("pool-v2-ck-row", PoolSeed(8).Word(2, 96, 0x3fff));
   for (uint8_t t = 3; t < 9; ++t) {
     emit("pool-block" + std::to_string(t) + "-next", PoolSeed(0).Word(t, 0, 0x47534e5500000000ull | 9000));
     emit("pool-block" + std::to_string(t) + "-slot", PoolSeed(t & 1).Word(t, 16 + 8 * t, 0x5));
