@@ -223,7 +223,7 @@ namespace {
 // of an address outside the mapping is skipped, and a prefetch never
 // faults), which a lookup's caller reads next.
 void PrefetchInode(const BlockSpace* space, uint64_t ino) {
-  const uint64_t off = (uint64_t(InodeBlockOf(ino)) << kBlockShift) + uint64_t(InodeSlotOf(ino)) * kInodeSize;
+  const uint64_t off = InodeOffset(ino);
   if (off + kInodeSize > space->mapped_bytes()) return;
   const char* p = space->base() + off;
   __builtin_prefetch(p);

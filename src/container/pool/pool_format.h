@@ -155,6 +155,10 @@ inline constexpr uint64_t InodeNumber(uint32_t lblock, uint32_t slot) {
 }
 inline constexpr uint32_t InodeBlockOf(uint64_t ino) { return uint32_t(ino / kInodesPerBlock); }
 inline constexpr uint32_t InodeSlotOf(uint64_t ino) { return uint32_t(ino % kInodesPerBlock); }
+// Where inode `ino` lies in the pool: slot s of block b is b * 16 + s, and
+// 16 inodes fill a block, so its byte offset is the number times the size.
+static_assert(kInodesPerBlock * kInodeSize == kBlockSize);
+inline constexpr uint64_t InodeOffset(uint64_t ino) { return ino * kInodeSize; }
 // Whether ino can name an inode at all: slot 1-15 of a block in the data
 // region (0, in particular, never does; tables keyed by inode use it as
 // "empty").
