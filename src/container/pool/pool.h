@@ -219,7 +219,7 @@ class Pool {
   std::mutex retired_mu_;
   ThreadBlocks retired_;
   // The last checkpoint image built here, kept so that the next one does
-  // not fault its memory in again (8 MB for 100,000 names).
+  // not fault its memory in again (5 MB for 100,000 short names).
   std::vector<uint64_t> image_buf_;
 };
 
