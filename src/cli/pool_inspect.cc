@@ -41,6 +41,13 @@ int RunPoolInfo(const std::string& path) {
     return Fail("info", path + ": " + st.ToString());
   }
   Row("pool:", path);
+  // What the version means for the builds that may share the pool
+  // (docs/format.md, "Pools, format version 3").
+  Row("format:", "version " + std::to_string(r.version) +
+                     (r.version >= format::pool::kFirstTaggedPoolVersion ? " (tagged checkpoint images)"
+                      : r.version >= format::pool::kFirstPatchPoolVersion
+                          ? " (untagged checkpoint images, patches in files' logs)"
+                          : " (untagged checkpoint images, no patches)"));
   Row("namespace:", Plural(r.directories, "directory", "directories") + ", " +
                         Plural(r.files, "file", "files") + ", " +
                         Plural(r.symlinks, "symbolic link", "symbolic links") + ", " +

@@ -129,6 +129,9 @@ expect 1 "ls of a file that is not a pool" "$UPFS" ls "$S/empty"
 contains "not a pool" "ls says not a pool"
 expect 0 "fsck of the first pool" "$UPFS" fsck "$P"
 expect 0 "fsck of the second pool" "$UPFS" fsck "$Q"
+expect 0 "info of the first pool" "$UPFS" info "$P"
+contains "version 3 (tagged checkpoint images)" "info shows the pool's format version"
+contains "files" "info shows the namespace"
 
 # -- bench --pool -----------------------------------------------------------------
 expect 0 "tiny bench --pool" "$UPFS" bench --pool --dir "$DIR" --size 8M --seconds 0.02 --rounds 1 \

@@ -295,6 +295,7 @@ Status CheckPool(const std::string& path, PoolReport* out) {
     return st;
   }
   out->pool_bytes = bytes;
+  out->version = sb.version;
   out->clean = sb.clean.load() == 1;
   out->attached_processes = UsersByteHeld(fd) ? 1 : 0;
   std::unique_ptr<Medium> m;

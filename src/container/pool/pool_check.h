@@ -14,6 +14,7 @@
 namespace upfs {
 
 struct PoolReport {
+  uint32_t version = 0;     // the pool's format version (superblock)
   std::string medium;       // MediumKindName
   std::string durability;   // MediumDurability
   uint64_t pool_bytes = 0;  // the pool file's size
