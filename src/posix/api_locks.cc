@@ -60,6 +60,7 @@ int upfs_fcntl_lock(int fd, int cmd, struct flock* lock) {
     if (!of) return FailErrno(EBADF, "not a upfs descriptor");
     d = of->d;
   }
+  if (d->pool) return FailErrno(ENOTSUP, "record locks on files in a pool are not supported yet");
   const int acc = d->flags & O_ACCMODE;
   const bool set = cmd != F_GETLK && cmd != F_OFD_GETLK;
   if (set && lock->l_type == F_WRLCK && acc == O_RDONLY)
@@ -83,12 +84,38 @@ int upfs_fcntl_lock(int fd, int cmd, struct flock* lock) {
     // takes them, and the File's own one may write.
     lock_fd = HostFileContainer().HostFd(*d->file);
   }
+  // The kernel would read SEEK_CUR against the host descriptor's offset
+  // and SEEK_END against the host file's size, neither of which is the
+  // upfs file's: the range is made absolute first, as the kernel makes it
+  // from its own offset and size.
+  struct flock abs = *lock;
+  if (lock->l_whence == SEEK_CUR || lock->l_whence == SEEK_END) {
+    int64_t base;
+    if (lock->l_whence == SEEK_CUR) {
+      std::lock_guard<std::mutex> pl(d->pos_mu);
+      base = int64_t(d->pos);
+    } else {
+      uint64_t size;
+      if (Status st = d->file->Size(&size); !st.ok()) return Fail(st);
+      base = int64_t(size);
+    }
+    int64_t start;
+    if (__builtin_add_overflow(base, int64_t(lock->l_start), &start) || start < 0)
+      return FailErrno(EINVAL, "lock range starts before the file or overflows");
+    abs.l_whence = SEEK_SET;
+    abs.l_start = off_t(start);
+  }
   // d keeps lock_fd open while we may block on it.
   int r;
   do {
-    r = fcntl(lock_fd, cmd, lock);
+    r = fcntl(lock_fd, cmd, &abs);
   } while (r != 0 && errno == EINTR && cmd != F_SETLKW && cmd != F_OFD_SETLKW);
   if (r != 0) return FailErrno(errno, "fcntl lock failed");
+  // A query reports the conflicting lock (absolute), or F_UNLCK alone.
+  if (!set) {
+    if (abs.l_type == F_UNLCK) lock->l_type = F_UNLCK;
+    else *lock = abs;
+  }
   return 0;
 }
 

@@ -44,6 +44,25 @@ TEST_F(PoolTest, CreateOpenReadStat) {
   EXPECT_EQ(errno, ENOTDIR);
 }
 
+TEST_F(PoolTest, RecordLocksOnPoolFilesAreRefusedNotCrashed) {
+  // Not built yet for pools: a clear ENOTSUP, whether or not the file's
+  // engine was opened by a data call first.
+  ASSERT_EQ(Create("a", "hello"), 0);
+  for (bool data_first : {false, true}) {
+    const int fd = upfs_open(P("a").c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    char c;
+    if (data_first) ASSERT_EQ(upfs_pread(fd, &c, 1, 0), 1);
+    struct flock l = {};
+    l.l_type = F_WRLCK;
+    l.l_whence = SEEK_SET;
+    l.l_len = 1;
+    EXPECT_EQ(upfs_fcntl_lock(fd, F_SETLK, &l), -1);
+    EXPECT_EQ(errno, ENOTSUP);
+    EXPECT_EQ(upfs_close(fd), 0);
+  }
+}
+
 TEST_F(PoolTest, NamesUpTo255Bytes) {
   EXPECT_EQ(Create(std::string(255, 'n')), 0);
   EXPECT_EQ(upfs_open(P(std::string(256, 'n')).c_str(), O_CREAT | O_RDWR, 0644), -1);

@@ -1,0 +1,192 @@
+// A full file system under upfs: every call that wants space it cannot get
+// fails with ENOSPC, nothing written before is lost, and no store ever
+// faults (a store into a page tmpfs cannot back is a SIGBUS, which kills
+// the program). Each case runs in a child process with a mount namespace
+// of its own, where a small tmpfs is mounted over /dev/shm (so the
+// per-file shared state is short of space too); the child's exit status
+// says what happened. Without the privilege to do that (not root, no user
+// namespaces) the cases are skipped.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dirent.h>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "upfs/upfs.h"
+
+namespace {
+
+constexpr int kSkip = 77;
+constexpr size_t kChunk = 64 * 1024;
+
+// Runs body in a process whose /dev/shm is a fresh tmpfs of `size` (mount
+// option syntax, e.g. "20m"). body returns "" when all was as it should
+// be, else what went wrong. The process that mounted the tmpfs waits for
+// body's and then looks for shared-state objects left behind (upfs keeps
+// closed files parked while their process lives: litter shows only after).
+void InSmallShm(const char* size, const std::function<std::string()>& body) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (unshare(CLONE_NEWNS) != 0) _exit(kSkip);
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) _exit(kSkip);
+    const std::string opts = std::string("size=") + size;
+    if (mount("tmpfs", "/dev/shm", "tmpfs", 0, opts.c_str()) != 0) _exit(kSkip);
+    const pid_t worker = fork();
+    if (worker < 0) _exit(1);
+    if (worker == 0) {
+      const std::string why = body();
+      if (!why.empty()) std::fprintf(stderr, "[tmpfs of %s] %s\n", size, why.c_str());
+      std::exit(why.empty() ? 0 : 1);  // exit, not _exit: parked files are closed at exit
+    }
+    int ws = 0;
+    if (waitpid(worker, &ws, 0) != worker) _exit(1);
+    if (WIFSIGNALED(ws)) {
+      std::fprintf(stderr, "[tmpfs of %s] killed by signal %d (%s)\n", size, WTERMSIG(ws), strsignal(WTERMSIG(ws)));
+      _exit(1);
+    }
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) _exit(1);
+    if (DIR* d = opendir("/dev/shm")) {
+      std::string left;
+      while (struct dirent* e = readdir(d))
+        if (std::strncmp(e->d_name, "upfs-", 5) == 0) left += std::string(" ") + e->d_name;
+      closedir(d);
+      if (!left.empty()) {
+        std::fprintf(stderr, "[tmpfs of %s] shared state left behind:%s\n", size, left.c_str());
+        _exit(1);
+      }
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kSkip) GTEST_SKIP() << "cannot mount a tmpfs here";
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "tmpfs of " << size << ": see stderr";
+}
+
+unsigned char Pattern(int file, size_t at) { return static_cast<unsigned char>(file * 31 + at / kChunk); }
+
+// What a writer managed to write before the space ran out.
+struct Written {
+  std::string path;
+  size_t bytes = 0;
+};
+
+// Creates files under `dir` and writes 64 KiB chunks until a call fails;
+// then keeps trying (the space a failed growth left must not be used).
+// Fails on any error but ENOSPC.
+std::string Fill(const std::string& dir, std::vector<Written>* out) {
+  std::vector<unsigned char> buf(kChunk);
+  bool full = false;
+  for (int k = 0; k < 400; ++k) {
+    Written w{dir + "/f" + std::to_string(k), 0};
+    const int fd = upfs_open(w.path.c_str(), O_CREAT | O_RDWR, 0644);
+    if (fd < 0) {
+      if (errno != ENOSPC) return "create " + w.path + ": " + std::strerror(errno);
+      full = true;
+      continue;
+    }
+    for (int i = 0; i < 64; ++i) {
+      for (size_t j = 0; j < kChunk; ++j) buf[j] = Pattern(k, w.bytes);
+      if (upfs_write(fd, buf.data(), kChunk) != ssize_t(kChunk)) {
+        if (errno != ENOSPC) return "write " + w.path + ": " + std::strerror(errno);
+        full = true;
+        break;
+      }
+      w.bytes += kChunk;
+    }
+    if (upfs_close(fd) != 0) return "close " + w.path + ": " + std::strerror(errno);
+    out->push_back(w);
+    if (full && k > 40) break;  // well past the first ENOSPC
+  }
+  return full ? "" : "the file system never filled up";
+}
+
+// Every byte Fill said it wrote reads back.
+std::string Verify(const std::vector<Written>& files) {
+  std::vector<unsigned char> buf(kChunk);
+  for (size_t k = 0; k < files.size(); ++k) {
+    const Written& w = files[k];
+    const int file = std::stoi(w.path.substr(w.path.rfind("/f") + 2));
+    const int fd = upfs_open(w.path.c_str(), O_RDONLY);
+    if (fd < 0) return "reopen " + w.path + ": " + std::strerror(errno);
+    struct stat st;
+    if (upfs_fstat(fd, &st) != 0 || size_t(st.st_size) < w.bytes) {
+      upfs_close(fd);
+      return w.path + ": shorter than written";
+    }
+    for (size_t at = 0; at < w.bytes; at += kChunk) {
+      if (upfs_pread(fd, buf.data(), kChunk, off_t(at)) != ssize_t(kChunk) || buf[kChunk - 1] != Pattern(file, at)) {
+        upfs_close(fd);
+        return w.path + ": lost data at " + std::to_string(at);
+      }
+    }
+    upfs_close(fd);
+  }
+  return "";
+}
+
+TEST(FullMedium, APoolThatRunsOutOfSpaceSaysEnospcAndKeepsWhatItHas) {
+  // Sizes that run out in different places: the first data region, a
+  // growth step, a later one.
+  for (const char* size : {"44m", "60m", "100m"}) {
+    InSmallShm(size, [] {
+      const std::string pool = "/dev/shm/pool", mnt = "/full-medium-pool";
+      if (upfs_mkfs(pool.c_str(), 0) != 0) return std::string("mkfs: ") + std::strerror(errno);
+      if (upfs_mount(pool.c_str(), mnt.c_str()) != 0) return std::string("mount: ") + std::strerror(errno);
+      std::vector<Written> files;
+      std::string why = Fill(mnt, &files);
+      if (why.empty()) why = Verify(files);
+      if (upfs_umount(mnt.c_str()) != 0) return std::string("umount: ") + std::strerror(errno);
+      if (!why.empty()) return why;
+      // Attached again, the pool is recovered (its allocator rebuilt over
+      // whatever a failed growth left) and is still full, not broken.
+      if (upfs_mount(pool.c_str(), mnt.c_str()) != 0) return std::string("remount: ") + std::strerror(errno);
+      why = Verify(files);
+      std::vector<Written> more;
+      if (why.empty()) why = Fill(mnt + "", &more);
+      if (why == "the file system never filled up") why = "";  // some space may have come back
+      upfs_umount(mnt.c_str());
+      return why;
+    });
+  }
+}
+
+TEST(FullMedium, MkfsWithoutRoomForThePoolFailsAndLeavesNothing) {
+  for (const char* size : {"1m", "8m"}) {
+    InSmallShm(size, [] {
+      const std::string pool = "/dev/shm/pool";
+      if (upfs_mkfs(pool.c_str(), 0) == 0) return std::string("mkfs succeeded without room");
+      if (errno != ENOSPC) return std::string("mkfs: ") + std::strerror(errno);
+      struct stat st;
+      if (stat(pool.c_str(), &st) == 0) return std::string("mkfs left the pool file behind");
+      return std::string();
+    });
+  }
+}
+
+TEST(FullMedium, PerFileFilesThatRunOutOfSpaceSayEnospcAndLeaveNoSharedState) {
+  for (const char* size : {"3m", "8m", "20m"}) {
+    InSmallShm(size, [] {
+      std::vector<Written> files;
+      std::string why = Fill("/dev/shm", &files);
+      if (why.empty()) why = Verify(files);
+      return why;
+    });
+  }
+}
+
+}  // namespace
