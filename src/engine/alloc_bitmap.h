@@ -93,6 +93,22 @@ class AllocationBitmap {
   // fsck, on a quiet domain). Appends what is wrong to *problem.
   bool SummariesAgree(uint64_t capacity_blocks, std::string* problem) const;
 
+  // fn(addr, bytes) for the memory that blocks [first, end) use: their
+  // bits, the summaries' words above them, and the shared words. Provided
+  // (medium/provide.h) before the blocks are handed out, since the
+  // container's memory may be holes until first stored to.
+  template <typename Fn>
+  void ForEachSpan(uint64_t first, uint64_t end, Fn&& fn) const {
+    if (first >= end) return;
+    fn(static_cast<void*>(w_), sizeof(BitmapWords));
+    fn(static_cast<void*>(bits_ + (first >> 6)), (((end - 1) >> 6) + 1 - (first >> 6)) * sizeof(uint64_t));
+    if (!summaries_) return;
+    const uint64_t w0 = first / kWordBlocks, w1 = (end - 1) / kWordBlocks + 1;
+    full_.ForEachSpan(w0, w1, fn);
+    used_.ForEachSpan(w0, w1, fn);
+    used_2m_.ForEachSpan(first / kPartitionBlocks, (end - 1) / kPartitionBlocks + 1, fn);
+  }
+
   // Raises the capacity to `blocks` (never lowers it).
   void RaiseCapacity(uint64_t blocks) {
     uint64_t c = w_->capacity_blocks.load();

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <thread>
 
+#include "medium/provide.h"
+
 namespace upfs {
 
 using format::kBlockShift;
@@ -189,7 +191,9 @@ Status BlockSource::ClaimChunk(ThreadBlocks* t, uint64_t want) {
         // The callback runs on the space's worker, which never outlives the
         // space and the bitmap (their owner joins the worker first).
         space_->GrowAhead((cap + 2 * headroom) << kBlockShift,
-                          [space = space_, bm = bm_] { PublishCapacity(space, bm); });
+                          // On an error nothing is published: the allocator
+                          // that needs the space grows it itself and gets it.
+                          [space = space_, bm = bm_] { (void)PublishCapacity(space, bm); });
       return Status::OK();
     }
     if (space_->GrowInFlight()) {
@@ -235,13 +239,33 @@ Status BlockSource::EnsureCapacity(uint64_t blocks) {
   if (blocks > format::kMaxBlocks - 1) return Status::Error(EFBIG, "file would exceed upfs limit");
   if (bm_->words()->capacity_blocks.load(std::memory_order_acquire) >= blocks) return Status::OK();
   UPFS_RETURN_IF_ERROR(space_->Grow(blocks << kBlockShift));
-  PublishCapacity(space_, bm_);
+  return PublishCapacity(space_, bm_);
+}
+
+Status BlockSource::PublishCapacity(BlockSpace* space, AllocationBitmap* bm) {
+  // Block 0xffffffff would read as kKeepBlock in a payload run: never hand it out.
+  const uint64_t to = std::min<uint64_t>(space->capacity() >> kBlockShift, format::kMaxBlocks - 1);
+  const uint64_t from = bm->capacity();
+  if (to <= from) return Status::OK();
+  // The space's size may run ahead of its memory: a growth that failed
+  // half-way (its file system full), or one in progress in another
+  // process, leaves holes that a store would fault on.
+  UPFS_RETURN_IF_ERROR(ProvideBlocks(space, *bm, from, to));
+  bm->RaiseCapacity(to);
   return Status::OK();
 }
 
-void BlockSource::PublishCapacity(const BlockSpace* space, AllocationBitmap* bm) {
-  // Block 0xffffffff would read as kKeepBlock in a payload run: never hand it out.
-  bm->RaiseCapacity(std::min<uint64_t>(space->capacity() >> kBlockShift, format::kMaxBlocks - 1));
+Status BlockSource::ProvideBlocks(BlockSpace* space, const AllocationBitmap& bm, uint64_t from, uint64_t to) {
+  UPFS_RETURN_IF_ERROR(space->Provide(from << kBlockShift, to << kBlockShift));
+  return ProvideBitmap(bm, from, to);
+}
+
+Status BlockSource::ProvideBitmap(const AllocationBitmap& bm, uint64_t from, uint64_t to) {
+  Status st;
+  bm.ForEachSpan(from, to, [&](void* addr, uint64_t bytes) {
+    if (st.ok()) st = ProvideMemory(addr, bytes, "allocation bitmap");
+  });
+  return st;
 }
 
 Status BlockSource::Alloc(ThreadBlocks* t, uint64_t n, std::vector<Run>* runs) {

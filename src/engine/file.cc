@@ -157,8 +157,7 @@ Status File::Ctx(ThreadCtx** out) {
       return Status::OK();
     }
     EpochDomain* d = source_->epochs();
-    fresh->slot = d->ClaimSlot();
-    if (fresh->slot >= kMaxSlots) return Status::Error(EAGAIN, "no free thread slot in shared state");
+    UPFS_RETURN_IF_ERROR(d->ClaimSlot(&fresh->slot));
     fresh->tail_claim_id =
         (uint64_t(d->slot(fresh->slot)->owner_pid.load(std::memory_order_relaxed)) << 32) |
         (uint64_t(fresh->slot) + 1);

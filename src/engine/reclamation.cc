@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "medium/provide.h"
+
 namespace upfs {
 
 bool EpochDomain::SlotOwnerAlive(uint32_t s) {
@@ -24,16 +26,16 @@ bool EpochDomain::AnyOtherProcessLive() {
   return any;
 }
 
-uint32_t EpochDomain::ClaimSlot() {
+Status EpochDomain::ClaimSlot(uint32_t* out) {
   // The liveness lock is taken first: holding it proves that no live thread
   // of another process owns the slot, so a slot is never owned twice, and
   // one whose owner died is simply taken over. The mutex keeps threads of
   // this process apart (for them the lock always succeeds).
   std::lock_guard<std::mutex> g(slot_mu_);
   if (!kept_.empty()) {
-    const uint32_t i = kept_.back();
+    *out = kept_.back();
     kept_.pop_back();
-    return i;
+    return Status::OK();
   }
   const uint32_t me = uint32_t(getpid());
   for (uint32_t i = 0; i < kMaxSlots; ++i) {
@@ -42,15 +44,23 @@ uint32_t EpochDomain::ClaimSlot() {
         sl.owner_pid.load(std::memory_order_relaxed) == me)
       continue;  // ours
     if (!live_->TryLock(i)) continue;
+    // A slot never used may lie on a page that is still a hole.
+    if (i >= w_->slots_high.load(std::memory_order_acquire)) {
+      if (Status st = ProvideMemory(&sl, sizeof sl, "thread slots"); !st.ok()) {
+        live_->Unlock(i);
+        return st;
+      }
+    }
     sl.pinned.store(0, std::memory_order_relaxed);
     sl.owner_pid.store(me, std::memory_order_relaxed);
     sl.in_use.store(1, std::memory_order_release);
     uint64_t hi = w_->slots_high.load();
     while (hi < i + 1 && !w_->slots_high.compare_exchange_weak(hi, i + 1)) {
     }
-    return i;
+    *out = i;
+    return Status::OK();
   }
-  return kMaxSlots;
+  return Status::Error(EAGAIN, "no free thread slot");
 }
 
 void EpochDomain::ReleaseSlot(uint32_t s) {

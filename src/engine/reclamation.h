@@ -14,6 +14,8 @@
 #include <mutex>
 #include <vector>
 
+#include "util/status.h"
+
 namespace upfs {
 
 inline constexpr uint32_t kMaxSlots = 4096;
@@ -78,8 +80,9 @@ class EpochDomain {
   uint64_t slots_high() const { return w_->slots_high.load(std::memory_order_acquire); }
 
   // Claims a free slot for a thread of this process and locks its
-  // liveness. Returns kMaxSlots if none is free.
-  uint32_t ClaimSlot();
+  // liveness into *out. EAGAIN if none is free; ENOSPC if the slot's page,
+  // never used before, cannot be given memory (medium/provide.h).
+  Status ClaimSlot(uint32_t* out);
   void ReleaseSlot(uint32_t s);
   // A domain many Files share (a pool's): released slots stay claimed by
   // this process, idle, and the next claim takes one of them without a

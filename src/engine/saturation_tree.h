@@ -57,6 +57,21 @@ class SaturationTree {
   }
 
   uint64_t leaves() const { return leaves_; }
+
+  // fn(addr, bytes) for the words, level by level, that leaves [first,
+  // end) live in and propagate to (what must have memory behind it before
+  // those leaves are marked: medium/provide.h).
+  template <typename Fn>
+  void ForEachSpan(uint64_t first, uint64_t end, Fn&& fn) const {
+    if (end > leaves_) end = leaves_;
+    if (first >= end) return;
+    for (int k = 0; k < levels_; ++k) {
+      // Bit j of level k+1 stands for word j of level k.
+      first >>= 6;
+      end = ((end - 1) >> 6) + 1;
+      fn(static_cast<void*>(level_[k] + first), (end - first) * sizeof(uint64_t));
+    }
+  }
   bool IsMarked(uint64_t leaf) const { return TestBit(0, leaf); }
 
   void Mark(uint64_t leaf) {

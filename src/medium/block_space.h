@@ -40,6 +40,10 @@ class BlockSpace {
   // Does a share of the growth in progress in the calling thread, which
   // would otherwise wait for it; false if there is nothing to share.
   virtual bool HelpGrow() = 0;
+  // Makes sure every page of [from, to) has memory (or media) behind it, so
+  // that a store there cannot fault for want of space (medium/provide.h):
+  // ENOSPC instead. Bytes past the capacity are not provided.
+  virtual Status Provide(uint64_t from, uint64_t to) = 0;
   // Re-reads the capacity (another process may have grown the space).
   virtual Status RefreshCapacity() = 0;
   // Makes everything written to [offset, offset + bytes) durable.

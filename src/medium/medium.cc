@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "medium/huge_page_choice.h"
+#include "medium/provide.h"
 #include "medium/pm.h"
 
 #ifndef MAP_SHARED_VALIDATE
@@ -202,6 +203,11 @@ Status Medium::RefreshCapacity() {
   if (fstat(fd_, &st) != 0) return Status::FromErrno("fstat " + path_);
   RaiseCapacity(uint64_t(st.st_size));
   return Status::OK();
+}
+
+Status Medium::Provide(uint64_t from, uint64_t to) {
+  if (read_only_) return Status::Error(EROFS, "medium opened read-only");
+  return ProvideFileRange(fd_, from, std::min(to, capacity()), path_);
 }
 
 void Medium::RaiseCapacity(uint64_t bytes) {

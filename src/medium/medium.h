@@ -108,6 +108,7 @@ class Medium final : public BlockSpace {
 
   // Re-reads the host file size (another process may have grown it).
   Status RefreshCapacity() override;
+  Status Provide(uint64_t from, uint64_t to) override;
 
  private:
   Medium(int fd, std::string path, MediumKind kind, bool read_only);

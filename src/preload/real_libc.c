@@ -47,6 +47,7 @@ HIDDEN int upfs_real_ftruncate(int fd, off_t l) { return REAL(ftruncate)(fd, l);
 HIDDEN int upfs_real_truncate(const char *p, off_t l) { return REAL(truncate)(p, l); }
 HIDDEN int upfs_real_dup3(int o, int n, int f) { return REAL(dup3)(o, n, f); }
 HIDDEN int upfs_real_fallocate(int fd, int mode, off_t o, off_t l) { return REAL(fallocate)(fd, mode, o, l); }
+HIDDEN off_t upfs_real_lseek(int fd, off_t o, int whence) { return REAL(lseek)(fd, o, whence); }
 HIDDEN int upfs_real_posix_fallocate(int fd, off_t o, off_t l) {
   return REAL(posix_fallocate)(fd, o, l);
 }

@@ -59,7 +59,7 @@ TEST(BlockSource, RetiredBlocksWaitUntilNoReaderCanHoldThem) {
   ThreadBlocks writer;
   std::vector<FRun> runs;
   ASSERT_TRUE(src.Alloc(&writer, 1, &runs).ok());
-  const uint32_t reader = ms.epochs().ClaimSlot();
+  const uint32_t reader = ClaimedSlot(ms.epochs());
   {
     EpochPin pin(&ms.epochs(), reader);  // a reader inside the epoch of the retirement
     src.Retire(&writer, runs[0].lblock, 1);

@@ -55,7 +55,7 @@ TEST(LogCompactor, ForcedCompactionKeepsTheStateAndShortensTheChain) {
   const Snapshot before = Take(&ms);
   ASSERT_EQ(before.log_blocks, 6u);
   const uint64_t old_head = ms.head();
-  uint32_t slot = ms.epochs().ClaimSlot();
+  uint32_t slot = ClaimedSlot(ms.epochs());
   {
     EpochPin pin(&ms.epochs(), slot);
     ASSERT_TRUE(LogCompactor(&ms.space(), &ms.source(), ms.root()).Collect(&t, slot, true).ok());
@@ -82,7 +82,7 @@ TEST(LogCompactor, WaitsForItsTriggerUnlessForced) {
   ThreadBlocks t;
   GrowLog(&ms, &t, 4);  // below kGcSlackBlocks
   const uint64_t head = ms.head();
-  uint32_t slot = ms.epochs().ClaimSlot();
+  uint32_t slot = ClaimedSlot(ms.epochs());
   EpochPin pin(&ms.epochs(), slot);
   ASSERT_TRUE(LogCompactor(&ms.space(), &ms.source(), ms.root()).Collect(&t, slot, false).ok());
   EXPECT_EQ(ms.head(), head);
@@ -94,7 +94,7 @@ TEST(LogCompactor, LeavesTheLogToALiveGcAndTakesOverFromADeadOne) {
   ThreadBlocks t;
   GrowLog(&ms, &t, 6);
   const uint64_t head = ms.head();
-  uint32_t slot = ms.epochs().ClaimSlot();
+  uint32_t slot = ClaimedSlot(ms.epochs());
   EpochPin pin(&ms.epochs(), slot);
   LogCompactor gc(&ms.space(), &ms.source(), ms.root());
   // Slot 77 belongs to a live GC in another process.

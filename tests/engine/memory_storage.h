@@ -58,6 +58,7 @@ class MemorySpace final : public BlockSpace {
   bool GrowInFlight() const override { return false; }
   bool HelpGrow() override { return false; }  // no background growth to share
   Status RefreshCapacity() override { return Status::OK(); }
+  Status Provide(uint64_t, uint64_t) override { return Status::OK(); }  // anonymous memory
   Status Sync(uint64_t, uint64_t) override { return Status::OK(); }
   void Settle() override {}
   void JoinBackground() override {}
@@ -67,6 +68,12 @@ class MemorySpace final : public BlockSpace {
  private:
   uint64_t max_;
 };
+
+// A claimed slot, or kMaxSlots if the claim failed.
+inline uint32_t ClaimedSlot(EpochDomain& d) {
+  uint32_t s = kMaxSlots;
+  return d.ClaimSlot(&s).ok() ? s : kMaxSlots;
+}
 
 // Slot liveness within this process; slots in `foreign` act as held by a
 // live other process.

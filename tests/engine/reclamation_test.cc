@@ -15,7 +15,7 @@ TEST(Reclamation, TheEpochWaitsForALivePinnedThreadOnly) {
   MemoryStorage ms;
   EpochDomain& d = ms.epochs();
   const uint64_t e0 = d.epoch().load();
-  for (int i = 0; i < 10; ++i) d.ClaimSlot();  // slots 0..9
+  for (int i = 0; i < 10; ++i) ClaimedSlot(d);  // slots 0..9
   // Slot 9: a thread of another live process, pinned in the current epoch.
   d.slot(9)->owner_pid.store(1);
   d.slot(9)->pinned.store(e0);
@@ -32,19 +32,19 @@ TEST(Reclamation, ClaimedSlotsAreDistinctAndReusedAfterRelease) {
   MemoryStorage ms;
   EpochDomain& d = ms.epochs();
   ms.liveness().foreign.insert(0);  // held by another process
-  const uint32_t a = d.ClaimSlot(), b = d.ClaimSlot();
+  const uint32_t a = ClaimedSlot(d), b = ClaimedSlot(d);
   EXPECT_NE(a, 0u);
   EXPECT_NE(a, b);
   EXPECT_GE(d.slots_high(), std::max(a, b) + 1);
   d.ReleaseSlot(a);
-  EXPECT_EQ(d.ClaimSlot(), a);
+  EXPECT_EQ(ClaimedSlot(d), a);
 }
 
 TEST(Reclamation, TheLiveSlotScanSeesOnlyOthersSlots) {
   MemoryStorage ms;
   EpochDomain& d = ms.epochs();
   uint32_t mine = 0;
-  for (int i = 0; i < 6; ++i) mine = d.ClaimSlot();  // slots 0..5
+  for (int i = 0; i < 6; ++i) mine = ClaimedSlot(d);  // slots 0..5
   d.slot(5)->owner_pid.store(1);  // slot 5: another process's
   ms.liveness().foreign.insert(5);
   mine = 0;

@@ -51,6 +51,30 @@ TEST(SaturationTree, FindsTheOneLeafLeftAcrossLevels) {
   EXPECT_TRUE(tr.t.ParentsAgree(&where)) << where;
 }
 
+TEST(SaturationTree, SpansCoverEveryWordMarkingTheRangeStores) {
+  // Marking every leaf of a range stores to every level; the words that
+  // change must all lie in the spans ForEachSpan gave (they are provided
+  // memory before the leaves are handed out), and the spans must not run
+  // past the tree.
+  const uint64_t leaves = 64 * 64 * 64 + 777;
+  const uint64_t total = SaturationTree::WordsFor(leaves);
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 40; ++round) {
+    Tree tr(leaves);
+    uint64_t first = rng() % leaves, end = first + 1 + rng() % (leaves - first);
+    if (round == 0) first = 0, end = leaves;
+    std::vector<bool> covered(total, false);
+    tr.t.ForEachSpan(first, end, [&](void* addr, uint64_t bytes) {
+      const uint64_t w = uint64_t(static_cast<std::atomic<uint64_t>*>(addr) - tr.mem.get());
+      ASSERT_LE(w + bytes / 8, total);
+      for (uint64_t i = 0; i < bytes / 8; ++i) covered[w + i] = true;
+    });
+    for (uint64_t l = first; l < end; ++l) tr.t.Mark(l);
+    for (uint64_t w = 0; w < total; ++w)
+      if (tr.mem[w].load() != 0) ASSERT_TRUE(covered[w]) << "word " << w << ", leaves [" << first << ", " << end << ")";
+  }
+}
+
 TEST(SaturationTree, AgreesWithALinearScan) {
   const uint64_t n = 64 * 64 * 3 + 17;
   Tree tr(n);

@@ -243,6 +243,10 @@ Status OpenPerFile(int host_fd, const std::string& path, bool create, Consistenc
   const FileStorage storage = lease->storage();
   BlockMarker marker(sh->bitmap());
   if (rebuild) {
+    // Memory behind the file and the bitmap before either is stored to: a
+    // growth that failed or died half-way may have left holes
+    // (medium/provide.h).
+    UPFS_RETURN_IF_ERROR(BlockSource::ProvideBlocks(m, *sh->bitmap(), 0, capacity));
     sh->ResetForRebuild(capacity);
     for (uint32_t b = 0; b < kHeaderBlocks; ++b) marker.Mark(b, "header");
   }

@@ -15,6 +15,7 @@
 
 #include "container/perfile/shm_access.h"
 #include "format/format.h"
+#include "medium/provide.h"
 
 namespace upfs {
 
@@ -117,22 +118,11 @@ bool SharedState::TryLockMapByte(int lock_fd) {
   return OfdLock(lock_fd, F_WRLCK, kMapLockByte, false) == 0;
 }
 
-bool SharedState::RemoveIfUnused(const Identity& id) {
-  std::string name = NameFor(id);
-  // Whoever removes a file need not be able to write its shared state: a
-  // read lock on the open byte excludes openers just as well.
-  short lock = F_WRLCK;
-  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0 && errno == EACCES) {
-    fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
-    lock = F_RDLCK;
-  }
-  if (fd < 0) return false;
-  // Under the open lock nobody can be half-way through opening the file.
-  if (OfdLock(fd, lock, kOpenLockByte, true) != 0) {
-    close(fd);
-    return false;
-  }
+namespace {
+
+// With the open lock held on fd: removes object `name` if no live thread
+// of any process holds a slot in it.
+bool UnlinkIfNoLiveSlot(int fd, const std::string& name) {
   // Read, not mapped: mapping the whole region and tearing it down costs
   // more than the few slots a file ever has. An object too short to hold
   // a header was left by a creator that died before sizing it (a live one
@@ -155,7 +145,28 @@ bool SharedState::RemoveIfUnused(const Identity& id) {
         return false;
       });
   }
-  bool removed = !live && shm_unlink(name.c_str()) == 0;
+  return !live && shm_unlink(name.c_str()) == 0;
+}
+
+}  // namespace
+
+bool SharedState::RemoveIfUnused(const Identity& id) {
+  std::string name = NameFor(id);
+  // Whoever removes a file need not be able to write its shared state: a
+  // read lock on the open byte excludes openers just as well.
+  short lock = F_WRLCK;
+  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0 && errno == EACCES) {
+    fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+    lock = F_RDLCK;
+  }
+  if (fd < 0) return false;
+  // Under the open lock nobody can be half-way through opening the file.
+  if (OfdLock(fd, lock, kOpenLockByte, true) != 0) {
+    close(fd);
+    return false;
+  }
+  const bool removed = UnlinkIfNoLiveSlot(fd, name);
   close(fd);
   return removed;
 }
@@ -280,6 +291,12 @@ Status SharedState::Open(const Identity& id, const struct stat& host,
   void* p = mmap(nullptr, kShmBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, s->fd_, 0);
   if (p == MAP_FAILED) return Status::FromErrno("mmap " + s->name_);
   s->map_ = static_cast<char*>(p);
+  // The header page is stored to now; the slots' pages as slots are
+  // claimed, the bitmap's as capacity is published (medium/provide.h).
+  if (Status ps = ProvideMemory(s->map_, kSlotsOffset, "shared state"); !ps.ok()) {
+    UnlinkIfNoLiveSlot(s->fd_, s->name_);  // made just now, most likely: no litter
+    return ps;
+  }
   s->hdr_ = reinterpret_cast<ShmHeader*>(s->map_);
   s->slots_ = reinterpret_cast<ReclaimSlot*>(s->map_ + kSlotsOffset);
   s->bits_ = reinterpret_cast<std::atomic<uint64_t>*>(s->map_ + kBitmapOffset);

@@ -139,6 +139,9 @@ Status Pool::Create(const std::string& path, uint64_t size_hint) {
   }
   std::unique_ptr<Medium> m;
   if (Status st = Medium::Open(fd, path, &m); !st.ok()) return fail(st);
+  // The superblock, the shared words and the slots are stored to below and
+  // at every attach: memory behind them now (medium/provide.h).
+  if (Status st = m->Provide(0, uint64_t(kBitmapBlock) * kBlockSize); !st.ok()) return fail(st);
   if (Status st = m->Grow(bytes); !st.ok()) return fail(st);
   BlockAccess ba(m.get());
   // Blocks kDataStart (the root's inode block) and kDataStart + 1 (the
@@ -245,8 +248,8 @@ Status Pool::InitVolatile(bool first) {
   const bool recover = first && (!valid || super()->clean.load() != 1);
   if (!recover && !valid) return Status::Corrupt("volatile area", path_ + ": in use but not initialized");
   if (recover) UPFS_RETURN_IF_ERROR(Recover());  // resets the slots: claim ours after it
-  process_slot_ = epochs_->ClaimSlot();
-  if (process_slot_ >= kMaxSlots) return Status::Error(EAGAIN, path_ + ": no free process slot");
+  if (Status st = epochs_->ClaimSlot(&process_slot_); !st.ok())
+    return Status::Error(st.err(), path_ + ": process slot: " + st.message());
   if (recover) return Status::OK();
   // Pinned: a checkpoint in another process may retire log blocks meanwhile.
   EpochPin pin(epochs_.get(), process_slot_);
@@ -288,8 +291,8 @@ Status Pool::NamespaceSlot(uint32_t* slot) {
   if (t >= kMaxThreads) return Status::Error(EAGAIN, "too many threads using upfs");
   uint32_t s = ns_slots_[t].load(std::memory_order_acquire);
   if (s >= kMaxSlots) {
-    s = epochs_->ClaimSlot();
-    if (s >= kMaxSlots) return Status::Error(EAGAIN, path_ + ": no free thread slot");
+    if (Status st = epochs_->ClaimSlot(&s); !st.ok())
+      return Status::Error(st.err(), path_ + ": thread slot: " + st.message());
     ns_slots_[t].store(s, std::memory_order_release);
   }
   *slot = s;
@@ -380,11 +383,17 @@ Status Pool::MarkFileBlocks(Inode* in, BlockMarker* m) {
 }
 
 Status Pool::Recover() {
+  // Memory first (medium/provide.h): the header's fixed part, which this
+  // writes, and the data region, which a growth that failed or died
+  // half-way may have left with holes. A full file system is then an
+  // error of this attach, not a SIGBUS of a later store.
+  const uint64_t capacity = std::min<uint64_t>(medium_->capacity() >> kBlockShift, kMaxPoolBlocks);
+  UPFS_RETURN_IF_ERROR(medium_->Provide(0, uint64_t(kBitmapBlock) * kBlockSize));
+  UPFS_RETURN_IF_ERROR(medium_->Provide(uint64_t(kDataStart) * kBlockSize, capacity * kBlockSize));
   char* p;
   UPFS_RETURN_IF_ERROR(access_.Addr(kWordsBlock, &p));
   auto* words = reinterpret_cast<PoolWords*>(p);
   words->magic = 0;
-  const uint64_t capacity = std::min<uint64_t>(medium_->capacity() >> kBlockShift, kMaxPoolBlocks);
   words->epochs.Reset();
   words->bitmap.Reset(capacity);
   words->free_inodes.store(0);
@@ -395,12 +404,16 @@ Status Pool::Recover() {
   // punch holes.
   if (fallocate(lock_fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(kBitmapBlock) * kBlockSize,
                 off_t(kBitmapBlocks + kSummaryBlocks) * kBlockSize) != 0) {
+    UPFS_RETURN_IF_ERROR(
+        medium_->Provide(uint64_t(kBitmapBlock) * kBlockSize, uint64_t(kDataStart) * kBlockSize));
     UPFS_RETURN_IF_ERROR(access_.Addr(kBitmapBlock, &p));
     pm::ZeroNT(p, (capacity + 7) / 8);
     UPFS_RETURN_IF_ERROR(access_.Addr(kSummaryBlock, &p));
     pm::ZeroNT(p, uint64_t(kSummaryBlocks) * kBlockSize);
   }
   pm::Fence();
+  // What the rebuild below and the allocators then store to.
+  UPFS_RETURN_IF_ERROR(BlockSource::ProvideBitmap(*bitmap_, 0, capacity));
   BlockMarker marker(bitmap_.get());
   for (uint32_t b = 0; b < kDataStart; ++b) marker.Mark(b, "pool header");
   {
