@@ -137,7 +137,7 @@ bool SetPoolVersion(const std::string& path, uint32_t version) {
   fp::Superblock sb;
   bool ok = pread(fd, &sb, sizeof(sb), 0) == ssize_t(sizeof(sb));
   sb.version = version;
-  sb.sb_crc = upfs::Crc32c(&sb, offsetof(fp::Superblock, sb_crc));
+  sb.sb_crc = fp::SuperblockCrc(sb);
   ok = ok && pwrite(fd, &sb, sizeof(sb), 0) == ssize_t(sizeof(sb));
   return ::close(fd) == 0 && ok;
 }
@@ -268,7 +268,7 @@ PoolFuzz::PoolFuzz() {
 void FixChecksums(Image& im) {
   if (im.size < kB) return;
   auto* sb = reinterpret_cast<fp::Superblock*>(im.At(0));
-  sb->sb_crc = upfs::Crc32c(sb, offsetof(fp::Superblock, sb_crc));
+  sb->sb_crc = fp::SuperblockCrc(*sb);
   const uint64_t blocks = im.size / kB;
   if (const uint64_t ck = sb->checkpoint.load(); ck >= fp::kDataStart && ck < blocks) {
     auto* h = reinterpret_cast<fp::CheckpointHeader*>(im.At(ck));

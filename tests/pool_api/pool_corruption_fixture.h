@@ -112,7 +112,7 @@ uint64_t FileSize(const std::string& path) {
 [[maybe_unused]] void FixSuperblockCrc(const std::string& path) {
   Superblock sb;
   ASSERT_TRUE(PRead(path, &sb, sizeof(sb), 0));
-  Set32(path, offsetof(Superblock, sb_crc), upfs::Crc32c(&sb, offsetof(Superblock, sb_crc)));
+  Set32(path, offsetof(Superblock, sb_crc), SuperblockCrc(sb));
 }
 [[maybe_unused]] void FixCheckpointCrcs(const std::string& path, uint64_t header_block) {
   CheckpointHeader h;

@@ -66,7 +66,7 @@ TEST_F(PoolTest, CheckpointImagesKeepThePoolVersionsFormat) {
     ASSERT_EQ(pread(fd, &sb, sizeof(sb), 0), ssize_t(sizeof(sb)));
     ASSERT_EQ(sb.version, fp::kPoolVersion);
     sb.version = version;
-    sb.sb_crc = upfs::Crc32c(&sb, offsetof(fp::Superblock, sb_crc));
+    sb.sb_crc = fp::SuperblockCrc(sb);
     ASSERT_EQ(pwrite(fd, &sb, sizeof(sb), 0), ssize_t(sizeof(sb)));
     ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
     // Names held in a tagged slot (up to 16 bytes) and placed apart.

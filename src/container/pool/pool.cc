@@ -74,7 +74,7 @@ Status ReadSuperblock(int fd, const std::string& path, format::pool::Superblock*
 Status CheckSuperblockImage(const Superblock& sb, uint64_t file_bytes, const std::string& path) {
   if (std::memcmp(sb.magic, kPoolMagic, sizeof(kPoolMagic)) != 0)
     return Status::Error(EMEDIUMTYPE, path + ": not a upfs pool (no pool magic)");
-  if (sb.sb_crc != Crc32c(&sb, offsetof(Superblock, sb_crc)))
+  if (sb.sb_crc != SuperblockCrc(sb))
     return Status::Corrupt("superblock", path + ": checksum mismatch");
   if (sb.version < kOldestPoolVersion || sb.version > kPoolVersion)
     return Status::Error(EPROTONOSUPPORT, path + ": pool format version " + std::to_string(sb.version) +
@@ -175,7 +175,7 @@ Status Pool::Create(const std::string& path, uint64_t size_hint) {
   sb->max_blocks = kMaxPoolBlocks;
   sb->data_start = kDataStart;
   sb->root_ino = InodeNumber(inode_block, 1);
-  sb->sb_crc = Crc32c(sb, offsetof(Superblock, sb_crc));
+  sb->sb_crc = SuperblockCrc(*sb);
   sb->nslog_head.store(log_block);
   sb->inode_chain.store(inode_block);
   sb->clean.store(0);  // the first attach builds the volatile area

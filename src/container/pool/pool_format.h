@@ -24,6 +24,7 @@
 #include "engine/log_root.h"
 #include "engine/reclamation.h"
 #include "format/format.h"
+#include "util/crc32c.h"
 
 namespace upfs::format::pool {
 
@@ -93,6 +94,9 @@ static_assert(offsetof(Superblock, root_ino) == 48);
 static_assert(offsetof(Superblock, sb_crc) == 56);
 static_assert(offsetof(Superblock, nslog_head) == kCacheLine);
 static_assert(offsetof(Superblock, clean) == 2 * kCacheLine);
+// The checksum a superblock's sb_crc must hold (mkfs writes it, attach,
+// fsck and the tools that label pools check or rewrite it).
+inline uint32_t SuperblockCrc(const Superblock& sb) { return Crc32c(&sb, offsetof(Superblock, sb_crc)); }
 
 // ---------------------------------------------------------------------------
 // Namespace log: a chain of log blocks with the layout of a file's log
