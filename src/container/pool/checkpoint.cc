@@ -270,44 +270,51 @@ bool BaseImage::FindName(const BaseDir& d, std::string_view name, NsEntry* out) 
 
 bool BaseImage::CheckTable(const BaseDir& d, std::string* why) const {
   const uint64_t mask = d.slots - 1;
-  uint64_t used = 0;
-  std::string_view bad;
-  uint64_t s = 0;
-  for (; s < d.slots && bad.empty(); ++s) {
+  auto fail = [&](uint64_t slot, std::string_view what) {
+    *why = "slot " + std::to_string(slot) + ": " + std::string(what);
+    return false;
+  };
+  uint64_t used = 0, empty = d.slots;
+  for (uint64_t s = 0; s < d.slots; ++s) {
     const uint64_t at = SlotAt(d, s), ino = Word(at);
     const uint64_t tag = tagged_ ? Word(d.table + s) : 0;
     if (ino == 0) {
-      if (tag != 0) bad = "a tag without its slot";
+      if (tag != 0) return fail(s, "a tag without its slot");
+      empty = s;
       continue;
     }
     ++used;
     std::string_view name;
     NsEntry e;
-    if (!DecodeSlot(at, &name, &e)) {
-      bad = "type, length or name position out of range";
-      continue;
-    }
+    if (!DecodeSlot(at, &name, &e)) return fail(s, "type, length or name position out of range");
     const uint32_t crc = uint32_t(Word(at + 1));
-    if (NameHash(name) != crc) bad = "the name's checksum does not match";
-    else if ((Word(at + 1) >> 48) != 0) bad = "reserved bits set";
-    else if (tagged_ && tag != ((uint64_t(crc) << 32) | ino)) bad = "the tag does not match the slot";
+    if (NameHash(name) != crc) return fail(s, "the name's checksum does not match");
+    if ((Word(at + 1) >> 48) != 0) return fail(s, "reserved bits set");
+    if (tagged_ && tag != ((uint64_t(crc) << 32) | ino)) return fail(s, "the tag does not match the slot");
     if (tagged_ && name.size() <= kInlineNameMax) {
       char words[2 * 8];
       std::memcpy(words, WordPtr(at + 2), sizeof(words));
       for (size_t i = name.size(); i < sizeof(words); ++i)
-        if (words[i] != 0) bad = "bytes after the name";
+        if (words[i] != 0) return fail(s, "bytes after the name");
     }
-    // A lookup walks from the name's home slot to the first empty one.
-    for (uint64_t p = crc & mask; p != s && bad.empty(); p = (p + 1) & mask)
-      if (Word(SlotAt(d, p)) == 0) bad = "not on its name's probe run";
-  }
-  if (!bad.empty()) {
-    *why = "slot " + std::to_string(s - 1) + ": " + std::string(bad);
-    return false;
   }
   if (used != d.entries) {
     *why = std::to_string(used) + " names, the row says " + std::to_string(d.entries);
     return false;
+  }
+  if (empty == d.slots) return fail(0, "no empty slot: a lookup of an absent name would never end");
+  // A lookup walks from a name's home slot to the first empty one, so each
+  // name lies in the run of full slots that began at or before its home:
+  // one walk round the table from an empty slot checks them all.
+  uint64_t run_start = (empty + 1) & mask;
+  for (uint64_t i = 1; i <= d.slots; ++i) {
+    const uint64_t s = (empty + i) & mask, at = SlotAt(d, s);
+    if (Word(at) == 0) {
+      run_start = (s + 1) & mask;
+      continue;
+    }
+    const uint64_t home = uint32_t(Word(at + 1)) & mask;
+    if (((s - home) & mask) > ((s - run_start) & mask)) return fail(s, "not on its name's probe run");
   }
   return true;
 }
