@@ -165,6 +165,49 @@ TEST(FullMedium, APoolThatRunsOutOfSpaceSaysEnospcAndKeepsWhatItHas) {
   }
 }
 
+TEST(FullMedium, AFullPoolCanAlwaysBeEmptied) {
+  // With the data region full, mkdir+rmdir pairs still succeed (an inode
+  // goes and comes back) and use up the namespace log's block; its next
+  // block cannot be had. Removals must still commit (the block's last slots
+  // are theirs), and what they free lets everything else go on.
+  InSmallShm("60m", [] {
+    const std::string pool = "/dev/shm/pool", mnt = "/full-medium-pool";
+    if (upfs_mkfs(pool.c_str(), 0) != 0) return std::string("mkfs: ") + std::strerror(errno);
+    if (upfs_mount(pool.c_str(), mnt.c_str()) != 0) return std::string("mount: ") + std::strerror(errno);
+    // Inodes to come back free once the data region is full.
+    for (int i = 0; i < 32; ++i) {
+      const int fd = upfs_open((mnt + "/e" + std::to_string(i)).c_str(), O_CREAT | O_RDWR, 0644);
+      if (fd < 0 || upfs_close(fd) != 0) return std::string("create: ") + std::strerror(errno);
+    }
+    std::vector<Written> files;
+    std::string why = Fill(mnt, &files);
+    for (int i = 0; why.empty() && i < 32; ++i)
+      if (upfs_unlink((mnt + "/e" + std::to_string(i)).c_str()) != 0)
+        why = std::string("unlink of an empty file in a full pool: ") + upfs_last_error();
+    bool log_full = false;
+    for (int i = 0; why.empty() && i < 20000 && !log_full; ++i) {
+      const std::string d = mnt + "/d" + std::to_string(i);
+      if (upfs_mkdir(d.c_str(), 0755) != 0) {
+        if (errno != ENOSPC) why = "mkdir: " + std::string(std::strerror(errno));
+        log_full = true;
+      } else if (upfs_rmdir(d.c_str()) != 0) {
+        why = "rmdir of " + d + " in a full pool: " + std::strerror(errno) + ": " + upfs_last_error();
+      }
+    }
+    if (why.empty() && !log_full) why = "the namespace log never ran out of room";
+    for (const Written& w : files)
+      if (why.empty() && upfs_unlink(w.path.c_str()) != 0)
+        why = "unlink of " + w.path + " in a full pool: " + std::strerror(errno) + ": " + upfs_last_error();
+    if (why.empty() && upfs_mkdir((mnt + "/after").c_str(), 0755) != 0)
+      why = std::string("mkdir after emptying: ") + std::strerror(errno);
+    std::vector<Written> again;
+    if (why.empty()) why = Fill(mnt + "/after", &again);
+    if (why.empty()) why = Verify(again);
+    upfs_umount(mnt.c_str());
+    return why;
+  });
+}
+
 TEST(FullMedium, MkfsWithoutRoomForThePoolFailsAndLeavesNothing) {
   for (const char* size : {"1m", "8m"}) {
     InSmallShm(size, [] {

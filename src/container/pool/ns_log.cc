@@ -246,6 +246,17 @@ Status NsLog::MoveToNextBlock(NsPos* p) {
   // entry goes into a block once it has a successor. Durable before the
   // link: a reader after a crash must not stop at an empty slot with
   // records in the next block.
+  // The successor first: if there is no room for one, the block stays open
+  // and its last slots still take what fits there (removals, Reserve).
+  uint64_t next = b->next.load(std::memory_order_acquire);
+  uint32_t fresh = 0;
+  if (NextBlock(next) == 0) {
+    UPFS_RETURN_IF_ERROR(alloc_(&fresh));
+    if (Status st = InitBlock(ba_, fresh, p->seq + 1); !st.ok()) {
+      free_(fresh);
+      return st;
+    }
+  }
   uint32_t s = p->slot;
   while (s < kSlotsPerLogBlock) {
     uint64_t e = b->slots[s].load(std::memory_order_acquire);
@@ -259,14 +270,7 @@ Status NsLog::MoveToNextBlock(NsPos* p) {
     }
     s += KindOf(e) == EntryKind::kReserve ? 1 + ReserveCount(e) : 1;
   }
-  uint64_t next = b->next.load(std::memory_order_acquire);
-  if (NextBlock(next) == 0) {
-    uint32_t fresh;
-    UPFS_RETURN_IF_ERROR(alloc_(&fresh));
-    if (Status st = InitBlock(ba_, fresh, p->seq + 1); !st.ok()) {
-      free_(fresh);
-      return st;
-    }
+  if (fresh != 0) {
     uint64_t expected = NsNextWord(0);
     if (pm::Cas64(&b->next, expected, NsNextWord(fresh))) {
       pm::PersistWord(&b->next);
@@ -275,6 +279,8 @@ Status NsLog::MoveToNextBlock(NsPos* p) {
       free_(fresh);
       next = expected;
     }
+  } else {
+    next = b->next.load(std::memory_order_acquire);
   }
   if (!NsNextWordValid(next) || NextBlock(next) == 0)
     return Status::Corrupt("namespace log", "block link damaged");
@@ -293,10 +299,15 @@ Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r, FunctionR
   // sequence number (which is never 0).
   if (!CheckNsBlock(*ba_, p.lblock, p.seq, "namespace log position").ok())
     return Status::Error(ESTALE, "namespace log position left behind");
+  // The last kRemovalSlots of a block take only removals, which may then
+  // be committed when no block is left for the log's next one (a full
+  // pool), and free the space everything else waits for.
+  const uint32_t end =
+      rec.type == RecordType::kUnlink ? kSlotsPerLogBlock : kSlotsPerLogBlock - kRemovalSlots;
   for (;;) {
     // The reservation, its payload and the commit entry after it must fit
     // in the block.
-    if (p.slot + n + 2 > kSlotsPerLogBlock) {
+    if (p.slot + n + 2 > end) {
       UPFS_RETURN_IF_ERROR(MoveToNextBlock(&p));
       continue;
     }

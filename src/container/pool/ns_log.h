@@ -49,6 +49,12 @@ struct NsPos {
   bool operator==(const NsPos&) const = default;
 };
 
+// Slots at the end of every log block that only removals (unlink, rmdir)
+// may take: room for a few of them, the longest (a 255-byte name) among
+// them, so that a full pool can always be emptied (NsLog::Reserve).
+inline constexpr uint32_t kRemovalSlots = 48;
+static_assert(kRemovalSlots >= format::pool::kRecordHeaderWords + (format::pool::kMaxNameLen + 7) / 8 + 2);
+
 class NsLog {
  public:
   using AllocBlock = std::function<Status(uint32_t*)>;
