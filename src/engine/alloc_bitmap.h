@@ -141,12 +141,16 @@ class BlockMarker {
       return;
     }
     bm_->Set(b);
+    if (b >= end_) end_ = b + 1;
   }
   Status status() const { return dup_.empty() ? Status::OK() : Status::Corrupt("block map", dup_); }
+  // One past the highest block marked (0: none).
+  uint64_t end() const { return end_; }
 
  private:
   AllocationBitmap* bm_;
   std::string dup_;
+  uint64_t end_ = 0;
 };
 
 }  // namespace upfs

@@ -243,15 +243,18 @@ Status OpenPerFile(int host_fd, const std::string& path, bool create, Consistenc
   const FileStorage storage = lease->storage();
   BlockMarker marker(sh->bitmap());
   if (rebuild) {
-    // Memory behind the file and the bitmap before either is stored to: a
-    // growth that failed or died half-way may have left holes
-    // (medium/provide.h).
-    UPFS_RETURN_IF_ERROR(BlockSource::ProvideBlocks(m, *sh->bitmap(), 0, capacity));
+    // Memory behind the bitmap before the rebuild stores to it
+    // (medium/provide.h); the file's own free end, once the blocks in use
+    // are known (below).
+    UPFS_RETURN_IF_ERROR(BlockSource::ProvideBitmap(*sh->bitmap(), 0, capacity));
     sh->ResetForRebuild(capacity);
     for (uint32_t b = 0; b < kHeaderBlocks; ++b) marker.Mark(b, "header");
   }
   std::unique_ptr<File> f;
   UPFS_RETURN_IF_ERROR(File::Open(storage, rebuild ? &marker : nullptr, std::move(lease), &f));
+  // A growth that failed or died half-way may have left holes, and only
+  // above every block in use (as in a pool's recovery, pool.cc).
+  if (rebuild) UPFS_RETURN_IF_ERROR(m->Provide(marker.end() << kBlockShift, capacity << kBlockShift));
   if (rebuild) sh->MarkReady();
   sh->ReleaseOpenLock();
   m->PopulateAhead();
