@@ -242,10 +242,6 @@ Status NsLog::ReadNew(const std::function<Status(const NsRecord&)>& fn) {
 
 Status NsLog::MoveToNextBlock(NsPos* p) {
   LogBlock* b = Block(p->lblock);
-  // Fill what is left of the block with one dead reservation, so that no
-  // entry goes into a block once it has a successor. Durable before the
-  // link: a reader after a crash must not stop at an empty slot with
-  // records in the next block.
   // The successor first: if there is no room for one, the block stays open
   // and its last slots still take what fits there (removals, Reserve).
   uint64_t next = b->next.load(std::memory_order_acquire);
@@ -257,6 +253,10 @@ Status NsLog::MoveToNextBlock(NsPos* p) {
       return st;
     }
   }
+  // Fill what is left of the block with one dead reservation, so that no
+  // entry goes into a block once it has a successor. Durable before the
+  // link: a reader after a crash must not stop at an empty slot with
+  // records in the next block.
   uint32_t s = p->slot;
   while (s < kSlotsPerLogBlock) {
     uint64_t e = b->slots[s].load(std::memory_order_acquire);
