@@ -1014,61 +1014,6 @@ TEST_P(ApiTest, DescriptorsShareTheFile) {
   EXPECT_EQ(upfs_close(b), 0);
 }
 
-TEST_P(ApiTest, RecordLocksCountFromTheUpfsOffsetAndSize) {
-  // SEEK_CUR and SEEK_END ranges are the upfs description's offset and the
-  // upfs file's size, as the kernel counts them for its own files (the
-  // host descriptor's offset and the host file's size are something else).
-  int fd = Create();
-  ASSERT_GE(fd, 0);
-  Bytes data(100, 7);
-  ASSERT_EQ(upfs_write(fd, data.data(), data.size()), 100);
-  ASSERT_EQ(upfs_lseek(fd, 40, SEEK_SET), 40);
-  struct flock cur = {};
-  cur.l_type = F_WRLCK;
-  cur.l_whence = SEEK_CUR;
-  cur.l_len = 4;
-  ASSERT_EQ(upfs_fcntl_lock(fd, F_SETLK, &cur), 0) << upfs_last_error();
-  struct flock end = {};
-  end.l_type = F_WRLCK;
-  end.l_whence = SEEK_END;
-  end.l_start = -10;
-  end.l_len = 2;
-  ASSERT_EQ(upfs_fcntl_lock(fd, F_SETLK, &end), 0) << upfs_last_error();
-  struct flock before = {};
-  before.l_type = F_WRLCK;
-  before.l_whence = SEEK_CUR;
-  before.l_start = -41;
-  before.l_len = 1;
-  EXPECT_EQ(upfs_fcntl_lock(fd, F_SETLK, &before), -1);
-  EXPECT_EQ(errno, EINVAL);
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    // Another process: which ranges conflict. 1 bit per wrong answer.
-    const int c = upfs_open(Path().c_str(), O_RDWR);
-    auto held = [&](off_t start, off_t len) {
-      struct flock q = {};
-      q.l_type = F_WRLCK;
-      q.l_whence = SEEK_SET;
-      q.l_start = start;
-      q.l_len = len;
-      return upfs_fcntl_lock(c, F_GETLK, &q) == 0 && q.l_type == F_WRLCK;
-    };
-    int wrong = c < 0 ? 64 : 0;
-    if (!held(40, 4)) wrong |= 1;
-    if (held(0, 4)) wrong |= 2;
-    if (!held(90, 2)) wrong |= 4;
-    if (held(92, 8)) wrong |= 8;
-    _exit(wrong);
-  }
-  int st = 0;
-  ASSERT_EQ(waitpid(pid, &st, 0), pid);
-  ASSERT_TRUE(WIFEXITED(st));
-  EXPECT_EQ(WEXITSTATUS(st), 0) << "1: [40,44) not held, 2: [0,4) held, 4: [90,92) not held, 8: [92,100) held";
-  ASSERT_EQ(upfs_close(fd), 0);
-}
-
 TEST_P(ApiTest, ManyFilesAndDescriptors) {
   std::vector<int> fds;
   for (int i = 0; i < 20; ++i) {
