@@ -250,14 +250,10 @@ Status BlockSource::PublishCapacity(BlockSpace* space, AllocationBitmap* bm) {
   // The space's size may run ahead of its memory: a growth that failed
   // half-way (its file system full), or one in progress in another
   // process, leaves holes that a store would fault on.
-  UPFS_RETURN_IF_ERROR(ProvideBlocks(space, *bm, from, to));
+  UPFS_RETURN_IF_ERROR(space->Provide(from << kBlockShift, to << kBlockShift));
+  UPFS_RETURN_IF_ERROR(ProvideBitmap(*bm, from, to));
   bm->RaiseCapacity(to);
   return Status::OK();
-}
-
-Status BlockSource::ProvideBlocks(BlockSpace* space, const AllocationBitmap& bm, uint64_t from, uint64_t to) {
-  UPFS_RETURN_IF_ERROR(space->Provide(from << kBlockShift, to << kBlockShift));
-  return ProvideBitmap(bm, from, to);
 }
 
 Status BlockSource::ProvideBitmap(const AllocationBitmap& bm, uint64_t from, uint64_t to) {

@@ -76,12 +76,10 @@ class BlockSource {
   void DropChunk(ThreadBlocks* t);
   // Returns everything the thread holds but its limbo to the shared bitmap.
   void ReturnAll(ThreadBlocks* t);
-  // Gives memory to blocks [from, to) of the space and to the bitmap's
-  // words for them (medium/provide.h), so that no store to them can be a
-  // SIGBUS on a full file system: ENOSPC instead. Growth does it before it
-  // publishes capacity, recovery before it rebuilds the bitmap.
-  static Status ProvideBlocks(BlockSpace* space, const AllocationBitmap& bm, uint64_t from, uint64_t to);
-  // The bitmap's part of ProvideBlocks.
+  // Gives memory to the bitmap's words (bits and summaries) for blocks
+  // [from, to) (medium/provide.h), so that no store to them can be a SIGBUS
+  // on a full file system: ENOSPC instead. PublishCapacity does it with the
+  // blocks themselves; recovery before it rebuilds the bitmap.
   static Status ProvideBitmap(const AllocationBitmap& bm, uint64_t from, uint64_t to);
 
  private:
@@ -106,7 +104,7 @@ class BlockSource {
   // bitmap that stops as soon as it has seen n).
   bool FreeAtLeast(uint64_t cap, uint64_t n) const;
   void ReturnRange(uint64_t l, uint64_t count);
-  // Raises the bitmap's capacity to the space's, once ProvideBlocks gave
+  // Raises the bitmap's capacity to the space's, once it gave
   // the new blocks memory; on an error nothing is published.
   static Status PublishCapacity(BlockSpace* space, AllocationBitmap* bm);
 
