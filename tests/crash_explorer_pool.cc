@@ -11,13 +11,16 @@
 // builds crash images from a cache-line persistence model
 // (pm_sparse_model.h): the durable bytes plus a subset of the lines in
 // flight, all subsets when there are few, else both extremes and a random
-// sample. Each image is written to a file and attached (the first attach
-// after a crash recovers: rebuilds the volatile area, frees orphans), then:
+// sample; and images where one in-flight line persisted only in some of its
+// 8-byte words (the media's failure atomicity; --no-torn leaves them out).
+// Each image is written to a file and attached (the first attach after a
+// crash recovers: rebuilds the volatile area, frees orphans), then:
 //   - the tree (names, types, link counts, modes, file bytes, link
 //     targets) must equal the state before or after the interrupted
 //     operation (with a racing operation, any linearization of the two),
 //     and at an operation's end the state after it: every operation that
 //     returned is present;
+//   - the process that recovered must commit a record (create, unlink);
 //   - fsck (CheckPool) must find nothing, once the pool has been detached;
 //   - the recovered pool must take new records: a probe creates and
 //     removes a name, then the tree is walked again. A crash that leaves
@@ -33,7 +36,8 @@
 // log's commit are used for that (the commit holds the index lock).
 //
 // Model limits: those of the per-file explorer (docs/design.md, "Crash
-// testing"); and a fence persists every thread's lines, as sfence does not.
+// testing") but for the torn lines; and a fence persists every thread's
+// lines, as sfence does not.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -301,6 +305,9 @@ struct Options {
   uint64_t seed = 1;
   bool long_mode = false;
   bool verbose = false;
+  // Also images where one in-flight line persisted word by word (8-byte
+  // failure atomicity), with either none or all of the others.
+  bool torn = true;
   std::string only;
 };
 
@@ -444,6 +451,7 @@ class Explorer {
     const std::vector<uint64_t> inflight = model_.InFlight();
     const size_t n = inflight.size();
     auto check = [&](const std::vector<uint64_t>& chosen) { Check(chosen, allowed, where, op_done); };
+    if (opt_.torn) ExploreTorn(inflight, allowed, where, op_done);
     if (n <= opt_.max_exhaustive_lines) {
       for (uint64_t mask = 0; mask < (uint64_t{1} << n); ++mask) {
         std::vector<uint64_t> chosen;
@@ -464,12 +472,43 @@ class Explorer {
     }
   }
 
+  // Every in-flight line that took a cached store and has two or more words
+  // written, persisted in part: each proper, nonempty subset of those words
+  // (a sample of them when there are many), beside none and beside all of
+  // the other lines.
+  void ExploreTorn(const std::vector<uint64_t>& inflight, const std::vector<std::string>& allowed,
+                   const std::string& where, bool op_done) {
+    for (uint64_t l : inflight) {
+      if (!model_.Cached(l)) continue;
+      const uint8_t dirty = model_.DirtyWords(l);
+      std::vector<uint32_t> words;
+      for (uint32_t w = 0; w < 8; ++w)
+        if (dirty >> w & 1) words.push_back(w);
+      if (words.size() < 2) continue;
+      std::vector<uint64_t> others;
+      for (uint64_t o : inflight)
+        if (o != l) others.push_back(o);
+      const uint32_t subsets = (1u << words.size()) - 2;
+      const uint32_t tries = std::min<uint32_t>(subsets, 14);
+      for (uint32_t t = 0; t < tries; ++t) {
+        const uint32_t pick = subsets <= 14 ? t + 1 : 1 + uint32_t(rng_() % subsets);
+        uint8_t mask = 0;
+        for (size_t i = 0; i < words.size(); ++i)
+          if (pick >> i & 1) mask |= uint8_t(1u << words[i]);
+        const SparsePersistenceModel::Torn torn{l, mask};
+        Check({}, allowed, where, op_done, &torn);
+        if (!others.empty()) Check(others, allowed, where, op_done, &torn);
+      }
+    }
+  }
+
   void Check(const std::vector<uint64_t>& chosen, const std::vector<std::string>& allowed,
-             const std::string& where, bool op_done) {
+             const std::string& where, bool op_done, const SparsePersistenceModel::Torn* torn = nullptr) {
     ++checked_;
     pm::Recorder* saved = pm::g_recorder.exchange(nullptr);
     const std::string ipath = dir_ + "/image.pool";
-    std::string problem = model_.WriteImage(chosen, ipath) ? Recover(ipath, allowed) : "cannot write the image";
+    std::string problem =
+        model_.WriteImage(chosen, ipath, torn) ? Recover(ipath, allowed) : "cannot write the image";
     unlink(ipath.c_str());
     pm::g_recorder.store(saved);
     if (problem.empty()) return;
@@ -478,6 +517,7 @@ class Explorer {
     std::printf("VIOLATION %s: op %zu (%s), %s, in-flight lines persisted:", w_->name.c_str(), op_,
                 w_->ops[op_].Describe().c_str(), where.c_str());
     for (uint64_t l : chosen) std::printf(" %" PRIu64, l);
+    if (torn) std::printf("; line %" PRIu64 " torn, words persisted 0x%02x", torn->line, torn->words);
     std::printf("\n  %s\n  replay: upfs-crashtest-pool --workload %s --seed %" PRIu64 "%s\n",
                 problem.c_str(), w_->name.c_str(), opt_.seed, opt_.long_mode ? " --long" : "");
     std::fflush(stdout);
@@ -493,13 +533,20 @@ class Explorer {
       if (!st.ok()) return "recovery (attach) failed: " + st.ToString();
       st = DumpPool(p.get(), &tree);
       if (!st.ok()) return "walking the recovered tree failed: " + st.ToString();
-    }
-    bool match = false;
-    for (const std::string& a : allowed) match = match || tree == a;
-    if (!match) {
-      std::string d = "the recovered tree is no allowed state: vs after: " + DumpDiff(tree, allowed.size() > 1 ? allowed[1] : allowed[0]);
-      if (allowed.size() > 1) d += "; vs before: " + DumpDiff(tree, allowed[0]);
-      return d;
+      bool match = false;
+      for (const std::string& a : allowed) match = match || tree == a;
+      if (!match) {
+        std::string d = "the recovered tree is no allowed state: vs after: " +
+                        DumpDiff(tree, allowed.size() > 1 ? allowed[1] : allowed[0]);
+        if (allowed.size() > 1) d += "; vs before: " + DumpDiff(tree, allowed[0]);
+        return d;
+      }
+      // The process that recovered must go on committing (its log reader
+      // kept what recovery left it).
+      Runner r(p.get());
+      st = r.Run(Create("/~"));
+      if (st.ok()) st = r.Run(Unlink("/~"));
+      if (!st.ok()) return "the recovering process could not commit: " + st.ToString();
     }
 #if UPFS_HAVE_POOL_CHECK
     {
@@ -557,6 +604,8 @@ int main(int argc, char** argv) {
       opt.seed = std::strtoull(argv[++i], nullptr, 10);
     } else if (a == "--workload" && i + 1 < argc) {
       opt.only = argv[++i];
+    } else if (a == "--no-torn") {
+      opt.torn = false;
     } else if (a == "--verbose" || a == "-v") {
       opt.verbose = true;
     } else if (a == "--list") {
@@ -564,10 +613,11 @@ int main(int argc, char** argv) {
       return 0;
     } else if (a == "--help" || a == "-h") {
       std::printf(
-          "usage: upfs-crashtest-pool [--long] [--seed N] [--workload NAME] [--list] [--verbose]\n"
+          "usage: upfs-crashtest-pool [--long] [--no-torn] [--seed N] [--workload NAME] [--list] [--verbose]\n"
           "Explores crash states of pool workloads (namespace operations and file writes)\n"
           "at every fence and checks recovery. Bounded by default (CI); --long explores\n"
-          "more subsets of in-flight lines.\n");
+          "more subsets of in-flight lines; --no-torn leaves out the images where a\n"
+          "line persisted only in some of its 8-byte words.\n");
       return 0;
     } else {
       std::fprintf(stderr, "upfs-crashtest-pool: unknown argument %s (see --help)\n", a.c_str());

@@ -9,6 +9,11 @@
 // subset of the lines in flight may have reached the media, each whole and
 // at its latest value; growing the host file is metadata, durable at once.
 //
+// With torn images (WriteImage's `torn`), one in-flight line persists only
+// in some of the 8-byte words written to it since it was last durable: the
+// failure atomicity the format assumes (8 bytes, as PMDK's), not a whole
+// line.
+//
 // What differs is the representation: the durable bytes are kept per 4 KiB
 // block, only for blocks that hold something, and a crash image is written
 // straight to a file (holes stay holes), so that one image costs a few
@@ -104,20 +109,44 @@ class SparsePersistenceModel : public pm::Recorder {
     return v;
   }
 
+  // The words of in-flight line `l` written since it was last durable (bit
+  // w: the line's word w).
+  uint8_t DirtyWords(uint64_t l) const { return lines_.at(l).dirty; }
+  // Whether in-flight line `l` took a cached store (Store64, Cas64,
+  // StoreWords): the words of entries and commit points, where tearing
+  // matters (non-temporal copies are data and images, fenced before what
+  // commits them).
+  bool Cached(uint64_t l) const { return lines_.at(l).cached; }
+
+  // One in-flight line persisted only in the words of `words`.
+  struct Torn {
+    uint64_t line;
+    uint8_t words;
+  };
+
   // Writes the crash image with the chosen in-flight lines persisted to
-  // `path` (created or replaced). Returns false if the file cannot be made.
-  bool WriteImage(const std::vector<uint64_t>& chosen, const std::string& path) const {
+  // `path` (created or replaced), and the `torn` line if given (not among
+  // `chosen`). Returns false if the file cannot be made.
+  bool WriteImage(const std::vector<uint64_t>& chosen, const std::string& path,
+                  const Torn* torn = nullptr) const {
     // Blocks a chosen line lands in are composed in DRAM; the others go
     // from the durable map as they are.
     std::map<uint64_t, std::string> patched;
-    for (uint64_t l : chosen) {
+    auto block_of = [&](uint64_t l) -> std::string& {
       const uint64_t b = l / kBlock;
       auto it = patched.find(b);
       if (it == patched.end()) {
         auto d = durable_.find(b);
         it = patched.emplace(b, d == durable_.end() ? std::string(kBlock, '\0') : d->second).first;
       }
-      std::memcpy(it->second.data() + (l - b * kBlock), lines_.at(l).bytes, kLine);
+      return it->second;
+    };
+    for (uint64_t l : chosen) std::memcpy(block_of(l).data() + l % kBlock, lines_.at(l).bytes, kLine);
+    if (torn) {
+      std::string& block = block_of(torn->line);
+      for (uint32_t w = 0; w < kLine / 8; ++w)
+        if (torn->words >> w & 1)
+          std::memcpy(block.data() + torn->line % kBlock + w * 8, lines_.at(torn->line).bytes + w * 8, 8);
     }
     int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return false;
@@ -135,6 +164,8 @@ class SparsePersistenceModel : public pm::Recorder {
     char bytes[kLine];
     bool nt = false;       // written non-temporally: durable at the next fence
     bool flushed = false;  // flushed: durable at the next fence
+    uint8_t dirty = 0;     // words written since the line was durable
+    bool cached = false;   // one of them by a cached store
   };
 
   bool Offset(const void* addr, uint64_t* off) const {
@@ -170,9 +201,11 @@ class SparsePersistenceModel : public pm::Recorder {
       }
       uint64_t lo = std::max(l, off), hi = std::min(l + kLine, off + n);
       std::memcpy(it->second.bytes + (lo - l), s + (lo - off), hi - lo);
+      for (uint64_t w = (lo - l) / 8; w <= (hi - 1 - l) / 8; ++w) it->second.dirty |= uint8_t(1u << w);
       if (nt) it->second.nt = true;
       // A store after a flush needs another flush.
       if (!nt) it->second.flushed = false;
+      if (!nt) it->second.cached = true;
     }
   }
   void Apply(uint64_t l, const char* bytes) {

@@ -68,6 +68,8 @@ int RunPoolInfo(const std::string& path) {
   Row("medium:", r.medium + ": " + r.durability);
   Row("processes:", r.attached_processes ? "attached" : "none attached");
   Row("volatile area:", r.clean ? "clean" : "to be rebuilt by the next attach");
+  if (!r.torn_commit.empty())
+    Row("cut short:", "a commit a crash interrupted, at " + r.torn_commit + " (discarded by the next attach)");
   if (r.leaked_blocks >= 0) Row("leaked blocks:", WithCommas(uint64_t(r.leaked_blocks)));
   for (const std::string& p : r.problems) std::printf("problem: %s\n", p.c_str());
   return r.problems.empty() ? 0 : 1;
@@ -86,6 +88,9 @@ int RunPoolFsck(const std::string& path) {
               path.c_str(), WithCommas(r.directories).c_str(), WithCommas(r.files).c_str(),
               WithCommas(r.symlinks).c_str(), WithCommas(r.orphans).c_str(),
               WithCommas(r.log_records).c_str());
+  if (!r.torn_commit.empty())
+    std::printf("%s: a commit a crash interrupted, at %s (discarded by the next recovery)\n", path.c_str(),
+                r.torn_commit.c_str());
   if (r.leaked_blocks > 0)
     std::printf("%s: %s leaked blocks (reclaimed at the next recovery)\n", path.c_str(),
                 WithCommas(uint64_t(r.leaked_blocks)).c_str());

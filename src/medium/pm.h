@@ -46,6 +46,17 @@ inline void CopyFlush(void* dst, const void* src, size_t n) {
   pmem_memcpy(dst, src, n, PMEM_F_MEM_TEMPORAL | PMEM_F_MEM_NODRAIN);
 }
 
+// Copies 8-byte words into media with ordinary stores and leaves them in
+// the cache: Flush + Fence persist them (for a line that a later store, an
+// entry's CAS, is to join before it is written back).
+inline void StoreWords(std::atomic<uint64_t>* dst, const uint64_t* src, size_t words) {
+  Recorder* r = ActiveRecorder();
+  for (size_t i = 0; i < words; ++i) {
+    if (r) r->OnStore(&dst[i], src[i]);
+    dst[i].store(src[i], std::memory_order_relaxed);
+  }
+}
+
 // Non-temporal zero fill of media. Not ordered until Fence().
 inline void ZeroNT(void* dst, size_t n) {
   if (Recorder* r = ActiveRecorder()) r->OnZero(dst, n);

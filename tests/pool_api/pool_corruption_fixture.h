@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -106,6 +107,18 @@ void FlipBit(const std::string& path, uint64_t off, int bit) {
 uint64_t FileSize(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
+}
+
+// Runs `upfs fsck path`: exit status and output.
+[[maybe_unused]] int Fsck(const std::string& path, std::string* out) {
+  const std::string cmd = std::string(UPFS_CLI_PATH) + " fsck '" + path + "' 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  out->clear();
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out->append(buf, n);
+  const int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
 // Checksums a writer would compute (to damage what is behind them).

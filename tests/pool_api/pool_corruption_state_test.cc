@@ -360,18 +360,6 @@ TEST_F(PoolCorruptionTest, BlockReferencedTwice) {
 
 // -- `upfs fsck` ---------------------------------------------------------------------
 
-// Runs `upfs fsck path`: exit status and output.
-int Fsck(const std::string& path, std::string* out) {
-  const std::string cmd = std::string(UPFS_CLI_PATH) + " fsck '" + path + "' 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  out->clear();
-  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) out->append(buf, n);
-  const int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-}
-
 TEST_F(PoolCorruptionTest, FsckCommandNamesTheStructure) {
   std::string out;
   EXPECT_EQ(Fsck(work_, &out), 0) << out;

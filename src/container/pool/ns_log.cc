@@ -1,5 +1,6 @@
 #include "container/pool/ns_log.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "medium/pm.h"
@@ -117,6 +118,7 @@ Status NsLog::Init(BlockAccess* ba, uint32_t head, AllocBlock alloc, FreeBlock f
   Bind(ba, std::move(alloc), std::move(free));
   UPFS_RETURN_IF_ERROR(CheckNsBlock(*ba_, head, 0, "namespace log head"));
   pos_ = NsPos{head, 0, Block(head)->seq};
+  torn_tail_.reset();
   NewView();
   PublishPos();
   std::lock_guard<SpinMutex> g(durable_mu_);
@@ -138,6 +140,7 @@ Status NsLog::MoveTo(NsPos pos) {
   UPFS_RETURN_IF_ERROR(CheckNsBlock(*ba_, pos.lblock, pos.seq, "namespace log position"));
   if (pos.slot > kSlotsPerLogBlock) return Status::Corrupt("namespace log", "position out of range");
   pos_ = pos;
+  torn_tail_.reset();
   NewView();
   PublishPos();
   std::lock_guard<SpinMutex> g(durable_mu_);
@@ -186,9 +189,60 @@ Status NsLog::DecodeAt(const LogBlock* b, uint32_t apply_slot, uint64_t apply, N
   return DecodeRecord(words, n, rec);
 }
 
+bool NsLog::TornCommit(const LogBlock* b, uint64_t apply) const {
+  if (!accept_torn_tail_ || !ApplyWellFormed(apply)) return false;
+  const uint32_t rs = ApplySlot(apply);
+  if (rs >= pos_.slot) return false;
+  const uint64_t reserve = b->slots[rs].load(std::memory_order_acquire);
+  const uint32_t n = ReserveCount(reserve);
+  if (KindOf(reserve) != EntryKind::kReserve || n == 0 || rs + 1 + n > pos_.slot) return false;
+  const auto* words = reinterpret_cast<const uint64_t*>(&b->slots[rs + 1]);
+  if (Crc32c(words, n * 8) == ApplyCrc(apply)) return false;  // whole, so damaged elsewhere
+  // Only the payload's last line is written back with the kApply (Reserve),
+  // so only there can a crash leave the kApply without payload words.
+  const uint32_t last = rs + n;
+  if (SlotLine(last) != SlotLine(pos_.slot)) return false;
+  // A word that did not reach the media reads zero (a slot is zero until
+  // it is written, once). Reserve leaves in that line only words that are
+  // zero or never zero, so a lost one shows as a zero where a valid record
+  // has none; damage (a flipped bit) does not.
+  bool lost = false;
+  for (uint32_t s = std::max(rs + 1, LineFirstSlot(SlotLine(last))); s <= last; ++s)
+    lost = lost || (words[s - rs - 1] == 0 && PayloadWordNeverZero(words[0], s - rs - 1));
+  if (!lost) return false;
+  // Nothing committed after it returned (its MakeDurable would have written
+  // that line back first), and a thread has one commit in flight at most.
+  return CommitsAfter(kMaxCommitsInFlight) <= kMaxCommitsInFlight;
+}
+
+uint64_t NsLog::CommitsAfter(uint64_t limit) const {
+  uint64_t count = 0;
+  NsPos p{pos_.lblock, pos_.slot + 1, pos_.seq};
+  for (uint64_t blocks = 0; count <= limit && blocks <= (uint64_t{1} << 28);) {
+    const LogBlock* b = Block(p.lblock);
+    if (p.slot >= kSlotsPerLogBlock) {
+      const uint64_t next = b->next.load(std::memory_order_acquire);
+      if (!NsNextWordValid(next) || NextBlock(next) == 0) break;
+      if (!CheckNsBlock(*ba_, NextBlock(next), p.seq + 1, "namespace log block").ok()) break;
+      p = NsPos{NextBlock(next), 0, p.seq + 1};
+      ++blocks;
+      continue;
+    }
+    const uint64_t e = b->slots[p.slot].load(std::memory_order_acquire);
+    if (e == 0) break;
+    count += KindOf(e) == EntryKind::kApply;
+    p.slot += KindOf(e) == EntryKind::kReserve && ReserveWellFormed(e) ? 1 + ReserveCount(e) : 1;
+  }
+  return count;
+}
+
 Status NsLog::Advance(const std::function<Status(const NsRecord&)>* fn, bool* at_tail) {
   *at_tail = false;
   for (;;) {
+    if (torn_tail_ && pos_ == *torn_tail_) {
+      *at_tail = true;
+      return Status::OK();
+    }
     LogBlock* b = Block(pos_.lblock);
     if (pos_.slot >= kSlotsPerLogBlock) {
       const uint64_t next = b->next.load(std::memory_order_acquire);
@@ -218,7 +272,13 @@ Status NsLog::Advance(const std::function<Status(const NsRecord&)>* fn, bool* at
         ++view_;  // before the apply: one that fails half way changed the index too
         if (fn) {
           NsRecord rec;
-          UPFS_RETURN_IF_ERROR(DecodeAt(b, pos_.slot, e, &rec));
+          if (Status st = DecodeAt(b, pos_.slot, e, &rec); !st.ok()) {
+            if (!TornCommit(b, e)) return st;
+            torn_tail_ = pos_;
+            --view_;
+            *at_tail = true;
+            return Status::OK();
+          }
           UPFS_RETURN_IF_ERROR((*fn)(rec));
         }
         pos_.slot += 1;
@@ -289,6 +349,21 @@ Status NsLog::MoveToNextBlock(NsPos* p) {
   return Status::OK();
 }
 
+namespace {
+
+// Whether the payload `words` (n of them, after the kReserve in `rs`) may
+// leave its last line, which the kApply in `apply` shares, to be written
+// back with the kApply: every word of it is zero or never zero in a valid
+// record (a rename's victim may be either), so that recovery can tell a
+// word a crash lost from damage (NsLog::TornCommit).
+bool LosableLine(const uint64_t* words, uint32_t n, uint32_t rs, uint32_t apply) {
+  for (uint32_t s = std::max(rs + 1, LineFirstSlot(SlotLine(apply))); s <= rs + n; ++s)
+    if (words[s - rs - 1] != 0 && !PayloadWordNeverZero(words[0], s - rs - 1)) return false;
+  return true;
+}
+
+}  // namespace
+
 Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r, FunctionRef<void()> with_payload) {
   alignas(64) uint64_t words[kMaxRecordWords];
   const uint32_t n = EncodeRecord(rec, words);
@@ -326,13 +401,24 @@ Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r, FunctionR
       if (with_payload) with_payload();
       // Ordinary stores and flushes: a payload is a line or two, mostly
       // partial ones, which non-temporal stores wrote back far more slowly
-      // here (docs/design.md, "The namespace log"). The word is flushed
-      // after the payload, which usually shares its line: flushed first,
-      // that line would be read back in for the payload's stores.
-      pm::CopyFlush(&b->slots[p.slot + 1], words, n * 8);
-      pm::Flush(&b->slots[p.slot], 8);
+      // here (docs/design.md, "The namespace log").
+      pm::StoreWords(&b->slots[p.slot + 1], words, n);
+      // Every line of it is written back now but the one the kApply is to
+      // share (the slot after the payload, unless that starts a line):
+      // MakeDurable writes that one back with the kApply, so a commit's
+      // log writes persist in one round, not two ("A commit's last line"
+      // there). A crash may then persist the kApply without some of that
+      // line's words, which recovery reads as a commit cut short
+      // (TornCommit); TryCommit writes the line back first if the kApply
+      // lands in another line.
+      const uint32_t apply = p.slot + n + 1;
+      UPFS_ASSERT(apply < end);
+      const bool share = SlotLine(apply) == SlotLine(apply - 1) && LosableLine(words, n, p.slot, apply);
+      const uint32_t upto = share ? LineFirstSlot(SlotLine(apply)) : apply;
+      if (upto > p.slot) pm::Flush(&b->slots[p.slot], (upto - p.slot) * 8);
       pm::Fence();
-      *r = Reservation{p.lblock, p.slot, n, Crc32c(words, n * 8), p.seq};
+      *r = Reservation{p.lblock, p.slot, n, Crc32c(words, n * 8), p.seq,
+                       share ? SlotLine(apply) : Reservation::kNoOpenLine};
       return Status::OK();
     }
     if (KindOf(expected) == EntryKind::kReserve) {
@@ -352,6 +438,13 @@ Status NsLog::TryCommit(const Reservation& r, bool* committed, bool* lost_reserv
   }
   UPFS_ASSERT(pos_.slot > r.slot + r.words);
   LogBlock* b = Block(pos_.lblock);
+  if (r.open_line != Reservation::kNoOpenLine && r.open_line != SlotLine(pos_.slot)) {
+    // Others committed first and the kApply lands past the payload's last
+    // line: that line is made durable on its own, before the kApply exists
+    // (TornCommit accepts a torn payload only in the kApply's line).
+    pm::Flush(reinterpret_cast<char*>(b) + size_t(r.open_line) * kCacheLine, kCacheLine);
+    pm::Fence();
+  }
   uint64_t expected = 0;
   if (!pm::Cas64(&b->slots[pos_.slot], expected, EncodeApply(r.slot, r.crc))) return Status::OK();
   pos_.slot += 1;
@@ -407,6 +500,7 @@ Status NsLog::DiscardPastTail() {
     p = NsPos{next, 0, p.seq + 1};
   }
   pm::Fence();
+  torn_tail_.reset();  // zeroed: the next record goes there
   return Status::OK();
 }
 

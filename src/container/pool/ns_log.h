@@ -16,14 +16,17 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "container/pool/pool_format.h"
 #include "engine/log.h"
+#include "engine/reclamation.h"
 #include "util/function_ref.h"
 #include "util/spin_mutex.h"
 #include "util/status.h"
@@ -54,6 +57,18 @@ struct NsPos {
 // them, so that a full pool can always be emptied (NsLog::Reserve).
 inline constexpr uint32_t kRemovalSlots = 48;
 static_assert(kRemovalSlots >= format::pool::kRecordHeaderWords + (format::pool::kMaxNameLen + 7) / 8 + 2);
+
+// The cache line of a log block that holds slot `s` (slots start 16 bytes
+// into the block).
+constexpr uint32_t SlotLine(uint32_t s) { return (s * 8 + 16) / format::kCacheLine; }
+// The first slot in line `line`.
+constexpr uint32_t LineFirstSlot(uint32_t line) { return line == 0 ? 0 : line * 8 - 2; }
+static_assert(SlotLine(LineFirstSlot(1)) == 1 && SlotLine(LineFirstSlot(1) - 1) == 0);
+static_assert(offsetof(format::LogBlock, slots) == 16);
+
+// Commits that can be in flight at once (made, not yet returned): one per
+// thread, and every thread that commits holds one of the pool's slots.
+inline constexpr uint32_t kMaxCommitsInFlight = kMaxSlots;
 
 class NsLog {
  public:
@@ -89,13 +104,26 @@ class NsLog {
   // it, the position left at that record.
   Status ReadNew(const std::function<Status(const NsRecord&)>& fn);
 
+  // For crash recovery only (nobody attached, the pool not left clean): a
+  // record whose commit a power failure cut short (its kApply reached the
+  // media without all of its payload's last line: TornCommit) ends the log
+  // instead of being damage. torn_tail() then says where its kApply is;
+  // DiscardPastTail clears it with everything after it.
+  void AcceptTornTail(bool accept) { accept_torn_tail_ = accept; }
+  const std::optional<NsPos>& torn_tail() const { return torn_tail_; }
+
   // A record's payload written into reserved slots, waiting for its kApply.
   struct Reservation {
+    static constexpr uint32_t kNoOpenLine = ~0u;
     uint32_t lblock = 0;
     uint32_t slot = 0;  // of the kReserve
     uint32_t words = 0;
     uint32_t crc = 0;
     uint64_t seq = 0;
+    // The payload's last line when Reserve left it to be written back with
+    // the kApply (the kApply's slot was to share it); kNoOpenLine if the
+    // whole payload is durable.
+    uint32_t open_line = kNoOpenLine;
   };
   // Reserves slots at or after `from` for `rec` and persists its payload
   // there. `from` is PosHint(), taken by the caller while pinned
@@ -149,6 +177,11 @@ class NsLog {
   // and block ends), reading records into fn when given.
   Status Advance(const std::function<Status(const NsRecord&)>* fn, bool* at_tail);
   Status DecodeAt(const format::LogBlock* b, uint32_t apply_slot, uint64_t apply, NsRecord* rec) const;
+  // Whether the record at the position, whose kApply `apply` failed to
+  // decode, is a commit a crash cut short (see AcceptTornTail).
+  bool TornCommit(const format::LogBlock* b, uint64_t apply) const;
+  // Records committed after the position, counted up to `limit` + 1.
+  uint64_t CommitsAfter(uint64_t limit) const;
   // Closes the block (filling what is left of it) and moves to its
   // successor, linking a new one if needed.
   Status MoveToNextBlock(NsPos* p);
@@ -166,6 +199,8 @@ class NsLog {
 
   NsPos pos_;
   uint64_t view_ = 0;
+  bool accept_torn_tail_ = false;
+  std::optional<NsPos> torn_tail_;
   std::atomic<uint32_t> hint_version_{0};  // odd while PublishPos writes
   std::atomic<uint64_t> hint_place_{0};    // lblock:32 | slot:32
   std::atomic<uint64_t> hint_seq_{0};

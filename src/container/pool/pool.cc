@@ -414,7 +414,10 @@ Status Pool::Recover() {
   BlockMarker marker(bitmap_.get());
   for (uint32_t b = 0; b < kDataStart; ++b) marker.Mark(b, "pool header");
   {
+    // A crash may have cut the last commit short (NsLog::TornCommit): the
+    // log ends before it, and DiscardPastTail below clears it.
     std::unique_lock<SpinSharedMutex> g(index_mu_);
+    log_.AcceptTornTail(true);
     UPFS_RETURN_IF_ERROR(LoadNamespace());
     UPFS_RETURN_IF_ERROR(CatchUpLocked());
   }
@@ -462,6 +465,7 @@ Status Pool::Recover() {
   // Uncommitted words past the log's tail (a payload whose reservation word
   // a crash lost) go before anyone reserves there again.
   UPFS_RETURN_IF_ERROR(log_.DiscardPastTail());
+  log_.AcceptTornTail(false);
   UPFS_RETURN_IF_ERROR(inodes_.Rebuild([&](uint64_t ino, Inode* in) -> Status {
     pm::Store64(&in->open_count, 0);  // the holds of processes now gone (Take adds to it)
     if (!linked.count(ino)) return inodes_.Free(ino);  // an orphan

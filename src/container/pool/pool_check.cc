@@ -94,7 +94,12 @@ Status Checker::ReadNamespace() {
     UPFS_RETURN_IF_ERROR(log.Init(&ba_, uint32_t(sb_->nslog_head.load()), no_alloc, [](uint32_t) {}));
     index_.Rebase(sb_->root_ino, nullptr);
   }
+  // After a crash (as recovery reads it): the last commit may have been cut
+  // short, and the log then ends before it.
+  log.AcceptTornTail(!r_->clean && r_->attached_processes == 0);
   UPFS_RETURN_IF_ERROR(log.ReadNew([&](const NsRecord& rec) { return index_.Apply(rec); }));
+  if (const auto& t = log.torn_tail())
+    r_->torn_commit = "slot " + std::to_string(t->slot) + " of namespace log block " + std::to_string(t->lblock);
   CheckPastTail(log.pos());
   // Names per inode, counted from the whole view: the link counts the
   // index derives must agree with them.

@@ -39,6 +39,10 @@ struct PoolReport {
   // Blocks the bitmap holds but nothing references, when it can be read
   // (nobody attached and the volatile area clean); -1 otherwise.
   int64_t leaked_blocks = -1;
+  // Where the namespace log holds a commit a crash cut short (recovery
+  // discards it: not damage); empty if none. Only on a pool nobody is
+  // attached to and that was not left clean.
+  std::string torn_commit;
   std::vector<std::string> problems;  // empty: the pool is consistent
 };
 

@@ -130,6 +130,18 @@ inline constexpr uint32_t kMaxNameLen = 255;
 inline constexpr uint32_t kMaxRecordWords = kRecordHeaderWords + 2 * ((kMaxNameLen + 7) / 8);
 static_assert(kMaxRecordWords + 2 <= kSlotsPerLogBlock);
 
+// Whether payload word `i` of a valid record whose word 0 is `w0` is never
+// zero: word 0, ino and dir1 always; dir2 in a rename or an exchange; the
+// victim in an exchange; every name word (it holds a byte of a name, and
+// names hold no NUL). Recovery tells a commit a crash cut short by a zero
+// where such a word belongs (docs/format.md, "The namespace log").
+inline bool PayloadWordNeverZero(uint64_t w0, uint32_t i) {
+  const uint64_t type = w0 & 0xff;
+  if (i < 3 || i >= kRecordHeaderWords) return true;
+  if (i == 3) return type == uint64_t(RecordType::kRename) || type == uint64_t(RecordType::kExchange);
+  return type == uint64_t(RecordType::kExchange);
+}
+
 // File types as the namespace keeps them (also the inode's kind).
 enum class FileType : uint8_t { kFree = 0, kRegular = 1, kDirectory = 2, kSymlink = 3 };
 
