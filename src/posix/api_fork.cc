@@ -11,6 +11,7 @@
 #include "posix/descriptor_table.h"
 #include "posix/file_registry.h"
 #include "posix/op_guard.h"
+#include "posix/pool_api.h"
 #include "posix/pool_mounts.h"
 #include "util/leak.h"
 
@@ -22,6 +23,7 @@ namespace upfs {
 // child re-opens every inherited upfs file and leaks the inherited objects
 // (destroying them would return the parent's blocks to the shared bitmap).
 void ReopenAfterFork() {
+  UnlockPoolNumbersAfterFork();  // taken by PrepareFork in this same thread
   OpGuardsAfterForkInChild();  // before anything here retires a descriptor
   PoolsAfterForkInChild();     // then: the loop below knows per-file descriptors only
   ForgetRegistryInChild();

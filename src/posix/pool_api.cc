@@ -51,6 +51,13 @@ void GiveNumber(int n) {
   g_free_numbers.push_back(n);
 }
 
+}  // namespace
+
+void LockPoolNumbersForFork() { g_numbers_mu.lock(); }
+void UnlockPoolNumbersAfterFork() { g_numbers_mu.unlock(); }
+
+namespace {
+
 PoolNamespace Ns(const PoolPath& p) { return PoolNamespace(p.mount->pool.get(), &p.mount->effective); }
 
 // A resolution of p (the call's path number `which`) ended with `st`:
