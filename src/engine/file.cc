@@ -48,6 +48,9 @@ struct ThreadIndexHolder {
 
 }  // namespace
 
+void LockThreadIndicesForFork() { g_tid_mu.lock(); }
+void UnlockThreadIndicesAfterFork() { g_tid_mu.unlock(); }
+
 uint32_t ThreadIndex() {
   thread_local ThreadIndexHolder h;
   return h.id;

@@ -36,6 +36,11 @@ namespace upfs {
 inline constexpr uint32_t kMaxThreads = 1024;
 // This thread's index below kMaxThreads (reused after the thread ends).
 uint32_t ThreadIndex();
+// For a fork's handlers (the lock the indices are handed out under; a
+// child that copied it held would wait for ever at its first use of an
+// engine in a new thread, or at that thread's end).
+void LockThreadIndicesForFork();
+void UnlockThreadIndicesAfterFork();
 
 struct FileStat {
   uint64_t size = 0;

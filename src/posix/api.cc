@@ -209,15 +209,15 @@ int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consi
 // Here, not in api_fork.cc: whoever links the C API gets the handlers.
 // Registry, then mounts: the child handler takes the mount table's lock
 // again (re-attaching) after the registry's was made anew, which a lock
-// checker may still count as held. The pool descriptor numbers' lock is
-// taken last and let go first: it is a leaf, held for a push or a pop.
+// checker may still count as held. The leaf locks (api_fork.cc) are taken
+// last and let go first.
 void PrepareFork() {
   LockRegistryForFork();
   LockMountsForFork();
-  LockPoolNumbersForFork();
+  LockLeafLocksForFork();
 }
 void ParentAfterFork() {
-  UnlockPoolNumbersAfterFork();
+  UnlockLeafLocksAfterFork();
   UnlockMountsInParent();
   UnlockRegistryInParent();
 }

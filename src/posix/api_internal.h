@@ -47,5 +47,9 @@ int PoolSync(OpenFile* of);
 
 // In a fork child: re-opens every inherited upfs file (api_fork.cc).
 void ReopenAfterFork();
+// The fork's prepare handler takes these leaf locks last, the parent's
+// and the child's handlers let them go first (api_fork.cc).
+void LockLeafLocksForFork();
+void UnlockLeafLocksAfterFork();
 
 }  // namespace upfs

@@ -45,6 +45,9 @@ std::atomic<OpenFile*>* FdSlot(int fd, bool create) {
   return &p->e[fd & ((1 << kFdPageBits) - 1)];
 }
 
+void LockDescriptorPagesForFork() { g_fd_mu.lock(); }
+void UnlockDescriptorPagesAfterFork() { g_fd_mu.unlock(); }
+
 static_assert((internal::kFdPages << internal::kFdPageBits) <= DescriptorUse::kMaxFd,
               "every slot has a descriptor use of its own (op_guard.h)");
 

@@ -54,6 +54,10 @@ struct OpenFile {
 // (or has no page and !create).
 std::atomic<OpenFile*>* FdSlot(int fd, bool create);
 
+// For a fork's handlers: the lock FdSlot makes a page of slots under.
+void LockDescriptorPagesForFork();
+void UnlockDescriptorPagesAfterFork();
+
 // Looks up a descriptor inside an OpGuard (which keeps it alive).
 OpenFile* Lookup(int fd);
 

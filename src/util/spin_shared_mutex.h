@@ -51,6 +51,10 @@ class SlotNumbers {
   // reader raised it before its count, and both before it read the writer
   // word).
   static uint32_t High() { return high().load(); }
+  // For a fork's handlers: a child that copied the numbers' lock held (a
+  // thread starting or ending in the parent) would wait for ever.
+  static void LockForFork() { mu().lock(); }
+  static void UnlockAfterFork() { mu().unlock(); }
 
  private:
   struct Holder {

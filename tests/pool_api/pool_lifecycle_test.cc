@@ -76,7 +76,9 @@ TEST_F(PoolTest, CheckpointImagesKeepThePoolVersionsFormat) {
     ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
     for (int i = 0; i < 6000; ++i) {
       ASSERT_EQ(Create(name(i)), 0) << i << " " << upfs_last_error();
-      if (i % 3 != 0) ASSERT_EQ(upfs_unlink(P(name(i)).c_str()), 0) << i;
+      if (i % 3 != 0) {
+        ASSERT_EQ(upfs_unlink(P(name(i)).c_str()), 0) << i;
+      }
     }
     ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
     upfs::PoolReport r;
