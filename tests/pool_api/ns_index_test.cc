@@ -3,8 +3,9 @@
 // process writes a checkpoint), and a delta over the image written from
 // that frozen layer (after Publish). Random valid records (create, link,
 // unlink, mkdir, rmdir, rename of files and directories across
-// directories, exchange) are applied; after each, every answer the index
-// gives (Dir, Find, List, Nlink, ForEachDir) must be the model's.
+// directories, exchange; a create may reuse a freed file's number) are
+// applied; after each, every answer the index gives (Dir, Find, List,
+// Nlink, ForEachDir) must be the model's.
 #include "container/pool/ns_index.h"
 
 #include <gtest/gtest.h>
@@ -33,6 +34,10 @@ struct Model {
   std::map<uint64_t, Dir> dirs;
   std::map<uint64_t, uint32_t> links;  // non-directories
   uint64_t next_ino = 2;
+  // Files whose last name went: a create may take one's number again, as
+  // the pool's inode allocator does (the index may still hold a count of
+  // it, in any layer).
+  std::vector<uint64_t> freed;
 };
 
 // Names of every kind of length a tagged slot tells apart: up to 16 bytes
@@ -61,9 +66,7 @@ class Driver {
         case 0:
         case 1:
           if (has1) break;
-          n1[name1_] = {m_.next_ino, FileType::kRegular};
-          m_.links[m_.next_ino] = 1;
-          return Rec(RecordType::kCreate, FileType::kRegular, m_.next_ino++, d1, 0, 0);
+          return Create(d1);
         case 2: {
           if (has1 || m_.dirs.size() > 30) break;
           const uint64_t ino = m_.next_ino++;
@@ -77,8 +80,8 @@ class Driver {
           if (e.type == FileType::kDirectory) {
             if (!m_.dirs[e.ino].names.empty()) break;
             m_.dirs.erase(e.ino);
-          } else if (--m_.links[e.ino] == 0) {
-            m_.links.erase(e.ino);
+          } else {
+            Unref(e.ino);
           }
           n1.erase(name1_);
           return Rec(RecordType::kUnlink, e.type, e.ino, d1, 0, 0);
@@ -103,7 +106,7 @@ class Driver {
             const NsEntry v = n2[name2_];
             if (v.type != e.type || v.type == FileType::kDirectory) break;
             victim = v.ino;
-            if (--m_.links[v.ino] == 0) m_.links.erase(v.ino);
+            Unref(v.ino);
           }
           n1.erase(name1_);
           n2[name2_] = e;
@@ -161,6 +164,25 @@ class Driver {
   }
 
  private:
+  // A new file, numbered anew or (every other time there is one) with a
+  // freed file's number.
+  NsRecord Create(uint64_t dir) {
+    uint64_t ino = m_.next_ino;
+    if (!m_.freed.empty() && rng_() % 2) {
+      ino = m_.freed.back();
+      m_.freed.pop_back();
+    } else {
+      ++m_.next_ino;
+    }
+    m_.dirs[dir].names[name1_] = {ino, FileType::kRegular};
+    m_.links[ino] = 1;
+    return Rec(RecordType::kCreate, FileType::kRegular, ino, dir, 0, 0);
+  }
+  void Unref(uint64_t ino) {
+    if (--m_.links[ino] != 0) return;
+    m_.links.erase(ino);
+    m_.freed.push_back(ino);
+  }
   NsRecord Rec(RecordType t, FileType f, uint64_t ino, uint64_t d1, uint64_t d2, uint64_t victim) {
     NsRecord r;
     r.type = t;

@@ -16,8 +16,8 @@
 //
 // Link counts are derived, never stored per inode: a directory's is 2 plus
 // its subdirectories; a non-directory's is the delta's count if a record
-// after the checkpoint touched it, else the image's (1, or its multi-link
-// row). An inode the image does not name and no record touched has no link
+// after the checkpoint changed it from the lower layer's, else the image's
+// (1, or its multi-link row). An inode the image does not name and no record touched has no link
 // the index knows of: callers that ask by inode alone combine this with the
 // inode's own unlinked bit (docs/design.md, "Holds").
 #pragma once
@@ -133,7 +133,14 @@ class NsIndex {
   void ForEachDirErased(const std::function<void(uint64_t, const NsDirInfo&)>& fn) const { ForEachDir(fn); }
   // The inode named by a removed entry loses that name.
   Status Unref(const NsEntry& e);
-  void SetLinks(uint64_t ino, uint32_t links) { links_.Set(ino, links); }
+  // A count the lower layer already gives, for an inode the delta has no
+  // count of, is not stored: the image gives 1 to every inode without a
+  // multi-link row, so a create adds nothing here, and a stat of one of
+  // many new files does not probe a table as large as their number (a
+  // cache miss each).
+  void SetLinks(uint64_t ino, uint32_t links) {
+    if (links_.Find(ino) || LowerLinks(ino) != links) links_.Set(ino, links);
+  }
 
   uint64_t root_ = 0;
   std::unique_ptr<BaseImage> base_;
