@@ -323,6 +323,44 @@ TEST(DirTable, ValuesStayPutAsTheTableGrows) {
 }
 
 
+// A directory's name table against a map, through inserts, erases
+// (backward shifts, arena compaction) and growth: every name it should
+// hold is found with its entry, every other is not, each is listed once.
+// Names of one length and prefix collide in their probe runs.
+TEST(NameTable, AnswersAsAMapThroughInsertsErasesAndGrowth) {
+  NameTable t;
+  std::map<std::string, uint64_t> model;
+  std::mt19937_64 rng(5);
+  auto name = [](uint64_t k) { return "name-" + std::to_string(k % 3000) + (k % 2 ? "" : "-longer-than-16-bytes"); };
+  for (int step = 0; step < 40000; ++step) {
+    const std::string n = name(rng() % 6000);
+    const bool there = model.count(n) != 0;
+    if (rng() % 3 == 0) {
+      ASSERT_EQ(t.Erase(n), there) << step << " " << n;
+      model.erase(n);
+    } else {
+      const uint64_t ino = 2 + uint64_t(step);
+      ASSERT_EQ(t.Insert(n, NsEntry{ino, FileType::kRegular}), !there) << step << " " << n;
+      if (!there) model[n] = ino;
+    }
+    if (step % 4000 != 3999) continue;
+    ASSERT_EQ(t.size(), model.size()) << step;
+    for (uint64_t k = 0; k < 6000; ++k) {
+      const std::string m = name(k);
+      const NsEntry* e = t.Find(m);
+      auto it = model.find(m);
+      ASSERT_EQ(e != nullptr, it != model.end()) << step << " " << m;
+      if (e) {
+        EXPECT_EQ(e->ino, it->second) << m;
+      }
+    }
+    std::set<std::string> listed;
+    t.ForEach([&](std::string_view m, const NsEntry&) { EXPECT_TRUE(listed.insert(std::string(m)).second) << m; });
+    EXPECT_EQ(listed.size(), model.size()) << step;
+  }
+}
+
+
 // SameName compares short names with overlapping word loads: every byte of
 // every length counts, and no load reads past either name.
 TEST(SameName, EveryByteOfEveryLengthCounts) {

@@ -2,6 +2,13 @@
 // (linear probing, deletion by backward shift) whose names live in one
 // arena. Loading a checkpoint of 100,000 names costs no allocation per name,
 // and a lookup touches one slot array and the arena.
+//
+// A probe walks a dense array of 4-byte tags (the 32-bit hash with its top
+// bit set; 0 marks an empty slot) beside the 32-byte slots: sixteen to a
+// cache line, so the tags of a table of 50,000 names (256 KiB) stay in the
+// CPU's cache where the slots (2 MiB) do not. A lookup of a name the
+// table does not hold (a directory's older names are in the image below)
+// then costs no miss, and one that it holds loads a slot only on a match.
 #pragma once
 
 #include <cstdint>
@@ -54,11 +61,8 @@ class NameTable {
   // `h`: NameHash(name), known already.
   NsEntry* Find(std::string_view name, uint32_t h) {
     if (count_ == 0) return nullptr;
-    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
-      Slot& s = slots_[i];
-      if (!s.used) return nullptr;
-      if (s.hash == h && SameName(NameOf(s), name)) return &s.e;
-    }
+    size_t i = h & mask_;
+    return Probe(name, h, &i) ? &slots_[i].e : nullptr;
   }
   const NsEntry* Find(std::string_view name) const { return const_cast<NameTable*>(this)->Find(name); }
   const NsEntry* Find(std::string_view name, uint32_t h) const {
@@ -70,17 +74,14 @@ class NameTable {
     if ((count_ + 1) * 4 > slots_.size() * 3) Rehash(slots_.empty() ? 8 : slots_.size() * 2);
     const uint64_t h = NameHash(name);
     size_t i = h & mask_;
-    for (;; i = (i + 1) & mask_) {
-      Slot& s = slots_[i];
-      if (!s.used) break;
-      if (s.hash == h && SameName(NameOf(s), name)) return false;
-    }
+    if (Probe(name, h, &i)) return false;
     Slot& s = slots_[i];
     s.hash = h;
     s.e = e;
     s.off = uint32_t(arena_.size());
     s.len = uint16_t(name.size());
     s.used = 1;
+    tags_[i] = TagOf(h);
     arena_.append(name);
     ++count_;
     return true;
@@ -91,24 +92,21 @@ class NameTable {
     if (count_ == 0) return false;
     const uint64_t h = NameHash(name);
     size_t i = h & mask_;
-    for (;; i = (i + 1) & mask_) {
-      Slot& s = slots_[i];
-      if (!s.used) return false;
-      if (s.hash == h && SameName(NameOf(s), name)) break;
-    }
+    if (!Probe(name, h, &i)) return false;
     garbage_ += slots_[i].len;
     // Backward shift: move later members of the probe run into the hole.
     for (size_t j = (i + 1) & mask_;; j = (j + 1) & mask_) {
-      Slot& s = slots_[j];
-      if (!s.used) break;
-      const size_t home = s.hash & mask_;
-      // s may move to i if i lies cyclically in [home, j).
+      if (tags_[j] == 0) break;
+      const size_t home = tags_[j] & mask_;  // the hash's low bits (mask_ < 2^31)
+      // Slot j may move to i if i lies cyclically in [home, j).
       if (((j - home) & mask_) >= ((j - i) & mask_)) {
-        slots_[i] = s;
+        slots_[i] = slots_[j];
+        tags_[i] = tags_[j];
         i = j;
       }
     }
     slots_[i].used = 0;
+    tags_[i] = 0;
     --count_;
     if (garbage_ > 4096 && garbage_ > arena_.size() / 2) Rehash(slots_.size());
     return true;
@@ -142,6 +140,18 @@ class NameTable {
     uint16_t used;
   };
   std::string_view NameOf(const Slot& s) const { return std::string_view(arena_.data() + s.off, s.len); }
+  static uint32_t TagOf(uint64_t h) { return uint32_t(h) | 0x80000000u; }
+  // Walks from *i (name's home, h its hash) to its slot (true) or to the
+  // first empty one (false), leaving *i there. Slots are loaded only where
+  // the tag matches.
+  bool Probe(std::string_view name, uint64_t h, size_t* i) const {
+    const uint32_t tag = TagOf(h);
+    for (;; *i = (*i + 1) & mask_) {
+      const uint32_t t = tags_[*i];
+      if (t == 0) return false;
+      if (t == tag && slots_[*i].hash == h && SameName(NameOf(slots_[*i]), name)) return true;
+    }
+  }
 
   // Rebuilds with `cap` slots and a compacted arena.
   void Rehash(size_t cap) {
@@ -149,7 +159,9 @@ class NameTable {
     old.swap(slots_);
     std::string old_arena;
     old_arena.swap(arena_);
+    UPFS_ASSERT(cap <= (size_t{1} << 31));  // a tag's bits below its top one are the hash's
     slots_.assign(cap, Slot{});
+    tags_.assign(cap, 0);
     mask_ = cap - 1;
     arena_.reserve(old_arena.size() - garbage_ + 64);
     garbage_ = 0;
@@ -158,12 +170,14 @@ class NameTable {
       size_t i = s.hash & mask_;
       while (slots_[i].used) i = (i + 1) & mask_;
       slots_[i] = s;
+      tags_[i] = TagOf(s.hash);
       slots_[i].off = uint32_t(arena_.size());
       arena_.append(old_arena.data() + s.off, s.len);
     }
   }
 
   std::vector<Slot> slots_;
+  std::vector<uint32_t> tags_;  // tags_[i] != 0 exactly when slots_[i].used
   std::string arena_;
   size_t mask_ = 0;
   size_t count_ = 0;
