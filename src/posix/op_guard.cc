@@ -79,11 +79,11 @@ bool AnyCallBlocks(const OpThreadRecord* skip, const Retiree& rt) {
 // retires it. Without, the end of a call: if another thread is reclaiming
 // already, it does not wait for it (what that thread's pass could not free
 // yet, the next call to end frees).
-void Reclaim(Retiree* add) {
+void Reclaim(Retiree* add, bool wait_for_lock = false) {
   std::vector<std::function<void()>> ready;
   {
     std::unique_lock<std::mutex> g(g_retire_mu, std::defer_lock);
-    if (add) {
+    if (add || wait_for_lock) {
       g.lock();
     } else if (!g.try_lock()) {
       return;
@@ -185,6 +185,10 @@ OpGuard::~OpGuard() {
   // retired may miss it; the next call to end, in any thread, frees it.)
   // Guards are outermost in every API call: no upfs lock is held here.
   if (g_retiree_count.load(std::memory_order_relaxed) != 0) Reclaim(nullptr);
+}
+
+void ReclaimEndedCalls() {
+  if (g_retiree_count.load(std::memory_order_relaxed) != 0) Reclaim(nullptr, true);
 }
 
 void OpGuardsAfterForkInChild() {

@@ -61,6 +61,12 @@ void RetireAfterOps(std::function<void()> free_fn);
 // replaced): waits only for the calls that may have loaded that slot.
 void RetireDescriptor(int fd, std::function<void()> free_fn);
 
+// Runs now what waited only for calls that have ended. The end of a call
+// does so too, but one ending just as another thread retired something
+// for it to free may miss it (no fence on that path); a caller about to
+// count what is still open (an unmount) calls this first.
+void ReclaimEndedCalls();
+
 // For assertions: whether the calling thread's current call declared that
 // it may look up fd (true outside any call).
 bool OpGuardCovers(int fd);

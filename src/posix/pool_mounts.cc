@@ -285,6 +285,12 @@ Status UnmountPool(const std::string& dir) {
   if (!Absolute(AT_FDCWD, dir.c_str(), &abs)) return Status::FromErrno("mount point");
   abs = Normalize(abs);
   if (abs.size() > 1 && abs.back() == '/') abs.pop_back();
+  // A descriptor closed by a thread whose close had to wait for another
+  // thread's call may still hold the pool, freed by the end of the next
+  // call: free it now, or the count below says EBUSY though every
+  // descriptor was closed (DetachWhileAnotherProcessListsLeaksNoBlocks
+  // failed so once in CI, its listing threads joined before the unmount).
+  ReclaimEndedCalls();
   std::unique_ptr<Mount> gone;
   {
     std::unique_lock<std::shared_mutex> g(g_mounts_mu);
