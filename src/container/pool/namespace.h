@@ -104,6 +104,8 @@ class PoolNamespace {
   Status List(uint64_t dir, std::vector<Listed>* out);
 
  private:
+  // tests/pool_api/pool_open_line_test.cc commits records by hand.
+  friend struct PoolNamespaceTestAccess;
   Status Permit(const format::pool::Inode* in, int want) const;
   // Stat's attributes from the inode and the index (pinned, index lock
   // held); *needs_file: a regular file with a log, whose size, blocks and
