@@ -69,7 +69,7 @@ TEST(PoolOpenLine, ACommitPastARacersRecordWritesItsOpenLineBack) {
   const uint32_t s = p->log()->PosHint().slot;
   int pick = -1;
   for (int i = 0; i < 2 && pick < 0; ++i) {
-    uint64_t w[64];
+    uint64_t w[format::pool::kMaxRecordWords];
     const uint32_t n = EncodeRecord(unlink_of(shorts[i]), w);
     if (SlotLine(s + n + 1) == SlotLine(s + n)) pick = i;
   }
