@@ -40,7 +40,12 @@ class BaseImage {
   const format::pool::CheckpointHeader& header() const { return *h_; }
 
   bool FindDir(uint64_t ino, BaseDir* out) const;
-  bool FindName(const BaseDir& d, std::string_view name, NsEntry* out) const;
+  // `crc`: NameHash(name).
+  bool FindName(const BaseDir& d, std::string_view name, uint32_t crc, NsEntry* out) const;
+  // Starts loading the lines a FindName of a name with hash `crc` in d
+  // reads first (its tag and its home slot), so that a caller can overlap
+  // them with misses of its own.
+  void Prefetch(const BaseDir& d, uint32_t crc) const;
   // fn(name, entry) for every name of d.
   template <typename Fn>
   void ForEachName(const BaseDir& d, Fn fn) const {

@@ -94,12 +94,6 @@ bool NsIndex::LowerDir(uint64_t ino, NsDirInfo* out) const {
   return true;
 }
 
-bool NsIndex::LowerFind(uint64_t dir, std::string_view name, NsEntry* out) const {
-  if (frozen_) return frozen_->Find(dir, name, out);
-  BaseDir b;
-  return base_ && base_->FindDir(dir, &b) && base_->FindName(b, name, out);
-}
-
 uint32_t NsIndex::LowerLinks(uint64_t ino) const {
   if (frozen_) return frozen_->FileLinks(ino);
   return base_ ? base_->Links(ino) : 0;
@@ -115,17 +109,29 @@ bool NsIndex::Dir(uint64_t ino, NsDirInfo* out) const {
 }
 
 bool NsIndex::Find(uint64_t dir, std::string_view name, NsEntry* out) const {
-  if (const DeltaDir* dp = dirs_.Find(dir)) {
-    const DeltaDir& d = *dp;
-    if (d.removed) return false;
-    if (const NsEntry* e = d.names.Find(name)) {
+  const DeltaDir* d = dirs_.Find(dir);
+  if (d && d->removed) return false;
+  return FindIn(d, dir, name, out);
+}
+
+bool NsIndex::FindIn(const DeltaDir* d, uint64_t dir, std::string_view name, NsEntry* out) const {
+  const uint32_t h = NameHash(name);
+  BaseDir b;
+  const bool below_in_image = !frozen_ && !(d && d->fresh) && base_ && base_->FindDir(dir, &b);
+  if (d) {
+    // The image's probe starts with the delta's: in a directory too big
+    // for the caches each is a miss, and the image's need not wait for
+    // the delta's to end (the one of a name the delta holds is wasted).
+    if (below_in_image) base_->Prefetch(b, h);
+    if (const NsEntry* e = d->names.Find(name, h)) {
       if (e->type == FileType::kFree) return false;
       *out = *e;
       return true;
     }
-    if (d.fresh) return false;
+    if (d->fresh) return false;
   }
-  return LowerFind(dir, name, out);
+  if (frozen_) return frozen_->Find(dir, name, out);
+  return below_in_image && base_->FindName(b, name, h, out);
 }
 
 bool NsIndex::DirAndFind(uint64_t dir, std::string_view name, NsDirInfo* info, NsEntry* out,
@@ -133,12 +139,7 @@ bool NsIndex::DirAndFind(uint64_t dir, std::string_view name, NsDirInfo* info, N
   if (const DeltaDir* d = dirs_.Find(dir)) {
     if (d->removed) return false;
     *info = d->info;
-    if (const NsEntry* e = d->names.Find(name)) {
-      *found = e->type != FileType::kFree;
-      if (*found) *out = *e;
-      return true;
-    }
-    *found = !d->fresh && LowerFind(dir, name, out);
+    *found = FindIn(d, dir, name, out);
     return true;
   }
   if (frozen_) {
@@ -149,7 +150,7 @@ bool NsIndex::DirAndFind(uint64_t dir, std::string_view name, NsDirInfo* info, N
   BaseDir b;
   if (!base_ || !base_->FindDir(dir, &b)) return false;
   *info = NsDirInfo{b.parent, b.subdirs, b.entries};
-  *found = base_->FindName(b, name, out);
+  *found = base_->FindName(b, name, NameHash(name), out);
   return true;
 }
 

@@ -120,7 +120,9 @@ class NsIndex {
   // The layer below the delta: the frozen index if there is one, else the
   // image (none: nothing below).
   bool LowerDir(uint64_t ino, NsDirInfo* out) const;
-  bool LowerFind(uint64_t dir, std::string_view name, NsEntry* out) const;
+  // Find in directory `dir`, whose delta entry is d (null: none; not a
+  // removed one).
+  bool FindIn(const DeltaDir* d, uint64_t dir, std::string_view name, NsEntry* out) const;
   uint32_t LowerLinks(uint64_t ino) const;
   template <typename Fn>
   void LowerList(uint64_t dir, Fn fn) const;
