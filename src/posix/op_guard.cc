@@ -5,6 +5,7 @@
 #include <new>
 #include <vector>
 
+#include "util/hot_tls.h"
 #include "util/leak.h"
 
 namespace upfs {
@@ -147,9 +148,18 @@ struct RecordHolder {
   }
 };
 
-OpThreadRecord* ThreadRecord() {
+// Once per thread: a record, given back when the thread ends.
+[[gnu::noinline, gnu::cold]] OpThreadRecord* TakeThreadRecord() {
   thread_local RecordHolder h;
   return h.rec;
+}
+
+OpThreadRecord* ThreadRecord() {
+  // Trivially initialized (hot_tls.h).
+  UPFS_HOT_TLS thread_local OpThreadRecord* mine = nullptr;
+  if (!mine) [[unlikely]]
+    mine = TakeThreadRecord();
+  return mine;
 }
 
 }  // namespace

@@ -1,17 +1,22 @@
 #include "posix/pool_escape.h"
 
+#include "util/hot_tls.h"
+
 namespace upfs {
 
 namespace {
 
 struct NotedEscape {
-  bool set = false;
   int which = 0;
   std::string path;
 };
 
+// Whether t_escape holds an escape: apart from it, because every pool call
+// clears it, and a thread_local with a destructor (the path) is reached
+// through a guard in the default TLS model whatever its own model.
+UPFS_HOT_TLS thread_local bool t_escape_set = false;
 thread_local NotedEscape t_escape;
-thread_local int t_hops = 0;
+UPFS_HOT_TLS thread_local int t_hops = 0;
 constexpr int kMaxHops = 40;  // as the kernel's MAXSYMLINKS
 
 // The absolute path an escape `rest` from the pool mounted at `mount_dir`
@@ -31,16 +36,16 @@ std::string EscapeTarget(std::string_view mount_dir, std::string_view rest) {
 }  // namespace
 
 void NoteEscape(const Mount& m, std::string_view rest, int which) {
-  t_escape.set = true;
+  t_escape_set = true;
   t_escape.which = which;
   t_escape.path = EscapeTarget(m.dir, rest);
 }
 
-void ClearEscape() { t_escape.set = false; }
+void ClearEscape() { t_escape_set = false; }
 
 bool TakeEscape(std::string* path, int* which) {
-  if (!t_escape.set) return false;
-  t_escape.set = false;
+  if (!t_escape_set) return false;
+  t_escape_set = false;
   *path = std::move(t_escape.path);
   *which = t_escape.which;
   return true;

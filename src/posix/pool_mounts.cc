@@ -140,10 +140,16 @@ Mount* MountAt(const MountTable& t, std::string_view dir) {
   return nullptr;
 }
 
-void SetPath(PoolPath* out, Mount* m, std::string inner, uint64_t start = 0) {
+// `inner` must outlive the call (the caller's path).
+void SetPath(PoolPath* out, Mount* m, std::string_view inner, uint64_t start = 0) {
   out->mount = m;
-  out->inner = std::move(inner);
+  out->inner = inner;
   out->start = start;
+}
+
+void SetOwnedPath(PoolPath* out, Mount* m, std::string inner, uint64_t start = 0) {
+  out->owned = std::move(inner);
+  SetPath(out, m, out->owned, start);
 }
 
 // Splits an absolute path with "." or ".." or "//" in it at the mount it
@@ -174,7 +180,7 @@ bool SplitAtMount(const MountTable& t, const std::string& abs, PoolPath* out) {
     Mount* m = norm.empty() ? nullptr : MountAt(t, norm);
     if (!m) continue;
     std::string rest = i < abs.size() ? abs.substr(i) : std::string();
-    SetPath(out, m, "/" + rest);
+    SetOwnedPath(out, m, "/" + rest);
     return true;
   }
   return false;
@@ -207,7 +213,7 @@ bool FindMount(int dirfd, const char* path, bool from_fd, PoolPath* out) {
       Mount* m = MountOfPool(n.pool);
       if (!m) return false;
       // An empty path stays empty: the resolver's ENOENT, as the kernel's.
-      SetPath(out, m, *path ? "/" + std::string(path) : std::string(), n.ino);
+      SetOwnedPath(out, m, *path ? "/" + std::string(path) : std::string(), n.ino);
       return true;
     }
   }
@@ -233,7 +239,8 @@ bool FindMount(int dirfd, const char* path, bool from_fd, PoolPath* out) {
       return true;
     }
     if (abs[d.size()] == '/') {
-      SetPath(out, m, std::string(abs.substr(d.size())));
+      if (abs.data() == path) SetPath(out, m, abs.substr(d.size()));
+      else SetOwnedPath(out, m, std::string(abs.substr(d.size())));  // `joined` ends with this call
       return true;
     }
   }

@@ -28,10 +28,19 @@ struct Mount {
 struct PoolPath {
   std::optional<OpGuard> guard;
   Mount* mount = nullptr;
-  std::string inner;
+  // The path inside the pool: a view of the caller's path where that holds
+  // it as it is (a plain absolute path, the common case: a copy of it was
+  // an allocation per call once it outgrew the small-string buffer), else
+  // of `owned`.
+  std::string_view inner;
+  std::string owned;
   // The directory a relative path given with a pool directory descriptor
   // starts from (its inode); 0: `inner` is from the pool's root.
   uint64_t start = 0;
+
+  PoolPath() = default;
+  PoolPath(const PoolPath&) = delete;  // `inner` may view `owned`
+  PoolPath& operator=(const PoolPath&) = delete;
 };
 
 // Whether dirfd/path lies in a mounted pool (dirfd may be a pool

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "util/assert.h"
+#include "util/hot_tls.h"
 
 namespace upfs {
 
@@ -43,8 +44,13 @@ inline constexpr uint32_t kSlots = 64;
 class SlotNumbers {
  public:
   static uint32_t Mine() {
-    thread_local Holder h;
-    return h.slot;
+    // The slot + 1 (0: none yet), trivially initialized: a thread_local
+    // with a constructor is reached through a guard that the initial-exec
+    // model does not cover (hot_tls.h).
+    UPFS_HOT_TLS thread_local uint32_t mine = 0;
+    if (mine == 0) [[unlikely]]
+      mine = Take() + 1;
+    return mine - 1;
   }
   // One past the highest slot any thread has held. seq_cst, as the slot
   // counts: a writer that reads an old value cannot miss a reader (the
@@ -57,6 +63,11 @@ class SlotNumbers {
   static void UnlockAfterFork() { mu().unlock(); }
 
  private:
+  // Once per thread: a slot, given back when the thread ends.
+  [[gnu::noinline, gnu::cold]] static uint32_t Take() {
+    thread_local Holder h;
+    return h.slot;
+  }
   struct Holder {
     uint32_t slot;
     Holder() {
