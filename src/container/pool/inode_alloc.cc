@@ -12,13 +12,18 @@ using namespace format::pool;
 
 namespace {
 constexpr uint64_t kInoMask = (uint64_t{1} << 36) - 1;
+
+// Apart from At, which a path walk calls twice a component: its message's
+// string work made At's frame and prologue a tenth of a stat's own time.
+[[gnu::cold, gnu::noinline]] Status NoSuchInode(uint64_t ino) {
+  return Status::Corrupt("inode", "number " + std::to_string(ino) + " names no inode");
 }
+}  // namespace
 
 Status InodeAllocator::At(uint64_t ino, Inode** out) const {
   const uint32_t slot = InodeSlotOf(ino);
   const uint64_t block = ino / kInodesPerBlock;
-  if (!InodeNumberInRange(ino))
-    return Status::Corrupt("inode", "number " + std::to_string(ino) + " names no inode");
+  if (!InodeNumberInRange(ino)) return NoSuchInode(ino);
   char* p;
   UPFS_RETURN_IF_ERROR(ba_->Addr(block, &p));
   *out = reinterpret_cast<Inode*>(p + slot * kInodeSize);
