@@ -14,7 +14,6 @@
 #include "engine/log_compactor.h"
 #include "medium/pm.h"
 #include "util/assert.h"
-#include "util/hot_tls.h"
 #include "util/optimistic_copy.h"
 
 namespace upfs {
@@ -58,8 +57,9 @@ void LockThreadIndicesForFork() { g_tid_mu.lock(); }
 void UnlockThreadIndicesAfterFork() { g_tid_mu.unlock(); }
 
 uint32_t ThreadIndex() {
-  // The index + 1 (0: none yet), trivially initialized (hot_tls.h).
-  UPFS_HOT_TLS thread_local uint32_t mine = 0;
+  // The index + 1 (0: none yet), trivially initialized: one TLS access,
+  // not two (see SlotNumbers::Mine).
+  thread_local uint32_t mine = 0;
   if (mine == 0) [[unlikely]]
     mine = TakeThreadIndex() + 1;
   return mine - 1;

@@ -5,7 +5,6 @@
 #include <new>
 #include <vector>
 
-#include "util/hot_tls.h"
 #include "util/leak.h"
 
 namespace upfs {
@@ -155,8 +154,9 @@ struct RecordHolder {
 }
 
 OpThreadRecord* ThreadRecord() {
-  // Trivially initialized (hot_tls.h).
-  UPFS_HOT_TLS thread_local OpThreadRecord* mine = nullptr;
+  // Trivially initialized: one TLS access, not two (see
+  // SlotNumbers::Mine).
+  thread_local OpThreadRecord* mine = nullptr;
   if (!mine) [[unlikely]]
     mine = TakeThreadRecord();
   return mine;

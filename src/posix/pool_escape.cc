@@ -1,7 +1,5 @@
 #include "posix/pool_escape.h"
 
-#include "util/hot_tls.h"
-
 namespace upfs {
 
 namespace {
@@ -13,10 +11,10 @@ struct NotedEscape {
 
 // Whether t_escape holds an escape: apart from it, because every pool call
 // clears it, and a thread_local with a destructor (the path) is reached
-// through a guard in the default TLS model whatever its own model.
-UPFS_HOT_TLS thread_local bool t_escape_set = false;
+// through a guard (two calls to __tls_get_addr in a shared library).
+thread_local bool t_escape_set = false;
 thread_local NotedEscape t_escape;
-UPFS_HOT_TLS thread_local int t_hops = 0;
+thread_local int t_hops = 0;
 constexpr int kMaxHops = 40;  // as the kernel's MAXSYMLINKS
 
 // The absolute path an escape `rest` from the pool mounted at `mount_dir`

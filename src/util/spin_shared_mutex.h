@@ -32,7 +32,6 @@
 #include <vector>
 
 #include "util/assert.h"
-#include "util/hot_tls.h"
 
 namespace upfs {
 
@@ -44,10 +43,11 @@ inline constexpr uint32_t kSlots = 64;
 class SlotNumbers {
  public:
   static uint32_t Mine() {
-    // The slot + 1 (0: none yet), trivially initialized: a thread_local
-    // with a constructor is reached through a guard that the initial-exec
-    // model does not cover (hot_tls.h).
-    UPFS_HOT_TLS thread_local uint32_t mine = 0;
+    // The slot + 1 (0: none yet). Trivially initialized: in a shared
+    // library every thread_local read is a call to __tls_get_addr, and one
+    // with a constructor costs two (its guard's, then its own); every call
+    // of the C API reads this.
+    thread_local uint32_t mine = 0;
     if (mine == 0) [[unlikely]]
       mine = Take() + 1;
     return mine - 1;
