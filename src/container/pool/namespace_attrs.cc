@@ -1,12 +1,12 @@
 // PoolNamespace's attribute and permission calls: readlink, stat in its
 // forms, chmod, chown, utimens, access and the open check. The name
 // changes and holds are in namespace.cc.
+#include <emmintrin.h>
 #include <fcntl.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 
 #include "container/pool/namespace.h"
@@ -20,6 +20,24 @@ namespace {
 // A stat whose name keeps changing under it gives up (ENOENT) after this
 // many looks, as open does with EAGAIN.
 constexpr int kMaxStatRetries = 100;
+
+// Zeroes *st with nine 16-byte stores. GCC makes a memset of this size a
+// `rep stosq`, whose start-up was 44% of StatLocked's samples in a stat
+// loop (a small directory); it turns a loop of stores back into one.
+void ZeroStat(struct stat* st) {
+  static_assert(sizeof(struct stat) % 16 == 0 && sizeof(struct stat) / 16 == 9);
+  char* p = reinterpret_cast<char*>(st);
+  const __m128i z = _mm_setzero_si128();
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), z);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 16), z);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 32), z);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 48), z);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 64), z);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 80), z);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 96), z);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 112), z);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 128), z);
+}
 }  // namespace
 
 using namespace format;
@@ -50,7 +68,7 @@ Status PoolNamespace::StatLocked(uint64_t ino, struct stat* st, bool* needs_file
   const uint64_t id = in->ident.load(std::memory_order_acquire);
   const FileType kind = IdentKind(id);
   if (kind == FileType::kFree || kind > FileType::kSymlink) return Status::Error(ENOENT, "file removed");
-  std::memset(st, 0, sizeof(*st));
+  ZeroStat(st);
   st->st_dev = dev_t(pool_->dev());
   st->st_ino = ino_t(ino);
   st->st_mode = TypeBits(kind) | mode_t(in->mode.load(std::memory_order_acquire) & 07777);
