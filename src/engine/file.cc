@@ -15,6 +15,7 @@
 #include "medium/pm.h"
 #include "util/assert.h"
 #include "util/optimistic_copy.h"
+#include "util/thread_held.h"
 
 namespace upfs {
 
@@ -45,25 +46,12 @@ struct ThreadIndexHolder {
   }
 };
 
-// Once per thread: an index, given back when the thread ends.
-[[gnu::noinline, gnu::cold]] uint32_t TakeThreadIndex() {
-  thread_local ThreadIndexHolder h;
-  return h.id;
-}
-
 }  // namespace
 
 void LockThreadIndicesForFork() { g_tid_mu.lock(); }
 void UnlockThreadIndicesAfterFork() { g_tid_mu.unlock(); }
 
-uint32_t ThreadIndex() {
-  // The index + 1 (0: none yet), trivially initialized: one TLS access,
-  // not two (see SlotNumbers::Mine).
-  thread_local uint32_t mine = 0;
-  if (mine == 0) [[unlikely]]
-    mine = TakeThreadIndex() + 1;
-  return mine - 1;
-}
+uint32_t ThreadIndex() { return ThreadHeld<ThreadIndexHolder, &ThreadIndexHolder::id>(); }
 
 File::File(const FileStorage& storage, std::unique_ptr<StorageLease> lease)
     : lease_(std::move(lease)),

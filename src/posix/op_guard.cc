@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "util/leak.h"
+#include "util/thread_held.h"
 
 namespace upfs {
 
@@ -147,20 +148,7 @@ struct RecordHolder {
   }
 };
 
-// Once per thread: a record, given back when the thread ends.
-[[gnu::noinline, gnu::cold]] OpThreadRecord* TakeThreadRecord() {
-  thread_local RecordHolder h;
-  return h.rec;
-}
-
-OpThreadRecord* ThreadRecord() {
-  // Trivially initialized: one TLS access, not two (see
-  // SlotNumbers::Mine).
-  thread_local OpThreadRecord* mine = nullptr;
-  if (!mine) [[unlikely]]
-    mine = TakeThreadRecord();
-  return mine;
-}
+OpThreadRecord* ThreadRecord() { return ThreadHeld<RecordHolder, &RecordHolder::rec>(); }
 
 }  // namespace
 

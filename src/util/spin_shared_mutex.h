@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "util/assert.h"
+#include "util/thread_held.h"
 
 namespace upfs {
 
@@ -42,16 +43,7 @@ inline constexpr uint32_t kSlots = 64;
 // so that writers scan only as many slots as threads have lived at once.
 class SlotNumbers {
  public:
-  static uint32_t Mine() {
-    // The slot + 1 (0: none yet). Trivially initialized: in a shared
-    // library every thread_local read is a call to __tls_get_addr, and one
-    // with a constructor costs two (its guard's, then its own); every call
-    // of the C API reads this.
-    thread_local uint32_t mine = 0;
-    if (mine == 0) [[unlikely]]
-      mine = Take() + 1;
-    return mine - 1;
-  }
+  static uint32_t Mine() { return ThreadHeld<Holder, &Holder::slot>(); }
   // One past the highest slot any thread has held. seq_cst, as the slot
   // counts: a writer that reads an old value cannot miss a reader (the
   // reader raised it before its count, and both before it read the writer
@@ -63,11 +55,6 @@ class SlotNumbers {
   static void UnlockAfterFork() { mu().unlock(); }
 
  private:
-  // Once per thread: a slot, given back when the thread ends.
-  [[gnu::noinline, gnu::cold]] static uint32_t Take() {
-    thread_local Holder h;
-    return h.slot;
-  }
   struct Holder {
     uint32_t slot;
     Holder() {
