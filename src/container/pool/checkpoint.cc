@@ -232,20 +232,18 @@ void PrefetchInode(const BlockSpace* space, uint64_t ino) {
 
 }  // namespace
 
-// The tags hold the inode: its lines and the slot's load in parallel, so
-// a lookup in a directory too big for the caches waits for one miss, not
-// for the slot's, then the name's, then the inode's.
 void BaseImage::Prefetch(const BaseDir& d, uint32_t crc) const {
   const uint64_t home = crc & (d.slots - 1);
   if (tagged_) __builtin_prefetch(WordPtr(d.table + home));
   __builtin_prefetch(WordPtr(SlotAt(d, home)));
 }
 
+// The tags hold the inode: its lines and the slot's load in parallel, so
+// a lookup in a directory too big for the caches waits for one miss, not
+// for the slot's, then the name's, then the inode's. (The home slot's line
+// is already on its way when the caller prefetched: Prefetch.)
 bool BaseImage::FindTagged(const BaseDir& d, std::string_view name, uint32_t crc, NsEntry* out) const {
   const uint64_t mask = d.slots - 1;
-  // The home slot loads with its tag (most names are found there), not
-  // after it.
-  __builtin_prefetch(WordPtr(SlotAt(d, crc & mask)));
   for (uint64_t i = 0, s = crc & mask; i < d.slots; ++i, s = (s + 1) & mask) {
     const uint64_t tag = Word(d.table + s);
     if (tag == 0) return false;

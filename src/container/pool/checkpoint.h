@@ -43,8 +43,9 @@ class BaseImage {
   // `crc`: NameHash(name).
   bool FindName(const BaseDir& d, std::string_view name, uint32_t crc, NsEntry* out) const;
   // Starts loading the lines a FindName of a name with hash `crc` in d
-  // reads first (its tag and its home slot), so that a caller can overlap
-  // them with misses of its own.
+  // reads first (its tag and its home slot, which FindName would otherwise
+  // load one after the other), so that a caller can also overlap them with
+  // misses of its own. Call it before FindName.
   void Prefetch(const BaseDir& d, uint32_t crc) const;
   // fn(name, entry) for every name of d.
   template <typename Fn>

@@ -118,11 +118,11 @@ bool NsIndex::FindIn(const DeltaDir* d, uint64_t dir, std::string_view name, NsE
   const uint32_t h = NameHash(name);
   BaseDir b;
   const bool below_in_image = !frozen_ && !(d && d->fresh) && base_ && base_->FindDir(dir, &b);
+  // The image's probe starts before the delta's: in a directory too big
+  // for the caches each is a miss, and the image's need not wait for the
+  // delta's to end (the one of a name the delta holds is wasted).
+  if (below_in_image) base_->Prefetch(b, h);
   if (d) {
-    // The image's probe starts with the delta's: in a directory too big
-    // for the caches each is a miss, and the image's need not wait for
-    // the delta's to end (the one of a name the delta holds is wasted).
-    if (below_in_image) base_->Prefetch(b, h);
     if (const NsEntry* e = d->names.Find(name, h)) {
       if (e->type == FileType::kFree) return false;
       *out = *e;
@@ -150,7 +150,9 @@ bool NsIndex::DirAndFind(uint64_t dir, std::string_view name, NsDirInfo* info, N
   BaseDir b;
   if (!base_ || !base_->FindDir(dir, &b)) return false;
   *info = NsDirInfo{b.parent, b.subdirs, b.entries};
-  *found = base_->FindName(b, name, NameHash(name), out);
+  const uint32_t h = NameHash(name);
+  base_->Prefetch(b, h);
+  *found = base_->FindName(b, name, h, out);
   return true;
 }
 
