@@ -5,9 +5,9 @@
  *
  * The library must load (a build whose thread-locals used the initial-exec
  * TLS model was refused by glibc: "cannot allocate memory in static TLS
- * block"), export its C API and nothing of the engine's C++ (libupfs.map),
- * and work: a pool made, mounted, a file created and stat'ed in it from
- * two threads, unmounted, removed. Exits 0 only if every step did what it
+ * block") and work: a pool made, mounted, a file created in it and stat'ed
+ * from a second thread, unmounted, removed (what the library exports is
+ * exports_test.sh's to check). Exits 0 only if every step did what it
  * should. The pool goes into a fresh directory under /dev/shm (TMPDIR or
  * /tmp when there is none), removed again. */
 #define _GNU_SOURCE
@@ -53,11 +53,6 @@ int main(int argc, char **argv) {
   void *h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     fprintf(stderr, "dlopen_test: FAIL: dlopen: %s\n", dlerror());
-    return 1;
-  }
-  /* The engine's symbols stay inside (one of its C++ functions). */
-  if (dlsym(h, "_ZN4upfs11ThreadIndexEv")) {
-    fprintf(stderr, "dlopen_test: FAIL: the engine's C++ symbols are exported\n");
     return 1;
   }
   mkfs_fn mkfs = (mkfs_fn)sym(h, "upfs_mkfs");
