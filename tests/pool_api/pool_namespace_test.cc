@@ -252,6 +252,22 @@ TEST_F(PoolTest, PathsReachingTheMountThroughDotsAndSlashes) {
     EXPECT_EQ(st.st_dev, want.st_dev) << path;
   }
   ASSERT_EQ(upfs_stat(P(".hidden").c_str(), &st), 0);  // a name starting with a dot
+  // Names that only start with dots are names, wherever they are (the
+  // quick match takes them); "." and ".." at the end are not.
+  ASSERT_EQ(upfs_mkdir(P(".d").c_str(), 0755), 0);
+  ASSERT_EQ(Create(".d/..."), 0);
+  ASSERT_EQ(Create(".d/..x"), 0);
+  struct stat dots, dotdotx, root, dir;
+  ASSERT_EQ(upfs_stat(P(".d/...").c_str(), &dots), 0);
+  ASSERT_EQ(upfs_stat(P(".d/..x").c_str(), &dotdotx), 0);
+  ASSERT_EQ(upfs_stat(P("").c_str(), &root), 0);
+  ASSERT_EQ(upfs_stat(P(".d").c_str(), &dir), 0);
+  EXPECT_TRUE(S_ISREG(dots.st_mode));
+  EXPECT_NE(dots.st_ino, dotdotx.st_ino);
+  ASSERT_EQ(upfs_stat(P(".d/..").c_str(), &st), 0);
+  EXPECT_EQ(st.st_ino, root.st_ino);
+  ASSERT_EQ(upfs_stat(P(".d/.").c_str(), &st), 0);
+  EXPECT_EQ(st.st_ino, dir.st_ino);
   EXPECT_EQ(upfs_stat(P("a/marker/").c_str(), &st), -1);  // a file named as a directory
   EXPECT_EQ(errno, ENOTDIR);
 }
