@@ -115,6 +115,25 @@ TEST(OpGuard, ARetirementInsideACallWaitsForOlderCallsOnly) {
   later->Finish();
 }
 
+// A retirement inside a call takes the epoch that call began in, without
+// moving it on (a shared line every close would write): a call that begins
+// while the retiring call runs is counted as one that may hold it. Once
+// something waits, the epoch moves on, so that no later call holds it.
+TEST(OpGuard, ACallBegunDuringTheRetiringCallHoldsItOnlyUntilItEnds) {
+  std::atomic<int> freed{0};
+  std::unique_ptr<ParkedCall> during;
+  {
+    OpGuard mine(DescriptorUse::Only(6));
+    RetireDescriptor(6, [&] { freed = 1; });
+    during.reset(ParkedCall::Start(DescriptorUse::Only(6)));
+  }
+  EXPECT_EQ(freed.load(), 0) << "a call that may hold it began before the retiring call ended";
+  std::unique_ptr<ParkedCall> later(ParkedCall::Start(DescriptorUse::Only(6)));
+  during->Finish();
+  EXPECT_EQ(freed.load(), 1) << "a call begun after the retiring call ended held it back";
+  later->Finish();
+}
+
 TEST(OpGuard, CoversWhatACallDeclared) {
   EXPECT_TRUE(OpGuardCovers(12)) << "outside any call";
   {

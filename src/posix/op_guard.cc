@@ -124,19 +124,33 @@ OpThreadRecord* AcquireRecord() {
 
 // Frees what this thread retired during its call that just ended, when no
 // call of another thread that began before the retirement and may hold it
-// still runs (the common case: no lock, no shared list); what must wait
-// goes to the shared list, which the end of any later call drains.
+// still runs (the common case: no lock, no shared list, no allocation);
+// what must wait goes to the shared list, which the end of any later call
+// drains. The retirees are taken out of `mine` first: a free function may
+// itself make calls whose ends come back here.
 void FreeMine(OpThreadRecord* self) {
-  const std::vector<uint64_t> calls = ActiveCalls(self);
-  std::vector<Retiree> ready, wait;
-  for (Retiree& rt : self->mine) (Waits(calls, rt) ? wait : ready).push_back(std::move(rt));
-  self->mine.clear();
-  if (!wait.empty()) {
+  std::vector<Retiree> todo;
+  todo.swap(self->mine);
+  bool waits = false;
+  for (Retiree& rt : todo) {
+    if (!AnyCallBlocks(self, rt)) {
+      rt.fn();
+      continue;
+    }
+    if (!waits) {
+      // The retirees carry the epoch their call began in (Retire), and a
+      // call that begins while g_epoch is still that epoch counts as one
+      // that may hold them: moved on once, so that the calls that begin
+      // from now on do not keep them waiting.
+      g_epoch.fetch_add(1, std::memory_order_seq_cst);
+      waits = true;
+    }
     std::lock_guard<std::mutex> g(g_retire_mu);
-    for (Retiree& rt : wait) g_retirees.push_back(std::move(rt));
+    g_retirees.push_back(std::move(rt));
     g_retiree_count.store(g_retirees.size(), std::memory_order_relaxed);
   }
-  for (Retiree& rt : ready) rt.fn();
+  todo.clear();
+  if (self->mine.empty()) self->mine.swap(todo);  // its buffer serves the next call
 }
 
 struct RecordHolder {
@@ -226,7 +240,14 @@ void Retire(DescriptorUse use, std::function<void()> free_fn) {
     Reclaim(&rt);
     return;
   }
-  rt.epoch = g_epoch.fetch_add(1, std::memory_order_seq_cst);
+  // Inside a call: the epoch as it is, not moved on. Every call that may
+  // still hold the object began at or before this load, so its word's
+  // epoch is at most this one (Blocks); a call that begins later may read
+  // the same epoch and is then counted as one that may hold it, which only
+  // delays the free (FreeMine moves the epoch on when something waits).
+  // A fetch_add here made g_epoch a line written by every close and read
+  // by every call's start in every thread.
+  rt.epoch = g_epoch.load(std::memory_order_seq_cst);
   self->mine.push_back(std::move(rt));
 }
 
