@@ -19,14 +19,14 @@
 
 namespace upfs {
 
-// Each is held for a push or a pop of a list of free numbers, or the
-// making of a page of descriptor slots, and nothing else is taken under
-// it. A child that copied one held (another thread in it at the fork)
-// would wait for ever at its first use: for the pool descriptor numbers'
-// lock, 5 runs in 6 of pool_fork_test's 100 forks did. The forking thread
-// takes them all, so that parent and child can simply let them go.
+// Each is held for the making of a page of descriptor slots or a short
+// change of a list, and nothing else is taken under it. A child that
+// copied one held (another thread in it at the fork) would wait for ever
+// at its first use: for the pool descriptor numbers' lock (a list then,
+// a bitmap changed by atomic operations since), 5 runs in 6 of
+// pool_fork_test's 100 forks did. The forking thread takes them all, so
+// that parent and child can simply let them go.
 void LockLeafLocksForFork() {
-  LockPoolNumbersForFork();
   LockDescriptorPagesForFork();
   LockThreadIndicesForFork();
   spin_lock_internal::SlotNumbers::LockForFork();
@@ -35,7 +35,6 @@ void UnlockLeafLocksAfterFork() {
   spin_lock_internal::SlotNumbers::UnlockAfterFork();
   UnlockThreadIndicesAfterFork();
   UnlockDescriptorPagesAfterFork();
-  UnlockPoolNumbersAfterFork();
 }
 
 // After fork the child must not use the parent's engine state: its

@@ -13,7 +13,6 @@
 #include <cstdarg>
 #include <cstring>
 #include <mutex>
-#include <vector>
 
 #include "posix/api_internal.h"
 #include "posix/descriptor_table.h"
@@ -21,6 +20,7 @@
 #include "posix/pool_escape.h"
 #include "posix/pool_node.h"
 #include "upfs/upfs.h"
+#include "util/assert.h"
 
 namespace upfs {
 
@@ -32,29 +32,44 @@ namespace {
 // never kernel descriptors (a pool file has no host file of its own).
 constexpr int kPoolFdBase = 1 << 19;
 constexpr int kPoolFdEnd = 1 << 20;
-std::mutex g_numbers_mu;
-std::vector<int> g_free_numbers;
-int g_next_number = kPoolFdBase;
+
+// A bit per number (set: taken), changed by one atomic operation each, so
+// that a fork child inherits a consistent map whatever the other threads
+// were doing. A thread searches from the word it last took a number in,
+// first from a region of its own (by ThreadIndex), so that threads that
+// open and close files each touch their own words: a mutex over a list of
+// free numbers was two shared lines moved between cores by every open and
+// close of two threads creating files in one directory.
+constexpr uint32_t kNumberWords = (kPoolFdEnd - kPoolFdBase) / 64;
+static_assert(kNumberWords % kMaxThreads == 0);
+std::atomic<uint64_t> g_taken[kNumberWords];
+thread_local uint32_t t_number_word = UINT32_MAX;  // constant-initialized: no guard
 
 int TakeNumber() {
-  std::lock_guard<std::mutex> g(g_numbers_mu);
-  if (!g_free_numbers.empty()) {
-    int n = g_free_numbers.back();
-    g_free_numbers.pop_back();
-    return n;
+  uint32_t w = t_number_word;
+  if (w >= kNumberWords) w = ThreadIndex() * (kNumberWords / kMaxThreads);
+  for (uint32_t tried = 0; tried < kNumberWords; ++tried, w = (w + 1) % kNumberWords) {
+    uint64_t v = g_taken[w].load(std::memory_order_relaxed);
+    while (v != ~uint64_t{0}) {
+      const uint64_t bit = ~v & (v + 1);  // the lowest clear one
+      if (g_taken[w].compare_exchange_weak(v, v | bit, std::memory_order_acq_rel)) {
+        t_number_word = w;
+        return kPoolFdBase + int(w * 64 + uint32_t(std::countr_zero(bit)));
+      }
+    }
   }
-  return g_next_number < kPoolFdEnd ? g_next_number++ : -1;
+  return -1;
 }
 
 void GiveNumber(int n) {
-  std::lock_guard<std::mutex> g(g_numbers_mu);
-  g_free_numbers.push_back(n);
+  UPFS_ASSERT(n >= kPoolFdBase && n < kPoolFdEnd);
+  const uint32_t i = uint32_t(n - kPoolFdBase);
+  const uint64_t was = g_taken[i / 64].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_acq_rel);
+  UPFS_ASSERT(was & (uint64_t{1} << (i % 64)));  // given back once
+  (void)was;
 }
 
 }  // namespace
-
-void LockPoolNumbersForFork() { g_numbers_mu.lock(); }
-void UnlockPoolNumbersAfterFork() { g_numbers_mu.unlock(); }
 
 namespace {
 
@@ -99,7 +114,7 @@ int ChangeAt(const PoolPath& p, Fn fn) {
 
 PoolNode::~PoolNode() {
   PoolNamespace(pool, who).DropHold(ino, gen);
-  pool->users().fetch_sub(1, std::memory_order_acq_rel);
+  pool->AddUser(-1);
 }
 
 bool IsPoolDescriptor(const OpenFile* of) { return of->d->pool != nullptr; }
@@ -158,7 +173,7 @@ int NewDescriptor(const PoolPath& p, const Resolved& r, uint32_t gen, int flags)
   node->ino = r.ino;
   node->gen = gen;
   node->type = r.type;
-  node->pool->users().fetch_add(1, std::memory_order_acq_rel);
+  node->pool->AddUser(1);
   const int fd = TakeNumber();
   if (fd < 0) return FailErrno(EMFILE, "too many pool descriptors");  // node drops the hold
   auto* of = new OpenFile();

@@ -28,11 +28,5 @@ int PoolFutimens(int fd, const struct timespec ts[2]);
 int PoolFstatFd(int fd, struct stat* st);
 // The absolute form of dirfd/path (false with errno set).
 bool AbsolutePath(int dirfd, const char* path, std::string* out);
-// The fork's handlers: no other thread holds the pool descriptor numbers'
-// lock while the process forks (a child that copied it held would wait
-// for ever at its first pool open or close). Unlock runs in the parent and
-// in the child (the one thread that forked, which took it).
-void LockPoolNumbersForFork();
-void UnlockPoolNumbersAfterFork();
 
 }  // namespace upfs

@@ -312,7 +312,7 @@ Status UnmountPool(const std::string& dir) {
     std::unique_lock<std::shared_mutex> g(g_mounts_mu);
     for (auto it = g_mounts.begin(); it != g_mounts.end(); ++it) {
       if ((*it)->dir != abs) continue;
-      if ((*it)->pool && (*it)->pool->users().load() != 0)
+      if ((*it)->pool && (*it)->pool->Users() != 0)
         return Status::Error(EBUSY, abs + ": descriptors of the pool are open");
       gone = std::move(*it);
       g_mounts.erase(it);

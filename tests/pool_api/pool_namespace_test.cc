@@ -475,6 +475,51 @@ TEST_F(PoolTest, UnlinkedFileLivesUntilClosed) {
   EXPECT_EQ(r.orphans, 0u);
 }
 
+// Pool descriptor numbers: each thread takes them from words of its own
+// (pool_api.cc); numbers held at once are distinct across threads, each
+// names its own open file, and a closed number is taken again rather than
+// new ones for ever.
+TEST_F(PoolTest, DescriptorNumbersAreDistinctAndReused) {
+  constexpr int kThreads = 2, kEach = 1500;  // past one thread's first words
+  std::vector<std::string> names;
+  std::vector<ino_t> inos;
+  for (int t = 0; t < kThreads; ++t) {
+    names.push_back("n" + std::to_string(t));
+    ASSERT_EQ(Create(names.back()), 0);
+    struct stat st;
+    ASSERT_EQ(upfs_stat(P(names.back()).c_str(), &st), 0);
+    inos.push_back(st.st_ino);
+  }
+  std::vector<std::vector<int>> fds(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) fds[t].push_back(upfs_open(P(names[t]).c_str(), O_RDONLY));
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  std::set<int> seen;
+  for (int t = 0; t < kThreads; ++t) {
+    for (int fd : fds[t]) {
+      ASSERT_GE(fd, 0) << strerror(errno);
+      EXPECT_TRUE(seen.insert(fd).second) << "descriptor " << fd << " handed out twice";
+      struct stat st;
+      ASSERT_EQ(upfs_fstat(fd, &st), 0);
+      EXPECT_EQ(st.st_ino, inos[t]) << "descriptor " << fd;
+    }
+  }
+  for (auto& v : fds)
+    for (int fd : v) EXPECT_EQ(upfs_close(fd), 0);
+  std::set<int> again;
+  for (int i = 0; i < 10000; ++i) {
+    const int fd = upfs_open(P(names[0]).c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    again.insert(fd);
+    ASSERT_EQ(upfs_close(fd), 0);
+  }
+  EXPECT_LE(again.size(), 64u) << "closed numbers are not taken again";
+}
+
 // ctFS's manner (docs/design.md, "Allocation in a pool"): two big files
 // written in turns do not interleave chunk by chunk; each lies in 2 MiB
 // partitions of its own, and a later open that appends continues the file.

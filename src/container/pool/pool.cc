@@ -641,7 +641,7 @@ Pool::~Pool() {
   if (OfdLock(fd, F_WRLCK, kAttachByte, true) == 0) {
     // Not clean if this process leaves holds behind (descriptors still
     // open at exit) or some process died attached: recovery frees them.
-    if (OfdLock(fd, F_WRLCK, kUsersByte, false) == 0 && users_.load() == 0 && !AnySlotInUse() &&
+    if (OfdLock(fd, F_WRLCK, kUsersByte, false) == 0 && users_.Read() == 0 && !AnySlotInUse() &&
         medium_->SyncAll().ok()) {
       // The last to leave: the volatile area is consistent (every thread
       // of every process has left it), so the next attach need not rebuild.

@@ -34,6 +34,7 @@
 #include "engine/file.h"
 #include "engine/reclamation.h"
 #include "medium/medium.h"
+#include "util/sharded_counter.h"
 #include "util/spin_shared_mutex.h"
 #include "util/status.h"
 
@@ -146,8 +147,10 @@ class Pool {
   Status FileOf(uint64_t ino, std::shared_ptr<File>* out);
   // Entries of the map FileOf keeps, live or not yet swept (for tests).
   size_t FileEntriesForTest();
-  // The descriptors and directory streams of this pool in this process.
-  std::atomic<int64_t>& users() { return users_; }
+  // The descriptors and directory streams of this pool in this process:
+  // AddUser(+1) as one is made, AddUser(-1) as it goes.
+  void AddUser(int64_t delta) { users_.Add(ThreadIndex(), delta); }
+  int64_t Users() const { return users_.Read(); }
 
  private:
   Pool(std::string path, std::unique_ptr<Medium> medium, uint64_t dev);
@@ -198,7 +201,7 @@ class Pool {
   // size (then twice what is left, at least kFileSweepMin): amortized O(1)
   // per engine made, and bounded by twice the files open at once.
   size_t next_file_sweep_ = 0;
-  std::atomic<int64_t> users_{0};
+  ShardedCounter<64> users_;
   bool joined_ = false;
   // This process's own slot while attached: a process that dies attached
   // leaves it in use, which tells the last process to leave that the
