@@ -47,7 +47,9 @@ thread_local uint32_t t_number_word = UINT32_MAX;  // constant-initialized: no g
 
 int TakeNumber() {
   uint32_t w = t_number_word;
-  if (w >= kNumberWords) w = ThreadIndex() * (kNumberWords / kMaxThreads);
+  // (Thread indices are dense but not bounded: past kMaxThreads live
+  // threads, regions are shared.)
+  if (w >= kNumberWords) w = ThreadIndex() % kMaxThreads * (kNumberWords / kMaxThreads);
   for (uint32_t tried = 0; tried < kNumberWords; ++tried, w = (w + 1) % kNumberWords) {
     uint64_t v = g_taken[w].load(std::memory_order_relaxed);
     while (v != ~uint64_t{0}) {
