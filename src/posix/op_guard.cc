@@ -138,10 +138,10 @@ void FreeMine(OpThreadRecord* self) {
       continue;
     }
     if (!waits) {
-      // The retirees carry the epoch their call began in (Retire), and a
-      // call that begins while g_epoch is still that epoch counts as one
-      // that may hold them: moved on once, so that the calls that begin
-      // from now on do not keep them waiting.
+      // The retirees carry g_epoch as it was at their retirement (Retire),
+      // and a call that begins while g_epoch is still that epoch counts as
+      // one that may hold them: moved on once, so that the calls that
+      // begin from now on do not keep them waiting.
       g_epoch.fetch_add(1, std::memory_order_seq_cst);
       waits = true;
     }

@@ -37,9 +37,8 @@ constexpr int kPoolFdEnd = 1 << 20;
 // that a fork child inherits a consistent map whatever the other threads
 // were doing. A thread searches from the word it last took a number in,
 // first from a region of its own (by ThreadIndex), so that threads that
-// open and close files each touch their own words: a mutex over a list of
-// free numbers was two shared lines moved between cores by every open and
-// close of two threads creating files in one directory.
+// open and close files each touch their own words (a mutex over a list of
+// free numbers was taken by every open and every close, in whatever thread).
 constexpr uint32_t kNumberWords = (kPoolFdEnd - kPoolFdBase) / 64;
 static_assert(kNumberWords % kMaxThreads == 0);
 std::atomic<uint64_t> g_taken[kNumberWords];

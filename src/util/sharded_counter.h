@@ -1,9 +1,8 @@
 // ShardedCounter: a count that many threads change often and few read (a
 // pool's open descriptors: every open adds one, every close takes one
 // back, an unmount reads it). One word per shard, each on a cache line of
-// its own, so that threads counting in different shards never move a line
-// between cores: one shared word was two such moves per create when two
-// threads created files in one pool.
+// its own, so that threads counting in different shards never write the
+// same line (one shared word was written by every open and every close).
 #pragma once
 
 #include <atomic>
