@@ -166,15 +166,33 @@ int PoolSync(OpenFile* of) {
 
 namespace {
 
-// Makes a descriptor for inode r.ino (the caller's hold taken: gen).
-int NewDescriptor(const PoolPath& p, const Resolved& r, uint32_t gen, int flags) {
+// One use of a pool's descriptors counted (Pool::AddUser) for an open
+// from before it changes anything, so that an unmount either sees it or
+// the open sees the mount leaving; the descriptor's node takes it over.
+class CountedUse {
+ public:
+  explicit CountedUse(Pool* pool) : pool_(pool) { pool_->AddUser(1); }
+  ~CountedUse() {
+    if (pool_) pool_->AddUser(-1);
+  }
+  CountedUse(const CountedUse&) = delete;
+  CountedUse& operator=(const CountedUse&) = delete;
+  void HandOver() { pool_ = nullptr; }
+
+ private:
+  Pool* pool_;
+};
+
+// Makes a descriptor for inode r.ino (the caller's hold taken: gen; the
+// use counted: handed over to the descriptor).
+int NewDescriptor(const PoolPath& p, const Resolved& r, uint32_t gen, int flags, CountedUse* use) {
   auto node = std::make_shared<PoolNode>();
   node->pool = p.mount->pool.get();
   node->who = &p.mount->effective;
   node->ino = r.ino;
   node->gen = gen;
   node->type = r.type;
-  node->pool->AddUser(1);
+  use->HandOver();  // ~PoolNode gives it back
   const int fd = TakeNumber();
   if (fd < 0) return FailErrno(EMFILE, "too many pool descriptors");  // node drops the hold
   auto* of = new OpenFile();
@@ -207,6 +225,15 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
   // An unnamed file (one that a later linkat may name) is not built for
   // pools: said plainly, as a file system without it says it.
   if ((flags & O_TMPFILE) == O_TMPFILE) return FailErrno(EOPNOTSUPP, "O_TMPFILE in a pool");
+  // Counted first, then the look at the mount (docs/design.md,
+  // "Unmounting"). Gone: the open comes after the unmount, and the path
+  // names what the kernel has there (an escape to the same path).
+  CountedUse use(p.mount->pool.get());
+  if (MountLeft(*p.mount)) {
+    UPFS_ASSERT(p.start == 0);  // a pool directory descriptor would have kept the mount
+    NoteEscape(*p.mount, p.mount->dir + std::string(p.inner), 0);
+    return FailErrno(EXDEV, "the pool was unmounted");
+  }
   PoolNamespace ns = Ns(p);
   const bool creat = flags & O_CREAT, excl = creat && (flags & O_EXCL);
   for (int attempt = 0; attempt < 100; ++attempt) {
@@ -237,7 +264,7 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
         return Fail(o);
       }
     }
-    const int fd = NewDescriptor(p, r, gen, flags);
+    const int fd = NewDescriptor(p, r, gen, flags, &use);
     if (fd < 0) return -1;
     if ((flags & O_TRUNC) && !created && r.type == FileType::kRegular && (flags & O_ACCMODE) != O_RDONLY) {
       format::pool::Inode* in;

@@ -312,8 +312,15 @@ Status UnmountPool(const std::string& dir) {
     std::unique_lock<std::shared_mutex> g(g_mounts_mu);
     for (auto it = g_mounts.begin(); it != g_mounts.end(); ++it) {
       if ((*it)->dir != abs) continue;
-      if ((*it)->pool && (*it)->pool->Users() != 0)
+      // Leaving first, then the count (both sequentially consistent, as
+      // an open's count and its look at the flag are): an open counted
+      // after this read of its shard sees the flag (MountLeft).
+      Mount& m = **it;
+      m.leaving.store(true, std::memory_order_seq_cst);
+      if (m.pool && m.pool->Users() != 0) {
+        m.leaving.store(false, std::memory_order_seq_cst);
         return Status::Error(EBUSY, abs + ": descriptors of the pool are open");
+      }
       gone = std::move(*it);
       g_mounts.erase(it);
       PublishTableLocked();
@@ -326,6 +333,14 @@ Status UnmountPool(const std::string& dir) {
   Mount* m = gone.release();
   RetireAfterOps([m] { delete m; });
   return Status::OK();
+}
+
+bool MountLeft(const Mount& m) {
+  if (!m.leaving.load(std::memory_order_seq_cst)) return false;
+  // An unmount is deciding under the table's lock, or has taken m away:
+  // its answer is known once the lock is free.
+  std::shared_lock<std::shared_mutex> g(g_mounts_mu);
+  return m.leaving.load(std::memory_order_seq_cst);
 }
 
 void LockMountsForFork() { g_mounts_mu.lock(); }

@@ -1,6 +1,7 @@
 // The pools this process has mounted, and which of them a path lies in.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +20,9 @@ struct Mount {
   std::unique_ptr<Pool> pool;
   Credentials effective;  // read at mount (docs/design.md, "Pools": credentials)
   Credentials real;       // for access()
+  // Set by an unmount from before it counts the pool's descriptors until
+  // it knows the answer; left set when the mount goes (MountLeft).
+  std::atomic<bool> leaving{false};
 };
 
 // A path's place in a pool: the mount and the path inside it ("/..." ).
@@ -51,6 +55,13 @@ struct PoolPath {
 bool InPool(int dirfd, const char* path, PoolPath* out);
 Status MountPool(const std::string& pool, const std::string& dir);
 Status UnmountPool(const std::string& dir);
+// Whether m has been unmounted, asked by a call that will leave something
+// of its pool open past its end (a descriptor) after it counted that in the
+// pool's users: then that count either stopped the unmount (EBUSY) or the
+// call sees the mount leaving here, and must not hand out what it made
+// (docs/design.md, "Unmounting"). Waits for an unmount in progress to
+// decide. Inside the call's OpGuard (m lives until it ends).
+bool MountLeft(const Mount& m);
 
 // The mount a pool descriptor's pool belongs to (for dirfd-relative
 // paths), or null. Inside an OpGuard (the mount lives until it ends).

@@ -504,39 +504,87 @@ TEST_F(PoolConcurrencyTest, ConcurrentClosesJustAfterMount) {
   Mount();
 }
 
+// Makes `p` a one-byte pool file and runs `call` on it in two threads,
+// again and again, while this thread does `rounds` of `remount` (which
+// unmounts and mounts the pool again), or until errors pile up.
+template <typename Call, typename Remount>
+void CallWhileRemounting(const std::string& p, uint64_t rounds, Call call, Remount remount) {
+  ASSERT_EQ(CreateFile(p, "x"), 0);
+  std::atomic<bool> stop{false};
+  Errors errors;
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 2; ++i)
+    ts.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed) && !errors.Many()) call(p, errors);
+    });
+  for (uint64_t r = 0; r < rounds && !errors.Many(); ++r) {
+    remount();
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+  stop.store(true);
+  for (auto& th : ts) th.join();
+  EXPECT_EQ(errors.count(), 0u) << errors.Text();
+}
+
 // Path calls in other threads while the pool is unmounted and mounted
 // again. A path call found its Mount under the mount table's lock and
 // began its guard only after, so an upfs_umount in between freed the
 // Mount (and the pool) under it; ThreadSanitizer saw the free race the
 // call's reads. InPool now begins the guard before it reads the table.
 TEST_F(PoolConcurrencyTest, UmountWhileOtherThreadsResolvePaths) {
-  const int threads = 2;
-  const uint64_t rounds = Scaled(400, 40);
-  ASSERT_EQ(CreateFile(P("f"), "x"), 0);
-  std::atomic<bool> stop{false};
-  Errors errors;
-  std::vector<std::thread> ts;
-  for (int t = 0; t < threads; ++t)
-    ts.emplace_back([&] {
-      const std::string p = P("f");
-      while (!stop.load(std::memory_order_relaxed) && !errors.Many()) {
-        struct stat st;
-        // Mounted: the pool's file. Not mounted: the kernel has no such path.
-        if (upfs_stat(p.c_str(), &st) == 0) {
-          if (st.st_size != 1) errors.Add("stat: size " + std::to_string(st.st_size));
-        } else if (errno != ENOENT) {
-          errors.Add(std::string("stat: ") + upfs_last_error());
-        }
-      }
-    });
-  for (uint64_t r = 0; r < rounds && !errors.Many(); ++r) {
+  auto stat_it = [](const std::string& p, Errors& errors) {
+    struct stat st;
+    // Mounted: the pool's file. Not mounted: the kernel has no such path.
+    if (upfs_stat(p.c_str(), &st) == 0) {
+      if (st.st_size != 1) errors.Add("stat: size " + std::to_string(st.st_size));
+    } else if (errno != ENOENT) {
+      errors.Add(std::string("stat: ") + upfs_last_error());
+    }
+  };
+  CallWhileRemounting(P("f"), Scaled(400, 40), stat_it, [&] {
     Umount();
     Mount();
-    if (HasFatalFailure()) break;
-  }
-  stop.store(true);
-  for (auto& th : ts) th.join();
-  EXPECT_EQ(errors.count(), 0u) << errors.Text();
+  });
+}
+
+// Opens in other threads while the pool is unmounted, the unmount tried
+// until it succeeds, and mounted again. An upfs_umount checked the count
+// of open descriptors, then took the mount away; an open that had looked
+// the mount up before and counted its descriptor only after the check got
+// a descriptor of a pool already gone (its memory freed once the open's
+// call ended): this test saw it in most of its first 20 rounds. An open
+// now counts itself, then looks whether the mount is leaving; an unmount
+// marks it leaving, then counts (docs/design.md, "Unmounting").
+TEST_F(PoolConcurrencyTest, UmountNeverLeavesAnOpenDescriptor) {
+  std::atomic<bool> unmounted{false};
+  auto open_it = [&](const std::string& p, Errors& errors) {
+    // Mounted: the pool's file. Not mounted: the kernel has no such path.
+    const int fd = upfs_open(p.c_str(), O_RDONLY);
+    if (fd < 0) {
+      if (errno != ENOENT) errors.Add(std::string("open: ") + upfs_last_error());
+      return;
+    }
+    // A descriptor held while the unmount succeeded: the unmount should
+    // have failed with EBUSY. (Its pool may be freed: it is not used.)
+    if (unmounted.load(std::memory_order_seq_cst)) {
+      errors.Add("descriptor " + std::to_string(fd) + " outlived a successful unmount");
+      return;
+    }
+    struct stat st;
+    if (upfs_fstat(fd, &st) != 0 || st.st_size != 1) errors.Add("fstat of the pool's file");
+    if (upfs_close(fd) != 0) errors.Add(std::string("close: ") + upfs_last_error());
+  };
+  CallWhileRemounting(P("f"), Scaled(300, 30), open_it, [&] {
+    for (int tries = 0; upfs_umount(mnt_.c_str()) != 0;) {
+      ASSERT_EQ(errno, EBUSY) << upfs_last_error();
+      ASSERT_LT(++tries, 10000000) << "the unmount never found the pool idle";
+    }
+    mounted_ = false;
+    unmounted.store(true, std::memory_order_seq_cst);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    unmounted.store(false, std::memory_order_seq_cst);
+    Mount();
+  });
 }
 
 // Processes that detach while a thread of another process lists. It leaked
