@@ -5,14 +5,19 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "posix/preload_hooks.h"
 #include "test_util.h"
 #include "upfs/upfs.h"
 
@@ -75,6 +80,53 @@ TEST_P(ApiLocksTest, RangesCountFromTheUpfsOffsetAndSize) {
   ASSERT_TRUE(WIFEXITED(st));
   EXPECT_EQ(WEXITSTATUS(st), 0) << "1: [40,44) not held, 2: [0,4) held, 4: [90,92) not held, 8: [92,100) held";
   ASSERT_EQ(upfs_close(fd), 0);
+}
+
+// A fork while another thread waits in a blocking flock: that thread
+// holds its description's lock for the wait, as the kernel holds the
+// description's. The child copied the lock held, without the thread that
+// would let it go, and its first flock on the descriptor waited for ever.
+// The child now makes its descriptions' locks anew (ReopenAfterFork).
+TEST_P(ApiLocksTest, AForkWhileAThreadWaitsInFlockLeavesTheDescriptorUsable) {
+  const int waiter = upfs_open_mode(Path().c_str(), O_CREAT | O_RDWR, 0644, GetParam());
+  ASSERT_GE(waiter, 0) << upfs_last_error();
+  const int holder = upfs_open(Path().c_str(), O_RDWR);  // a description of its own
+  ASSERT_GE(holder, 0) << upfs_last_error();
+  ASSERT_EQ(upfs_flock(holder, LOCK_EX), 0) << upfs_last_error();
+  std::atomic<bool> waiting{false};
+  std::thread t([&] {
+    waiting.store(true);
+    EXPECT_EQ(upfs_flock(waiter, LOCK_EX), 0) << upfs_last_error();  // until the holder lets go
+  });
+  while (!waiting.load()) std::this_thread::yield();
+  // Inside the flock (nothing shows it from here): a tenth of a second
+  // is ample, and a fork before it would pass without testing anything.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  upfs_test::ReportingChild c = upfs_test::ForkReporting("child", {}, [&](int out) {
+    // The child's own copy of the description: its flock calls and
+    // offset-moving calls must return.
+    if (upfs_flock(waiter, LOCK_UN) != 0) {
+      upfs_test::PipeWriteString(out, std::string("E flock: ") + upfs_last_error() + "\n");
+      _exit(2);
+    }
+    if (upfs_write(waiter, "x", 1) != 1 || upfs_lseek(waiter, 0, SEEK_SET) != 0) {
+      upfs_test::PipeWriteString(out, std::string("E write or lseek: ") + upfs_last_error() + "\n");
+      _exit(3);
+    }
+    _exit(0);
+  });
+  ASSERT_GE(c.pid, 0);
+  bool hung = false;
+  std::string how;
+  EXPECT_EQ(upfs_test::CollectReport(c, 20 * 1000, &how, &hung), "");
+  EXPECT_FALSE(hung) << "the child waited for a lock no thread of it holds";
+  if (!hung) {
+    EXPECT_EQ(how, "exit 0");
+  }
+  ASSERT_EQ(upfs_flock(holder, LOCK_UN), 0) << upfs_last_error();
+  t.join();
+  EXPECT_EQ(upfs_close(holder), 0);
+  EXPECT_EQ(upfs_close(waiter), 0);
 }
 
 }  // namespace

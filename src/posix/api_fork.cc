@@ -54,6 +54,7 @@ void ReopenAfterFork() {
         if (!seen->second) slot.store(nullptr, std::memory_order_relaxed);
         return;
       }
+      of->d->RenewLocksInChild();
       const File* old = of->d->file.get();
       auto it = fresh.find(old);
       if (it == fresh.end()) {

@@ -1,5 +1,6 @@
 #include "posix/descriptor_table.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include "container/container.h"
@@ -27,6 +28,15 @@ Description::~Description() {
   if (flock_fd < 0 && ofd_fd < 0) return;
   HostFileContainer().ReleaseFlock(HostIdentity{dev, ino}, flock_fd);
   if (ofd_fd >= 0) close(ofd_fd);
+}
+
+void Description::RenewLocksInChild() {
+  // pthread_mutex_init over the copy (the holder's thread does not exist
+  // here to unlock it; glibc's own fork handlers renew their locks so).
+  // Through the call, not a placement new, so that lock checkers
+  // (ThreadSanitizer) forget the parent thread's hold as well.
+  for (std::mutex* m : {&pos_mu, &flock_mu, &ofd_mu, &engine_mu})
+    pthread_mutex_init(m->native_handle(), nullptr);
 }
 
 std::atomic<OpenFile*>* FdSlot(int fd, bool create) {

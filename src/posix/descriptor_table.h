@@ -43,6 +43,10 @@ struct Description {
   std::atomic<bool> engine_ready{true};
   std::mutex engine_mu;
   ~Description();  // releases its flock lock object and its OFD descriptor
+  // In a fork child: its locks made anew, unheld. Another thread of the
+  // parent may have held one at the fork (a blocking flock holds flock_mu
+  // while it waits, a read pos_mu), and the child has no such thread.
+  void RenewLocksInChild();
 };
 
 struct OpenFile {
