@@ -1,18 +1,21 @@
-// The open line's flush in NsLog::TryCommit. A reservation leaves its
-// payload's last cache line to be written back with its kApply when the
-// kApply is to share it ("A commit's last line", docs/design.md). If
-// another record reserved and committed in between, the kApply lands past
-// that record, in another line, and nothing else writes the open line back
-// after the payload's words were stored: the other record's reserve and
-// MakeDurable flushed it before (they ran between this reservation's CAS
-// and its payload's stores), and this commit's MakeDurable starts past it.
-// TryCommit flushes it first. The crash explorer's racers never run in
+// The open line's write-back. A reservation leaves its payload's last
+// cache line to be written back with its kApply when the kApply is to
+// share it ("A commit's last line", docs/design.md). If another record
+// reserved and committed in between, the kApply lands past that record,
+// in another line, and nothing else writes the open line back after the
+// payload's words were stored: the other record's reserve and MakeDurable
+// flushed it before (they ran between this reservation's CAS and its
+// payload's stores), and this commit's MakeDurable starts past it. So the
+// line is written back first: by NsLog::SettleFilledOpenLine before the
+// index lock when the line is seen full then (PoolNamespace::Commit), else
+// by TryCommit under the lock. The crash explorer's racers never run in
 // that window; here the second record commits from inside the first's
 // `with_payload` hook, which runs exactly there.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -20,6 +23,8 @@
 #include "container/pool/ns_log.h"
 #include "container/pool/pool.h"
 #include "container/pool/pool_check.h"
+#include "engine/epoch_pin.h"
+#include "util/spin_shared_mutex.h"
 #include "pm_sparse_model.h"
 #include "upfs/upfs.h"
 
@@ -36,76 +41,136 @@ namespace {
 using format::pool::FileType;
 using format::pool::RecordType;
 
-TEST(PoolOpenLine, ACommitPastARacersRecordWritesItsOpenLineBack) {
-  const std::string tag = std::to_string(getpid());
-  const std::string pool = "/dev/shm/upfs-openline-" + tag + ".pool", image = pool + ".image";
-  const std::string mnt = "/upfs-openline-" + tag;
+// A pool with three files, attached in this process; `first` and
+// `second` unlink two of them, `first`'s kApply planned in its payload's
+// last line, `second`'s record long enough to run past that line.
+class OpenLineScenario {
+ public:
+  void SetUp() {
+    const std::string tag = std::to_string(getpid());
+    pool_ = "/dev/shm/upfs-openline-" + tag + ".pool";
+    image_ = pool_ + ".image";
+    const std::string mnt = "/upfs-openline-" + tag;
+    unlink(pool_.c_str());
+    ASSERT_EQ(upfs_mkfs(pool_.c_str(), 0), 0) << upfs_last_error();
+    ASSERT_EQ(upfs_mount(pool_.c_str(), mnt.c_str()), 0) << upfs_last_error();
+    for (const std::string& n : {shorts_[0], shorts_[1], racer_}) {
+      const int fd = upfs_open((mnt + "/" + n).c_str(), O_CREAT | O_WRONLY, 0644);
+      ASSERT_GE(fd, 0) << upfs_last_error();
+      ASSERT_EQ(upfs_close(fd), 0);
+    }
+    ASSERT_EQ(upfs_umount(mnt.c_str()), 0) << upfs_last_error();
+    ASSERT_TRUE(Pool::Attach(pool_, &p_).ok());
+    ns_ = std::make_unique<PoolNamespace>(p_.get(), &who_);
+    // The first record's kReserve goes to the log's tail, slot s; with a
+    // payload of n words its kApply is planned at s + n + 1.
+    const uint32_t s = p_->log()->PosHint().slot;
+    for (int i = 0; i < 2 && pick_ < 0; ++i) {
+      uint64_t w[format::pool::kMaxRecordWords];
+      const uint32_t n = EncodeRecord(UnlinkOf(shorts_[i]), w);
+      if (SlotLine(s + n + 1) == SlotLine(s + n)) pick_ = i;
+    }
+    ASSERT_GE(pick_, 0) << "slot " << s;
+    first = UnlinkOf(shorts_[pick_]);
+    second = UnlinkOf(racer_);
+    p_->medium()->Settle();
+    ASSERT_TRUE(model_.Reset(pool_));
+    model_.Attach(p_->medium());
+    pm::g_recorder.store(&model_);
+  }
+  // Commits `second` in another thread (its own pin and slot), as a
+  // racer that reserves right after the first record's kReserve, in the
+  // line the first payload will end in.
+  void CommitRacer() {
+    std::thread([&] { racer_st_ = PoolNamespaceTestAccess::Commit(*ns_, second, {}); }).join();
+  }
+  // Both commits returned: a crash now keeps both. The image keeps only
+  // what was written back and fenced (no line in flight); attached, it
+  // must have both records.
+  void CrashAndRecover() {
+    pm::g_recorder.store(nullptr);
+    model_.Attach(nullptr);
+    ASSERT_TRUE(racer_st_.ok()) << racer_st_.ToString();
+    ASSERT_TRUE(model_.WriteImage({}, image_));
+    ns_.reset();
+    p_.reset();
+    std::unique_ptr<Pool> q;
+    const Status st = Pool::Attach(image_, &q);
+    ASSERT_TRUE(st.ok()) << "recovery of the crash image: " << st.ToString();
+    NsEntry e;
+    EXPECT_FALSE(q->index()->Find(q->root_ino(), shorts_[pick_], &e));
+    EXPECT_FALSE(q->index()->Find(q->root_ino(), racer_, &e));
+  }
+  ~OpenLineScenario() {
+    pm::g_recorder.store(nullptr);
+    model_.Attach(nullptr);
+    ns_.reset();
+    p_.reset();
+    unlink(image_.c_str());
+    unlink(pool_.c_str());
+  }
+
+  NsRecord first, second;
+  PoolNamespace& ns() { return *ns_; }
+  Pool& pool() { return *p_; }
+
+ private:
+  NsRecord UnlinkOf(const std::string& name) {
+    NsEntry e;
+    EXPECT_TRUE(p_->index()->Find(p_->root_ino(), name, &e)) << name;
+    return NsRecord{RecordType::kUnlink, FileType::kRegular, e.ino, p_->root_ino(), 0, 0, name, {}};
+  }
   // Names: a short one (one name word) and a 9-byte one (two), so that the
   // first record's kApply can be made to share its payload's last line
   // wherever the log's tail is; a 200-byte one for the racer, whose record
   // then runs past that line.
-  const std::string shorts[2] = {"a", "bbbbbbbbb"}, racer(200, 'r');
-  unlink(pool.c_str());
-  ASSERT_EQ(upfs_mkfs(pool.c_str(), 0), 0) << upfs_last_error();
-  ASSERT_EQ(upfs_mount(pool.c_str(), mnt.c_str()), 0) << upfs_last_error();
-  for (const std::string& n : {shorts[0], shorts[1], racer}) {
-    const int fd = upfs_open((mnt + "/" + n).c_str(), O_CREAT | O_WRONLY, 0644);
-    ASSERT_GE(fd, 0) << upfs_last_error();
-    ASSERT_EQ(upfs_close(fd), 0);
-  }
-  ASSERT_EQ(upfs_umount(mnt.c_str()), 0) << upfs_last_error();
+  const std::string shorts_[2] = {"a", "bbbbbbbbb"}, racer_ = std::string(200, 'r');
+  std::string pool_, image_;
+  std::unique_ptr<Pool> p_;
+  const Credentials who_ = Credentials::Current(false);
+  std::unique_ptr<PoolNamespace> ns_;
+  int pick_ = -1;
+  crashtest::SparsePersistenceModel model_;
+  Status racer_st_;
+};
 
-  std::unique_ptr<Pool> p;
-  ASSERT_TRUE(Pool::Attach(pool, &p).ok());
-  const Credentials who = Credentials::Current(false);
-  PoolNamespace ns(p.get(), &who);
-  auto unlink_of = [&](const std::string& name) {
-    NsEntry e;
-    EXPECT_TRUE(p->index()->Find(p->root_ino(), name, &e)) << name;
-    return NsRecord{RecordType::kUnlink, FileType::kRegular, e.ino, p->root_ino(), 0, 0, name, {}};
-  };
-  // The first record's kReserve goes to the log's tail, slot s; with a
-  // payload of n words its kApply is planned at s + n + 1.
-  const uint32_t s = p->log()->PosHint().slot;
-  int pick = -1;
-  for (int i = 0; i < 2 && pick < 0; ++i) {
-    uint64_t w[format::pool::kMaxRecordWords];
-    const uint32_t n = EncodeRecord(unlink_of(shorts[i]), w);
-    if (SlotLine(s + n + 1) == SlotLine(s + n)) pick = i;
-  }
-  ASSERT_GE(pick, 0) << "slot " << s;
-  const NsRecord first = unlink_of(shorts[pick]), second = unlink_of(racer);
-
-  p->medium()->Settle();
-  crashtest::SparsePersistenceModel model;
-  ASSERT_TRUE(model.Reset(pool));
-  model.Attach(p->medium());
-  pm::g_recorder.store(&model);
-  Status racer_st;
-  Status st = PoolNamespaceTestAccess::Commit(ns, first, [&] {
-    // Another thread (its own pin and slot) reserves right after the first
-    // record's kReserve, in the line the first payload will end in, and
-    // commits; the first payload's words are not stored yet.
-    std::thread([&] { racer_st = PoolNamespaceTestAccess::Commit(ns, second, {}); }).join();
-  });
-  pm::g_recorder.store(nullptr);
-  model.Attach(nullptr);
-  ASSERT_TRUE(racer_st.ok()) << racer_st.ToString();
+// Through PoolNamespace::Commit: the racer has filled the open line before
+// the commit takes the index lock, so SettleFilledOpenLine writes it back
+// (without that write-back: "recovery of the crash image: namespace log:
+// record checksum mismatch").
+TEST(PoolOpenLine, ACommitPastARacersRecordWritesItsOpenLineBack) {
+  OpenLineScenario sc;
+  ASSERT_NO_FATAL_FAILURE(sc.SetUp());
+  const Status st = PoolNamespaceTestAccess::Commit(sc.ns(), sc.first, [&] { sc.CommitRacer(); });
   ASSERT_TRUE(st.ok()) << st.ToString();
-  // Both returned: a crash now keeps both. The image keeps only what was
-  // written back and fenced (no line in flight).
-  ASSERT_TRUE(model.WriteImage({}, image));
-  p.reset();
+  sc.CrashAndRecover();
+}
 
-  std::unique_ptr<Pool> q;
-  st = Pool::Attach(image, &q);
-  ASSERT_TRUE(st.ok()) << "recovery of the crash image: " << st.ToString();
-  NsEntry e;
-  EXPECT_FALSE(q->index()->Find(q->root_ino(), shorts[pick], &e));
-  EXPECT_FALSE(q->index()->Find(q->root_ino(), racer, &e));
-  q.reset();
-  unlink(image.c_str());
-  unlink(pool.c_str());
+// The same race with the line seen open before the lock (the racer fills
+// it after that look): the commit's own steps, without the settle, so
+// that TryCommit's write-back under the lock is what keeps the line.
+TEST(PoolOpenLine, TryCommitWritesBackAnOpenLineFilledAfterTheLastLook) {
+  OpenLineScenario sc;
+  ASSERT_NO_FATAL_FAILURE(sc.SetUp());
+  {
+    Pool& p = sc.pool();
+    uint32_t slot;
+    ASSERT_TRUE(p.NamespaceSlot(&slot).ok());
+    EpochPin pin(p.epochs(), slot);  // ends before the pool does
+    NsLog::Reservation r;
+    ASSERT_TRUE(p.log()->Reserve(sc.first, p.log()->PosHint(), &r, [&] { sc.CommitRacer(); }).ok());
+    bool committed = false, lost = false;
+    NsLog::Pending pending;
+    {
+      std::unique_lock<SpinSharedMutex> g(p.index_mu());
+      ASSERT_TRUE(p.CatchUpLocked().ok());
+      ASSERT_TRUE(p.log()->TryCommit(r, &committed, &lost, &pending).ok());
+      ASSERT_TRUE(committed && !lost);
+      ASSERT_TRUE(p.index()->Apply(sc.first, /*validated=*/true).ok());
+    }
+    p.log()->MakeDurable(pending);
+  }
+  sc.CrashAndRecover();
 }
 
 }  // namespace

@@ -266,7 +266,15 @@ Status PoolNamespace::Commit(const NsRecord& rec, FunctionRef<Status()> validate
       with_payload = {};  // persisted by that reservation's fence
     }
     reserved = true;
-    std::unique_lock<SpinSharedMutex> g(pool_->index_mu());
+    // A fence the commit would make under the lock is made before it when
+    // it can be known to be needed: before, and again if the lock is
+    // taken (another commit in progress may fill the record's open line).
+    log->SettleFilledOpenLine(&r);
+    std::unique_lock<SpinSharedMutex> g(pool_->index_mu(), std::try_to_lock);
+    if (!g.owns_lock()) {
+      log->SettleFilledOpenLine(&r);
+      g.lock();
+    }
     UPFS_RETURN_IF_ERROR(pool_->CatchUpLocked());
     UPFS_RETURN_IF_ERROR(validate());
     bool committed, lost;

@@ -459,6 +459,23 @@ Status NsLog::TryCommit(const Reservation& r, bool* committed, bool* lost_reserv
   return Status::OK();
 }
 
+void NsLog::SettleFilledOpenLine(Reservation* r) {
+  if (r->open_line == Reservation::kNoOpenLine) return;
+  LogBlock* b = Block(r->lblock);
+  // The entries after the payload, up to the line's end (the first slot
+  // is in the line: Reserve leaves a line open only then). Walked entry by
+  // entry, as Reserve walks them: a payload's words may be zero (written
+  // later, or zero in the record).
+  for (uint32_t s = r->slot + r->words + 1; s < kSlotsPerLogBlock && SlotLine(s) == r->open_line;) {
+    const uint64_t e = b->slots[s].load(std::memory_order_acquire);
+    if (e == 0) return;  // a free slot: the kApply may still share the line
+    s += KindOf(e) == EntryKind::kReserve ? 1 + ReserveCount(e) : 1;
+  }
+  pm::Flush(reinterpret_cast<char*>(b) + size_t(r->open_line) * kCacheLine, kCacheLine);
+  pm::Fence();
+  r->open_line = Reservation::kNoOpenLine;
+}
+
 void NsLog::MakeDurable(const Pending& p) {
   NsPos f = p.from;
   while (f.lblock != p.to.lblock) {

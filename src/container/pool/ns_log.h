@@ -150,6 +150,12 @@ class NsLog {
   // position moves past the kApply (the caller applies its own record),
   // and *pending says what MakeDurable must flush before the call returns.
   Status TryCommit(const Reservation& r, bool* committed, bool* lost_reservation, Pending* pending);
+  // Before the index lock: if every slot of r's open line after its
+  // payload is taken already (others' records), r's kApply must land past
+  // that line, and TryCommit would write the line back and fence under the
+  // lock; done here instead, outside it (then r has no open line left).
+  // The caller's epoch pin keeps r's block.
+  void SettleFilledOpenLine(Reservation* r);
   // Flushes a commit's range and fences: every slot this process has read
   // up to its record, so that no record committed before it (by a process
   // that died before persisting it, or by a thread of this one whose own
