@@ -1,6 +1,6 @@
 // PoolNamespace's attribute and permission calls: readlink, stat in its
 // forms, chmod, chown, utimens, access and the open check. The name
-// changes and holds are in namespace.cc.
+// changes are in namespace.cc, the holds in namespace_holds.cc.
 #include <emmintrin.h>
 #include <fcntl.h>
 #include <sys/sysmacros.h>
