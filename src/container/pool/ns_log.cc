@@ -170,8 +170,26 @@ NsPos NsLog::PosHint() const {
 }
 
 bool NsLog::AnyNew() const {
+  // Reservations are not records: one that another thread (or process) has
+  // made and not yet committed is looked past, read-only. Answering "new"
+  // for it sent every lookup that found one (with two threads creating, a
+  // third to a half of them: each thread's reservation waits at the tail
+  // for the index lock) to the exclusive lock for a catch-up that only
+  // stepped over it. Slots never go back to empty, and a kApply is
+  // written into the first empty one, so a record committed before this
+  // call is met before the first empty slot. A few reservations at most
+  // (one per commit in flight, and dead ones until the next catch-up);
+  // past kLookPast, or anything unexpected, the catch-up decides.
+  constexpr int kLookPast = 4;
   const LogBlock* b = Block(pos_.lblock);
-  if (pos_.slot < kSlotsPerLogBlock) return b->slots[pos_.slot].load(std::memory_order_acquire) != 0;
+  uint32_t s = pos_.slot;
+  for (int i = 0; i <= kLookPast && s < kSlotsPerLogBlock; ++i) {
+    const uint64_t e = b->slots[s].load(std::memory_order_acquire);
+    if (e == 0) return false;
+    if (KindOf(e) != EntryKind::kReserve || !ReserveWellFormed(e)) return true;
+    s += 1 + ReserveCount(e);
+  }
+  if (s < kSlotsPerLogBlock) return true;
   return NextBlock(b->next.load(std::memory_order_acquire)) != 0;
 }
 

@@ -96,7 +96,8 @@ class NsLog {
   // Makes a new, empty log block (for mkfs and for extending the chain).
   static Status InitBlock(BlockAccess* ba, uint32_t lblock, uint64_t seq);
 
-  // Whether anything was committed past the position (one load when not).
+  // Whether anything was committed past the position: one load when not,
+  // a few more past reservations not yet committed (which are not records).
   bool AnyNew() const;
   // Reads every record committed past the position, in order, calling
   // fn(record); stops at the first empty slot. A record that fails its
