@@ -1,6 +1,5 @@
-// Medium::PopulateAhead (and PopulateRangeAhead, for part of the file): a
-// process that opens an existing file finds its pages mapped, instead of
-// taking faults as it first reads or writes them
+// Medium::PopulateAhead: a process that opens an existing file finds its
+// pages mapped, instead of taking faults as it first reads or writes them
 // (measured here without population: 4,096 faults reading the 4,096
 // pages of this fallocated file, 1,024 writing them).
 #include <fcntl.h>
@@ -14,7 +13,6 @@
 #include <string>
 
 #include "medium/medium.h"
-#include "test_util.h"
 
 namespace upfs {
 namespace {
@@ -48,12 +46,11 @@ long MinorFaults() {
 // Faults taken while touching every page of the mapping. Not instrumented
 // by ASan: its checks would fault in the shadow of the mapping, a page per
 // 32 KiB touched, and those faults would count.
-__attribute__((no_sanitize("address"))) long FaultsToTouch(Medium* m, bool write, uint64_t from = 0,
-                                                            uint64_t to = kFileBytes) {
+__attribute__((no_sanitize("address"))) long FaultsToTouch(Medium* m, bool write) {
   char* b = m->base();
   const long before = MinorFaults();
   uint64_t sum = 0;
-  for (uint64_t off = from; off < to; off += kPageSize) {
+  for (uint64_t off = 0; off < kFileBytes; off += kPageSize) {
     if (write) {
       reinterpret_cast<volatile char*>(b)[off] = 1;
     } else {
@@ -93,28 +90,27 @@ TEST(MediumPopulate, AWriterFindsEveryPageWritable) {
   EXPECT_LE(FaultsToTouch(m.get(), true), 8);
 }
 
+// Whether tmpfs gives new files huge pages (then a mapping faults once per
+// 2 MiB, populated or not).
+bool TmpfsHugeByDefault() {
+  FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
+  if (!f) return false;
+  char buf[128] = {};
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const std::string s(buf, n);
+  return s.find("[always]") != std::string::npos || s.find("[force]") != std::string::npos ||
+         s.find("[within_size]") != std::string::npos;
+}
+
 TEST(MediumPopulate, WithoutItReadsFault) {
   // The measure the tests above rely on: untouched, reading the mapping
   // faults (so an empty population would be caught).
-  if (upfs_test::TmpfsHugeByDefault()) GTEST_SKIP() << "tmpfs makes huge pages here: few faults either way";
+  if (TmpfsHugeByDefault()) GTEST_SKIP() << "tmpfs makes huge pages here: few faults either way";
   HostFile f;
   std::unique_ptr<Medium> m = OpenMedium(f.path(), /*read_only=*/true);
   ASSERT_TRUE(m);
   EXPECT_GE(FaultsToTouch(m.get(), false), 64);
-}
-
-// PopulateRangeAhead (a pool's file: part of the host file): the range is
-// mapped, and only the range.
-TEST(MediumPopulate, ARangeIsMappedAndNothingElse) {
-  if (upfs_test::TmpfsHugeByDefault()) GTEST_SKIP() << "tmpfs makes huge pages here: few faults either way";
-  HostFile f;
-  std::unique_ptr<Medium> m = OpenMedium(f.path(), /*read_only=*/true);
-  ASSERT_TRUE(m);
-  constexpr uint64_t kFrom = 3u << 20, kTo = 11u << 20;  // not extent-aligned: 1.5 MiB steps at the ends
-  m->PopulateRangeAhead(kFrom, kTo - kFrom);
-  m->Settle();
-  EXPECT_LE(FaultsToTouch(m.get(), false, kFrom, kTo), 8) << "2,048 pages in the range";
-  EXPECT_GE(FaultsToTouch(m.get(), false, kTo, kFileBytes), 64) << "past the range: not populated";
 }
 
 }  // namespace

@@ -203,19 +203,6 @@ inline bool AllZero(const unsigned char* p, size_t n) {
   return true;
 }
 
-// Whether tmpfs gives new files huge pages (then a mapping faults once per
-// 2 MiB, populated or not).
-inline bool TmpfsHugeByDefault() {
-  FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
-  if (!f) return false;
-  char buf[128] = {};
-  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  const std::string s(buf, n);
-  return s.find("[always]") != std::string::npos || s.find("[force]") != std::string::npos ||
-         s.find("[within_size]") != std::string::npos;
-}
-
 inline std::string ErrnoText(int e) {
   return std::string(strerrorname_np(e) ? strerrorname_np(e) : "?") + " (" + std::strerror(e) + ")";
 }

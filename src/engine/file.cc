@@ -408,23 +408,6 @@ Status File::Size(uint64_t* size) {
   });
 }
 
-Status File::ForEachDataRun(FunctionRef<void(uint32_t, uint32_t)> fn) {
-  return WithTable([&](BlockTable* t) {
-    uint32_t first = 0, count = 0;
-    t->ForEachMapped([&](uint64_t, uint32_t l) {
-      if (count != 0 && l == first + count) {
-        ++count;
-        return;
-      }
-      if (count != 0) fn(first, count);
-      first = l;
-      count = 1;
-    });
-    if (count != 0) fn(first, count);
-    return Status::OK();
-  });
-}
-
 Status File::Stat(FileStat* st) {
   return WithTable([&](BlockTable* t) { return StatLocked(t, st); });
 }

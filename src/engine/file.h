@@ -29,7 +29,6 @@
 #include "engine/log_writer.h"
 #include "format/format.h"
 #include "medium/block_space.h"
-#include "util/function_ref.h"
 #include "util/status.h"
 
 namespace upfs {
@@ -118,10 +117,6 @@ class File {
   // Sets the modification time (utimensat), durably.
   Status SetMtime(int64_t mtime_ns);
   Status Size(uint64_t* size);
-  // Calls fn(lblock, count) for every run of consecutive medium blocks that
-  // holds the file's data, in the file's order. For a container that
-  // populates the mapping of a file it opened (Medium::PopulateRangeAhead).
-  Status ForEachDataRun(FunctionRef<void(uint32_t, uint32_t)> fn);
   // SEEK_DATA (data = true) / SEEK_HOLE semantics of lseek(2).
   Status SeekDataHole(uint64_t off, bool data, uint64_t* result);
   // Compacts the log if it is past the trigger length (with force: whenever

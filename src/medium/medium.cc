@@ -17,7 +17,6 @@
 #include "medium/huge_page_choice.h"
 #include "medium/provide.h"
 #include "medium/pm.h"
-#include "util/assert.h"
 
 #ifndef MAP_SHARED_VALIDATE
 #define MAP_SHARED_VALIDATE 0x03
@@ -412,17 +411,6 @@ void Medium::PopulateAhead() {
   work_cv_.notify_all();
 }
 
-void Medium::PopulateRangeAhead(uint64_t offset, uint64_t len) {
-  if (kind_ == MediumKind::kPageCache || !PopulateWanted() || len == 0) return;
-  UPFS_ASSERT(offset % kPageSize == 0);
-  std::lock_guard<std::mutex> g(work_mu_);
-  if (stopping_ || populate_ranges_.size() >= kMaxPopulateRanges) return;
-  populate_ranges_.emplace_back(offset, offset + len);
-  populate_queued_.fetch_add(len, std::memory_order_relaxed);
-  StartWorkerLocked();
-  work_cv_.notify_all();
-}
-
 void Medium::StartWorkerLocked() {
   if (worker_running_) return;
   if (worker_.joinable()) worker_.join();  // a finished previous worker
@@ -459,20 +447,6 @@ void Medium::WorkerLoop() {
       lk.unlock();
       // (The probed extent is walked again: its pages are present.)
       madvise(base() + at, len, PopulateAdvice());
-      lk.lock();
-      continue;
-    }
-    if (!populate_ranges_.empty()) {
-      auto& r = populate_ranges_.front();
-      const uint64_t at = r.first;
-      const uint64_t len = std::min(kExtentSize - at % kExtentSize, r.second - at);
-      r.first += len;
-      if (r.first >= r.second) populate_ranges_.pop_front();
-      lk.unlock();
-      // Within what this process has mapped (a range past it, of a pool
-      // another process grew, is mapped by the next EnsureMapped).
-      const uint64_t mapped = mapped_bytes();
-      if (at < mapped) madvise(base() + at, std::min(len, mapped - at), PopulateAdvice());
       lk.lock();
       continue;
     }

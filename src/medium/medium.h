@@ -14,13 +14,11 @@
 #include <cstdint>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <thread>
 #include <mutex>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "medium/block_space.h"
@@ -90,17 +88,6 @@ class Medium final : public BlockSpace {
   // costs no I/O and a upfs file has no holes to fill. A container calls
   // it when it opens a file for use, not for inspection.
   void PopulateAhead();
-  // The same for part of the file, [offset, offset + len): a container that
-  // keeps many files in one host file (a pool) asks for the runs of blocks
-  // of the one it opens. No probe: the worker maps the range whatever its
-  // pages (a huge-page extent costs it a fault or two). Ranges wait in a
-  // queue of at most kMaxPopulateRanges; past that, requests are dropped
-  // (the reader then takes its own faults).
-  void PopulateRangeAhead(uint64_t offset, uint64_t len);
-  static constexpr size_t kMaxPopulateRanges = 4096;
-  // Bytes PopulateRangeAhead has queued so far (what a container asked
-  // for: tests/pool_api/pool_populate_test.cc).
-  uint64_t populate_queued_bytes() const { return populate_queued_.load(std::memory_order_relaxed); }
   // True while the background worker has a growth request in hand.
   bool GrowInFlight() const override { return growing_.load(std::memory_order_acquire); }
   // Gives pages to one extent of the growth step in progress, from its top
@@ -166,8 +153,6 @@ class Medium final : public BlockSpace {
   uint64_t collapsed_ = 0;  // extents below this offset were collapsed (or tried)
   uint64_t populated_ = 0;    // [0, populated_) was populated (or tried)
   uint64_t populate_to_ = 0;  // and the worker populates up to here
-  std::deque<std::pair<uint64_t, uint64_t>> populate_ranges_;  // [from, to) for PopulateRangeAhead
-  std::atomic<uint64_t> populate_queued_{0};
 };
 
 // fstat of an open host file, which must be a regular file (EINVAL if not).

@@ -548,7 +548,7 @@ Status InitFileLogBlock(BlockAccess* ba, uint32_t l) {
 }
 }  // namespace
 
-Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out, bool for_use) {
+Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out) {
   std::lock_guard<std::mutex> g(files_mu_);
   auto it = files_.find(ino);
   if (it != files_.end()) {
@@ -585,7 +585,6 @@ Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out, bool for_use) {
   UPFS_RETURN_IF_ERROR(File::Open(FileStorage{medium_.get(), source_.get(), root, true}, nullptr,
                                   std::make_unique<PoolFileLease>(this, ino), &f));
   std::shared_ptr<File> sf(std::move(f));
-  if (for_use) PopulateDataAhead(sf.get());
   files_[ino] = sf;
   if (files_.size() >= next_file_sweep_) {
     // An entry outlives its File (closed); without a sweep, the map kept
@@ -595,17 +594,6 @@ Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out, bool for_use) {
   }
   *out = std::move(sf);
   return Status::OK();
-}
-
-void Pool::PopulateDataAhead(File* f) {
-  std::vector<std::pair<uint32_t, uint32_t>> runs;
-  uint64_t blocks = 0;
-  Status st = f->ForEachDataRun([&](uint32_t l, uint32_t n) {
-    runs.emplace_back(l, n);
-    blocks += n;
-  });
-  if (!st.ok() || blocks * kBlockSize < kPopulateAtOpenBytes) return;
-  for (const auto& [l, n] : runs) medium_->PopulateRangeAhead(uint64_t(l) << kBlockShift, uint64_t(n) << kBlockShift);
 }
 
 void Pool::AdoptRetired(std::vector<ThreadBlocks::Retired>* limbo) {

@@ -144,10 +144,7 @@ class Pool {
 
   // The engine File of regular file `ino` in this process (opened, and its
   // first log block made, on first use); shared by every descriptor of it.
-  // `for_use`: a descriptor's reads and writes will follow (not a stat):
-  // when this call opens the File, the mapping of its data is populated in
-  // the background (PopulateDataAhead).
-  Status FileOf(uint64_t ino, std::shared_ptr<File>* out, bool for_use = false);
+  Status FileOf(uint64_t ino, std::shared_ptr<File>* out);
   // Entries of the map FileOf keeps, live or not yet swept (for tests).
   size_t FileEntriesForTest();
   // The descriptors and directory streams of this pool in this process:
@@ -156,11 +153,6 @@ class Pool {
   int64_t Users() const { return users_.Read(); }
 
  private:
-  // Asks the medium's worker to map the pages of f's data (its runs of
-  // blocks) if it holds at least kPopulateAtOpenBytes, as a per-file
-  // container does for a file it opens (issue 12: no fault per page on a
-  // first read); pool files had taken a fault per small page.
-  void PopulateDataAhead(File* f);
   Pool(std::string path, std::unique_ptr<Medium> medium, uint64_t dev);
   Status Join();
   Status Recover();
