@@ -113,9 +113,12 @@ class Medium final : public BlockSpace {
  private:
   Medium(int fd, std::string path, MediumKind kind, bool read_only);
   void RaiseCapacity(uint64_t bytes);
-  Status MapLocked(uint64_t bytes);
+  // Maps [0, bytes). `populate`: in ordinary pages on tmpfs, maps the
+  // pages too, in one call (growth); false at open, where the file's
+  // content is mapped as it is used, or ahead by the worker (PopulateAhead).
+  Status MapLocked(uint64_t bytes, bool populate = true);
   Status Reserve(uint64_t bytes, char** out, uint64_t* len);
-  Status MapRange(char* base, uint64_t from, uint64_t to);
+  Status MapRange(char* base, uint64_t from, uint64_t to, bool populate);
   int PopulateAdvice() const;  // MADV_POPULATE_READ, or _WRITE when writable
   // Gives the extent at offset e its pages: a huge page while collapsing
   // costs less than small pages (huge_page_choice.h), else small pages. Tmpfs,
