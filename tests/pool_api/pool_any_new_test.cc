@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "container/pool/ns_log.h"
 #include "container/pool/pool.h"
 #include "engine/epoch_pin.h"
+#include "medium/medium.h"
 #include "upfs/upfs.h"
 #include "util/spin_shared_mutex.h"
 
@@ -132,6 +134,20 @@ TEST_F(PoolAnyNew, ManyReservationsSendTheReaderToItsCatchUp) {
   ASSERT_TRUE(reader_->CatchUp().ok());
   EXPECT_FALSE(reader_->log()->AnyNew());
   for (int i = 0; i < kFiles; ++i) EXPECT_TRUE(ReaderFinds(i)) << Name(i);
+}
+
+// A reservation that runs past its block is damage: the look leaves it to
+// the catch-up, which reports it (a look that stepped past it would have
+// found the block's end and, with no next block, said "nothing new": the
+// damage unseen by every lookup).
+TEST_F(PoolAnyNew, AReservationPastItsBlockIsLeftToTheCatchUpToReport) {
+  const NsPos tail = reader_->log()->pos();
+  auto* slots = reinterpret_cast<std::atomic<uint64_t>*>(reader_->medium()->base() +
+                                                          (uint64_t(tail.lblock) << format::kBlockShift) + 16);
+  slots[tail.slot].store(format::EncodeReserve(511));  // 512 slots from here: past the block's 510
+  EXPECT_TRUE(reader_->log()->AnyNew());
+  const Status st = reader_->CatchUp();
+  EXPECT_EQ(st.err(), EUCLEAN) << st.ToString();
 }
 
 }  // namespace

@@ -188,6 +188,7 @@ bool NsLog::AnyNew() const {
     if (e == 0) return false;
     if (KindOf(e) != EntryKind::kReserve || !ReserveWellFormed(e)) return true;
     s += 1 + ReserveCount(e);
+    if (s > kSlotsPerLogBlock) return true;  // damage: the catch-up reports it
   }
   if (s < kSlotsPerLogBlock) return true;
   return NextBlock(b->next.load(std::memory_order_acquire)) != 0;
