@@ -11,7 +11,6 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,8 +19,8 @@
 #include "container/pool/pool.h"
 #include "engine/epoch_pin.h"
 #include "medium/medium.h"
+#include "pool_api/pool_commit_steps.h"
 #include "upfs/upfs.h"
-#include "util/spin_shared_mutex.h"
 
 namespace upfs {
 namespace {
@@ -48,8 +47,9 @@ class PoolAnyNew : public ::testing::Test {
     ASSERT_TRUE(Pool::Attach(path_, &reader_).ok());
     ASSERT_TRUE(writer_->CatchUp().ok());
     ASSERT_TRUE(reader_->CatchUp().ok());
-    ASSERT_TRUE(writer_->NamespaceSlot(&slot_).ok());
-    pin_.emplace(writer_->epochs(), slot_);
+    uint32_t slot;
+    ASSERT_TRUE(writer_->NamespaceSlot(&slot).ok());
+    pin_.emplace(writer_->epochs(), slot);
   }
   void TearDown() override {
     pin_.reset();
@@ -72,18 +72,7 @@ class PoolAnyNew : public ::testing::Test {
     return r;
   }
   // The writer commits a reservation of Reserve(i), as PoolNamespace::Commit does.
-  void Commit(const NsLog::Reservation& r, int i) {
-    bool committed = false, lost = false;
-    NsLog::Pending pending;
-    {
-      std::unique_lock<SpinSharedMutex> g(writer_->index_mu());
-      ASSERT_TRUE(writer_->CatchUpLocked().ok());
-      ASSERT_TRUE(writer_->log()->TryCommit(r, &committed, &lost, &pending).ok());
-      ASSERT_TRUE(committed && !lost);
-      ASSERT_TRUE(writer_->index()->Apply(UnlinkOf(i), /*validated=*/true).ok());
-    }
-    writer_->log()->MakeDurable(pending);
-  }
+  void Commit(const NsLog::Reservation& r, int i) { CommitReserved(*writer_, r, UnlinkOf(i)); }
   bool ReaderFinds(int i) {
     NsEntry e;
     return reader_->index()->Find(reader_->root_ino(), Name(i), &e);
@@ -91,7 +80,6 @@ class PoolAnyNew : public ::testing::Test {
 
   std::string path_;
   std::unique_ptr<Pool> writer_, reader_;
-  uint32_t slot_ = 0;
   std::optional<EpochPin> pin_;
   // Records point into the names, and reservations are of the records:
   // room for all up front, so that neither moves.

@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
@@ -24,8 +23,8 @@
 #include "container/pool/pool.h"
 #include "container/pool/pool_check.h"
 #include "engine/epoch_pin.h"
-#include "util/spin_shared_mutex.h"
 #include "pm_sparse_model.h"
+#include "pool_api/pool_commit_steps.h"
 #include "upfs/upfs.h"
 
 namespace upfs {
@@ -159,16 +158,7 @@ TEST(PoolOpenLine, TryCommitWritesBackAnOpenLineFilledAfterTheLastLook) {
     EpochPin pin(p.epochs(), slot);  // ends before the pool does
     NsLog::Reservation r;
     ASSERT_TRUE(p.log()->Reserve(sc.first, p.log()->PosHint(), &r, [&] { sc.CommitRacer(); }).ok());
-    bool committed = false, lost = false;
-    NsLog::Pending pending;
-    {
-      std::unique_lock<SpinSharedMutex> g(p.index_mu());
-      ASSERT_TRUE(p.CatchUpLocked().ok());
-      ASSERT_TRUE(p.log()->TryCommit(r, &committed, &lost, &pending).ok());
-      ASSERT_TRUE(committed && !lost);
-      ASSERT_TRUE(p.index()->Apply(sc.first, /*validated=*/true).ok());
-    }
-    p.log()->MakeDurable(pending);
+    ASSERT_NO_FATAL_FAILURE(CommitReserved(p, r, sc.first));
   }
   sc.CrashAndRecover();
 }

@@ -16,6 +16,16 @@ namespace {
 
 constexpr uint32_t NameWords(size_t len) { return uint32_t((len + 7) / 8); }
 
+// Slots entry e takes: a kReserve, its payload's too.
+uint32_t EntrySlots(uint64_t e) { return KindOf(e) == EntryKind::kReserve ? 1 + ReserveCount(e) : 1; }
+
+// Writes line `line` of log block b back and fences: a payload's last
+// line, left open for its kApply, once the kApply is known to land past it.
+void WriteBackLine(LogBlock* b, uint32_t line) {
+  pm::Flush(reinterpret_cast<char*>(b) + size_t(line) * kCacheLine, kCacheLine);
+  pm::Fence();
+}
+
 bool KnownRecordType(uint64_t t) {
   return t >= uint64_t(RecordType::kCreate) && t <= uint64_t(RecordType::kExchange);
 }
@@ -187,7 +197,7 @@ bool NsLog::AnyNew() const {
     const uint64_t e = b->slots[s].load(std::memory_order_acquire);
     if (e == 0) return false;
     if (KindOf(e) != EntryKind::kReserve || !ReserveWellFormed(e)) return true;
-    s += 1 + ReserveCount(e);
+    s += EntrySlots(e);
     if (s > kSlotsPerLogBlock) return true;  // damage: the catch-up reports it
   }
   if (s < kSlotsPerLogBlock) return true;
@@ -347,7 +357,7 @@ Status NsLog::MoveToNextBlock(NsPos* p) {
       }
       e = expected;
     }
-    s += KindOf(e) == EntryKind::kReserve ? 1 + ReserveCount(e) : 1;
+    s += EntrySlots(e);
   }
   if (fresh != 0) {
     uint64_t expected = NsNextWord(0);
@@ -440,11 +450,7 @@ Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r, FunctionR
                        share ? SlotLine(apply) : Reservation::kNoOpenLine};
       return Status::OK();
     }
-    if (KindOf(expected) == EntryKind::kReserve) {
-      p.slot += 1 + ReserveCount(expected);
-    } else {
-      p.slot += 1;
-    }
+    p.slot += EntrySlots(expected);
   }
 }
 
@@ -461,8 +467,7 @@ Status NsLog::TryCommit(const Reservation& r, bool* committed, bool* lost_reserv
     // Others committed first and the kApply lands past the payload's last
     // line: that line is made durable on its own, before the kApply exists
     // (TornCommit accepts a torn payload only in the kApply's line).
-    pm::Flush(reinterpret_cast<char*>(b) + size_t(r.open_line) * kCacheLine, kCacheLine);
-    pm::Fence();
+    WriteBackLine(b, r.open_line);
   }
   uint64_t expected = 0;
   if (!pm::Cas64(&b->slots[pos_.slot], expected, EncodeApply(r.slot, r.crc))) return Status::OK();
@@ -488,10 +493,9 @@ void NsLog::SettleFilledOpenLine(Reservation* r) {
   for (uint32_t s = r->slot + r->words + 1; s < kSlotsPerLogBlock && SlotLine(s) == r->open_line;) {
     const uint64_t e = b->slots[s].load(std::memory_order_acquire);
     if (e == 0) return;  // a free slot: the kApply may still share the line
-    s += KindOf(e) == EntryKind::kReserve ? 1 + ReserveCount(e) : 1;
+    s += EntrySlots(e);
   }
-  pm::Flush(reinterpret_cast<char*>(b) + size_t(r->open_line) * kCacheLine, kCacheLine);
-  pm::Fence();
+  WriteBackLine(b, r->open_line);
   r->open_line = Reservation::kNoOpenLine;
 }
 
@@ -554,7 +558,7 @@ Status NsLog::Measure(uint32_t head, uint64_t* blocks, uint64_t* records) const 
       const uint64_t e = b->slots[s].load(std::memory_order_acquire);
       if (e == 0) break;
       if (KindOf(e) == EntryKind::kApply) ++*records;
-      s += KindOf(e) == EntryKind::kReserve ? 1 + ReserveCount(e) : 1;
+      s += EntrySlots(e);
     }
     if (*blocks > (uint64_t{1} << 28)) return Status::Corrupt("namespace log", "chain loops");
     l = NextBlock(b->next.load(std::memory_order_acquire));
