@@ -219,13 +219,14 @@ bool BaseImage::DecodeSlot(uint64_t at, std::string_view* name, NsEntry* e) cons
 
 namespace {
 
-// Starts loading the attribute lines of inode `ino` (any number: a prefetch
-// of an address outside the mapping is skipped, and a prefetch never
-// faults), which a lookup's caller reads next.
+// Starts loading the attribute lines of inode `ino` (any number: one whose
+// inode lies outside the mapping is skipped, and a prefetch never faults),
+// which a lookup's caller reads next. The bound is on the number, not on
+// its offset: a damaged slot's number near 2^64 wrapped the offset (a
+// pointer outside the mapping, found by fuzz_pool).
 void PrefetchInode(const BlockSpace* space, uint64_t ino) {
-  const uint64_t off = InodeOffset(ino);
-  if (off + kInodeSize > space->mapped_bytes()) return;
-  const char* p = space->base() + off;
+  if (ino >= space->mapped_bytes() / kInodeSize) return;
+  const char* p = space->base() + InodeOffset(ino);
   __builtin_prefetch(p);
   __builtin_prefetch(p + kCacheLine);
 }
