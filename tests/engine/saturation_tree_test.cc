@@ -70,8 +70,11 @@ TEST(SaturationTree, SpansCoverEveryWordMarkingTheRangeStores) {
       for (uint64_t i = 0; i < bytes / 8; ++i) covered[w + i] = true;
     });
     for (uint64_t l = first; l < end; ++l) tr.t.Mark(l);
-    for (uint64_t w = 0; w < total; ++w)
-      if (tr.mem[w].load() != 0) ASSERT_TRUE(covered[w]) << "word " << w << ", leaves [" << first << ", " << end << ")";
+    for (uint64_t w = 0; w < total; ++w) {
+      if (tr.mem[w].load() != 0) {
+        ASSERT_TRUE(covered[w]) << "word " << w << ", leaves [" << first << ", " << end << ")";
+      }
+    }
   }
 }
 

@@ -52,7 +52,9 @@ TEST_F(PoolTest, RecordLocksOnPoolFilesAreRefusedNotCrashed) {
     const int fd = upfs_open(P("a").c_str(), O_RDWR);
     ASSERT_GE(fd, 0);
     char c;
-    if (data_first) ASSERT_EQ(upfs_pread(fd, &c, 1, 0), 1);
+    if (data_first) {
+      ASSERT_EQ(upfs_pread(fd, &c, 1, 0), 1);
+    }
     struct flock l = {};
     l.l_type = F_WRLCK;
     l.l_whence = SEEK_SET;
