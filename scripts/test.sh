@@ -24,14 +24,15 @@
 # run), e.g. "100% tests passed, 0 tests failed out of 57".
 #
 # Environment: JOBS (build parallelism, default 2), CTEST_JOBS (tests run in
-# parallel per stage, default 1), SKIP_DEPS=1 (skip stage 1),
+# parallel per stage, default 2: the suite is made for it, tests that must
+# run alone say so, RUN_SERIAL or RESOURCE_LOCK), SKIP_DEPS=1 (skip stage 1),
 # STAGES="main asan tsan fuzz" (run a subset), FUZZ_SECONDS (per fuzz
 # target, default 60).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 JOBS="${JOBS:-2}"
-CTEST_JOBS="${CTEST_JOBS:-1}"
+CTEST_JOBS="${CTEST_JOBS:-2}"
 STAGES="${STAGES:-main asan tsan fuzz}"
 FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
 START=$(date +%s)
