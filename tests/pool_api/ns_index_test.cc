@@ -217,13 +217,12 @@ class Driver {
   std::string name1_, name2_;
 };
 
-// The image of `idx` placed in fresh memory blocks at the space's end
-// (the previous image stays intact: the frozen layer may read it) and opened.
-std::unique_ptr<BaseImage> WriteImage(const NsIndex& idx, upfs_engine_test::MemorySpace* space,
-                                      format::pool::CheckpointHeader* h, bool tagged) {
-  std::vector<uint64_t> image;
-  std::memset(h, 0, sizeof(*h));
-  idx.BuildImage(&image, h, tagged);
+// `image` (built with header *h) placed in fresh memory blocks at the
+// space's end (a previous image stays intact: the frozen layer may read
+// it) and opened; `verify` false skips the checksum pass, as for an image
+// a test damaged on purpose.
+std::unique_ptr<BaseImage> PlaceImage(const std::vector<uint64_t>& image, upfs_engine_test::MemorySpace* space,
+                                      format::pool::CheckpointHeader* h, bool verify) {
   const uint64_t blocks = (image.size() * 8 + format::kBlockSize - 1) / format::kBlockSize;
   const uint64_t at = space->capacity() / format::kBlockSize;
   EXPECT_TRUE(space->Grow((at + blocks) * format::kBlockSize).ok());
@@ -231,9 +230,18 @@ std::unique_ptr<BaseImage> WriteImage(const NsIndex& idx, upfs_engine_test::Memo
   h->nruns = 1;
   h->runs[0] = format::Run{uint32_t(at), uint32_t(blocks)};
   auto base = std::make_unique<BaseImage>();
-  BlockAccess ba(space);
-  Status st = base->Open(ba, *h, 0);
+  Status st = base->Open(BlockAccess(space), *h, 0, verify);
   EXPECT_TRUE(st.ok()) << st.message();
+  return base;
+}
+
+// The image of `idx`, placed and opened (PlaceImage).
+std::unique_ptr<BaseImage> WriteImage(const NsIndex& idx, upfs_engine_test::MemorySpace* space,
+                                      format::pool::CheckpointHeader* h, bool tagged) {
+  std::vector<uint64_t> image;
+  std::memset(h, 0, sizeof(*h));
+  idx.BuildImage(&image, h, tagged);
+  std::unique_ptr<BaseImage> base = PlaceImage(image, space, h, /*verify=*/true);
   EXPECT_EQ(base->tagged(), tagged);
   // Every table passes fsck's check.
   base->ForEachDir([&](const BaseDir& d) {
@@ -314,20 +322,14 @@ TEST(BaseImageDamage, SlotInodeNumbersNearTwoToThe64AreLookedUpSafely) {
     ASSERT_NE(slot, 0u);
     image[slot] = bad;
     upfs_engine_test::MemorySpace space(format::kBlockSize, uint64_t{64} << 20);
-    const uint64_t blocks = (image.size() * 8 + format::kBlockSize - 1) / format::kBlockSize;
-    ASSERT_TRUE(space.Grow((1 + blocks) * format::kBlockSize).ok());
-    std::memcpy(space.base() + format::kBlockSize, image.data(), image.size() * 8);
-    h.nruns = 1;
-    h.runs[0] = format::Run{1, uint32_t(blocks)};
-    BaseImage base;
     // Unverified: the image's checksum no longer holds, and the damage is
     // what a lookup meets (verify only adds the checksum pass).
-    ASSERT_TRUE(base.Open(BlockAccess(&space), h, 0, /*verify=*/false).ok());
+    std::unique_ptr<BaseImage> base = PlaceImage(image, &space, &h, /*verify=*/false);
     BaseDir d;
-    ASSERT_TRUE(base.FindDir(1, &d));
+    ASSERT_TRUE(base->FindDir(1, &d));
     for (uint64_t k = 0; k < names.size(); ++k) {
       NsEntry e;
-      const bool found = base.FindName(d, names[k], NameHash(names[k]), &e);
+      const bool found = base->FindName(d, names[k], NameHash(names[k]), &e);
       if (k == 0) {
         EXPECT_TRUE(!found || e.ino == bad);
       } else {
