@@ -379,6 +379,7 @@ Status Bench::Run() {
   for (auto [wi, w] : chosen) {
     Result r;
     r.name = w->name;
+    r.kind = w->kind;
     UPFS_RETURN_IF_ERROR(Prepare(*w));  // outside the rounds
     // One unrecorded warm-up round per side (round index -1 is never used
     // for a recorded round, so its offsets differ from theirs).

@@ -277,6 +277,7 @@ struct Config {
 
 struct Result {
   std::string name;
+  Kind kind{};
   std::vector<double> upfs_ops, kernel_ops;  // per round
   // Bytes written back to media per byte the program wrote (upfs side;
   // workloads that write), from one untimed counting pass.
