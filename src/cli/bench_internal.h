@@ -255,6 +255,7 @@ inline const std::vector<Workload>& PoolWorkloads() {
       {"pool-create-512", Kind::kNsCreate512, 0},
       {"pool-create-2t", Kind::kNsCreate2t, 0},
       {"pool-stat-100k", Kind::kNsStat, 100000},
+      {"pool-read-seq-4k-cold", Kind::kReadSeqCold, 4096},
       {"pool-read-rand-4k", Kind::kReadRand, 4096},
       {"pool-overwrite-rand-4k", Kind::kWriteRand, 4096},
       {"pool-append-4k", Kind::kAppend, 4096},
