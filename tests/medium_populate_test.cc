@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,13 +22,20 @@ constexpr uint64_t kFileBytes = 16u << 20;
 
 class HostFile {
  public:
-  HostFile() {
+  // Small pages, allocated (an upfs file has no holes); with `written`,
+  // holding data too (SEEK_DATA on tmpfs skips pages only fallocated, as
+  // a pool's populating does).
+  explicit HostFile(bool written = false) {
     char tmpl[] = "/dev/shm/upfs-populate-XXXXXX";
     const int fd = mkstemp(tmpl);
     path_ = tmpl;
     EXPECT_GE(fd, 0);
-    // Small pages, written (an upfs file has no holes).
     EXPECT_EQ(posix_fallocate(fd, 0, off_t(kFileBytes)), 0);
+    if (written) {
+      const std::string mib(1 << 20, 'x');
+      for (uint64_t off = 0; off < kFileBytes; off += mib.size())
+        EXPECT_EQ(pwrite(fd, mib.data(), mib.size(), off_t(off)), ssize_t(mib.size()));
+    }
     close(fd);
   }
   ~HostFile() { unlink(path_.c_str()); }
@@ -112,6 +120,62 @@ TEST(MediumPopulate, WithoutItReadsFault) {
   std::unique_ptr<Medium> m = OpenMedium(f.path(), /*read_only=*/true);
   ASSERT_TRUE(m);
   EXPECT_GE(FaultsToTouch(m.get(), false), 64);
+}
+
+// A pool's file: only the extents that hold its data are populated, the
+// first by the probe (which says the medium is in small pages), the others
+// by the worker; the rest of the pool stays as it was.
+TEST(MediumPopulate, OnlyTheExtentsGivenAreMapped) {
+  const char* huge = std::getenv("UPFS_HUGEPAGES");
+  ASSERT_TRUE(huge && huge[0] == '0') << "run with UPFS_HUGEPAGES=0 (tests/CMakeLists.txt)";
+  if (TmpfsHugeByDefault()) GTEST_SKIP() << "tmpfs makes huge pages here: few faults either way";
+  HostFile f(/*written=*/true);
+  std::unique_ptr<Medium> m = OpenMedium(f.path(), /*read_only=*/false);
+  ASSERT_TRUE(m);
+  ASSERT_TRUE(m->PopulateProbe(2 * kExtentSize)) << "a small-page extent";
+  m->PopulateExtents({5 * kExtentSize, 3 * kExtentSize});
+  m->Settle();
+  for (uint64_t e : {2, 3, 5})
+    EXPECT_LE(FaultsToTouch(m.get(), false, e * kExtentSize, (e + 1) * kExtentSize), 8) << "extent " << e;
+  // Unpopulated written pages fault 16 at a time (fault-around): 32.
+  EXPECT_GE(FaultsToTouch(m.get(), false, 4 * kExtentSize, 5 * kExtentSize), 16) << "extent 4, not given";
+}
+
+// Holes stay holes: a pool's free space may be a hole of its file, and
+// populating one (even for reading, on a shared tmpfs mapping) would
+// allocate its pages (2 MiB an extent, measured with a scratch program).
+TEST(MediumPopulate, HolesAreNotFilled) {
+  char tmpl[] = "/dev/shm/upfs-populate-XXXXXX";
+  const int fd = mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  const std::string path = tmpl;
+  ASSERT_EQ(ftruncate(fd, off_t(kFileBytes)), 0);
+  // Data in the first half of extent 2 only.
+  const std::string data(kExtentSize / 2, 'x');
+  ASSERT_EQ(pwrite(fd, data.data(), data.size(), off_t(2 * kExtentSize)), ssize_t(data.size()));
+  struct stat before;
+  ASSERT_EQ(fstat(fd, &before), 0);
+  close(fd);
+  {
+    std::unique_ptr<Medium> m = OpenMedium(path, /*read_only=*/false);
+    ASSERT_TRUE(m);
+    EXPECT_EQ(m->PopulateProbe(2 * kExtentSize), !TmpfsHugeByDefault()) << "256 small pages";
+    m->PopulateExtents({3 * kExtentSize, 5 * kExtentSize});
+    m->Settle();
+  }
+  struct stat after;
+  ASSERT_EQ(stat(path.c_str(), &after), 0);
+  EXPECT_EQ(after.st_blocks, before.st_blocks) << "populating allocated pages in holes";
+  unlink(path.c_str());
+}
+
+TEST(MediumPopulate, AProbePastTheMappingMapsNothing) {
+  HostFile f;
+  std::unique_ptr<Medium> m = OpenMedium(f.path(), /*read_only=*/true);
+  ASSERT_TRUE(m);
+  EXPECT_FALSE(m->PopulateProbe(kFileBytes));
+  m->PopulateExtents({kFileBytes, 2 * kFileBytes});  // skipped by the worker, no fault
+  m->Settle();
 }
 
 // With ordinary pages (UPFS_HUGEPAGES=0 for this program, tests/

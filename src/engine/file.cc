@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <unordered_set>
 
 #include "engine/epoch_pin.h"
 #include "engine/file_internal.h"
@@ -447,6 +448,24 @@ Status File::Sync() {
 
 Status File::LogLength(uint64_t* blocks) {
   return WithTable([&](BlockTable* t) { return LogLengthLocked(t, blocks); });
+}
+
+Status File::DataExtents(uint64_t extent_blocks, size_t max, std::vector<uint64_t>* extents) {
+  UPFS_ASSERT(extent_blocks > 0);
+  extents->clear();
+  return WithTable([&](BlockTable* t) {
+    // A file's blocks mostly run on (ctFS-style partitions): the last
+    // extent seen answers most blocks, the set the rest.
+    std::unordered_set<uint64_t> seen;
+    uint64_t last = UINT64_MAX;
+    t->ForEachMapped([&](uint64_t, uint32_t l) {
+      const uint64_t e = l / extent_blocks;
+      if (e == last || extents->size() >= max) return;
+      last = e;
+      if (seen.insert(e).second) extents->push_back(e);
+    });
+    return Status::OK();
+  });
 }
 
 Status File::LogLengthLocked(BlockTable* t, uint64_t* blocks) {

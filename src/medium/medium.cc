@@ -17,6 +17,7 @@
 #include "medium/huge_page_choice.h"
 #include "medium/provide.h"
 #include "medium/pm.h"
+#include "util/assert.h"
 
 #ifndef MAP_SHARED_VALIDATE
 #define MAP_SHARED_VALIDATE 0x03
@@ -390,9 +391,46 @@ int Medium::PopulateAdvice() const {
   return read_only_ ? MADV_POPULATE_READ : MADV_POPULATE_WRITE;
 }
 
+bool Medium::PopulateUseful() const {
+  return kind_ != MediumKind::kPageCache && PopulateWanted();
+}
+
+bool Medium::PopulateData(uint64_t at, uint64_t len, int advice) {
+  UPFS_ASSERT(at % kPageSize == 0);
+  const uint64_t end = std::min(at + len, mapped_bytes());
+  if (end <= at) return true;
+  // Which pages the file has (mincore: in the page cache; a hole is not).
+  // Not lseek(SEEK_HOLE): on tmpfs it walks on to the next hole, to the
+  // end of a pool file without any (a first read populated so ran slower
+  // than without populating).
+  const uint64_t pages = (end - at + kPageSize - 1) / kPageSize;
+  std::vector<unsigned char> has(pages);
+  if (mincore(base() + at, end - at, has.data()) != 0) return false;
+  for (uint64_t i = 0; i < pages;) {
+    if (!(has[i] & 1)) {
+      ++i;
+      continue;
+    }
+    uint64_t j = i;
+    while (j < pages && (has[j] & 1)) ++j;
+    const uint64_t from = at + i * kPageSize, to = std::min(at + j * kPageSize, end);
+    if (madvise(base() + from, to - from, advice) != 0) return false;
+    i = j;
+  }
+  return true;
+}
+
+bool Medium::ProbeSmallPages(uint64_t at, int advice, bool data_only) {
+  if (at >= mapped_bytes()) return false;
+  const long before = MinorFaults();
+  const uint64_t len = std::min(kExtentSize, mapped_bytes() - at);
+  const bool ok = data_only ? PopulateData(at, len, advice) : madvise(base() + at, len, advice) == 0;
+  if (!ok) return false;  // e.g. a kernel before 5.14
+  return MinorFaults() - before > kHugeExtentFaults;
+}
+
 void Medium::PopulateAhead() {
-  if (kind_ == MediumKind::kPageCache || !PopulateWanted() || mapped_bytes() < kPopulateAtOpenBytes)
-    return;
+  if (!PopulateUseful() || mapped_bytes() < kPopulateAtOpenBytes) return;
   // Probe the second extent (the first holds the header and log, and may
   // be in small pages while the rest is not): mapping an extent of huge
   // pages is a fault or two (at most 8 counted), the reader's own faults
@@ -404,12 +442,25 @@ void Medium::PopulateAhead() {
   // against 4.23x, 3.97x and 2.64x without, no gain within the noise, so
   // it is not started for them. Faults are counted, not the call timed: a
   // 40 us threshold judged small pages huge in an ASan build.
-  const long before = MinorFaults();
-  if (madvise(base() + kExtentSize, kExtentSize, PopulateAdvice()) != 0) return;  // e.g. a kernel before 5.14
-  if (MinorFaults() - before <= kHugeExtentFaults) return;
+  if (!ProbeSmallPages(kExtentSize, PopulateAdvice(), /*data_only=*/false)) return;
   std::lock_guard<std::mutex> g(work_mu_);
   if (stopping_) return;
   populate_to_ = std::max(populate_to_, mapped_bytes());
+  StartWorkerLocked();
+  work_cv_.notify_all();
+}
+
+bool Medium::PopulateProbe(uint64_t at) {
+  UPFS_ASSERT(at % kExtentSize == 0);
+  return PopulateUseful() && ProbeSmallPages(at, MADV_POPULATE_READ, /*data_only=*/true);
+}
+
+void Medium::PopulateExtents(std::vector<uint64_t> extents) {
+  if (!PopulateUseful() || extents.empty()) return;
+  for (uint64_t e : extents) UPFS_ASSERT(e % kExtentSize == 0);
+  std::lock_guard<std::mutex> g(work_mu_);
+  if (stopping_) return;
+  populate_extents_.insert(populate_extents_.end(), extents.begin(), extents.end());
   StartWorkerLocked();
   work_cv_.notify_all();
 }
@@ -450,6 +501,19 @@ void Medium::WorkerLoop() {
       lk.unlock();
       // (The probed extent is walked again: its pages are present.)
       madvise(base() + at, len, PopulateAdvice());
+      lk.lock();
+      continue;
+    }
+    if (!populate_extents_.empty()) {
+      const uint64_t at = populate_extents_.front();
+      populate_extents_.pop_front();
+      lk.unlock();
+      // Read-only page table entries, whatever the mapping: a pool file's
+      // first read measured 2.22-2.33x the kernel so in small pages, and
+      // 0.96-1.01x with writable ones (1.44-1.56x not populated): the
+      // reader's own faults map 16 pages at once (fault-around), a
+      // writable population maps each page dirty, one by one.
+      PopulateData(at, kExtentSize, MADV_POPULATE_READ);
       lk.lock();
       continue;
     }

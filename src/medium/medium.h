@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -88,6 +89,17 @@ class Medium final : public BlockSpace {
   // costs no I/O and a upfs file has no holes to fill. A container calls
   // it when it opens a file for use, not for inspection.
   void PopulateAhead();
+  // The same for some extents of the file only, for a container whose
+  // files' blocks lie among others' (a pool). PopulateProbe(at) maps the
+  // extent at offset `at` and says whether the rest are worth mapping
+  // ahead (this medium populates at all, and that extent was in small
+  // pages); PopulateExtents hands the worker their offsets (multiples of
+  // kExtentSize), in the order a reader will want them. Both map the
+  // pages that hold data (PopulateData), read-only (MADV_POPULATE_READ): a
+  // first write to one takes a write-protect fault, as it would take a
+  // fault without them.
+  bool PopulateProbe(uint64_t at);
+  void PopulateExtents(std::vector<uint64_t> extents);
   // True while the background worker has a growth request in hand.
   bool GrowInFlight() const override { return growing_.load(std::memory_order_acquire); }
   // Gives pages to one extent of the growth step in progress, from its top
@@ -120,6 +132,18 @@ class Medium final : public BlockSpace {
   Status Reserve(uint64_t bytes, char** out, uint64_t* len);
   Status MapRange(char* base, uint64_t from, uint64_t to, bool populate);
   int PopulateAdvice() const;  // MADV_POPULATE_READ, or _WRITE when writable
+  // Whether populating is for this medium at all (kind, UPFS_POPULATE).
+  bool PopulateUseful() const;
+  // Populates the pages of [at, at + len) that are mapped and that the
+  // host file has (in its page cache: mincore) with madvise `advice`,
+  // skipping the file's holes: a pool's free space may be holes, and
+  // populating one (even MADV_POPULATE_READ, on a shared tmpfs mapping)
+  // allocates its pages. False if mincore or madvise failed.
+  bool PopulateData(uint64_t at, uint64_t len, int advice);
+  // Populates the extent at offset `at` (with `data_only`, its data only:
+  // PopulateData) and says whether it was in small pages (mapping them
+  // took more faults than huge pages would).
+  bool ProbeSmallPages(uint64_t at, int advice, bool data_only);
   // Gives the extent at offset e its pages: a huge page while collapsing
   // costs less than small pages (huge_page_choice.h), else small pages. Tmpfs,
   // the file already long enough and mapped; run by Grow and HelpGrow.
@@ -156,6 +180,7 @@ class Medium final : public BlockSpace {
   uint64_t collapsed_ = 0;  // extents below this offset were collapsed (or tried)
   uint64_t populated_ = 0;    // [0, populated_) was populated (or tried)
   uint64_t populate_to_ = 0;  // and the worker populates up to here
+  std::deque<uint64_t> populate_extents_;  // then these (PopulateExtents)
 };
 
 // fstat of an open host file, which must be a regular file (EINVAL if not).

@@ -552,7 +552,7 @@ Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out) {
   std::lock_guard<std::mutex> g(files_mu_);
   auto it = files_.find(ino);
   if (it != files_.end()) {
-    if ((*out = it->second.lock())) return Status::OK();
+    if ((*out = it->second.file.lock())) return Status::OK();
   }
   Inode* in;
   UPFS_RETURN_IF_ERROR(InodeAt(ino, &in));
@@ -585,11 +585,11 @@ Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out) {
   UPFS_RETURN_IF_ERROR(File::Open(FileStorage{medium_.get(), source_.get(), root, true}, nullptr,
                                   std::make_unique<PoolFileLease>(this, ino), &f));
   std::shared_ptr<File> sf(std::move(f));
-  files_[ino] = sf;
+  files_[ino].file = sf;
   if (files_.size() >= next_file_sweep_) {
     // An entry outlives its File (closed); without a sweep, the map kept
     // one for every file this process ever wrote or stat'ed with data.
-    std::erase_if(files_, [](const auto& e) { return e.second.expired(); });
+    std::erase_if(files_, [](const auto& e) { return e.second.file.expired(); });
     next_file_sweep_ = std::max(kFileSweepMin, 2 * files_.size());
   }
   *out = std::move(sf);

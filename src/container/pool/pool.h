@@ -145,6 +145,10 @@ class Pool {
   // The engine File of regular file `ino` in this process (opened, and its
   // first log block made, on first use); shared by every descriptor of it.
   Status FileOf(uint64_t ino, std::shared_ptr<File>* out);
+  // Maps the pages of file `ino`'s data ahead of its first reads in this
+  // process, in the background, when the pool is in small pages
+  // (pool_populate.cc). For a descriptor's first data call, not for stat.
+  void PopulateForUse(uint64_t ino, File* f);
   // Entries of the map FileOf keeps, live or not yet swept (for tests).
   size_t FileEntriesForTest();
   // The descriptors and directory streams of this pool in this process:
@@ -196,7 +200,13 @@ class Pool {
   InodeAllocator inodes_;
   SpinSharedMutex index_mu_;  // spins: see util/spin_shared_mutex.h
   std::mutex files_mu_;
-  std::unordered_map<uint64_t, std::weak_ptr<File>> files_;
+  struct FileEntry {
+    std::weak_ptr<File> file;
+    // Its pages were mapped ahead in this process (PopulateForUse): they
+    // stay mapped while the pool is attached, whatever File comes next.
+    bool populated = false;
+  };
+  std::unordered_map<uint64_t, FileEntry> files_;
   // files_ is swept of the entries of closed files when it reaches this
   // size (then twice what is left, at least kFileSweepMin): amortized O(1)
   // per engine made, and bounded by twice the files open at once.
