@@ -508,11 +508,11 @@ void Medium::WorkerLoop() {
       const uint64_t at = populate_extents_.front();
       populate_extents_.pop_front();
       lk.unlock();
-      // Read-only page table entries, whatever the mapping: a pool file's
-      // first read measured 2.22-2.33x the kernel so in small pages, and
-      // 0.96-1.01x with writable ones (1.44-1.56x not populated): the
-      // reader's own faults map 16 pages at once (fault-around), a
-      // writable population maps each page dirty, one by one.
+      // Read-only page table entries, whatever the mapping: in small pages
+      // a pool file's first read measured 2.01-2.25x the kernel so, and
+      // 0.96-1.01x with writable ones (about 1.5x not populated): the
+      // reader's own faults map 16 written pages at once (fault-around),
+      // a writable population maps each page dirty, one by one.
       PopulateData(at, kExtentSize, MADV_POPULATE_READ);
       lk.lock();
       continue;

@@ -2,11 +2,13 @@
 //
 // A process that attaches a pool maps the pool file but none of its pages:
 // in small pages, a first sequential read of a pool file took a fault per
-// 4 KiB page (`upfs bench --pool --filter pool-read-seq-4k-cold` with
-// UPFS_HUGEPAGES=0: 1.62-1.88x the kernel, against 3.15-3.26x in huge
-// pages, where a fault maps 2 MiB). A per-file file populates its whole
-// mapping (Medium::PopulateAhead); a pool file's blocks lie among other
-// files' blocks, so only the extents that hold its data are populated.
+// 16 pages (fault-around), 1.50-1.72x the kernel (`upfs bench --pool
+// --filter pool-read-seq-4k-cold` with UPFS_HUGEPAGES=0), 2.01-2.25x with
+// the pages mapped ahead; in huge pages, where a fault maps 2 MiB, about
+// 3x either way. A per-file file populates its whole mapping
+// (Medium::PopulateAhead); a pool file's blocks lie among other files'
+// blocks, so only the extents that hold its data are populated
+// (docs/design.md, "Populating a file's mapping").
 #include "container/pool/pool.h"
 #include "medium/medium.h"
 
