@@ -147,7 +147,7 @@ class Pool {
   Status FileOf(uint64_t ino, std::shared_ptr<File>* out);
   // Maps the pages of file `ino`'s data ahead of its first reads in this
   // process, in the background, when the pool is in small pages
-  // (pool_populate.cc). For a descriptor's first data call, not for stat.
+  // (pool_files.cc). For a descriptor's first data call, not for stat.
   void PopulateForUse(uint64_t ino, File* f);
   // Entries of the map FileOf keeps, live or not yet swept (for tests).
   size_t FileEntriesForTest();

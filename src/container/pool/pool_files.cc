@@ -1,0 +1,147 @@
+// A pool's files in one process: the engine File of each regular file
+// (made on first use, shared by every descriptor of it, its first log
+// block made then too), the blocks a closed File could not free yet, and
+// its pages mapped ahead of its first reads.
+//
+// Mapping ahead: a process that attaches a pool maps the pool file but
+// none of its pages. In small pages, a first sequential read of a pool
+// file took a fault per 16 pages (fault-around), 1.50-1.72x the kernel
+// (`upfs bench --pool --filter pool-read-seq-4k-cold` with
+// UPFS_HUGEPAGES=0), 2.01-2.25x with the pages mapped ahead; in huge
+// pages, where a fault maps 2 MiB, about 3x either way. A per-file file
+// populates its whole mapping (Medium::PopulateAhead); a pool file's
+// blocks lie among other files' blocks, so only the extents that hold its
+// data are populated (docs/design.md, "Populating a file's mapping").
+#include <cstring>
+
+#include "container/pool/pool.h"
+#include "medium/medium.h"
+#include "medium/pm.h"
+
+namespace upfs {
+
+using namespace format;
+using namespace format::pool;
+
+namespace {
+constexpr size_t kFileSweepMin = 1024;
+
+// The engine's hold on a pool file: it names the inode, and hands the
+// pool what the File could not free before it closed (the pool outlives
+// every File of it). Before, those blocks were dropped with the File's
+// thread contexts and stayed taken in a pool marked clean, so no recovery
+// ever freed them (1,967 blocks after 60 patched files were closed).
+class PoolFileLease final : public StorageLease {
+ public:
+  PoolFileLease(Pool* pool, uint64_t ino) : pool_(pool), ino_(ino) {}
+  uint64_t ino() const { return ino_; }
+  void KeepRetired(std::vector<ThreadBlocks::Retired>* limbo) override { pool_->AdoptRetired(limbo); }
+
+ private:
+  Pool* pool_;
+  uint64_t ino_;
+};
+
+Status InitFileLogBlock(BlockAccess* ba, uint32_t l) {
+  char* p;
+  UPFS_RETURN_IF_ERROR(ba->Addr(l, &p));
+  // The header's line from an image, the rest zeroed in place: no 4 KiB
+  // image to clear and read for every new file.
+  // (Words at their offsets: a LogBlock is a whole block, not 64 bytes.)
+  alignas(64) unsigned char line[64] = {};
+  const uint64_t next = format::NextWord(0), seq = 1;
+  static_assert(offsetof(LogBlock, next) + 8 <= sizeof(line) && offsetof(LogBlock, seq) + 8 <= sizeof(line));
+  std::memcpy(line + offsetof(LogBlock, next), &next, 8);
+  std::memcpy(line + offsetof(LogBlock, seq), &seq, 8);
+  pm::CopyNT(p, line, sizeof(line));
+  pm::ZeroNT(p + sizeof(line), kBlockSize - sizeof(line));
+  pm::Fence();
+  return Status::OK();
+}
+}  // namespace
+
+Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out) {
+  std::lock_guard<std::mutex> g(files_mu_);
+  auto it = files_.find(ino);
+  if (it != files_.end()) {
+    if ((*out = it->second.file.lock())) return Status::OK();
+  }
+  Inode* in;
+  UPFS_RETURN_IF_ERROR(InodeAt(ino, &in));
+  if (IdentKind(in->ident.load(std::memory_order_acquire)) != FileType::kRegular)
+    return Status::Corrupt("inode", std::to_string(ino) + " is not a regular file");
+  if (in->log_head.load(std::memory_order_acquire) == 0) {
+    // The first log block, made on first use so that creating a file
+    // costs no block.
+    uint32_t l;
+    UPFS_RETURN_IF_ERROR(AllocBlock(&l));
+    Status st = InitFileLogBlock(&access_, l);
+    uint64_t expected = 0;
+    if (!st.ok() || !pm::Cas64(&in->log_head, expected, l)) {
+      FreeBlock(l);
+      UPFS_RETURN_IF_ERROR(st);
+    } else {
+      pm::PersistWord(&in->log_head);
+    }
+  }
+  LogRoot root;
+  root.head = &in->log_head;
+  root.times = &in->times;
+  root.created_ns = in->created_ns;
+  root.consistency = Consistency(in->consistency);
+  root.words = &in->words;
+  root.patches = super()->version >= kFirstPatchPoolVersion;
+  if (root.consistency != Consistency::kStrict && root.consistency != Consistency::kSync)
+    return Status::Corrupt("inode", std::to_string(ino) + " has no consistency mode");
+  std::unique_ptr<File> f;
+  UPFS_RETURN_IF_ERROR(File::Open(FileStorage{medium_.get(), source_.get(), root, true}, nullptr,
+                                  std::make_unique<PoolFileLease>(this, ino), &f));
+  std::shared_ptr<File> sf(std::move(f));
+  files_[ino].file = sf;
+  if (files_.size() >= next_file_sweep_) {
+    // An entry outlives its File (closed); without a sweep, the map kept
+    // one for every file this process ever wrote or stat'ed with data.
+    std::erase_if(files_, [](const auto& e) { return e.second.file.expired(); });
+    next_file_sweep_ = std::max(kFileSweepMin, 2 * files_.size());
+  }
+  *out = std::move(sf);
+  return Status::OK();
+}
+
+void Pool::AdoptRetired(std::vector<ThreadBlocks::Retired>* limbo) {
+  std::lock_guard<std::mutex> g(retired_mu_);
+  retired_.limbo.insert(retired_.limbo.end(), limbo->begin(), limbo->end());
+  limbo->clear();
+  // Entries keep their epochs: the oldest may be free to go already.
+  source_->DrainLimbo(&retired_, false);
+  source_->ReturnAll(&retired_);
+}
+
+size_t Pool::FileEntriesForTest() {
+  std::lock_guard<std::mutex> g(files_mu_);
+  return files_.size();
+}
+
+void Pool::PopulateForUse(uint64_t ino, File* f) {
+  {
+    std::lock_guard<std::mutex> g(files_mu_);
+    auto it = files_.find(ino);
+    if (it == files_.end() || it->second.populated) return;
+    it->second.populated = true;
+  }
+  uint64_t size = 0;
+  if (!f->Size(&size).ok() || size < kPopulateAtOpenBytes) return;
+  constexpr uint64_t kExtentBlocks = kExtentSize / kBlockSize;
+  // The probe first, on the extent of the file's first block: in huge
+  // pages (a fault or two per extent), the reader's own faults cost as
+  // little as populating would, and the file's table is not walked.
+  std::vector<uint64_t> extents;
+  if (!f->DataExtents(kExtentBlocks, 1, &extents).ok() || extents.empty()) return;
+  if (!medium_->PopulateProbe(extents.front() * kExtentSize)) return;
+  if (!f->DataExtents(kExtentBlocks, SIZE_MAX, &extents).ok() || extents.size() < 2) return;
+  extents.erase(extents.begin());  // the probe mapped it
+  for (uint64_t& e : extents) e *= kExtentSize;
+  medium_->PopulateExtents(std::move(extents));
+}
+
+}  // namespace upfs
