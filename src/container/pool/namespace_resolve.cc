@@ -1,0 +1,223 @@
+// PoolNamespace's path resolution, in the caller's thread under the index
+// lock held shared (every lookup, stat and open starts here), and the
+// permission check it and the other parts use; the credentials it checks.
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+
+#include "container/pool/namespace.h"
+#include "container/pool/namespace_internal.h"
+#include "engine/epoch_pin.h"
+
+namespace upfs {
+
+using namespace format;
+using namespace format::pool;
+using namespace ns_internal;
+
+namespace {
+
+constexpr int kMaxSymlinkDepth = 40;  // as the kernel's MAXSYMLINKS
+
+uint64_t ParentOf(const NsIndex& idx, uint64_t dir) {
+  NsDirInfo i;
+  return idx.Dir(dir, &i) ? i.parent : dir;
+}
+
+}  // namespace
+
+bool Credentials::InGroup(gid_t g) const {
+  return g == gid || std::find(groups.begin(), groups.end(), g) != groups.end();
+}
+
+Credentials Credentials::Current(bool real) {
+  Credentials c;
+  c.uid = real ? getuid() : geteuid();
+  c.gid = real ? getgid() : getegid();
+  int n = getgroups(0, nullptr);
+  if (n > 0) {
+    c.groups.resize(size_t(n));
+    n = getgroups(n, c.groups.data());
+    c.groups.resize(n > 0 ? size_t(n) : 0);
+  }
+  c.umask = ::umask(0);
+  ::umask(c.umask);
+  return c;
+}
+
+Status PoolNamespace::Permit(const Inode* in, int want) const {
+  const uint64_t mode = in->mode.load(std::memory_order_acquire);
+  if (who_->uid == 0) {
+    // Root passes every check but execution of a file nobody may execute.
+    if (!(want & kWantExec) || IdentKind(in->ident.load()) == FileType::kDirectory ||
+        (mode & 0111))
+      return Status::OK();
+    return Status::Error(EACCES, "permission denied");
+  }
+  const uint64_t owner = in->owner.load(std::memory_order_acquire);
+  uint64_t bits;
+  if (OwnerUid(owner) == who_->uid) bits = (mode >> 6) & 7;
+  else if (who_->InGroup(OwnerGid(owner))) bits = (mode >> 3) & 7;
+  else bits = mode & 7;
+  if ((bits & uint64_t(want)) == uint64_t(want)) return Status::OK();
+  return Status::Error(EACCES, "permission denied");
+}
+
+namespace {
+
+// The components of a path still to resolve, as views into the caller's
+// path until a symbolic link is followed, and into `owned` after that.
+class PathCursor {
+ public:
+  explicit PathCursor(std::string_view path) : rest_(path) {}
+  // The next component, or false at the end.
+  // Byte loops, not find/memchr: components are short, and a library call
+  // per component was 8% of a stat's samples.
+  bool Next(std::string_view* c) {
+    const char* p = rest_.data();
+    const char* const end = p + rest_.size();
+    while (p < end && *p == '/') ++p;
+    if (p == end) {
+      rest_ = {};
+      return false;
+    }
+    const char* q = p;
+    while (q < end && *q != '/') ++q;
+    *c = std::string_view(p, size_t(q - p));
+    rest_ = std::string_view(q, size_t(end - q));
+    return true;
+  }
+  bool AtEnd() const {
+    for (char ch : rest_)
+      if (ch != '/') return false;
+    return true;
+  }
+  // What is left, after a link's target.
+  void Prepend(std::string_view target) {
+    std::string joined;
+    joined.reserve(target.size() + 1 + rest_.size());
+    joined.append(target).append("/").append(rest_);
+    owned_ = std::move(joined);
+    rest_ = owned_;
+  }
+  std::string_view rest() const { return rest_; }
+
+ private:
+  std::string_view rest_;
+  std::string owned_;
+};
+
+// *out = Resolved{dir, name, ino, type}, into the string out->name
+// already has (no temporary, no allocation for a short name).
+void SetResolved(Resolved* out, uint64_t dir, std::string_view name, uint64_t ino, FileType type) {
+  out->dir = dir;
+  out->name.assign(name);
+  out->ino = ino;
+  out->type = type;
+}
+
+}  // namespace
+
+Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape,
+                              uint64_t start) {
+  std::optional<EpochPin> pin;
+  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
+  std::shared_lock<SpinSharedMutex> g;
+  UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
+  UPFS_RETURN_IF_ERROR(ResolveLocked(path, follow, out, escape, start));
+  out->seen = pool_->log()->view();
+  return Status::OK();
+}
+
+bool PoolNamespace::SameView(const Resolved& r) const {
+  // The index is a function of the records it has applied: the same view
+  // means no record applied since and no reload, so the same names. (The
+  // log position said so too, but the caller's own reservation, stepped
+  // over by the catch-up before the check, moved it: every commit then
+  // looked its names up again, under the exclusive lock.) Index lock held.
+  return r.seen == pool_->log()->view();
+}
+
+Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved* out, std::string* escape,
+                                    uint64_t start) {
+  // An empty path names nothing (the kernel's ENOENT; calls that take ""
+  // for a descriptor, AT_EMPTY_PATH, never get here).
+  if (path.empty()) return Status::Error(ENOENT, "empty path");
+  const NsIndex& idx = *pool_->index();
+  const bool trailing_slash = !path.empty() && path.back() == '/';
+  PathCursor parts(path);
+  uint64_t cur = pool_->root_ino();
+  if (start != 0 && start != cur) {
+    // A directory descriptor's directory: removed since it was opened,
+    // nothing can be found or made in it (ENOENT, as in the kernel).
+    if (!idx.IsDir(start)) {
+      Inode* in;
+      UPFS_RETURN_IF_ERROR(pool_->InodeAt(start, &in));
+      const bool dir = IdentKind(in->ident.load(std::memory_order_acquire)) == FileType::kDirectory;
+      return Status::Error(dir ? ENOENT : ENOTDIR, dir ? "directory removed" : "not a directory");
+    }
+    cur = start;
+  }
+  int links = 0;
+  out->dir = cur;
+  out->name.clear();
+  out->ino = cur;
+  out->type = FileType::kDirectory;
+  std::string target;
+  for (std::string_view c; parts.Next(&c);) {
+    if (c.size() > kMaxNameLen) return Status::Error(ENAMETOOLONG, "name longer than 255 bytes");
+    const bool dot = c == "." || c == "..";
+    NsDirInfo d;
+    NsEntry found;
+    bool exists = false;
+    // The name is looked up with its directory, and used only once the
+    // directory's search permission is checked.
+    if (!(dot ? idx.Dir(cur, &d) : idx.DirAndFind(cur, c, &d, &found, &exists)))
+      return Status::Error(ENOTDIR, "not a directory");
+    Inode* din;
+    UPFS_RETURN_IF_ERROR(pool_->InodeAt(cur, &din));
+    UPFS_RETURN_IF_ERROR(Permit(din, kWantExec));
+    const bool last = parts.AtEnd();
+    if (c == ".") {
+      if (last) *out = Resolved{d.parent, "", cur, FileType::kDirectory};
+      continue;
+    }
+    if (c == "..") {
+      if (cur == pool_->root_ino()) {
+        if (escape) *escape = std::string("..") + std::string(parts.rest());
+        return Status::Error(EXDEV, "path leaves the pool");
+      }
+      cur = d.parent;
+      if (last) *out = Resolved{ParentOf(idx, cur), "", cur, FileType::kDirectory};
+      continue;
+    }
+    if (!exists) {
+      if (!last) return Status::Error(ENOENT, "no such file or directory");
+      SetResolved(out, cur, c, 0, FileType::kFree);
+      return Status::OK();
+    }
+    if (found.type == FileType::kSymlink && (!last || follow || trailing_slash)) {
+      if (++links > kMaxSymlinkDepth) return Status::Error(ELOOP, "too many symbolic links");
+      UPFS_RETURN_IF_ERROR(Readlink(found.ino, &target));
+      if (!target.empty() && target[0] == '/') {
+        if (escape) *escape = target + std::string(parts.rest());
+        return Status::Error(EXDEV, "symbolic link leaves the pool");
+      }
+      parts.Prepend(target);
+      if (parts.AtEnd()) *out = Resolved{ParentOf(idx, cur), "", cur, FileType::kDirectory};
+      continue;
+    }
+    if (last) {
+      SetResolved(out, cur, c, found.ino, found.type);
+      break;
+    }
+    if (found.type != FileType::kDirectory) return Status::Error(ENOTDIR, "not a directory");
+    cur = found.ino;
+  }
+  if (trailing_slash && out->ino != 0 && out->type != FileType::kDirectory)
+    return Status::Error(ENOTDIR, "not a directory");
+  return Status::OK();
+}
+
+}  // namespace upfs
