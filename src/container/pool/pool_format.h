@@ -1,5 +1,6 @@
-// On-media format v1 of a upfs pool (the pool container's own; it embeds
-// the engine's log root words): one host file holding a whole
+// On-media format of a upfs pool, version kPoolVersion (3; versions 1 and
+// 2 are read and written too, see below), the pool container's own (it
+// embeds the engine's log root words): one host file holding a whole
 // namespace. docs/format.md ("Pools") is the prose version of this header;
 // keep them in step.
 //
