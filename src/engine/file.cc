@@ -450,7 +450,15 @@ Status File::LogLength(uint64_t* blocks) {
   return WithTable([&](BlockTable* t) { return LogLengthLocked(t, blocks); });
 }
 
-Status File::DataExtents(uint64_t extent_blocks, size_t max, std::vector<uint64_t>* extents) {
+Status File::FirstDataBlock(uint32_t* lblock) {
+  return WithTable([&](BlockTable* t) {
+    const uint64_t v = t->NextMapped(0, t->high_water(), /*mapped=*/true);
+    *lblock = v < t->high_water() ? t->Get(v) : 0;
+    return Status::OK();
+  });
+}
+
+Status File::DataExtents(uint64_t extent_blocks, std::vector<uint64_t>* extents) {
   UPFS_ASSERT(extent_blocks > 0);
   extents->clear();
   return WithTable([&](BlockTable* t) {
@@ -460,7 +468,7 @@ Status File::DataExtents(uint64_t extent_blocks, size_t max, std::vector<uint64_
     uint64_t last = UINT64_MAX;
     t->ForEachMapped([&](uint64_t, uint32_t l) {
       const uint64_t e = l / extent_blocks;
-      if (e == last || extents->size() >= max) return;
+      if (e == last) return;
       last = e;
       if (seen.insert(e).second) extents->push_back(e);
     });

@@ -130,11 +130,13 @@ class File {
   bool ReleaseGcBlocks();
   // Number of log blocks in the chain from the head to the tail.
   Status LogLength(uint64_t* blocks);
-  // The extents of `extent_blocks` blocks (numbered from the space's start)
-  // that hold the file's data blocks, each once, in the order of the file
-  // offsets that first reach them; at most `max`. For a container that
-  // maps a file's pages ahead of its reads (Medium::PopulateExtents).
-  Status DataExtents(uint64_t extent_blocks, size_t max, std::vector<uint64_t>* extents);
+  // For a container that maps a file's pages ahead of its reads
+  // (Medium::PopulateExtents): the block (in the space) of the file's
+  // first mapped block, 0 if none; and the extents of `extent_blocks`
+  // blocks (numbered from the space's start) that hold the file's blocks,
+  // each once, in the order of the file offsets that first reach them.
+  Status FirstDataBlock(uint32_t* lblock);
+  Status DataExtents(uint64_t extent_blocks, std::vector<uint64_t>* extents);
   // Compares the shared allocation bitmap with the blocks the log
   // references and this process's threads hold: *leaked counts blocks taken
   // but neither (lost until the next rebuild), *unmarked blocks referenced

@@ -126,10 +126,7 @@ Status EnsureEngine(OpenFile* of) {
   PoolNode* n = d->pool.get();
   if (n->type == FileType::kDirectory) return Status::Error(EISDIR, "is a directory");
   std::lock_guard<std::mutex> g(d->engine_mu);
-  if (!d->file) {
-    UPFS_RETURN_IF_ERROR(n->pool->FileOf(n->ino, &d->file));
-    n->pool->PopulateForUse(n->ino, d->file.get());
-  }
+  if (!d->file) UPFS_RETURN_IF_ERROR(n->pool->FileOf(n->ino, &d->file, /*for_use=*/true));
   d->engine_ready.store(true, std::memory_order_release);
   return Status::OK();
 }

@@ -1,4 +1,4 @@
-// Pool::PopulateForUse: a process's first data call on a pool file maps
+// Pool::FileOf(for_use) and MapAhead: a process's first data call on a pool file maps
 // the pages of the file's data ahead of its reads (small pages: this
 // program runs with UPFS_HUGEPAGES=0, tests/CMakeLists.txt), for files of
 // 4 MiB or more, and only the file's: another file's pages are mapped as

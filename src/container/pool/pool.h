@@ -144,11 +144,11 @@ class Pool {
 
   // The engine File of regular file `ino` in this process (opened, and its
   // first log block made, on first use); shared by every descriptor of it.
-  Status FileOf(uint64_t ino, std::shared_ptr<File>* out);
-  // Maps the pages of file `ino`'s data ahead of its first reads in this
-  // process, in the background, when the pool is in small pages
-  // (pool_files.cc). For a descriptor's first data call, not for stat.
-  void PopulateForUse(uint64_t ino, File* f);
+  // `for_use`: asked for a descriptor's first data call, not for a stat;
+  // the first such ask in this attachment also maps the pages of the
+  // file's data ahead of its reads, in the background, when the pool is
+  // in small pages (MapAhead, pool_files.cc).
+  Status FileOf(uint64_t ino, std::shared_ptr<File>* out, bool for_use = false);
   // Entries of the map FileOf keeps, live or not yet swept (for tests).
   size_t FileEntriesForTest();
   // The descriptors and directory streams of this pool in this process:
@@ -202,11 +202,14 @@ class Pool {
   std::mutex files_mu_;
   struct FileEntry {
     std::weak_ptr<File> file;
-    // Its pages were mapped ahead in this process (PopulateForUse): they
-    // stay mapped while the pool is attached, whatever File comes next.
-    bool populated = false;
+    // Whether to map its pages ahead was decided (a first use, or a file
+    // without data): once per attachment, since the pages stay mapped
+    // while the pool is attached, whatever File comes next.
+    bool mapped = false;
   };
   std::unordered_map<uint64_t, FileEntry> files_;
+  Status FileOfLocked(uint64_t ino, std::shared_ptr<File>* out, FileEntry** entry);  // files_mu_ held
+  void MapAhead(File* f);
   // files_ is swept of the entries of closed files when it reaches this
   // size (then twice what is left, at least kFileSweepMin): amortized O(1)
   // per engine made, and bounded by twice the files open at once.

@@ -60,16 +60,30 @@ Status InitFileLogBlock(BlockAccess* ba, uint32_t l) {
 }
 }  // namespace
 
-Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out) {
-  std::lock_guard<std::mutex> g(files_mu_);
+Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out, bool for_use) {
+  bool map_ahead = false;
+  {
+    std::lock_guard<std::mutex> g(files_mu_);
+    FileEntry* e;
+    UPFS_RETURN_IF_ERROR(FileOfLocked(ino, out, &e));
+    map_ahead = for_use && !e->mapped;
+    e->mapped = e->mapped || for_use;
+  }
+  if (map_ahead) MapAhead(out->get());
+  return Status::OK();
+}
+
+Status Pool::FileOfLocked(uint64_t ino, std::shared_ptr<File>* out, FileEntry** entry) {
   auto it = files_.find(ino);
-  if (it != files_.end()) {
-    if ((*out = it->second.file.lock())) return Status::OK();
+  if (it != files_.end() && (*out = it->second.file.lock())) {
+    *entry = &it->second;
+    return Status::OK();
   }
   Inode* in;
   UPFS_RETURN_IF_ERROR(InodeAt(ino, &in));
   if (IdentKind(in->ident.load(std::memory_order_acquire)) != FileType::kRegular)
     return Status::Corrupt("inode", std::to_string(ino) + " is not a regular file");
+  bool empty = false;
   if (in->log_head.load(std::memory_order_acquire) == 0) {
     // The first log block, made on first use so that creating a file
     // costs no block.
@@ -82,6 +96,7 @@ Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out) {
       UPFS_RETURN_IF_ERROR(st);
     } else {
       pm::PersistWord(&in->log_head);
+      empty = true;
     }
   }
   LogRoot root;
@@ -97,13 +112,18 @@ Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out) {
   UPFS_RETURN_IF_ERROR(File::Open(FileStorage{medium_.get(), source_.get(), root, true}, nullptr,
                                   std::make_unique<PoolFileLease>(this, ino), &f));
   std::shared_ptr<File> sf(std::move(f));
-  files_[ino].file = sf;
   if (files_.size() >= next_file_sweep_) {
     // An entry outlives its File (closed); without a sweep, the map kept
     // one for every file this process ever wrote or stat'ed with data.
     std::erase_if(files_, [](const auto& e) { return e.second.file.expired(); });
     next_file_sweep_ = std::max(kFileSweepMin, 2 * files_.size());
   }
+  FileEntry& e = files_[ino];
+  e.file = sf;
+  // A file whose log this call made holds no data: nothing to map ahead
+  // (and a create + write need not ask the engine for a size to know it).
+  e.mapped = e.mapped || empty;
+  *entry = &e;
   *out = std::move(sf);
   return Status::OK();
 }
@@ -122,24 +142,20 @@ size_t Pool::FileEntriesForTest() {
   return files_.size();
 }
 
-void Pool::PopulateForUse(uint64_t ino, File* f) {
-  {
-    std::lock_guard<std::mutex> g(files_mu_);
-    auto it = files_.find(ino);
-    if (it == files_.end() || it->second.populated) return;
-    it->second.populated = true;
-  }
+void Pool::MapAhead(File* f) {
   uint64_t size = 0;
   if (!f->Size(&size).ok() || size < kPopulateAtOpenBytes) return;
   constexpr uint64_t kExtentBlocks = kExtentSize / kBlockSize;
   // The probe first, on the extent of the file's first block: in huge
   // pages (a fault or two per extent), the reader's own faults cost as
   // little as populating would, and the file's table is not walked.
+  uint32_t first = 0;
+  if (!f->FirstDataBlock(&first).ok() || first == 0) return;
+  if (!medium_->PopulateProbe(first / kExtentBlocks * kExtentSize)) return;
   std::vector<uint64_t> extents;
-  if (!f->DataExtents(kExtentBlocks, 1, &extents).ok() || extents.empty()) return;
-  if (!medium_->PopulateProbe(extents.front() * kExtentSize)) return;
-  if (!f->DataExtents(kExtentBlocks, SIZE_MAX, &extents).ok() || extents.size() < 2) return;
-  extents.erase(extents.begin());  // the probe mapped it
+  if (!f->DataExtents(kExtentBlocks, &extents).ok() || extents.size() < 2) return;
+  // The first is the first block's (the walk goes in file order): probed.
+  extents.erase(extents.begin());
   for (uint64_t& e : extents) e *= kExtentSize;
   medium_->PopulateExtents(std::move(extents));
 }
