@@ -44,11 +44,8 @@ Status Bench::RunColdRead(SideState* s, double* ops_per_s) {
   std::vector<std::string> args = {"upfs", "bench", "--cold-reader", s->data_path, "--seconds",
                                    seconds};
   if (!s->upfs) args.push_back("--kernel");
-  if (s->upfs && !mount_dir_.empty()) {
-    // A pool file: the reader attaches the pool, as a new program would.
-    for (const std::string& a : {std::string("--pool"), pool_file_, std::string("--mount"), mount_dir_})
-      args.push_back(a);
-  }
+  // A pool file: the reader attaches the pool, as a new program would.
+  if (s->upfs && !mount_dir_.empty()) args.insert(args.end(), {"--pool", pool_file_, "--mount", mount_dir_});
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
