@@ -82,6 +82,45 @@ Status Bench::RunColdRead(SideState* s, double* ops_per_s) {
 
 }  // namespace bench
 
+namespace {
+
+// Reads `path` 4 KiB at a time from its start until `seconds` have passed
+// or the file ends; the open is in the time, the close is not.
+Status ReadFromStart(const bench::Ns& side, const std::string& path, double seconds,
+                     uint64_t* reads, double* elapsed) {
+  bench::Buffer buf(static_cast<char*>(std::aligned_alloc(bench::kBlock, bench::kBlock)));
+  const double start = NowSeconds();
+  const int fd = side.Open(path.c_str(), O_RDONLY);
+  if (fd < 0) {
+    const int err = errno;
+    return bench::SideError(side.upfs, "open " + path, err);
+  }
+  double now = start;
+  for (bool more = true; more && now - start < seconds;) {
+    for (int k = 0; k < 16; k++) {
+      const off_t off = off_t(*reads * bench::kBlock);
+      const ssize_t r = side.upfs ? upfs_pread(fd, buf.get(), bench::kBlock, off)
+                                  : pread(fd, buf.get(), bench::kBlock, off);
+      if (r < 0) {
+        const int err = errno;
+        side.Close(fd);
+        return bench::SideError(side.upfs, "read " + path, err);
+      }
+      if (r < ssize_t(bench::kBlock)) {
+        more = false;
+        break;
+      }
+      ++*reads;
+    }
+    now = NowSeconds();
+  }
+  side.Close(fd);
+  *elapsed = now - start;
+  return Status::OK();
+}
+
+}  // namespace
+
 // `upfs bench --cold-reader FILE --seconds S [--kernel]`: one round of
 // read-seq-4k-cold in this new process. Opens FILE (through upfs, or the
 // kernel with --kernel), reads it 4 KiB at a time from its start until S
@@ -114,33 +153,15 @@ int RunColdReader(const std::vector<std::string>& args) {
     return Fail("bench --cold-reader", "--pool and --mount go together, and not with --kernel");
   if (!pool.empty() && upfs_mount(pool.c_str(), mount.c_str()) != 0)
     return Fail("bench --cold-reader", ApiError("mount " + pool + " at " + mount));
-  const bench::Ns side{!kernel};
-  bench::Buffer buf(static_cast<char*>(std::aligned_alloc(bench::kBlock, bench::kBlock)));
-  const double start = NowSeconds();
-  const int fd = side.Open(path.c_str(), O_RDONLY);
-  if (fd < 0) return Fail("bench --cold-reader", bench::SideError(side.upfs, "open " + path, errno).message());
   uint64_t reads = 0;
-  double now = start;
-  for (bool more = true; more && now - start < seconds;) {
-    for (int k = 0; k < 16; k++) {
-      const off_t off = off_t(reads * bench::kBlock);
-      const ssize_t r = side.upfs ? upfs_pread(fd, buf.get(), bench::kBlock, off)
-                                  : pread(fd, buf.get(), bench::kBlock, off);
-      if (r < 0) {
-        return Fail("bench --cold-reader", bench::SideError(side.upfs, "read " + path, errno).message());
-      }
-      if (r < ssize_t(bench::kBlock)) {
-        more = false;
-        break;
-      }
-      reads++;
-    }
-    now = NowSeconds();
-  }
-  side.Close(fd);
-  if (!pool.empty() && upfs_umount(mount.c_str()) != 0)
-    return Fail("bench --cold-reader", ApiError("unmount " + mount));
-  std::printf("%llu %.9f\n", static_cast<unsigned long long>(reads), now - start);
+  double elapsed = 0;
+  const Status read = ReadFromStart(bench::Ns{!kernel}, path, seconds, &reads, &elapsed);
+  // Unmounted whatever the reads did: a reader that fails leaves no
+  // attachment for the next attach to find dead and recover.
+  const bool unmounted = pool.empty() || upfs_umount(mount.c_str()) == 0;
+  if (!read.ok()) return Fail("bench --cold-reader", read.message());
+  if (!unmounted) return Fail("bench --cold-reader", ApiError("unmount " + mount));
+  std::printf("%llu %.9f\n", static_cast<unsigned long long>(reads), elapsed);
   return kExitOk;
 }
 
