@@ -85,6 +85,7 @@ const char kBenchHelp[] =
     "fsync of the directory on either side):\n"
     "  pool-create            create a new file and close it\n"
     "  pool-stat              stat a random file of 1,000 in a directory\n"
+    "  pool-stat-data         the same, files of 4 KiB (their size is in their log)\n"
     "  pool-open-close        open and close a random 4 KiB file of 1,000\n"
     "  pool-unlink            remove a file (made off the clock)\n"
     "  pool-rename            rename a file within its directory of 1,000\n"

@@ -193,7 +193,8 @@ enum class Kind {
   // Namespace operations (bench_pool.cc), on a pool against a kernel
   // directory; `io` is the number of files the workload's directory holds.
   kNsCreate,        // create + close
-  kNsStat,          // stat of a random file
+  kNsStat,          // stat of a random empty file
+  kNsStatData,      // stat of a random 4 KiB file (its size is in its log)
   kNsOpenClose,     // open + close of a random 4 KiB file
   kNsUnlink,        // unlink of a file made off the clock
   kNsRename,        // rename within the directory
@@ -247,6 +248,7 @@ inline const std::vector<Workload>& PoolWorkloads() {
   static const std::vector<Workload> w = {
       {"pool-create", Kind::kNsCreate, 0},
       {"pool-stat", Kind::kNsStat, 1000},
+      {"pool-stat-data", Kind::kNsStatData, 1000},
       {"pool-open-close", Kind::kNsOpenClose, 1000},
       {"pool-unlink", Kind::kNsUnlink, 0},
       {"pool-rename", Kind::kNsRename, 1000},

@@ -86,7 +86,7 @@ Status Bench::PrepareNamespace(const Workload& w, SideState* s) {
   if (ns.Mkdir(s->ns_dir.c_str()) != 0) return SideError(s->upfs, "mkdir " + s->ns_dir, errno);
   s->renamed = 0;
   Names names(s->ns_dir, w.kind == Kind::kNsRename ? "a" : "f");
-  const size_t bytes = w.kind == Kind::kNsOpenClose ? 4096 : 0;
+  const size_t bytes = w.kind == Kind::kNsOpenClose || w.kind == Kind::kNsStatData ? 4096 : 0;
   if (w.io) status_.Show("making " + WithCommas(w.io) + " files (" + (s->upfs ? "upfs" : "kernel") + ")");
   for (uint64_t i = 0; i < w.io; i++) {
     if (g_interrupted) return Interrupted();

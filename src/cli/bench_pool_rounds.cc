@@ -28,6 +28,7 @@ Status Bench::RunNamespace(size_t wi, const Workload& w, SideState* s, int round
   auto op = [&](uint64_t) -> bool {
     switch (w.kind) {
       case Kind::kNsStat:
+      case Kind::kNsStatData:
         return ns.Stat(files(rng.Below(n)), &st) == 0;
       case Kind::kNsOpenClose: {
         const int fd = ns.Open(files(rng.Below(n)), O_RDONLY);

@@ -144,7 +144,7 @@ if python3 - "$DIR/bench.json" <<'PY'
 import json, sys
 rows = json.load(open(sys.argv[1]))
 names = [r["name"] for r in rows]
-assert len(names) == 14 and all(n.startswith("pool-") for n in names), names
+assert len(names) == 15 and all(n.startswith("pool-") for n in names), names
 writing = {"pool-create-512", "pool-overwrite-rand-4k", "pool-append-4k"}
 for r in rows:
     keys = {"name", "upfs_ops", "kernel_ops", "ratio"}
