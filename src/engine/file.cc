@@ -13,6 +13,7 @@
 #include "engine/file_internal.h"
 #include "engine/gc_worker.h"
 #include "engine/log_compactor.h"
+#include "engine/stat_hint.h"
 #include "medium/pm.h"
 #include "util/assert.h"
 #include "util/optimistic_copy.h"
@@ -410,7 +411,16 @@ Status File::Size(uint64_t* size) {
 }
 
 Status File::Stat(FileStat* st) {
-  return WithTable([&](BlockTable* t) { return StatLocked(t, st); });
+  return WithTable([&](BlockTable* t) {
+    // The cursor before the size: a size read after it is that of the
+    // cursor or of entries applied since, which the hint's reader finds
+    // committed at the cursor (stat_hint.h).
+    const LogPos at = t->cursor();
+    UPFS_RETURN_IF_ERROR(StatLocked(t, st));
+    if (root_.words && !read_only())
+      PublishStatHint(root_.words, root_.head->load(std::memory_order_acquire), at, st->size, st->blocks);
+    return Status::OK();
+  });
 }
 
 Status File::StatLocked(BlockTable* t, FileStat* st) {

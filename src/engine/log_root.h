@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include "format/format.h"
@@ -22,14 +23,32 @@ struct LogWords {
   // in-place append, or an operation about to expose them): owner pid << 32
   // | slot + 1, 0 = nobody. See File::AppendInPlace.
   alignas(64) std::atomic<uint64_t> tail_claim;
+  // The size and block count as of a log position, for a stat that need
+  // not replay the log (engine/stat_hint.h). A seqlock: hint_ver is odd
+  // while a writer stores, 0 while there is no hint.
+  std::atomic<uint64_t> hint_ver;
+  std::atomic<uint64_t> hint_size;
+  std::atomic<uint64_t> hint_blocks;
+  std::atomic<uint64_t> hint_at;    // lblock:32 | slot:32 of the position
+  std::atomic<uint64_t> hint_seq;   // that log block's seq
+  std::atomic<uint64_t> hint_head;  // the log's first block then
+  std::atomic<uint64_t> hint_crc;   // CRC-32C of the five words above
   void Reset() {
     compact_seq.store(0, std::memory_order_relaxed);
     gc_owner.store(0, std::memory_order_relaxed);
     gc_last_blocks.store(0, std::memory_order_relaxed);
     tail_claim.store(0, std::memory_order_relaxed);
+    hint_ver.store(0, std::memory_order_relaxed);
+    hint_size.store(0, std::memory_order_relaxed);
+    hint_blocks.store(0, std::memory_order_relaxed);
+    hint_at.store(0, std::memory_order_relaxed);
+    hint_seq.store(0, std::memory_order_relaxed);
+    hint_head.store(0, std::memory_order_relaxed);
+    hint_crc.store(0, std::memory_order_relaxed);
   }
 };
 static_assert(sizeof(LogWords) == 128);
+static_assert(offsetof(LogWords, tail_claim) == 64 && offsetof(LogWords, hint_crc) == 120);
 
 struct LogRoot {
   std::atomic<uint64_t>* head = nullptr;  // logical block of the first log block (durable, CAS)

@@ -25,6 +25,7 @@
 #include "container/pool/namespace.h"
 #include "container/pool/pool.h"
 #include "engine/file.h"
+#include "pool_attached_fixture.h"
 #include "pool_concurrency_util.h"
 #include "test_util.h"
 #include "upfs/upfs.h"
@@ -168,22 +169,9 @@ TEST_F(PoolHold, RenamesAndLinkRemovalsRacingOpens) {
 // The same races, made to happen in one thread through the namespace:
 // a stale opener's hold lands on the inode after its file was freed, and
 // is given back after the inode was made again for another file.
-class PoolHoldSteps : public ::testing::Test {
+class PoolHoldSteps : public pool_test::AttachedPoolTest {
  protected:
-  void SetUp() override {
-    path_ = "/dev/shm/upfs-holdsteps-" + std::to_string(getpid()) + ".pool";
-    unlink(path_.c_str());
-    upfs::Status st = upfs::Pool::Create(path_, 0);
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    st = upfs::Pool::Attach(path_, &pool_);
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    who_ = upfs::Credentials::Current(false);
-  }
-  void TearDown() override {
-    pool_.reset();
-    unlink(path_.c_str());
-  }
-  upfs::PoolNamespace Ns() { return upfs::PoolNamespace(pool_.get(), &who_); }
+  PoolHoldSteps() : AttachedPoolTest("holdsteps") {}
   upfs::Resolved At(const char* path) {
     upfs::Resolved r;
     upfs::Status st = Ns().Resolve(path, true, &r);
@@ -212,9 +200,6 @@ class PoolHoldSteps : public ::testing::Test {
     if (st.ok()) Ns().DropHold(r.ino, gen);
     return st;
   }
-  std::string path_;
-  std::unique_ptr<upfs::Pool> pool_;
-  upfs::Credentials who_;
 };
 
 TEST_F(PoolHoldSteps, AHoldByANameThatMovedOnFails) {

@@ -119,13 +119,18 @@ void InodeAllocator::WriteImage(Inode* in, const Inode& image) {
   // regular file's log words there are soft (recovery resets them) and a
   // directory has nothing there: stored, for this run's readers, but not
   // written back (two lines fewer to wait for in every create and mkdir).
-  // (As bytes: the words are atomics, and this is the inode's image.)
-  void* lines23 = reinterpret_cast<char*>(in) + offsetof(Inode, words);
-  const void* from = reinterpret_cast<const char*>(&image) + offsetof(Inode, words);
+  // Word by word, as atomics: a stat of the inode's previous life may be
+  // reading its stat hint there right now (it then finds the ident changed
+  // and looks no further; engine/stat_hint.h).
+  constexpr size_t kWords = (kInodeSize - offsetof(Inode, words)) / 8;
+  auto* to = reinterpret_cast<std::atomic<uint64_t>*>(reinterpret_cast<char*>(in) + offsetof(Inode, words));
+  uint64_t from[kWords];
+  std::memcpy(from, reinterpret_cast<const char*>(&image) + offsetof(Inode, words), sizeof(from));
   if (IdentKind(image.ident.load(std::memory_order_relaxed)) == FileType::kSymlink) {
-    pm::CopyFlush(lines23, from, kInodeSize - offsetof(Inode, words));
+    pm::StoreWords(to, from, kWords);  // seen by the crash explorer's recorder
+    pm::Flush(to, sizeof(from));
   } else {
-    std::memcpy(lines23, from, kInodeSize - offsetof(Inode, words));
+    for (size_t i = 0; i < kWords; ++i) to[i].store(from[i], std::memory_order_relaxed);
   }
 }
 

@@ -110,9 +110,13 @@ class PoolNamespace {
   // Stat's attributes from the inode and the index (pinned, index lock
   // held); *needs_file: a regular file with a log, whose size, blocks and
   // data ctime its engine File gives (StatFile, without the lock).
-  Status StatLocked(uint64_t ino, struct stat* st, bool* needs_file) const;
+  Status StatLocked(uint64_t ino, struct stat* st, bool* needs_file, uint64_t* ident = nullptr) const;
   // `named`: as TakeHold's (a hold that fails its check gives ENOENT).
-  Status StatFile(uint64_t ino, struct stat* st, bool held, const Resolved* named = nullptr);
+  // `ident`: the inode's ident StatLocked saw (0: unknown); while it is
+  // still that, the size may come from the log's stat hint, without an
+  // engine File.
+  Status StatFile(uint64_t ino, struct stat* st, bool held, const Resolved* named = nullptr,
+                  uint64_t ident = 0);
   // Commits rec once validate() holds at the log's tail. `with_payload`:
   // writes to make durable with the record's payload (NsLog::Reserve), run
   // once, before the first reservation's fence. *committed (if given):

@@ -62,10 +62,11 @@ Status PoolNamespace::Readlink(uint64_t ino, std::string* target) {
   return Status::OK();
 }
 
-Status PoolNamespace::StatLocked(uint64_t ino, struct stat* st, bool* needs_file) const {
+Status PoolNamespace::StatLocked(uint64_t ino, struct stat* st, bool* needs_file, uint64_t* ident) const {
   Inode* in;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
   const uint64_t id = in->ident.load(std::memory_order_acquire);
+  if (ident) *ident = id;
   const FileType kind = IdentKind(id);
   if (kind == FileType::kFree || kind > FileType::kSymlink) return Status::Error(ENOENT, "file removed");
   ZeroStat(st);
@@ -93,16 +94,23 @@ Status PoolNamespace::StatLocked(uint64_t ino, struct stat* st, bool* needs_file
   return Status::OK();
 }
 
-Status PoolNamespace::StatFile(uint64_t ino, struct stat* st, bool held, const Resolved* named) {
-  uint32_t gen = 0;
-  if (!held) UPFS_RETURN_IF_ERROR(TakeHold(ino, &gen, named));
-  std::shared_ptr<File> f;
-  Status s = pool_->FileOf(ino, &f);
+Status PoolNamespace::StatFile(uint64_t ino, struct stat* st, bool held, const Resolved* named,
+                               uint64_t ident) {
   FileStat fs;
-  if (s.ok()) s = f->Stat(&fs);
-  f.reset();
-  if (!held) DropHold(ino, gen);
-  UPFS_RETURN_IF_ERROR(s);
+  // The hint answers for the inode StatLocked read (same ident before and
+  // after): no hold, no engine File, no replay of the log. Else the File
+  // (made for this stat when nobody holds one) computes the size and
+  // leaves a hint for the next stat.
+  if (ident == 0 || !pool_->StatFromHint(ino, ident, &fs)) {
+    uint32_t gen = 0;
+    if (!held) UPFS_RETURN_IF_ERROR(TakeHold(ino, &gen, named));
+    std::shared_ptr<File> f;
+    Status s = pool_->FileOf(ino, &f);
+    if (s.ok()) s = f->Stat(&fs);
+    f.reset();
+    if (!held) DropHold(ino, gen);
+    UPFS_RETURN_IF_ERROR(s);
+  }
   st->st_size = off_t(fs.size);
   st->st_blocks = blkcnt_t(fs.blocks * (kBlockSize / 512));
   // The file's mtime is ReportedMtime's; a data change moves its ctime.
@@ -115,11 +123,12 @@ Status PoolNamespace::Stat(uint64_t ino, struct stat* st, bool held) {
   std::optional<EpochPin> pin;
   UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   bool needs_file;
+  uint64_t ident = 0;
   {
     std::shared_lock<SpinSharedMutex> g(pool_->index_mu());
-    UPFS_RETURN_IF_ERROR(StatLocked(ino, st, &needs_file));
+    UPFS_RETURN_IF_ERROR(StatLocked(ino, st, &needs_file, &ident));
   }
-  return needs_file ? StatFile(ino, st, held) : Status::OK();
+  return needs_file ? StatFile(ino, st, held, nullptr, ident) : Status::OK();
 }
 
 Status PoolNamespace::StatPath(std::string_view path, bool follow, struct stat* st, std::string* escape,
@@ -129,6 +138,7 @@ Status PoolNamespace::StatPath(std::string_view path, bool follow, struct stat* 
   for (int attempt = 0;; ++attempt) {
     Resolved r;
     bool needs_file;
+    uint64_t ident = 0;
     {
       // One pin and one hold of the index lock for the lookup and the
       // attributes: stat is the call programs make most.
@@ -136,13 +146,13 @@ Status PoolNamespace::StatPath(std::string_view path, bool follow, struct stat* 
       UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
       UPFS_RETURN_IF_ERROR(ResolveLocked(path, follow, &r, escape, start));
       if (r.ino == 0) return Status::Error(ENOENT, "no such file or directory");
-      UPFS_RETURN_IF_ERROR(StatLocked(r.ino, st, &needs_file));
+      UPFS_RETURN_IF_ERROR(StatLocked(r.ino, st, &needs_file, &ident));
     }
     if (!needs_file) return Status::OK();
     // The size comes from the file's engine, under a hold taken after the
     // lock: if the name has moved on meanwhile (removed, or its inode
     // freed and made again for another file), look again, as open does.
-    Status s = StatFile(r.ino, st, false, &r);
+    Status s = StatFile(r.ino, st, false, &r, ident);
     if (s.err() != ENOENT || attempt >= kMaxStatRetries) return s;
   }
 }

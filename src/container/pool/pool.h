@@ -149,8 +149,15 @@ class Pool {
   // file's data ahead of its reads, in the background, when the pool is
   // in small pages (MapAhead, pool_files.cc).
   Status FileOf(uint64_t ino, std::shared_ptr<File>* out, bool for_use = false);
+  // The size, block count and data times of regular file `ino` from its
+  // log's stat hint (engine/stat_hint.h), without an engine File; false if
+  // the hint is missing or no longer true, or if the inode's ident is not
+  // `ident` before and after (freed or made again meanwhile). The caller
+  // is pinned.
+  bool StatFromHint(uint64_t ino, uint64_t ident, FileStat* out);
   // Entries of the map FileOf keeps, live or not yet swept (for tests).
   size_t FileEntriesForTest();
+
   // The descriptors and directory streams of this pool in this process:
   // AddUser(+1) as one is made, AddUser(-1) as it goes.
   void AddUser(int64_t delta) { users_.Add(ThreadIndex(), delta); }

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "container/pool/pool.h"
+#include "engine/stat_hint.h"
 #include "medium/medium.h"
 #include "medium/pm.h"
 
@@ -135,6 +136,17 @@ void Pool::AdoptRetired(std::vector<ThreadBlocks::Retired>* limbo) {
   // Entries keep their epochs: the oldest may be free to go already.
   source_->DrainLimbo(&retired_, false);
   source_->ReturnAll(&retired_);
+}
+
+bool Pool::StatFromHint(uint64_t ino, uint64_t ident, FileStat* out) {
+  Inode* in;
+  if (!InodeAt(ino, &in).ok() || in->ident.load(std::memory_order_acquire) != ident) return false;
+  if (!ReadStatHint(in->words, access_, in->log_head.load(std::memory_order_acquire), &out->size,
+                    &out->blocks))
+    return false;
+  out->mtime_ns = ReportedMtime(in->times, in->created_ns);
+  out->data_ctime_ns = ReportedDataCtime(in->times, in->created_ns);
+  return in->ident.load(std::memory_order_acquire) == ident;
 }
 
 size_t Pool::FileEntriesForTest() {
