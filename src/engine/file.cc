@@ -417,7 +417,7 @@ Status File::Stat(FileStat* st) {
     // committed at the cursor (stat_hint.h).
     const LogPos at = t->cursor();
     UPFS_RETURN_IF_ERROR(StatLocked(t, st));
-    if (root_.words && !read_only())
+    if (root_.stat_hints && root_.words && !read_only())
       PublishStatHint(root_.words, root_.head->load(std::memory_order_acquire), at, st->size, st->blocks);
     return Status::OK();
   });

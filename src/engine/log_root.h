@@ -60,6 +60,9 @@ struct LogRoot {
   // pool version 2): small strict writes may commit them. Logs of older
   // versions never get one, so that older builds can still read them.
   bool patches = true;
+  // Its stats leave a hint in `words` for stats without the engine
+  // (engine/stat_hint.h): in a pool, where such stats read it.
+  bool stat_hints = false;
 };
 
 }  // namespace upfs

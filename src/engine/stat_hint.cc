@@ -25,17 +25,27 @@ uint32_t HintCrc(uint64_t size, uint64_t blocks, uint64_t at, uint64_t seq, uint
 uint64_t StatHintsTakenInThisThread() { return t_hints_taken; }
 
 void PublishStatHint(LogWords* w, uint64_t head, const LogPos& at, uint64_t size, uint64_t blocks) {
-  uint64_t v = w->hint_ver.load(std::memory_order_relaxed);
+  const uint64_t pos = uint64_t(at.lblock) | (uint64_t(at.slot) << 32);
+  const uint32_t crc = HintCrc(size, blocks, pos, at.seq, head);
+  uint64_t v = w->hint_ver.load(std::memory_order_acquire);
+  // Repeated stats of an unchanged file (an fstat after every call, as
+  // SQLite does) leave the line alone: the hint says this already.
+  if (v != 0 && !(v & 1) && w->hint_at.load(std::memory_order_relaxed) == pos &&
+      w->hint_seq.load(std::memory_order_relaxed) == at.seq &&
+      w->hint_size.load(std::memory_order_relaxed) == size &&
+      w->hint_blocks.load(std::memory_order_relaxed) == blocks &&
+      w->hint_head.load(std::memory_order_relaxed) == head &&
+      w->hint_crc.load(std::memory_order_relaxed) == crc)
+    return;
   // One writer at a time; one that finds another at work leaves it the hint.
   if ((v & 1) || !w->hint_ver.compare_exchange_strong(v, v + 1, std::memory_order_acquire))
     return;
-  const uint64_t pos = uint64_t(at.lblock) | (uint64_t(at.slot) << 32);
   w->hint_size.store(size, std::memory_order_relaxed);
   w->hint_blocks.store(blocks, std::memory_order_relaxed);
   w->hint_at.store(pos, std::memory_order_relaxed);
   w->hint_seq.store(at.seq, std::memory_order_relaxed);
   w->hint_head.store(head, std::memory_order_relaxed);
-  w->hint_crc.store(HintCrc(size, blocks, pos, at.seq, head), std::memory_order_relaxed);
+  w->hint_crc.store(crc, std::memory_order_relaxed);
   w->hint_ver.store(v + 2, std::memory_order_release);
 }
 
