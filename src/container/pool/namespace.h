@@ -109,7 +109,8 @@ class PoolNamespace {
   Status Permit(const format::pool::Inode* in, int want) const;
   // Stat's attributes from the inode and the index (pinned, index lock
   // held); *needs_file: a regular file with a log, whose size, blocks and
-  // data ctime its engine File gives (StatFile, without the lock).
+  // data ctime its engine File gives (StatFile, without the lock), or its
+  // log's stat hint while the inode's ident is still *ident (set here).
   Status StatLocked(uint64_t ino, struct stat* st, bool* needs_file, uint64_t* ident = nullptr) const;
   // `named`: as TakeHold's (a hold that fails its check gives ENOENT).
   // `ident`: the inode's ident StatLocked saw (0: unknown); while it is
