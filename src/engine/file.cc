@@ -232,15 +232,9 @@ Status File::CatchUp(ThreadCtx* c, BlockTable** out) {
   BlockTable* t = table_.load(std::memory_order_acquire);
   LogPos p = t->cursor();
   uint64_t compact = root_.words->compact_seq.load(std::memory_order_acquire);
-  if (!StaleAfterCompaction(*t, p, compact)) {
-    LogBlock* b = LogAt(p.lblock);
-    bool idle = p.slot < kSlotsPerLogBlock
-                    ? b->slots[p.slot].load(std::memory_order_acquire) == 0
-                    : NextBlock(b->next.load(std::memory_order_acquire)) == 0;
-    if (idle) {
-      *out = t;
-      return Status::OK();
-    }
+  if (!StaleAfterCompaction(*t, p, compact) && NothingCommittedAt(LogAt(p.lblock), p.slot)) {
+    *out = t;
+    return Status::OK();
   }
   SpinGuard g(apply_lock_);
   t = table_.load(std::memory_order_acquire);

@@ -38,6 +38,16 @@ class BlockAccess {
   BlockSpace* m_;
 };
 
+// Whether nothing is committed at or after `slot` of log block `b`, the
+// position right after everything a reader has applied: its slot is still
+// empty or, at a full block's end, the block has no successor yet.
+// Entries (and reservations) enter the log only by a CAS of its first
+// empty slot, so this is the whole of "no entry since".
+inline bool NothingCommittedAt(const format::LogBlock* b, uint32_t slot) {
+  return slot < format::kSlotsPerLogBlock ? b->slots[slot].load(std::memory_order_acquire) == 0
+                                          : format::NextBlock(b->next.load(std::memory_order_acquire)) == 0;
+}
+
 // Decodes an inline mapping entry (kMap, kMapExtend) into *eff.
 inline Status DecodeInlineEffect(const BlockAccess& ba, uint64_t e, Effect* eff) {
   format::InlineMap m = format::DecodeInline(e);

@@ -28,8 +28,8 @@ void PublishStatHint(LogWords* w, uint64_t head, const LogPos& at, uint64_t size
   const uint64_t pos = uint64_t(at.lblock) | (uint64_t(at.slot) << 32);
   const uint32_t crc = HintCrc(size, blocks, pos, at.seq, head);
   uint64_t v = w->hint_ver.load(std::memory_order_acquire);
-  // Repeated stats of an unchanged file (an fstat after every call, as
-  // SQLite does) leave the line alone: the hint says this already.
+  // Repeated stats of an unchanged file leave the line alone: the hint
+  // says this already.
   if (v != 0 && !(v & 1) && w->hint_at.load(std::memory_order_relaxed) == pos &&
       w->hint_seq.load(std::memory_order_relaxed) == at.seq &&
       w->hint_size.load(std::memory_order_relaxed) == size &&
@@ -66,22 +66,16 @@ bool ReadStatHint(const LogWords& w, const BlockAccess& access, uint64_t head, u
   const uint64_t slot = at >> 32;
   // The words are soft and shared: nothing in them is trusted to point
   // into the space before it is checked.
-  if (lblock == 0 || slot > kSlotsPerLogBlock || !access.CheckRange(lblock, 1, "stat hint").ok())
-    return false;
-  char* p;
-  if (!access.Addr(lblock, &p).ok()) return false;
-  const LogBlock* b = reinterpret_cast<const LogBlock*>(p);
-  // The position's slot line loads while the chain is checked.
-  __builtin_prefetch(slot < kSlotsPerLogBlock ? static_cast<const void*>(&b->slots[slot]) : &b->next);
+  // (CheckRange also refuses block 0 and maps the block if another
+  // process grew the space.)
+  if (slot > kSlotsPerLogBlock || !access.CheckRange(lblock, 1, "stat hint").ok()) return false;
+  const LogBlock* b = reinterpret_cast<const LogBlock*>(access.AddrUnchecked(lblock));
   // A compaction replaces the chain with blocks of higher seq and raises
   // compact_seq past the old ones: a hint into a replaced chain fails here,
   // whatever its old blocks hold now.
   if (seq < w.compact_seq.load(std::memory_order_acquire)) return false;
   if (__atomic_load_n(&b->seq, __ATOMIC_ACQUIRE) != seq) return false;
-  const bool idle = slot < kSlotsPerLogBlock
-                        ? b->slots[slot].load(std::memory_order_acquire) == 0
-                        : NextBlock(b->next.load(std::memory_order_acquire)) == 0;
-  if (!idle) return false;
+  if (!NothingCommittedAt(b, uint32_t(slot))) return false;
   *size = s;
   *blocks = n;
   ++t_hints_taken;

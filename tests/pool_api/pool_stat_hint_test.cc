@@ -102,9 +102,10 @@ TEST_F(PoolStatHint, EveryChangeIsSeenByTheNextStat) {
   EXPECT_EQ(StatSize("f"), 0);
 }
 
-// Small overwrites fill the log with patches until the GC compacts it:
-// a hint into the replaced chain must fail (its blocks may hold anything
-// once reused), and a new one holds on the new chain.
+// Small overwrites fill the log with patches until the GC compacts it
+// (its full blocks replaced, the tail block kept): stats between the
+// batches and after the last compaction agree with the engine. (A hint
+// into a block a compaction retired: PoolStatHintSteps below.)
 TEST_F(PoolStatHint, AHintDoesNotOutliveACompactionOfTheLog) {
   const size_t size = 64 * 1024;
   ASSERT_EQ(Create("f", std::string(size, 'a')), 0);
