@@ -13,6 +13,10 @@
 //
 // Knobs: UPFS_TEST_SCALE (operations and rounds), UPFS_TEST_SEED.
 // Must stay clean under ThreadSanitizer.
+#include <sys/mman.h>
+
+#include <new>
+
 #include "pool_concurrency_util.h"
 
 namespace {
@@ -341,7 +345,9 @@ TEST_F(PoolConcurrencyTest, CheckpointsWrittenWhileThreadsChangeAndLook) {
 // a record of another process arrives through the catch-up just before
 // the check, so a catch-up that did not count it let both processes win
 // the same name (threads of one process do not show it: their commits
-// count themselves).
+// count themselves). Neither starts unlinking before both have created:
+// a racer descheduled in its creates would otherwise, quite rightly,
+// create again a name the other had already unlinked.
 TEST_F(PoolConcurrencyTest, ProcessesRacingForTheSameNamesWinEachOnce) {
   const int names = int(Scaled(20000, 2000));
   const std::string dir = P("race");
@@ -350,6 +356,9 @@ TEST_F(PoolConcurrencyTest, ProcessesRacingForTheSameNamesWinEachOnce) {
   if (HasFatalFailure()) return;
   int gate[2];
   ASSERT_EQ(pipe(gate), 0);
+  void* shared = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(shared, MAP_FAILED);
+  auto* created_all = new (shared) std::atomic<int>(0);  // racers done creating
   std::vector<upfs_test::ReportingChild> kids;
   for (int c = 0; c < 2; ++c) {
     kids.push_back(upfs_test::ForkReporting("racer " + std::to_string(c), {gate[1]}, [&](int out) {
@@ -369,6 +378,14 @@ TEST_F(PoolConcurrencyTest, ProcessesRacingForTheSameNamesWinEachOnce) {
         } else if (errno != EEXIST && errors++ < 5) {
           upfs_test::PipeWriteString(out, "E create " + name(i) + ": " + ErrnoText(errno) + "\n");
         }
+      }
+      created_all->fetch_add(1);
+      for (int spins = 0; created_all->load() < 2; ++spins) {
+        if (spins > 120 * 1000) {  // about two minutes: the other racer died
+          upfs_test::PipeWriteString(out, "E the other racer never finished creating\n");
+          _exit(2);
+        }
+        usleep(1000);
       }
       for (int i = 0; i < names; ++i) {
         if (upfs_unlink(name(i).c_str()) == 0) ++unlinked;
@@ -400,6 +417,7 @@ TEST_F(PoolConcurrencyTest, ProcessesRacingForTheSameNamesWinEachOnce) {
     }
     EXPECT_EQ(how, "exit 0") << k.what;
   }
+  munmap(shared, sizeof(std::atomic<int>));
   EXPECT_EQ(created, names) << "names created twice (or not at all)";
   EXPECT_EQ(unlinked, names) << "names unlinked twice (or not at all)";
   Mount();
