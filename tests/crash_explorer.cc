@@ -60,6 +60,10 @@ class PersistenceModel : public pm::Recorder {
 
   void Attach(Medium* m) { medium_ = m; }
   void SetCrashPoint(CrashPoint cp) { crash_point_ = std::move(cp); }
+  // Called after each 8-byte store the operation makes (not its racer's),
+  // for racing it where no fence is: between a reservation's CAS and its
+  // apply, say.
+  void SetStorePoint(std::function<void()> sp) { store_point_ = std::move(sp); }
 
   // The durable bytes start as the file's current content.
   void Reset(const std::string& path) {
@@ -78,13 +82,20 @@ class PersistenceModel : public pm::Recorder {
     std::vector<char> z(n, 0);
     Write(dst, z.data(), n, true);
   }
-  void OnStore(void* dst, uint64_t value) override { Write(dst, &value, 8, false); }
+  void OnStore(void* dst, uint64_t value) override {
+    Write(dst, &value, 8, false);
+    if (store_point_ && !in_crash_point_) {
+      in_crash_point_ = true;
+      store_point_();
+      in_crash_point_ = false;
+    }
+  }
   void OnFlush(const void* addr, size_t n) override {
     uint64_t off;
     if (!Offset(addr, &off)) return;
     for (uint64_t l = off / kLine * kLine; l < off + n; l += kLine) {
       auto it = lines_.find(l);
-      if (it != lines_.end()) it->second.flushed = true;
+      if (it != lines_.end()) it->second.flushed |= Actor();
     }
   }
   void OnFence() override {
@@ -93,8 +104,12 @@ class PersistenceModel : public pm::Recorder {
       crash_point_("fence");
       in_crash_point_ = false;
     }
+    // A fence orders only its own thread's flushes and non-temporal
+    // stores: a racer's fence does not make durable what the operation it
+    // interrupted flushed and has yet to fence (a line both flushed is
+    // written back whole, with both threads' bytes).
     for (auto it = lines_.begin(); it != lines_.end();) {
-      if (it->second.nt || it->second.flushed) {
+      if ((it->second.nt | it->second.flushed) & Actor()) {
         Apply(it->first, it->second);
         it = lines_.erase(it);
       } else {
@@ -124,9 +139,13 @@ class PersistenceModel : public pm::Recorder {
  private:
   struct LineState {
     char bytes[kLine];
-    bool nt = false;       // written non-temporally: durable at the next fence
-    bool flushed = false;  // flushed: durable at the next fence
+    // Bit masks of actors (the operation, its racer): written
+    // non-temporally, or flushed, by that actor: durable at its next fence.
+    uint8_t nt = 0;
+    uint8_t flushed = 0;
   };
+  // The operation is actor 1; a racer running at one of its fences is 2.
+  uint8_t Actor() const { return in_crash_point_ ? 2 : 1; }
 
   bool Offset(const void* addr, uint64_t* off) const {
     if (!medium_) return false;
@@ -155,9 +174,9 @@ class PersistenceModel : public pm::Recorder {
       }
       uint64_t lo = std::max(l, off), hi = std::min(l + kLine, off + n);
       std::memcpy(it->second.bytes + (lo - l), s + (lo - off), hi - lo);
-      if (nt) it->second.nt = true;
+      if (nt) it->second.nt |= Actor();
       // A store after a flush needs another flush.
-      if (!nt) it->second.flushed = false;
+      if (!nt) it->second.flushed = 0;
     }
   }
   void Apply(uint64_t l, const LineState& st) {
@@ -169,6 +188,7 @@ class PersistenceModel : public pm::Recorder {
   std::vector<char> durable_;
   std::map<uint64_t, LineState> lines_;
   CrashPoint crash_point_;
+  std::function<void()> store_point_;
   bool in_crash_point_ = false;
 };
 
@@ -184,13 +204,16 @@ struct Op {
   // is held at its fence number race_fence (before that fence takes effect).
   std::shared_ptr<Op> race;
   int race_fence = 0;
+  int race_store = 0;  // if set, held at this 8-byte store instead of a fence
   std::string Describe() const {
     char b[160];
     static const char* names[] = {"write", "append", "truncate", "fallocate", "gc"};
     std::snprintf(b, sizeof(b), "%s off=%" PRIu64 " len=%" PRIu64 " mode=%d", names[kind], off,
                   len, mode);
     std::string d = b;
-    if (race) d += " raced at fence " + std::to_string(race_fence) + " by [" + race->Describe() + "]";
+    if (race)
+      d += (race_store ? " raced at store " + std::to_string(race_store) : " raced at fence " + std::to_string(race_fence)) +
+           " by [" + race->Describe() + "]";
     return d;
   }
 };
@@ -395,6 +418,17 @@ std::vector<Workload> MakeWorkloads() {
     b.race = std::make_shared<Op>(W(4096, 4096, 31));
     b.race_fence = 2;
     r.ops.push_back(b);
+    // The second commits between the first's reservation and its apply (no
+    // fence comes between them: a patch persists in one round), on the
+    // same block (the first patches again after it) and on another.
+    Op d = W(300, 100, 34);
+    d.race = std::make_shared<Op>(W(350, 100, 35));
+    d.race_store = 1;
+    r.ops.push_back(d);
+    Op e = W(600, 100, 36);
+    e.race = std::make_shared<Op>(W(4096 + 600, 100, 37));
+    e.race_store = 1;
+    r.ops.push_back(e);
     Op c = W(8192 + 100, 5000, 32);
     c.race = std::make_shared<Op>(W(8192 + 300, 64, 33));
     c.race_fence = 1;
@@ -452,29 +486,43 @@ class Explorer {
       // other operation alone and both in either order.
       std::vector<State> allowed{state, ApplyModel(state, op)};
       std::vector<State> done_states{allowed[1]};
+      std::vector<State> racer_returned;  // the racer's effect is there
       if (op.race) {
         State b = ApplyModel(state, *op.race);
         State ab = ApplyModel(allowed[1], *op.race), ba = ApplyModel(b, op);
         allowed.insert(allowed.end(), {b, ab, ba});
         done_states = {ab, ba};
+        racer_returned = {b, ab, ba};
       }
       bool explore = i >= w.explore_from;
       int fence = 0;
       bool raced = false;
       Status race_st;
+      auto race_now = [&] {
+        raced = true;
+        // Hold this operation here; the racer runs to completion in
+        // another thread.
+        std::thread t([&] { race_st = RunOp(f.get(), *op.race); });
+        t.join();
+        // The racer returned; this operation has yet to fence what it
+        // flushed, which the racer's fences do not make durable: a crash
+        // now must keep the racer's effect (whatever it committed after
+        // this operation's entries made those durable first).
+        if (explore && race_st.ok()) Explore(w, i, fence, racer_returned, /*op_done=*/false);
+      };
       model_.SetCrashPoint([&](const char*) {
         ++fence;
         if (explore) Explore(w, i, fence, allowed, /*op_done=*/false);
-        if (op.race && !raced && fence == op.race_fence) {
-          raced = true;
-          // Hold this operation here; the racer runs to completion (its
-          // fences are explored too) in another thread.
-          std::thread t([&] { race_st = RunOp(f.get(), *op.race); });
-          t.join();
-        }
+        if (op.race && !op.race_store && !raced && fence == op.race_fence) race_now();
       });
+      int stores = 0;
+      if (op.race && op.race_store)
+        model_.SetStorePoint([&] {
+          if (!raced && ++stores == op.race_store) race_now();
+        });
       st = RunOp(f.get(), op);
       model_.SetCrashPoint(nullptr);
+      model_.SetStorePoint(nullptr);
       if (st.ok() && op.race && !raced) race_st = RunOp(f.get(), *op.race);  // fewer fences than asked
       if (!st.ok() || !race_st.ok()) {
         std::printf("%s: op %zu %s failed: %s %s\n", w.name.c_str(), i, op.Describe().c_str(),

@@ -112,6 +112,45 @@ TEST(Patch, ADamagedPatchIsRefusedAtOpen) {
   EXPECT_NE(st.message().find("checksum"), std::string::npos) << st.message();
 }
 
+// The same image, but left by a crash (the file was in use: `in_use` is
+// still 1) and torn as a crash tears (a payload word that did not reach
+// media reads as zero): the patch is a commit the crash cut short. fsck
+// says so without calling the file damaged, and the next open discards it
+// and reads the bytes from before it; with `in_use` 0 it is damage.
+TEST(Patch, APatchACrashCutShortIsDiscardedOnlyAfterACrash) {
+  TempDir d;
+  const std::string path = d.File("cut");
+  const std::string before = PatchBytes(4 * kBlockSize, 1);
+  const std::string marker(100, '\x5a');
+  {
+    Opened f(path);
+    f.Write(before, 0);
+    f.Write(marker, kBlockSize + 8);
+  }
+  int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  std::string all(lseek(fd, 0, SEEK_END), '\0');
+  ASSERT_EQ(pread(fd, all.data(), all.size(), 0), ssize_t(all.size()));
+  const size_t at = all.find(marker);
+  ASSERT_NE(at, std::string::npos);
+  const uint64_t zero = 0, one = 1;
+  ASSERT_EQ(pwrite(fd, &zero, 8, off_t((at + 40) / 8 * 8)), 8);  // one payload word lost
+  FileReport r;
+  EXPECT_EQ(InspectFile(path, true, &r).err(), EUCLEAN) << "in_use 0: damage";
+  ASSERT_EQ(pwrite(fd, &one, 8, off_t(offsetof(FileHeader, in_use))), 8);
+  close(fd);
+  Status st = InspectFile(path, true, &r);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(r.cut_short_words, 1u);
+  Opened f(path);
+  ASSERT_TRUE(f.file);
+  EXPECT_EQ(f.ReadAll(), before);
+  f.Write(marker, kBlockSize + 8);  // the log goes on after the discarded commit
+  std::string want = before;
+  want.replace(kBlockSize + 8, marker.size(), marker);
+  EXPECT_EQ(f.ReadAll(), want);
+}
+
 TEST(Patch, EverySizeAndAlignmentReadsBackAcrossFoldsGcAndReopen) {
   TempDir d;
   const std::string path = d.File("b");

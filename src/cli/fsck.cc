@@ -51,6 +51,9 @@ int RunFsck(const std::vector<std::string>& args) {
               HumanBytes(r.size).c_str(), WithCommas(r.log_blocks).c_str(),
               WithCommas(r.log_entries).c_str());
   for (const std::string& pr : r.problems) std::printf("problem: %s\n", pr.c_str());
+  if (r.cut_short_words)
+    std::printf("%s: a commit a crash interrupted at the end of the log (%u words; cleared by the next open)\n",
+                path.c_str(), r.cut_short_words);
   PrintSharedState(r);
   if (damaged) {
     std::printf("%s: DAMAGED: %zu problem%s found\n", path.c_str(), r.problems.size(),

@@ -17,7 +17,7 @@ Status File::AuditAllocation(uint64_t* leaked, uint64_t* unmarked) {
   EpochPin pin(epochs(), c->slot);
   BlockTable table;
   ReplayResult res;
-  UPFS_RETURN_IF_ERROR(ReplayHead(&table, &res, false));
+  UPFS_RETURN_IF_ERROR(ReplayHead(&table, &res, TailRule::kLive));
   const uint64_t cap = source_->bitmap()->capacity();
   std::vector<bool> referenced(cap, false), held(cap, false);
   auto ref = [&](uint64_t b) {

@@ -62,7 +62,8 @@ File::File(const FileStorage& storage, std::unique_ptr<StorageLease> lease)
       root_(storage.root),
       access_(storage.space),
       writer_(storage.space, storage.source, storage.root),
-      space_outlives_file_(storage.space_outlives_file) {
+      space_outlives_file_(storage.space_outlives_file),
+      may_have_crashed_(storage.may_have_crashed) {
   UPFS_ASSERT(space_ && root_.head && root_.times);
   UPFS_ASSERT(!source_ || (root_.words && source_->space() == space_));
 }
@@ -96,8 +97,9 @@ Status File::Open(const FileStorage& storage, BlockMarker* rebuild,
 
 Status File::OpenReadOnly(const FileStorage& storage, std::unique_ptr<StorageLease> lease,
                           std::unique_ptr<File>* out) {
-  std::unique_ptr<File> f(new File(FileStorage{storage.space, nullptr, storage.root, storage.space_outlives_file},
-                                   std::move(lease)));
+  FileStorage ro = storage;
+  ro.source = nullptr;
+  std::unique_ptr<File> f(new File(ro, std::move(lease)));
   UPFS_RETURN_IF_ERROR(f->Init(nullptr));
   *out = std::move(f);
   return Status::OK();
@@ -109,7 +111,8 @@ Status File::Init(BlockMarker* rebuild) {
   if (rebuild) {
     // Nobody else uses the domain (and the container keeps it so until we
     // return): no GC can run, and the slots were reset, so no pin is needed.
-    UPFS_RETURN_IF_ERROR(ReplayHead(table.get(), &res, true));
+    UPFS_RETURN_IF_ERROR(
+        ReplayHead(table.get(), &res, may_have_crashed_ ? TailRule::kRecover : TailRule::kStrict));
     for (uint32_t l : res.log_blocks) rebuild->Mark(l, "log");
     for (const Run& r : res.overflow)
       for (uint32_t i = 0; i < r.count; ++i) rebuild->Mark(r.lblock + i, "overflow");
@@ -126,7 +129,7 @@ Status File::Init(BlockMarker* rebuild) {
     // Other processes are live and may compact the log meanwhile: walk it
     // pinned, so that no block of the chain read here is reused under us.
     EpochPin pin(epochs(), c->slot);
-    UPFS_RETURN_IF_ERROR(ReplayHead(table.get(), &res, false));
+    UPFS_RETURN_IF_ERROR(ReplayHead(table.get(), &res, TailRule::kLive));
   }
   if (table->size() > kMaxFileSize) return Status::Corrupt("log", "file size beyond the limit");
   tables_.push_back(std::move(table));
@@ -134,14 +137,14 @@ Status File::Init(BlockMarker* rebuild) {
   return Status::OK();
 }
 
-Status File::ReplayHead(BlockTable* table, ReplayResult* res, bool check_tail) {
+Status File::ReplayHead(BlockTable* table, ReplayResult* res, TailRule rule) {
   // Loaded before the head: a compaction published after this load makes
   // the table stale (StaleAfterCompaction), one published before it is in
   // the chain we walk.
   if (root_.words) table->set_compact_seen(root_.words->compact_seq.load(std::memory_order_acquire));
   uint64_t head = root_.head->load(std::memory_order_acquire);
   if (head == 0 || head >= kMaxBlocks) return Status::Corrupt("file header", "log head out of range");
-  UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), table, res, check_tail));
+  UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), table, res, rule));
   table->set_chain(uint32_t(head), res->head_seq);
   return Status::OK();
 }
@@ -184,7 +187,7 @@ Status File::RebuildTableLocked() {
   if (read_only())
     UPFS_RETURN_IF_ERROR(ReplayValidated(&table, &res));
   else
-    UPFS_RETURN_IF_ERROR(ReplayHead(table.get(), &res, false));
+    UPFS_RETURN_IF_ERROR(ReplayHead(table.get(), &res, TailRule::kLive));
   std::lock_guard<std::mutex> g(tables_mu_);
   tables_.push_back(std::move(table));
   table_.store(tables_.back().get(), std::memory_order_release);

@@ -69,6 +69,10 @@ struct FileStorage {
   // The space belongs to a container that outlives this File and stops its
   // background work itself (a pool): the File must not stop it on close.
   bool space_outlives_file = false;
+  // For an Open that rebuilds: whether a crash may have cut the log's last
+  // commit short (the container knows: a per-file file's `in_use` word).
+  // If not, such a commit is damage (docs/format.md, "A commit cut short").
+  bool may_have_crashed = true;
 };
 
 // The container's hold on what it lent (host file, shared memory, pool):
@@ -182,7 +186,7 @@ class File {
   Status ReplayValidated(std::unique_ptr<BlockTable>* table, ReplayResult* res);
   Status RebuildTableLocked();
   void FreeRetiredTablesLocked();
-  Status ReplayHead(BlockTable* table, ReplayResult* res, bool check_tail);
+  Status ReplayHead(BlockTable* table, ReplayResult* res, TailRule rule);
   format::LogBlock* LogAt(uint32_t lblock) const {
     return reinterpret_cast<format::LogBlock*>(access_.AddrUnchecked(lblock));
   }
@@ -243,6 +247,9 @@ class File {
   BlockAccess access_;
   LogWriter writer_;
   const bool space_outlives_file_;
+  // FileStorage::may_have_crashed: whether the rebuild's replay, and a
+  // read-only File's, may meet a commit a crash cut short.
+  const bool may_have_crashed_;
 
   std::atomic<BlockTable*> table_{nullptr};
   // The current table (last) and retired ones, freed two epochs after

@@ -54,7 +54,8 @@ Status File::ReplayValidated(std::unique_ptr<BlockTable>* table, ReplayResult* r
     UPFS_RETURN_IF_ERROR(ChainHeadNow(&head, &seq));
     auto fresh = std::make_unique<BlockTable>();
     ReplayResult r;
-    Status st = ReplayChain(access_, head, fresh.get(), &r, false);
+    Status st = ReplayChain(access_, head, fresh.get(), &r,
+                            may_have_crashed_ ? TailRule::kReadOnly : TailRule::kLive);
     fresh->set_chain(head, seq);
     if (!HeadMoved(fresh.get())) {
       UPFS_RETURN_IF_ERROR(st);
@@ -88,7 +89,7 @@ Status File::CatchUpReadOnly(ThreadCtx* c, BlockTable** out) {
     Status st = ScanCommitted(access_, &p, &c->scratch, [&](const Effect& e) {
       found.push_back(Found{e, p.lblock, p.last});  // the scan is past the entry
       return true;
-    });
+    }, /*cut_short_ends=*/may_have_crashed_);
     if (HeadMoved(t)) continue;
     UPFS_RETURN_IF_ERROR(st);
     // As in CatchUp: a damaged entry is refused with the cursor before it.

@@ -7,6 +7,7 @@
 #include <new>
 #include <string>
 
+#include "medium/pm.h"
 #include "util/assert.h"
 #include "util/crc32c.h"
 
@@ -372,6 +373,43 @@ Status DecodeEntry(const BlockAccess& ba, const LogBlock* b, uint32_t b_lblock, 
   }
 }
 
+uint32_t LastEntryBefore(const LogBlock* b, uint32_t end) {
+  uint32_t last = LogPos::kNoSlot;
+  for (uint32_t s = 0; s < end && s < kSlotsPerLogBlock;) {
+    const uint64_t e = b->slots[s].load(std::memory_order_acquire);
+    if (e == 0) break;
+    last = s;
+    s += KindOf(e) == EntryKind::kReserve ? 1 + ReserveCount(e) : 1;
+  }
+  return last;
+}
+
+bool CutShortApply(const LogBlock* b, uint32_t slot, uint64_t e) {
+  if (KindOf(e) != EntryKind::kApply || !ApplyWellFormed(e)) return false;
+  const uint32_t rs = ApplySlot(e);
+  if (rs >= slot || slot >= kSlotsPerLogBlock) return false;
+  const uint64_t r = b->slots[rs].load(std::memory_order_acquire);
+  if (KindOf(r) != EntryKind::kReserve || !ReserveWellFormed(r)) return false;
+  const uint32_t n = ReserveCount(r);
+  if (n > kMaxPayloadWords || rs + 1 + n > slot) return false;
+  uint64_t words[kMaxPayloadWords];
+  for (uint32_t i = 0; i < n; ++i) words[i] = b->slots[rs + 1 + i].load(std::memory_order_relaxed);
+  if (Crc32c(words, n * 8) == ApplyCrc(e)) return false;  // the damage is not a torn payload
+  for (uint32_t s = slot + 1; s < kSlotsPerLogBlock; ++s)
+    if (b->slots[s].load(std::memory_order_relaxed) != 0) return false;
+  // A payload word that did not reach media holds what its slot held
+  // before the commit: zero (log slots are written once, from zero). So a
+  // torn payload has a zero word where the format does not require one (a
+  // patch's first word is always zero); a payload that fails its checksum
+  // without one is damage, not a crash. (Whole lines are not required:
+  // media promise 8-byte failure atomicity only, and the pool's crash
+  // explorer tears lines word by word.)
+  const bool patch = n > 1 && (uint16_t(words[1] >> 48) & kPatch) != 0;
+  for (uint32_t i = patch ? 1 : 0; i < n; ++i)
+    if (words[i] == 0) return true;
+  return false;
+}
+
 Status CheckGrowTail(const BlockTable& table, const Effect& eff, uint32_t lblock, uint32_t slot) {
   // Written only by an append that found this exact size and a mapped tail
   // block, with nothing committed in between (File::AppendInPlace).
@@ -387,7 +425,7 @@ Status CheckGrowTail(const BlockTable& table, const Effect& eff, uint32_t lblock
 
 Status ApplyLogBlock(const BlockAccess& ba, const LogBlock* b, uint32_t lblock, BlockTable* table,
                      std::vector<Run>* overflow, uint32_t* end_slot, uint64_t* entries,
-                     uint32_t start_slot) {
+                     uint32_t start_slot, uint32_t* cut_short) {
   Effect eff;
   uint32_t slot = start_slot;
   while (slot < kSlotsPerLogBlock) {
@@ -395,7 +433,13 @@ Status ApplyLogBlock(const BlockAccess& ba, const LogBlock* b, uint32_t lblock, 
     if (e == 0) break;
     bool has = false;
     uint32_t next = 0;
-    UPFS_RETURN_IF_ERROR(DecodeEntry(ba, b, lblock, slot, e, &eff, &has, &next));
+    if (Status st = DecodeEntry(ba, b, lblock, slot, e, &eff, &has, &next); !st.ok()) {
+      if (cut_short && CutShortApply(b, slot, e)) {
+        *cut_short = slot;
+        break;
+      }
+      return st;
+    }
     if (KindOf(e) == EntryKind::kApply) {
       // DecodeEntry validated the payload, so its words are in bounds.
       uint32_t rs = ApplySlot(e);
@@ -414,8 +458,55 @@ Status ApplyLogBlock(const BlockAccess& ba, const LogBlock* b, uint32_t lblock, 
   return Status::OK();
 }
 
+namespace {
+
+// The end of a chain replayed by a rule that allows for a crash: block `b`
+// (`lblock`) holds the last entry, and `slot` is the first slot past it.
+// Words after it can be what a crash left of one commit cut short, its
+// reservation word lost: its payload and apply, no further than that
+// commit could reach; anything further is damage. The apply a replay
+// stopped at (`cut`, if not kNoSlot) is such a commit's too. kRecover
+// clears them, and unlinks an empty successor a committer linked after
+// the cut-short apply filled the block (it is free space then).
+Status EndAfterCrash(const BlockAccess& ba, LogBlock* b, uint32_t lblock, uint32_t slot, uint32_t cut,
+                     TailRule rule, ReplayResult* res) {
+  auto where = [&] { return "log block " + std::to_string(lblock); };
+  const uint32_t reach = slot + 2 + kMaxPayloadWords;  // reservation, payload, apply
+  uint32_t words = cut != LogPos::kNoSlot ? 1 : 0;
+  for (uint32_t s = slot; s < kSlotsPerLogBlock; ++s) {
+    if (s == cut || b->slots[s].load(std::memory_order_relaxed) == 0) continue;
+    if (cut != LogPos::kNoSlot || s >= reach)
+      return Status::Corrupt(where(), "entry " + std::to_string(s) + " follows the end of the log");
+    ++words;
+  }
+  const uint32_t n = NextBlock(b->next.load(std::memory_order_acquire));
+  if (n != 0) {
+    LogBlock* nb;
+    UPFS_RETURN_IF_ERROR(CheckLogBlock(ba, n, b->seq + 1, &nb));
+    // Only a commit that filled the block can have made someone link one.
+    if (b->slots[kSlotsPerLogBlock - 1].load(std::memory_order_relaxed) == 0)
+      return Status::Corrupt(where(), "has a successor but is not full");
+    for (uint32_t s = 0; s < kSlotsPerLogBlock; ++s)
+      if (nb->slots[s].load(std::memory_order_relaxed) != 0)
+        return Status::Corrupt(where(), "a commit cut short by a crash has entries after it");
+  }
+  res->cut_short_words = words;
+  if (rule != TailRule::kRecover || (words == 0 && n == 0)) return Status::OK();
+  for (uint32_t s = slot; s < kSlotsPerLogBlock; ++s)
+    if (b->slots[s].load(std::memory_order_relaxed) != 0) pm::Store64(&b->slots[s], 0);
+  if (n != 0) pm::Store64(&b->next, NextWord(0));
+  pm::Flush(&b->slots[slot], size_t(kSlotsPerLogBlock - slot) * 8);
+  pm::Flush(&b->next, 8);
+  pm::Fence();
+  return Status::OK();
+}
+
+}  // namespace
+
 Status ReplayChain(const BlockAccess& ba, uint32_t head, BlockTable* table, ReplayResult* res,
-                   bool check_tail) {
+                   TailRule rule) {
+  const bool live = rule == TailRule::kLive || rule == TailRule::kReadOnly;
+  const bool after_crash = rule == TailRule::kCrashed || rule == TailRule::kRecover;
   std::string hname = "file header";
   if (head == 0) return Status::Corrupt(hname, "log head is zero");
   {
@@ -432,8 +523,9 @@ Status ReplayChain(const BlockAccess& ba, uint32_t head, BlockTable* table, Repl
   res->log_blocks.clear();
   res->overflow.clear();
   res->entries = 0;
+  res->cut_short_words = 0;
   uint64_t max_blocks = ba.space()->capacity() >> kBlockShift;
-  uint32_t lblock = head;
+  uint32_t lblock = head, prev = 0;
   for (;;) {
     res->log_blocks.push_back(lblock);
     if (res->log_blocks.size() > max_blocks) {
@@ -443,32 +535,39 @@ Status ReplayChain(const BlockAccess& ba, uint32_t head, BlockTable* table, Repl
       if (res->log_blocks.size() > max_blocks)
         return Status::Corrupt("log chain", "longer than the file (a cycle?)");
     }
-    uint32_t slot = 0;
+    uint32_t slot = 0, cut = LogPos::kNoSlot;
+    uint32_t* cut_ptr = rule == TailRule::kLive || rule == TailRule::kStrict ? nullptr : &cut;
     UPFS_RETURN_IF_ERROR(
-        ApplyLogBlock(ba, b, lblock, table, &res->overflow, &slot, &res->entries, 0));
+        ApplyLogBlock(ba, b, lblock, table, &res->overflow, &slot, &res->entries, 0, cut_ptr));
     uint32_t n = NextBlock(b->next.load(std::memory_order_acquire));
-    if (slot < kSlotsPerLogBlock && n != 0 && !check_tail) {
+    if (slot < kSlotsPerLogBlock && n != 0 && live && cut == LogPos::kNoSlot) {
       // Live replay: other processes filled this block and linked the next
       // one after we found its tail. A block is linked only when full, so
       // finish it from where we stopped.
       UPFS_RETURN_IF_ERROR(
-          ApplyLogBlock(ba, b, lblock, table, &res->overflow, &slot, &res->entries, slot));
+          ApplyLogBlock(ba, b, lblock, table, &res->overflow, &slot, &res->entries, slot, cut_ptr));
     }
+    if (cut != LogPos::kNoSlot) res->cut_short_words = 1;
     if (slot < kSlotsPerLogBlock || n == 0) {
-      if (slot < kSlotsPerLogBlock && check_tail) {
-        for (uint32_t s = slot; s < kSlotsPerLogBlock; ++s)
-          if (b->slots[s].load(std::memory_order_relaxed) != 0)
-            return Status::Corrupt("log block " + std::to_string(lblock),
-                                   "entry " + std::to_string(s) + " follows the end of the log");
+      if (after_crash) {
+        UPFS_RETURN_IF_ERROR(EndAfterCrash(ba, b, lblock, slot, cut, rule, res));
+      } else if (cut == LogPos::kNoSlot) {
+        if (slot < kSlotsPerLogBlock && rule == TailRule::kStrict) {
+          for (uint32_t s = slot; s < kSlotsPerLogBlock; ++s)
+            if (b->slots[s].load(std::memory_order_relaxed) != 0)
+              return Status::Corrupt("log block " + std::to_string(lblock),
+                                     "entry " + std::to_string(s) + " follows the end of the log");
+        }
+        if (slot < kSlotsPerLogBlock && n != 0)
+          return Status::Corrupt("log block " + std::to_string(lblock),
+                                 "has a successor but is not full");
       }
-      if (slot < kSlotsPerLogBlock && n != 0)
-        return Status::Corrupt("log block " + std::to_string(lblock),
-                               "has a successor but is not full");
-      res->tail = LogPos{lblock, slot, seq, 0};
+      res->tail = LogPos{lblock, slot, seq, prev, LastEntryBefore(b, slot)};
       table->set_cursor(res->tail);
       return Status::OK();
     }
     UPFS_RETURN_IF_ERROR(CheckLogBlock(ba, n, seq + 1, &b));
+    prev = lblock;
     lblock = n;
     seq += 1;
   }

@@ -48,6 +48,13 @@ inline bool NothingCommittedAt(const format::LogBlock* b, uint32_t slot) {
                                           : format::NextBlock(b->next.load(std::memory_order_acquire)) == 0;
 }
 
+// The slot of the last entry (of any kind) that starts before `end` in log
+// block `b`, found by stepping from slot 0 over entries and payloads;
+// kNoSlot if none. For persisting the entry before a commit when the
+// position does not say which it is (a cursor from a replay, a block
+// boundary).
+uint32_t LastEntryBefore(const format::LogBlock* b, uint32_t end);
+
 // Decodes an inline mapping entry (kMap, kMapExtend) into *eff.
 inline Status DecodeInlineEffect(const BlockAccess& ba, uint64_t e, Effect* eff) {
   format::InlineMap m = format::DecodeInline(e);
@@ -76,16 +83,41 @@ Status DecodeEntry(const BlockAccess& ba, const format::LogBlock* b, uint32_t b_
 Status CheckLogBlock(const BlockAccess& ba, uint32_t lblock, uint64_t seq,
                      format::LogBlock** out);
 
+// A payload commit persists in one round (LogWriter::Commit), so a crash
+// may keep its apply word and lose a payload line. Such an apply can only
+// be the last word of the chain: whoever commits after it makes it durable
+// first. True if the apply `e` at `slot` of `b` is that: well formed, its
+// reservation intact, its payload not matching its checksum, and nothing
+// after it in the block (the caller checks the successor).
+bool CutShortApply(const format::LogBlock* b, uint32_t slot, uint64_t e);
+
 // Applies every committed entry of one log block to `table`, collecting the
 // overflow runs its entries own; *end_slot receives the first empty slot
-// (kSlotsPerLogBlock if the block is full).
+// (kSlotsPerLogBlock if the block is full). With `cut_short` non-null, an
+// apply that CutShortApply says a crash cut short ends the block there
+// instead of failing: *end_slot and *cut_short are its slot.
 // A kGrowTail effect continues the tail block of `table` (which has every
 // entry before it applied); EUCLEAN naming the entry otherwise.
 Status CheckGrowTail(const BlockTable& table, const Effect& eff, uint32_t lblock, uint32_t slot);
 
 Status ApplyLogBlock(const BlockAccess& ba, const format::LogBlock* b, uint32_t lblock,
                      BlockTable* table, std::vector<format::Run>* overflow, uint32_t* end_slot,
-                     uint64_t* entries, uint32_t start_slot = 0);
+                     uint64_t* entries, uint32_t start_slot = 0, uint32_t* cut_short = nullptr);
+
+// How a replay treats the end of the log (docs/design.md, "Persistence
+// ordering", "After a crash").
+enum class TailRule {
+  kLive,      // others may be committing: stop at the first empty slot (and
+              // finish a block someone linked a successor to meanwhile)
+  kReadOnly,  // as kLive, for readers that write nothing and may meet a file
+              // nobody recovered since a crash: a cut-short last commit is
+              // not part of the log
+  kStrict,    // nobody commits, no crash since the last recovery: nothing
+              // may follow the first empty slot
+  kCrashed,   // nobody commits, a crash since the last recovery: what a
+              // cut-short last commit left is not part of the log (read only)
+  kRecover,   // as kCrashed, and those words are cleared, durably (recovery)
+};
 
 struct ReplayResult {
   LogPos tail;                          // first empty slot (or past the end)
@@ -93,20 +125,27 @@ struct ReplayResult {
   std::vector<uint32_t> log_blocks;     // chain order
   std::vector<format::Run> overflow;    // overflow runs referenced by entries
   uint64_t entries = 0;
+  // Words a crash left of a commit it cut short (kReadOnly, kCrashed,
+  // kRecover: not part of the log; kRecover cleared them).
+  uint32_t cut_short_words = 0;
 };
 
-// Replays the chain starting at `head` into `table`. With `check_tail`,
-// also verifies that nothing follows the first empty slot of the last block.
+// Replays the chain starting at `head` into `table`, treating its end as
+// `rule` says.
 Status ReplayChain(const BlockAccess& ba, uint32_t head, BlockTable* table, ReplayResult* res,
-                   bool check_tail);
+                   TailRule rule);
 
 // Follows from `pos` over committed entries, applying `fn(const Effect&)` to
 // each effect, until the first empty slot, which is left in `pos` (or until
 // the end of a chain whose last block is full: pos.slot ==
 // kSlotsPerLogBlock). `fn` returns false to stop early (pos then points at
-// the entry after the one that stopped it).
+// the entry after the one that stopped it). With `cut_short_ends`, a
+// CutShortApply (of a file nobody recovered since a crash) ends the scan
+// at its slot, as kReadOnly does; writers never pass it (they would wait
+// for that slot forever), and only recovery ever meets one.
 template <typename Fn>
-Status ScanCommitted(const BlockAccess& ba, LogPos* pos, Effect* scratch, Fn fn);
+Status ScanCommitted(const BlockAccess& ba, LogPos* pos, Effect* scratch, Fn fn,
+                     bool cut_short_ends = false);
 
 }  // namespace upfs
 

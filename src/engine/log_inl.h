@@ -4,7 +4,7 @@
 namespace upfs {
 
 template <typename Fn>
-Status ScanCommitted(const BlockAccess& ba, LogPos* pos, Effect* scratch, Fn fn) {
+Status ScanCommitted(const BlockAccess& ba, LogPos* pos, Effect* scratch, Fn fn, bool cut_short_ends) {
   using namespace format;
   char* addr;
   UPFS_RETURN_IF_ERROR(ba.Addr(pos->lblock, &addr));
@@ -38,8 +38,11 @@ Status ScanCommitted(const BlockAccess& ba, LogPos* pos, Effect* scratch, Fn fn)
     }
     bool has_effect = false;
     uint32_t next_slot = 0;
-    UPFS_RETURN_IF_ERROR(DecodeEntry(ba, b, pos->lblock, pos->slot, e, scratch, &has_effect,
-                                     &next_slot));
+    if (Status st = DecodeEntry(ba, b, pos->lblock, pos->slot, e, scratch, &has_effect, &next_slot);
+        !st.ok()) {
+      if (cut_short_ends && CutShortApply(b, pos->slot, e)) return Status::OK();
+      return st;
+    }
     pos->last = pos->slot;
     pos->slot = next_slot;
     if (has_effect && !fn(*scratch)) return Status::OK();

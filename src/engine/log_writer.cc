@@ -12,28 +12,40 @@ namespace upfs {
 using namespace format;
 
 void LogWriter::PersistBeforeSlot(LogBlock* b, const LogPos& pos) {
-  // Entries reach media in log order: before committing in a later cache
-  // line (or block), the line of the entry before ours (or the link to this
-  // block) must be durable, or a crash could leave a hole before an
-  // acknowledged entry. The previous entry may be a reservation whose
-  // payload fills the lines in between, so it is tracked, not assumed to be
-  // the slot just before.
+  // Entries reach media in log order: before committing in slot `pos.slot`,
+  // the entry before it must be durable as a whole, or a crash could leave
+  // a hole (or a cut-short commit) before an acknowledged entry. Every
+  // entry before that one was made durable by its own committer before its
+  // CAS (this same rule), so then everything before the slot is. A payload
+  // commit persists in one round after its apply's CAS, so the entry before
+  // may be an apply whose reservation and payload are not durable yet: its
+  // whole span, from the reservation, is flushed. Lines that share the
+  // slot's line are left to the commit's own flush after its CAS.
   const uint32_t slot = pos.slot;
   auto line = [](uint32_t s) { return (offsetof(LogBlock, slots) + 8 * s) / kCacheLine; };
+  auto span_start = [](const LogBlock* lb, uint32_t entry) {
+    const uint64_t e = lb->slots[entry].load(std::memory_order_relaxed);
+    return KindOf(e) == EntryKind::kApply && ApplySlot(e) < entry ? ApplySlot(e) : entry;
+  };
   if (slot == 0) {
-    if (pos.prev == 0) return;
+    if (pos.prev == 0 || KnownDurable(pos.seq - 1, kSlotsPerLogBlock)) return;
     LogBlock* pb = LogAt(pos.prev);
+    const uint32_t last = LastEntryBefore(pb, kSlotsPerLogBlock);
+    const uint32_t from = last == LogPos::kNoSlot ? 0 : span_start(pb, last);
     pm::Flush(&pb->next, 8);
-    pm::Flush(&pb->slots[kSlotsPerLogBlock - 1], 8);
+    pm::Flush(&pb->slots[from], size_t(kSlotsPerLogBlock - from) * 8);
     pm::Fence();
+    Durable(pos.seq - 1, kSlotsPerLogBlock);
     return;
   }
-  uint32_t prev_entry = pos.last != LogPos::kNoSlot ? pos.last : slot - 1;
-  if (line(prev_entry) != line(slot)) {
-    pm::Flush(&b->slots[prev_entry], 8);
-    if (line(slot - 1) != line(prev_entry) && line(slot - 1) != line(slot))
-      pm::Flush(&b->slots[slot - 1], 8);
+  if (KnownDurable(pos.seq, slot)) return;  // this process's own fence made it so
+  const uint32_t prev_entry = pos.last != LogPos::kNoSlot ? pos.last : LastEntryBefore(b, slot);
+  if (prev_entry == LogPos::kNoSlot) return;
+  const uint32_t from = span_start(b, prev_entry);
+  if (line(from) != line(slot)) {
+    pm::Flush(&b->slots[from], size_t(slot - from) * 8);
     pm::Fence();
+    Durable(pos.seq, slot);
   }
 }
 

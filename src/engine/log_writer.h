@@ -77,6 +77,21 @@ class LogWriter {
   // Moves pos into the next log block, linking a new one if there is none.
   Status ExtendChain(ThreadBlocks* t, LogPos* pos);
   void PersistBeforeSlot(format::LogBlock* b, const LogPos& pos);
+  // The durable prefix this process knows of (rule 3 of "Persistence
+  // ordering" skips what lies inside it): every slot of the tail blocks
+  // before (seq, slot) is durable, because one of this process's fences
+  // made it so. Tail blocks are the only ones committed to, and their seq
+  // numbers only grow, so the pair names a position for good.
+  static uint64_t DurableKey(uint64_t seq, uint32_t slot) { return (seq << 10) | slot; }
+  bool KnownDurable(uint64_t seq, uint32_t slot) const {
+    return durable_.load(std::memory_order_acquire) >= DurableKey(seq, slot);
+  }
+  void Durable(uint64_t seq, uint32_t slot) {
+    const uint64_t k = DurableKey(seq, slot);
+    uint64_t cur = durable_.load(std::memory_order_relaxed);
+    while (cur < k && !durable_.compare_exchange_weak(cur, k, std::memory_order_release)) {
+    }
+  }
 
   static bool TakeFlag(std::atomic<bool>* f) {
     return f->load(std::memory_order_relaxed) && f->exchange(false, std::memory_order_relaxed);
@@ -87,6 +102,7 @@ class LogWriter {
   LogRoot root_;
   std::atomic<bool> gc_wanted_{false};
   std::atomic<bool> gc_behind_{false};
+  std::atomic<uint64_t> durable_{0};
 };
 
 // What one operation took for a commit: its fresh blocks (`fresh`, may be

@@ -37,6 +37,7 @@ Status LogWriter::Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t
       if (!pm::Cas64(&b->slots[s], expected, entry)) continue;
       pm::Flush(&b->slots[s], 8);
       pm::Fence();
+      Durable(pos->seq, s + 1);
       pos->last = s;
       pos->slot = s + 1;
       return Status::OK();
@@ -46,22 +47,23 @@ Status LogWriter::Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t
       if (pm::Cas64(&b->slots[s], expected, EncodeReserve(kSlotsPerLogBlock - s - 1))) {
         pm::Flush(&b->slots[s], 8);
         pm::Fence();
+        Durable(pos->seq, kSlotsPerLogBlock);
       }
       continue;
     }
+    // The caller's data (fresh blocks written with non-temporal stores, or
+    // nothing for a patch, whose bytes are its payload) must be durable
+    // before the entry can be (rule 1). With nothing outstanding the fence
+    // costs next to nothing.
+    pm::Fence();
     if (!pm::Cas64(&b->slots[s], expected, EncodeReserve(k))) continue;
-    // The reservation must be durable before its payload can be, or a crash
-    // could leave payload words after the end of the log.
-    pm::Flush(&b->slots[s], 8);
-    pm::Fence();
-    pm::CopyFlush(&b->slots[s + 1], p.payload.data(), size_t(k) * 8);
-    // The payload must be durable before its apply word can be. (The fence
-    // that orders the apply after the entry before it did that too whenever
-    // the apply's line differs; a build that relied on it saw apps_leveldb
-    // find a deleted key after reopen in about 4 of 54 runs, against 0 of
-    // 45 with this fence: not proven, not understood, see docs/design.md,
-    // "Persistence ordering", rule 6.)
-    pm::Fence();
+    // One persisted round for the whole entry: the payload is stored now
+    // and written back with its reservation and apply after the apply's CAS
+    // (docs/design.md, "Persistence ordering"). A crash before that fence
+    // may keep any of their lines and lose others: recovery tells such a
+    // commit by its checksum or by words past the end (TailRule), and
+    // nothing committed after it can be durable without it (rule 3).
+    pm::StoreWords(&b->slots[s + 1], p.payload.data(), k);
     pos->last = s;
     pos->slot = s + 1 + k;
     // The apply entry must land in the same block as its reservation.
@@ -71,14 +73,15 @@ Status LogWriter::Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t
       if (*conflicted) return Status::OK();  // the reservation stays inert
       if (pos->lblock != here || pos->slot >= kSlotsPerLogBlock) break;
       const uint32_t a = pos->slot;
-      // Right after our own payload, what comes before the apply (the
-      // reservation, then the payload) is durable already: both fences
-      // above ordered it. Only entries of others in between need one.
+      // Right after our own payload, the flush below persists what comes
+      // before the apply (the reservation, then the payload) with it. Entries
+      // of others in between must be durable before it (rule 3).
       if (pos->last != s) PersistBeforeSlot(b, *pos);
       uint64_t exp2 = 0;
       if (!pm::Cas64(&b->slots[a], exp2, EncodeApply(s, crc))) continue;
-      pm::Flush(&b->slots[a], 8);
+      pm::Flush(&b->slots[s], size_t(a - s + 1) * 8);
       pm::Fence();
+      Durable(pos->seq, a + 1);
       pos->last = a;
       pos->slot = a + 1;
       p.reserve_slot = s;

@@ -75,7 +75,12 @@ struct FileHeader {
   unsigned char pad0[kCacheLine - 48];
 
   std::atomic<uint64_t> log_head;  // logical block of the first log block
-  unsigned char pad1[kCacheLine - 8];
+  // 1 from the open that rebuilt the shared state until its last user left
+  // (0 then, and in a new file): a rebuild that finds 1 follows a crash or
+  // a killed process, and only then may the log end in a commit a crash
+  // cut short (docs/format.md, "A commit cut short").
+  std::atomic<uint64_t> in_use;
+  unsigned char pad1[kCacheLine - 16];
 
   // Cache line 2: the times upfs keeps (FileTimes).
   FileTimes times;
@@ -103,6 +108,7 @@ static_assert(offsetof(FileHeader, file_id) == 24);
 static_assert(offsetof(FileHeader, created_ns) == 32);
 static_assert(offsetof(FileHeader, header_crc) == 40);
 static_assert(offsetof(FileHeader, log_head) == kCacheLine);
+static_assert(offsetof(FileHeader, in_use) == kCacheLine + 8);
 static_assert(offsetof(FileHeader, times) == 2 * kCacheLine);
 static_assert(offsetof(FileHeader, times) + offsetof(FileTimes, data_ctime_ns) == 2 * kCacheLine + 8);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);

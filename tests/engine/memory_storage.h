@@ -137,7 +137,7 @@ class MemoryStorage {
   }
   // Replays the whole chain (checking what follows its end).
   Status Replay(BlockTable* table, ReplayResult* res) {
-    return ReplayChain(BlockAccess(&space_), uint32_t(head_.load()), table, res, true);
+    return ReplayChain(BlockAccess(&space_), uint32_t(head_.load()), table, res, TailRule::kStrict);
   }
 
  private:

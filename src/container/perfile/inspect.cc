@@ -142,9 +142,15 @@ Status InspectFile(const std::string& path, bool full_check, FileReport* out) {
   ReplayResult res;
   uint64_t head = h->log_head.load();
   if (head == 0 || head >= kMaxBlocks) return fail(Status::Corrupt("file header", "bad log head"));
-  Status rs = ReplayChain(ba, uint32_t(head), &table, &res, /*check_tail=*/full_check);
+  // A commit a crash cut short can end the log only if the file was in use
+  // when its last user vanished (format.h, `in_use`).
+  const bool crashed = h->in_use.load() != 0;
+  const TailRule rule = full_check ? (crashed ? TailRule::kCrashed : TailRule::kStrict)
+                                   : (crashed ? TailRule::kReadOnly : TailRule::kLive);
+  Status rs = ReplayChain(ba, uint32_t(head), &table, &res, rule);
   if (!rs.ok()) return fail(rs);
   out->size = table.size();
+  out->cut_short_words = res.cut_short_words;
   out->log_blocks = res.log_blocks.size();
   out->log_entries = res.entries;
   out->data_blocks = table.mapped_blocks();
@@ -184,7 +190,8 @@ Status PeekStat(int fd, const std::string& path, FileStat* out) {
   UPFS_RETURN_IF_ERROR(head_now(&head, &seq));
   BlockTable table;
   ReplayResult res;
-  Status rs = ReplayChain(ba, uint32_t(head), &table, &res, /*check_tail=*/false);
+  Status rs = ReplayChain(ba, uint32_t(head), &table, &res,
+                          h->in_use.load() != 0 ? TailRule::kReadOnly : TailRule::kLive);
   std::atomic_thread_fence(std::memory_order_acquire);
   UPFS_RETURN_IF_ERROR(head_now(&head2, &seq2));
   if (head2 != head || seq2 != seq) return Status::Error(EAGAIN, path + ": log compacted meanwhile");

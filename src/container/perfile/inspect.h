@@ -33,6 +33,10 @@ struct FileReport {
   bool shared_state_present = false;
   uint32_t live_processes = 0;
   int64_t leaked_blocks = -1;     // -1: not known (no shared state, or it is in use)
+  // Words a crash left of the log's last commit, cut short: not part of
+  // the log (the commit did not return), cleared by the next open that
+  // rebuilds the shared state (docs/design.md, "After a crash").
+  uint32_t cut_short_words = 0;
   // Problems found by a full check, each naming the damaged structure.
   std::vector<std::string> problems;
 };

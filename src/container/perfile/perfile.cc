@@ -155,8 +155,14 @@ PerFileStorage::PerFileStorage(std::unique_ptr<Medium> medium, std::unique_ptr<S
 PerFileStorage::~PerFileStorage() {
   // The File has given back its blocks and slots. The shared state lives
   // while some process has the file open: the last one removes it (the
-  // next opener rebuilds it from the log anyway).
-  if (shared_) shared_->RemoveIfNoOtherUser();
+  // next opener rebuilds it from the log anyway), and says, durably, that
+  // the file was left with no commit in flight (format.h, `in_use`).
+  if (shared_)
+    shared_->RemoveIfNoOtherUser([this] {
+      auto* h = reinterpret_cast<FileHeader*>(medium_->base());
+      pm::Store64(&h->in_use, 0);
+      pm::PersistWord(&h->in_use);
+    });
 }
 
 FileStorage PerFileStorage::storage() {
@@ -168,7 +174,9 @@ FileStorage PerFileStorage::storage() {
   root.consistency = Consistency(h->consistency);
   root.words = shared_ ? shared_->log_words() : nullptr;
   root.patches = h->format_version >= kFirstPatchVersion;
-  return FileStorage{medium_.get(), source_.get(), root};
+  FileStorage s{medium_.get(), source_.get(), root};
+  s.may_have_crashed = h->in_use.load(std::memory_order_acquire) != 0;
+  return s;
 }
 
 bool IsMarkedUpfs(const struct stat& st) {
@@ -255,6 +263,13 @@ Status OpenPerFile(int host_fd, const std::string& path, bool create, Consistenc
   // A growth that failed or died half-way may have left holes, and only
   // above every block in use (as in a pool's recovery, pool.cc).
   if (rebuild) UPFS_RETURN_IF_ERROR(m->Provide(marker.end() << kBlockShift, capacity << kBlockShift));
+  if (rebuild) {
+    // In use from now until the last user leaves: a crash before then may
+    // cut a commit short, which the next rebuild then clears.
+    auto* hw = reinterpret_cast<FileHeader*>(m->base());
+    pm::Store64(&hw->in_use, 1);
+    pm::PersistWord(&hw->in_use);
+  }
   if (rebuild) sh->MarkReady();
   sh->ReleaseOpenLock();
   m->PopulateAhead();

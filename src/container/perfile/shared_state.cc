@@ -206,12 +206,15 @@ Status SharedState::SweepUnused(uint32_t* removed, uint32_t* in_use) {
   return Status::OK();
 }
 
-void SharedState::RemoveIfNoOtherUser() {
+void SharedState::RemoveIfNoOtherUser(const std::function<void()>& last_user) {
   if (fd_ < 0) return;  // a fork child's copy: the state is the parent's
   if (OfdLock(fd_, F_WRLCK, kOpenLockByte, true) != 0) return;
   // Our own slots are released by now, and our locks do not conflict with
   // us anyway: only other processes' slots count.
-  if (!epochs_->AnyOtherProcessLive()) shm_unlink(name_.c_str());
+  if (!epochs_->AnyOtherProcessLive()) {
+    if (last_user) last_user();
+    shm_unlink(name_.c_str());
+  }
   OfdLock(fd_, F_UNLCK, kOpenLockByte, false);
 }
 

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -93,8 +94,9 @@ class SharedState {
   static bool RemoveIfUnused(const Identity& id);
   // The same, by this process's last user of the file, after it released
   // its slots: through the descriptor it already has (no open), and only
-  // other processes' slots count.
-  void RemoveIfNoOtherUser();
+  // other processes' slots count. `last_user` runs first, under the open
+  // lock, when the state is removed (no opener can come between).
+  void RemoveIfNoOtherUser(const std::function<void()>& last_user = nullptr);
   // After chmod or chown of the host file: gives its shared state, if any,
   // the host file's owner, group and read/write bits, as far as this user
   // may (see Open), and bumps its attribute sequence.

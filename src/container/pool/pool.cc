@@ -374,7 +374,7 @@ Status Pool::MarkFileBlocks(Inode* in, BlockMarker* m) {
   if (head >= kMaxPoolBlocks) return Status::Corrupt("inode", "log head out of range");
   BlockTable table;
   ReplayResult res;
-  UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), &table, &res, true));
+  UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), &table, &res, TailRule::kRecover));
   for (uint32_t l : res.log_blocks) m->Mark(l, "log");
   for (const Run& r : res.overflow)
     for (uint32_t i = 0; i < r.count; ++i) m->Mark(r.lblock + i, "overflow");
@@ -498,7 +498,7 @@ Status Pool::ReleaseInode(uint64_t ino) {
   if (const uint64_t head = in->log_head.load(std::memory_order_acquire); head != 0) {
     BlockTable table;
     ReplayResult res;
-    UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), &table, &res, false));
+    UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), &table, &res, TailRule::kLive));
     blocks.insert(blocks.end(), res.log_blocks.begin(), res.log_blocks.end());
     for (const Run& r : res.overflow)
       for (uint32_t i = 0; i < r.count; ++i) blocks.push_back(r.lblock + i);

@@ -67,6 +67,9 @@ class Checker {
   std::unique_ptr<std::atomic<uint64_t>[]> bits_;
   AllocationBitmap bitmap_;
   BlockMarker marker_;
+  // After a crash, as recovery reads them, a file's last commit may have
+  // been cut short too.
+  TailRule file_tail_rule_ = TailRule::kStrict;
   NsIndex index_;
   std::unordered_map<uint64_t, uint32_t> names_;  // names per inode (directories: 0)
   InodeAllocator inodes_;
@@ -97,6 +100,7 @@ Status Checker::ReadNamespace() {
   // After a crash (as recovery reads it): the last commit may have been cut
   // short, and the log then ends before it.
   log.AcceptTornTail(!r_->clean && r_->attached_processes == 0);
+  file_tail_rule_ = !r_->clean && r_->attached_processes == 0 ? TailRule::kCrashed : TailRule::kStrict;
   UPFS_RETURN_IF_ERROR(log.ReadNew([&](const NsRecord& rec) { return index_.Apply(rec); }));
   if (const auto& t = log.torn_tail())
     r_->torn_commit = "slot " + std::to_string(t->slot) + " of namespace log block " + std::to_string(t->lblock);
@@ -164,10 +168,13 @@ Status Checker::MarkFile(uint64_t ino, Inode* in) {
   }
   BlockTable table;
   ReplayResult res;
-  if (Status st = ReplayChain(ba_, uint32_t(head), &table, &res, true); !st.ok()) {
+  if (Status st = ReplayChain(ba_, uint32_t(head), &table, &res, file_tail_rule_); !st.ok()) {
     Problem("file " + std::to_string(ino) + ": " + st.message());
     return Status::OK();
   }
+  if (res.cut_short_words)
+    r_->torn_commit += std::string(r_->torn_commit.empty() ? "" : "; ") + "the end of file " +
+                       std::to_string(ino) + "'s log";
   for (uint32_t l : res.log_blocks) marker_.Mark(l, "log");
   for (const format::Run& run : res.overflow)
     for (uint32_t i = 0; i < run.count; ++i) marker_.Mark(run.lblock + i, "overflow");

@@ -111,7 +111,9 @@ Status Pool::FileOfLocked(uint64_t ino, std::shared_ptr<File>* out, FileEntry** 
   if (root.consistency != Consistency::kStrict && root.consistency != Consistency::kSync)
     return Status::Corrupt("inode", std::to_string(ino) + " has no consistency mode");
   std::unique_ptr<File> f;
-  UPFS_RETURN_IF_ERROR(File::Open(FileStorage{medium_.get(), source_.get(), root, true}, nullptr,
+  // A pool's recovery, at its first attach after a crash, cleared any
+  // commit cut short in a file's log (Pool::Recover): one now is damage.
+  UPFS_RETURN_IF_ERROR(File::Open(FileStorage{medium_.get(), source_.get(), root, true, false}, nullptr,
                                   std::make_unique<PoolFileLease>(this, ino), &f));
   std::shared_ptr<File> sf(std::move(f));
   if (files_.size() >= next_file_sweep_) {
