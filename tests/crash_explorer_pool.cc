@@ -357,6 +357,7 @@ class Explorer {
         int err, race_err;
       };
       std::vector<Outcome> outcomes{{after, want_err, 0}};
+      std::vector<std::string> racer_returned;  // the racer's effect is there
       if (op.race) {
         TreeModel b = model, ab = after, ba;
         const int race_alone = ApplyModel(&b, *op.race);
@@ -364,6 +365,7 @@ class Explorer {
         ba = b;
         const int ba_err = ApplyModel(&ba, op);
         allowed.insert(allowed.end(), {b.Dump(), ab.Dump(), ba.Dump()});
+        racer_returned = {b.Dump(), ab.Dump(), ba.Dump()};
         outcomes = {{ba, ba_err, race_alone}, {ab, want_err, race_after}};
       }
       op_ = i;
@@ -389,9 +391,15 @@ class Explorer {
           }
           pool->index_mu().unlock_shared();
           in_race = true;
+          model_.SetActor(2);
           std::thread t([&] { race_st = runner.Run(*op.race); });
           t.join();
+          model_.SetActor(1);
           in_race = false;
+          // The racer returned; what this operation flushed and has yet to
+          // fence is still in flight (the racer's fences do not persist
+          // it), and a crash now must keep the racer's effect.
+          if (explore) Explore(racer_returned, "after the racer returned", false);
         }
       });
       st = runner.Run(op);

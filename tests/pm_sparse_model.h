@@ -9,6 +9,11 @@
 // subset of the lines in flight may have reached the media, each whole and
 // at its latest value; growing the host file is metadata, durable at once.
 //
+// A fence orders only its own thread's flushes and non-temporal stores: the
+// operation under test and a racer run while it is held are two actors
+// (SetActor), and a racer's fence does not make durable what the operation
+// flushed and has yet to fence (a line both flushed is written back whole).
+//
 // With torn images (WriteImage's `torn`), one in-flight line persists only
 // in some of the 8-byte words written to it since it was last durable: the
 // failure atomicity the format assumes (8 bytes, as PMDK's), not a whole
@@ -48,6 +53,8 @@ class SparsePersistenceModel : public pm::Recorder {
 
   void Attach(Medium* m) { medium_ = m; }
   void SetCrashPoint(CrashPoint cp) { crash_point_ = std::move(cp); }
+  // 1: the operation under test; 2: a racer, while the operation is held.
+  void SetActor(uint8_t actor) { actor_ = actor; }
 
   // The durable bytes start as the file's current content (its data
   // extents; all-zero blocks are left out, they read back as holes).
@@ -87,13 +94,13 @@ class SparsePersistenceModel : public pm::Recorder {
     if (!Offset(addr, &off)) return;
     for (uint64_t l = off / kLine * kLine; l < off + n; l += kLine) {
       auto it = lines_.find(l);
-      if (it != lines_.end()) it->second.flushed = true;
+      if (it != lines_.end()) it->second.flushed |= actor_;
     }
   }
   void OnFence() override {
     if (crash_point_) crash_point_();
     for (auto it = lines_.begin(); it != lines_.end();) {
-      if (it->second.nt || it->second.flushed) {
+      if ((it->second.nt | it->second.flushed) & actor_) {
         Apply(it->first, it->second.bytes);
         it = lines_.erase(it);
       } else {
@@ -162,8 +169,8 @@ class SparsePersistenceModel : public pm::Recorder {
  private:
   struct LineState {
     char bytes[kLine];
-    bool nt = false;       // written non-temporally: durable at the next fence
-    bool flushed = false;  // flushed: durable at the next fence
+    uint8_t nt = 0;        // actors that wrote it non-temporally: durable at their next fence
+    uint8_t flushed = 0;   // actors that flushed it: durable at their next fence
     uint8_t dirty = 0;     // words written since the line was durable
     bool cached = false;   // one of them by a cached store
   };
@@ -202,9 +209,9 @@ class SparsePersistenceModel : public pm::Recorder {
       uint64_t lo = std::max(l, off), hi = std::min(l + kLine, off + n);
       std::memcpy(it->second.bytes + (lo - l), s + (lo - off), hi - lo);
       for (uint64_t w = (lo - l) / 8; w <= (hi - 1 - l) / 8; ++w) it->second.dirty |= uint8_t(1u << w);
-      if (nt) it->second.nt = true;
+      if (nt) it->second.nt |= actor_;
       // A store after a flush needs another flush.
-      if (!nt) it->second.flushed = false;
+      if (!nt) it->second.flushed = 0;
       if (!nt) it->second.cached = true;
     }
   }
@@ -219,6 +226,7 @@ class SparsePersistenceModel : public pm::Recorder {
   std::map<uint64_t, std::string> durable_;  // block number -> its 4 KiB
   std::map<uint64_t, LineState> lines_;
   CrashPoint crash_point_;
+  uint8_t actor_ = 1;
 };
 
 }  // namespace upfs::crashtest

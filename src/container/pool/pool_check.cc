@@ -123,8 +123,13 @@ Status Checker::ReadNamespace() {
 // dead reservations (a writer that died before its kApply, with an earlier
 // slot not yet durable); anything else is damage that readers do not see
 // (they stop at the empty slot) but that the next record committed there
-// would be read together with. And a block with a successor is closed (its
-// last slots covered by a reservation), so the tail is never in one. Only
+// would be read together with. And a block gets a successor only once it is
+// closed (its last slots covered by a reservation), so the tail is in one
+// only if a crash lost the closing reservation after another thread had
+// linked the successor on the strength of it (its fence does not persist
+// the reservation's line): recovery then leaves the successor linked and
+// empty, to be used in turn (NsLog::DiscardPastTail), and any entry in it
+// is damage. Only
 // when nobody is attached (a writer may be between its words otherwise)
 // and the pool was left clean: after a crash, a payload whose reservation
 // word was lost may lie past the tail, and recovery clears it
@@ -133,9 +138,18 @@ void Checker::CheckPastTail(const NsPos& tail) {
   if (!r_->clean || r_->attached_processes != 0 || tail.slot >= kSlotsPerLogBlock) return;
   const auto* b = reinterpret_cast<const LogBlock*>(ba_.AddrUnchecked(tail.lblock));
   const std::string where = " of namespace log block " + std::to_string(tail.lblock);
-  if (NextBlock(b->next.load()) != 0)
-    Problem("namespace log: the committed tail is at slot " + std::to_string(tail.slot) + where +
-            ", which has a successor");
+  uint64_t blocks = 0;
+  for (uint32_t n = NextBlock(b->next.load()); n != 0 && blocks <= (uint64_t{1} << 28); ++blocks) {
+    if (!ba_.CheckRange(n, 1, "namespace log block").ok()) break;  // ReadNamespace said so
+    const auto* nb = reinterpret_cast<const LogBlock*>(ba_.AddrUnchecked(n));
+    for (uint32_t s = 0; s < kSlotsPerLogBlock; ++s)
+      if (nb->slots[s].load() != 0) {
+        Problem("namespace log: the committed tail is at slot " + std::to_string(tail.slot) + where +
+                ", whose successor " + std::to_string(n) + " holds entries");
+        return;
+      }
+    n = NextBlock(nb->next.load());
+  }
   for (uint32_t s = tail.slot; s < kSlotsPerLogBlock;) {
     const uint64_t e = b->slots[s].load();
     if (e == 0) {
