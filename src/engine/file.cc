@@ -111,13 +111,21 @@ Status File::Init(BlockMarker* rebuild) {
   if (rebuild) {
     // Nobody else uses the domain (and the container keeps it so until we
     // return): no GC can run, and the slots were reset, so no pin is needed.
+    // Checked whole before anything is written: a commit a crash cut
+    // short is cleared only once the rest proved sound (an open refused
+    // for damage leaves the file as it was).
     UPFS_RETURN_IF_ERROR(
-        ReplayHead(table.get(), &res, may_have_crashed_ ? TailRule::kRecover : TailRule::kStrict));
+        ReplayHead(table.get(), &res, may_have_crashed_ ? TailRule::kCrashed : TailRule::kStrict));
     for (uint32_t l : res.log_blocks) rebuild->Mark(l, "log");
     for (const Run& r : res.overflow)
       for (uint32_t i = 0; i < r.count; ++i) rebuild->Mark(r.lblock + i, "overflow");
     table->ForEachMapped([&](uint64_t, uint32_t l) { rebuild->Mark(l, "data"); });
     UPFS_RETURN_IF_ERROR(rebuild->status());
+    if (res.cut_short_words) {
+      BlockTable again;
+      ReplayResult cleared;
+      UPFS_RETURN_IF_ERROR(ReplayHead(&again, &cleared, TailRule::kRecover));
+    }
   }
   // Register the opening thread before the container lets other openers
   // in, so that they see this process alive and do not rebuild under it.

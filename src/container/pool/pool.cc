@@ -364,7 +364,7 @@ bool Pool::AnySlotInUse() const {
   return false;
 }
 
-Status Pool::MarkFileBlocks(Inode* in, BlockMarker* m) {
+Status Pool::MarkFileBlocks(Inode* in, BlockMarker* m, std::vector<uint32_t>* cut) {
   if (const uint64_t t = in->target_block.load(std::memory_order_acquire); t != 0) {
     UPFS_RETURN_IF_ERROR(access_.CheckRange(t, 1, "symbolic link target"));
     m->Mark(t, "symbolic link target");
@@ -374,7 +374,8 @@ Status Pool::MarkFileBlocks(Inode* in, BlockMarker* m) {
   if (head >= kMaxPoolBlocks) return Status::Corrupt("inode", "log head out of range");
   BlockTable table;
   ReplayResult res;
-  UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), &table, &res, TailRule::kRecover));
+  UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), &table, &res, TailRule::kCrashed));
+  if (res.cut_short_words) cut->push_back(uint32_t(head));
   for (uint32_t l : res.log_blocks) m->Mark(l, "log");
   for (const Run& r : res.overflow)
     for (uint32_t i = 0; i < r.count; ++i) m->Mark(r.lblock + i, "overflow");
@@ -440,6 +441,7 @@ Status Pool::Recover() {
     l = NextBlock(next);
   }
   std::unordered_set<uint64_t> linked;
+  std::vector<uint32_t> cut;  // file logs whose last commit a crash cut short
   index_.ForEachDir([&](uint64_t dir, const NsDirInfo&) {
     linked.insert(dir);
     index_.List(dir, [&](std::string_view, const NsEntry& e) { linked.insert(e.ino); });
@@ -457,7 +459,7 @@ Status Pool::Recover() {
       const FileType k = IdentKind(in->ident.load(std::memory_order_acquire));
       if (k > FileType::kSymlink) return Status::Corrupt("inode", std::to_string(ino) + " has an unknown kind");
       if (k == FileType::kFree || !linked.count(ino)) continue;  // free, or an orphan to free
-      if (Status st = MarkFileBlocks(in, &marker); !st.ok())
+      if (Status st = MarkFileBlocks(in, &marker, &cut); !st.ok())
         return Status::Error(st.err(), "file " + std::to_string(ino) + ": " + st.message());
     }
     return Status::OK();
@@ -466,6 +468,11 @@ Status Pool::Recover() {
   // a crash lost) go before anyone reserves there again.
   UPFS_RETURN_IF_ERROR(log_.DiscardPastTail());
   log_.AcceptTornTail(false);
+  for (uint32_t head : cut) {  // and of the files' logs
+    BlockTable table;
+    ReplayResult res;
+    UPFS_RETURN_IF_ERROR(ReplayChain(access_, head, &table, &res, TailRule::kRecover));
+  }
   UPFS_RETURN_IF_ERROR(inodes_.Rebuild([&](uint64_t ino, Inode* in) -> Status {
     pm::Store64(&in->open_count, 0);  // the holds of processes now gone (Take adds to it)
     if (!linked.count(ino)) return inodes_.Free(ino);  // an orphan

@@ -194,7 +194,10 @@ class Pool {
 
   std::string path_;
   int lock_fd() const { return medium_->fd(); }
-  Status MarkFileBlocks(format::pool::Inode* in, BlockMarker* m);
+  // Marks what the file of `in` references; a log whose last commit a
+  // crash cut short is added to *cut (its head), to be cleared once the
+  // whole pool proved sound.
+  Status MarkFileBlocks(format::pool::Inode* in, BlockMarker* m, std::vector<uint32_t>* cut);
   std::unique_ptr<Medium> medium_;
   BlockAccess access_;
   uint64_t dev_;
