@@ -390,8 +390,11 @@ std::vector<Workload> MakeWorkloads() {
     w.push_back(p);
   }
   {
-    // Patches that GC copies into the compacted chain, while more patches
-    // and a copy-on-write fold follow, and a GC racing a patch.
+    // Patches that GC folds (a block with 6 or more) or copies into the
+    // compacted chain, while more patches and a copy-on-write fold follow;
+    // a GC racing a patch, and a patch racing the GC's fold of its block
+    // (held at the fold's data fence: the fold then conflicts and is
+    // dropped).
     Workload g{"sub-block-gc", format::Consistency::kStrict, {W(0, 16384, 9)}, {}};
     for (uint32_t i = 0; i < 1100; ++i)
       g.setup.push_back(W(uint64_t(i % 4) * 4096 + (i * 37) % 3000, 16 + i % 200, i));
@@ -400,6 +403,11 @@ std::vector<Workload> MakeWorkloads() {
     a.race = std::make_shared<Op>(gc);
     a.race_fence = 1;
     g.ops.push_back(a);
+    for (uint32_t i = 0; i < 6; ++i) g.ops.push_back(W(2 * 4096 + 200 + 500 * i, 48, 40 + i));
+    Op f = gc;
+    f.race = std::make_shared<Op>(W(2 * 4096 + 3500, 40, 50));
+    f.race_fence = 1;
+    g.ops.push_back(f);
     w.push_back(g);
   }
   {

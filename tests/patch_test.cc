@@ -264,5 +264,39 @@ TEST(Patch, ThreadsPatchingTheSameBlocksNeverTearOrReorder) {
   EXPECT_EQ(f.ReadAll(), now);
 }
 
+// A GC folds a block whose patches reach three quarters of a limit (6
+// patches, or 1,536 bytes): it is copied whole, its patches applied, and
+// leaves the log; a block with fewer stays patched. Every byte reads the same, before and
+// after a reopen, and the compacted log carries only the other block's.
+TEST(Patch, AGcFoldsBlocksWithManyPatchesBackIntoBlocks) {
+  TempDir d;
+  const std::string path = d.File("fold");
+  std::string model = PatchBytes(4 * kBlockSize, 1);
+  auto put = [&](Opened& f, uint64_t off, uint64_t len, uint32_t seed) {
+    const std::string b = PatchBytes(len, seed);
+    f.Write(b, off);
+    model.replace(off, len, b);
+  };
+  {
+    Opened f(path);
+    f.Write(model, 0);
+    for (uint32_t i = 0; i < 6; ++i) put(f, kBlockSize + 100 + 300 * i, 64, 10 + i);  // block 1: 6 patches
+    put(f, 2 * kBlockSize + 8, 40, 20);                                               // block 2: 1
+    for (uint32_t i = 0; i < 3; ++i) put(f, 3 * kBlockSize + 1024 * i, 512, 30 + i);  // block 3: 3 x 512
+    FileReport r;
+    ASSERT_TRUE(InspectFile(path, true, &r).ok());
+    EXPECT_EQ(r.patched_blocks, 3u);
+    EXPECT_EQ(r.patch_count, 10u);
+    ASSERT_TRUE(f.file->CollectGarbage(true).ok());
+    ASSERT_TRUE(InspectFile(path, true, &r).ok());
+    EXPECT_EQ(r.patched_blocks, 1u) << "blocks 1 and 3 folded, block 2 kept";
+    EXPECT_EQ(r.patch_count, 1u);
+    EXPECT_EQ(f.ReadAll(), model);
+    put(f, 2 * kBlockSize + 100, 30, 40);  // patches go on after the fold
+  }
+  Opened f(path);
+  EXPECT_EQ(f.ReadAll(), model);
+}
+
 }  // namespace
 }  // namespace upfs

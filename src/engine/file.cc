@@ -306,6 +306,12 @@ Status File::CollectGarbage(bool force) {
   ThreadCtx* c;
   UPFS_RETURN_IF_ERROR(Ctx(&c));
   EpochPin pin(epochs(), c->slot);
+  // Patched blocks first, so that the compacted log carries fewer patches
+  // (docs/design.md, "GC folds, then copies"). Sync-mode logs hold none.
+  if (root_.consistency == Consistency::kStrict) {
+    uint64_t folded = 0;
+    UPFS_RETURN_IF_ERROR(FoldPatches(c, &folded));
+  }
   return LogCompactor(space_, source_, root_).Collect(&c->blocks, c->slot, force);
 }
 

@@ -236,6 +236,12 @@ class File {
   Status MapZeroedHoles(ThreadCtx* c, BlockTable* t, uint64_t vb0, uint64_t map_end,
                         std::vector<format::Run>* fresh, bool* changes);
   void ReleaseDisplaced(ThreadCtx* c, const uint32_t* blocks, size_t n);
+  // The GC's fold (file_fold.cc): block v of t copied whole with its
+  // patches to a fresh block committed in its place, unless anything
+  // touched the block since t's cursor (then *folded is false, no retry).
+  Status FoldOnce(ThreadCtx* c, BlockTable* t, uint64_t v, bool* folded);
+  // Folds every block whose patches reach half of a limit; pinned.
+  Status FoldPatches(ThreadCtx* c, uint64_t* folded);
   void TouchMtime();
   void MaybeCollectGarbage(ThreadCtx* c);
 

@@ -122,7 +122,9 @@ Status LogCompactor::ReplayFullBlocks(FullBlocks* f) {
 // order (after the maps they apply to; superseded ones are gone from the
 // state). Patches are copied, never folded here: a fold maps a new block
 // and frees the old one, which a concurrent copy-on-write writer that
-// still maps it would free as well (docs/design.md, "Sub-block writes").
+// still maps it would free as well. The GC folds before it compacts, by
+// commits that follow the writers' conflict rules (File::FoldPatches;
+// docs/design.md, "Sub-block writes").
 void LogCompactor::EncodeState(const BlockTable& state, CompactWriter* w) const {
   w->AddPayload({state.size(), EncodePayloadWord1(0, 0, kSizeSet)});
   uint64_t run_v = 0, run_count = 0;
