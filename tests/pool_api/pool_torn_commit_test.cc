@@ -244,3 +244,47 @@ TEST_F(PoolTornCommitTest, ACutFarFromTheTailIsDamage) {
 }
 
 }  // namespace
+
+namespace {
+
+// The namespace log's tail in a block that already has a successor: a
+// racer linked it on the strength of a closing reservation whose line the
+// crash then lost (its fence does not persist another thread's line; the
+// pool crash explorer's ns-rollover-races reaches it). Recovery leaves the
+// empty successor linked, to be used in turn, and fsck of the recovered
+// pool must not call that damage; a successor past the tail that holds an
+// entry is damage.
+class PoolTailSuccessorTest : public PoolCorruptionTest {
+ protected:
+  // Links a fresh, empty namespace log block after the tail's block of
+  // work_ (laid out as L): the first block of 2 MiB added to the pool file
+  // (as growth adds them), so that nothing else references it.
+  uint32_t LinkEmptySuccessor(const Layout& L) {
+    const uint32_t n = uint32_t(L.blocks);
+    EXPECT_EQ(truncate(work_.c_str(), off_t(L.blocks * kB + (2u << 20))), 0);
+    const uint64_t tail_block = uint64_t(L.tail.block) * kB;
+    SetWord(work_, uint64_t(n) * kB, upfs::format::pool::NsNextWord(0));
+    SetWord(work_, uint64_t(n) * kB + 8, Word(work_, tail_block + 8) + 1);  // seq
+    SetWord(work_, tail_block, upfs::format::pool::NsNextWord(n));
+    return n;
+  }
+};
+
+TEST_F(PoolTailSuccessorTest, AnEmptySuccessorRecoveryLeavesIsNotDamage) {
+  UseCrashed();
+  LinkEmptySuccessor(crashed_layout_);
+  Outcome o = Try([&] { EXPECT_TRUE(Put("after-recovery", "a record at the tail")) << upfs_last_error(); });
+  ExpectHarmless(o);
+}
+
+TEST_F(PoolTailSuccessorTest, ASuccessorPastTheTailThatHoldsAnEntryIsDamage) {
+  const uint32_t n = LinkEmptySuccessor(layout_);
+  SetWord(work_, LogSlot{n, 3}.Off(), EncodeReserve(2));
+  upfs::PoolReport r;
+  ASSERT_TRUE(upfs::CheckPool(work_, &r).ok());
+  std::string all;
+  for (const std::string& p : r.problems) all += p + "; ";
+  EXPECT_NE(all.find("holds entries"), std::string::npos) << all;
+}
+
+}  // namespace
