@@ -31,13 +31,15 @@
 // operation (pool_tree.h), so the workloads also check the semantics.
 //
 // Races are explored as in the per-file explorer: an operation can be held
-// at its k-th fence while a second thread runs another one to completion
-// (whose own fences are explored too). Only fences outside the namespace
-// log's commit are used for that (the commit holds the index lock).
+// at its k-th fence, or its k-th 8-byte store, while a second thread runs
+// another one to completion (whose own fences are explored too), and the
+// state right after the racer returns is explored with the racer's effect
+// required. Only points outside the namespace log's commit are used for
+// that (the commit holds the index lock).
 //
 // Model limits: those of the per-file explorer (docs/design.md, "Crash
-// testing") but for the torn lines; and a fence persists every thread's
-// lines, as sfence does not.
+// testing") but for the torn lines. A fence persists only its own
+// thread's flushes (the held operation and its racer are two actors).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -167,6 +169,12 @@ NsOp Raced(NsOp a, NsOp b, int fence) {
   a.race_fence = fence;
   return a;
 }
+// Held at its `store`-th 8-byte store (where no fence is) instead.
+NsOp RacedAtStore(NsOp a, NsOp b, int store) {
+  a.race = std::make_shared<NsOp>(std::move(b));
+  a.race_store = store;
+  return a;
+}
 
 std::vector<Workload> MakeWorkloads() {
   std::vector<Workload> w;
@@ -290,7 +298,9 @@ std::vector<Workload> MakeWorkloads() {
                 Raced(Rename("/a/x", "/a/x2"), Create("/a/t"), 1),
                 Raced(Mkdir("/a/u"), Unlink("/a/y"), 2),
                 Raced(Mkdir("/a/v"), Create("/a/v/f"), 2), Raced(Mkdir("/b/z"), Rmdir("/b"), 1),
-                Raced(Write("/a/p", 0, 5000, 7), Rename("/a/p", "/a/p2"), 1)}};
+                Raced(Write("/a/p", 0, 5000, 7), Rename("/a/p", "/a/p2"), 1),
+                RacedAtStore(Create("/a/sa"), Create("/a/sb"), 1), RacedAtStore(Create("/a/sc"), Create("/a/sd"), 2),
+                RacedAtStore(Create("/a/se"), Create("/a/sf"), 3), RacedAtStore(Mkdir("/a/sg"), Create("/a/sh"), 4)}};
     w.push_back(r);
   }
   return w;
@@ -373,6 +383,26 @@ class Explorer {
       int fence = 0, racer_fences = 0;
       bool raced = false, in_race = false, race_under_lock = false;
       Status race_st;
+      auto race_now = [&] {
+        raced = true;
+        // A racer run while this thread holds the index lock would spin
+        // on it for ever: name the point instead of hanging.
+        if (!pool->index_mu().try_lock_shared()) {
+          race_under_lock = true;
+          return;
+        }
+        pool->index_mu().unlock_shared();
+        in_race = true;
+        model_.SetActor(2);
+        std::thread t([&] { race_st = runner.Run(*op.race); });
+        t.join();
+        model_.SetActor(1);
+        in_race = false;
+        // The racer returned; what this operation flushed and has yet to
+        // fence is still in flight (the racer's fences do not persist it),
+        // and a crash now must keep the racer's effect.
+        if (explore) Explore(racer_returned, "after the racer returned", false);
+      };
       model_.SetCrashPoint([&] {
         if (in_race) {
           ++racer_fences;
@@ -381,38 +411,25 @@ class Explorer {
         }
         ++fence;
         if (explore) Explore(allowed, "fence " + std::to_string(fence), false);
-        if (op.race && !raced && fence == op.race_fence) {
-          raced = true;
-          // A racer run while this thread holds the index lock would spin
-          // on it for ever: name the fence instead of hanging.
-          if (!pool->index_mu().try_lock_shared()) {
-            race_under_lock = true;
-            return;
-          }
-          pool->index_mu().unlock_shared();
-          in_race = true;
-          model_.SetActor(2);
-          std::thread t([&] { race_st = runner.Run(*op.race); });
-          t.join();
-          model_.SetActor(1);
-          in_race = false;
-          // The racer returned; what this operation flushed and has yet to
-          // fence is still in flight (the racer's fences do not persist
-          // it), and a crash now must keep the racer's effect.
-          if (explore) Explore(racer_returned, "after the racer returned", false);
-        }
+        if (op.race && !op.race_store && !raced && fence == op.race_fence) race_now();
       });
+      int stores = 0;
+      if (op.race && op.race_store)
+        model_.SetStorePoint([&] {
+          if (!in_race && !raced && ++stores == op.race_store) race_now();
+        });
       st = runner.Run(op);
       model_.SetCrashPoint(nullptr);
+      model_.SetStorePoint(nullptr);
       if (race_under_lock) {
-        std::printf("%s: op %zu (%s): fence %d is under the index lock; race it at another\n",
-                    w.name.c_str(), i, op.Describe().c_str(), op.race_fence);
+        std::printf("%s: op %zu (%s): that point is under the index lock; race it at another\n",
+                    w.name.c_str(), i, op.Describe().c_str());
         ++violations_;
         break;
       }
       if (op.race && !raced) {
-        std::printf("%s: op %zu (%s) has fewer than %d fences\n", w.name.c_str(), i,
-                    op.Describe().c_str(), op.race_fence);
+        std::printf("%s: op %zu (%s) has fewer fences or stores than that\n", w.name.c_str(), i,
+                    op.Describe().c_str());
         ++violations_;
         break;
       }

@@ -88,7 +88,11 @@ class SparsePersistenceModel : public pm::Recorder {
     std::vector<char> z(n, 0);
     Write(dst, z.data(), n, true);
   }
-  void OnStore(void* dst, uint64_t value) override { Write(dst, &value, 8, false); }
+  void OnStore(void* dst, uint64_t value) override {
+    Write(dst, &value, 8, false);
+    if (store_point_) store_point_();
+  }
+  void SetStorePoint(std::function<void()> sp) { store_point_ = std::move(sp); }
   void OnFlush(const void* addr, size_t n) override {
     uint64_t off;
     if (!Offset(addr, &off)) return;
@@ -226,6 +230,7 @@ class SparsePersistenceModel : public pm::Recorder {
   std::map<uint64_t, std::string> durable_;  // block number -> its 4 KiB
   std::map<uint64_t, LineState> lines_;
   CrashPoint crash_point_;
+  std::function<void()> store_point_;
   uint8_t actor_ = 1;
 };
 

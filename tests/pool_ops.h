@@ -31,6 +31,7 @@ struct NsOp {
   // one is held at its fence number race_fence.
   std::shared_ptr<NsOp> race;
   int race_fence = 0;
+  int race_store = 0;  // if set, held at this 8-byte store instead
 
   std::string Describe() const {
     static const char* names[] = {"create", "mkdir", "symlink", "link", "unlink", "rmdir", "rename",
@@ -46,7 +47,9 @@ struct NsOp {
       std::snprintf(m, sizeof(m), " %04o", unsigned(mode));
       d += m;
     }
-    if (race) d += " raced at fence " + std::to_string(race_fence) + " by [" + race->Describe() + "]";
+    if (race)
+      d += (race_store ? " raced at store " + std::to_string(race_store) : " raced at fence " + std::to_string(race_fence)) +
+           " by [" + race->Describe() + "]";
     return d;
   }
 };
