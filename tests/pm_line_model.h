@@ -56,11 +56,11 @@ class PersistenceModel : public pm::Recorder {
   }
   void OnStore(void* dst, uint64_t value) override {
     Write(dst, &value, 8, false);
-    if (store_point_ && !in_crash_point_) {
-      in_crash_point_ = true;
-      store_point_();
-      in_crash_point_ = false;
-    }
+    StorePoint();
+  }
+  void OnStoreBytes(void* dst, const void* src, size_t n) override {
+    Write(dst, src, n, false);
+    StorePoint();
   }
   void OnFlush(const void* addr, size_t n) override {
     uint64_t off;
@@ -116,6 +116,13 @@ class PersistenceModel : public pm::Recorder {
     uint8_t nt = 0;
     uint8_t flushed = 0;
   };
+  void StorePoint() {
+    if (store_point_ && !in_crash_point_) {
+      in_crash_point_ = true;
+      store_point_();
+      in_crash_point_ = false;
+    }
+  }
   // The operation is actor 1; a racer running at one of its fences is 2.
   uint8_t Actor() const { return in_crash_point_ ? 2 : 1; }
 

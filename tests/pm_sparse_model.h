@@ -92,6 +92,10 @@ class SparsePersistenceModel : public pm::Recorder {
     Write(dst, &value, 8, false);
     if (store_point_) store_point_();
   }
+  void OnStoreBytes(void* dst, const void* src, size_t n) override {
+    Write(dst, src, n, false);
+    if (store_point_) store_point_();
+  }
   void SetStorePoint(std::function<void()> sp) { store_point_ = std::move(sp); }
   void OnFlush(const void* addr, size_t n) override {
     uint64_t off;

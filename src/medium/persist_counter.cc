@@ -47,6 +47,11 @@ class LineCounter final : public pm::Recorder {
     std::lock_guard<std::mutex> g(mu_);
     if (running_) dirty_.insert(FirstLine(dst));
   }
+  void OnStoreBytes(void* dst, const void*, size_t n) override {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!running_ || n == 0) return;
+    for (uintptr_t l = FirstLine(dst); l < EndLine(dst, n); ++l) dirty_.insert(l);
+  }
   void OnFlush(const void* addr, size_t n) override {
     std::lock_guard<std::mutex> g(mu_);
     if (!running_) return;

@@ -15,6 +15,19 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UPFS_PM_TSAN 1
+#endif
+#endif
+#if !defined(UPFS_PM_TSAN) && defined(__SANITIZE_THREAD__)
+#define UPFS_PM_TSAN 1
+#endif
+#if UPFS_PM_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
 
 namespace upfs::pm {
 
@@ -24,6 +37,7 @@ struct Recorder {
   virtual void OnCopy(void* dst, const void* src, size_t n) = 0;  // NT copy
   virtual void OnZero(void* dst, size_t n) = 0;                   // NT zero
   virtual void OnStore(void* dst, uint64_t value) = 0;            // 8-byte store/CAS result
+  virtual void OnStoreBytes(void* dst, const void* src, size_t n) = 0;  // cached stores
   virtual void OnFlush(const void* addr, size_t n) = 0;
   virtual void OnFence() = 0;
 };
@@ -57,6 +71,14 @@ inline void StoreWords(std::atomic<uint64_t>* dst, const uint64_t* src, size_t w
   }
 }
 
+// Copies bytes into media with ordinary stores and leaves them in the
+// cache, like StoreWords: Flush + Fence persist them (an append's bytes,
+// written back with the entry that commits them, after its CAS).
+inline void StoreBytes(void* dst, const void* src, size_t n) {
+  if (Recorder* r = ActiveRecorder()) r->OnStoreBytes(dst, src, n);
+  std::memcpy(dst, src, n);
+}
+
 // Non-temporal zero fill of media. Not ordered until Fence().
 inline void ZeroNT(void* dst, size_t n) {
   if (Recorder* r = ActiveRecorder()) r->OnZero(dst, n);
@@ -87,6 +109,33 @@ inline bool Cas64(std::atomic<uint64_t>* dst, uint64_t& expected, uint64_t desir
                                          std::memory_order_acquire);
   if (ok) {
     if (Recorder* r = ActiveRecorder()) r->OnStore(dst, desired);
+  }
+  return ok;
+}
+
+// A 16-byte compare-and-swap of two adjacent words on media, 16-byte
+// aligned (lock cmpxchg16b: atomic for every reader, as an 8-byte CAS is;
+// persisted, like any store, only 8 bytes at a time). Succeeds only if
+// both words hold `expected0` and `expected1`.
+inline bool Cas128(std::atomic<uint64_t>* dst, uint64_t expected0, uint64_t expected1,
+                   uint64_t desired0, uint64_t desired1) {
+  bool ok;
+  __asm__ __volatile__("lock cmpxchg16b %1"
+                       : "=@ccz"(ok), "+m"(*reinterpret_cast<volatile unsigned __int128*>(dst)),
+                         "+a"(expected0), "+d"(expected1)
+                       : "b"(desired0), "c"(desired1)
+                       : "memory");
+  if (ok) {
+#if UPFS_PM_TSAN
+    // ThreadSanitizer does not see the instruction: it is told that the
+    // words are released, as an 8-byte CAS would release them.
+    __tsan_release(&dst[0]);
+    __tsan_release(&dst[1]);
+#endif
+    if (Recorder* r = ActiveRecorder()) {
+      r->OnStore(&dst[0], desired0);
+      r->OnStore(&dst[1], desired1);
+    }
   }
   return ok;
 }
