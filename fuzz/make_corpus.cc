@@ -146,7 +146,13 @@ bool Pack(const Bytes& src, Bytes* out) {
           ++s;
           break;
         }
-        case fmt::EntryKind::kTouch: ++s; break;
+        case fmt::EntryKind::kTouch:
+        case fmt::EntryKind::kGrowTail: ++s; break;
+        case fmt::EntryKind::kGrowTailChecked: {
+          if (!add_run(fmt::GrowTailCheckedBlock(get(src, slot_off(l, s + 1))), 1)) return false;
+          s += fmt::kGrowTailCheckedSlots;
+          break;
+        }
         case fmt::EntryKind::kReserve: s += 1 + fmt::ReserveCount(e); break;
         case fmt::EntryKind::kApply: {
           uint32_t rs = fmt::ApplySlot(e);
@@ -199,7 +205,15 @@ bool Pack(const Bytes& src, Bytes* out) {
           ++s;
           break;
         }
-        case fmt::EntryKind::kTouch: ++s; break;
+        case fmt::EntryKind::kTouch:
+        case fmt::EntryKind::kGrowTail: ++s; break;
+        case fmt::EntryKind::kGrowTailChecked: {
+          const uint64_t w1 = get(src, slot_off(l, s + 1));
+          put(&d, slot_off(nl, s + 1),
+              fmt::EncodeGrowTailChecked1(to[fmt::GrowTailCheckedBlock(w1)], fmt::GrowTailCheckedCrc(w1)));
+          s += fmt::kGrowTailCheckedSlots;
+          break;
+        }
         case fmt::EntryKind::kReserve: s += 1 + fmt::ReserveCount(e); break;
         case fmt::EntryKind::kApply: {
           uint32_t rs = fmt::ApplySlot(e);

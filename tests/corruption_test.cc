@@ -431,8 +431,10 @@ TEST_P(Corruption, HeaderFieldsWithValidCrc) {
                    FixHeaderCrc(b);
                  }});
   };
-  // 1 and 2 are both read (a version 1 file gets no patches).
-  for (uint32_t v : {0u, 3u, 0xffffffffu}) field("format_version", offsetof(fmt::FileHeader, format_version), v);
+  // 1 to 3 are all read (a version 1 file gets no patches, a version 2 no
+  // checked appends).
+  for (uint32_t v : {0u, fmt::kFormatVersion + 1, 0xffffffffu})
+    field("format_version", offsetof(fmt::FileHeader, format_version), v);
   for (uint32_t v : {0u, 512u, 8192u, 4097u}) field("block_size", offsetof(fmt::FileHeader, block_size), v);
   for (uint32_t v : {0u, 3u, 0xffffffffu}) field("consistency", offsetof(fmt::FileHeader, consistency), v);
   for (uint32_t v : {1u, 0x80000000u}) field("flags", offsetof(fmt::FileHeader, flags), v);

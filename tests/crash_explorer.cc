@@ -163,13 +163,23 @@ std::vector<Workload> MakeWorkloads() {
   w.push_back({"extend-and-append", format::Consistency::kStrict, {},
                {W(0, 100, 1), A(5000, 2), A(4096, 3), W(30000, 10, 4), A(1, 5)}});
   {
-    // Appends that stay inside the tail block commit as one kGrowTail word;
-    // one fills the block exactly, and one races another small append.
+    // Appends that stay inside the tail block commit as one checked append
+    // (kGrowTailChecked) in one persisted round; one fills the block
+    // exactly, one races another small append (which copies the tail block
+    // on write: the append holds the tail claim), and one races a small
+    // write elsewhere, whose commit must write the append's bytes back
+    // before it (rule 3: they are not in the log).
     Workload g{"small-appends", format::Consistency::kStrict, {W(0, 100, 9)},
                {A(100, 1), A(1000, 2), A(2896, 3), A(50, 4)}};
     for (int k = 1; k <= 2; ++k) {
       Op a = A(100, 10 + k);
       a.race = std::make_shared<Op>(A(200, 20 + k));
+      a.race_fence = k;
+      g.ops.push_back(a);
+    }
+    for (int k = 1; k <= 2; ++k) {
+      Op a = A(100, 30 + k);
+      a.race = std::make_shared<Op>(W(10, 20, 40 + k));
       a.race_fence = k;
       g.ops.push_back(a);
     }

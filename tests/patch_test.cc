@@ -21,6 +21,7 @@
 #include "medium/persist_counter.h"
 #include "upfs/upfs.h"
 #include "patch_test_util.h"
+#include "opened_per_file.h"
 #include "test_util.h"
 #include "util/crc32c.h"
 
@@ -32,34 +33,7 @@ using namespace format;
 using upfs_test::PatchBytes;
 using upfs_test::TempDir;
 
-struct Opened {
-  int host = -1;
-  std::unique_ptr<upfs::File> file;
-  Opened(const std::string& path, Consistency c = Consistency::kStrict) {
-    host = open(path.c_str(), O_RDWR | O_CREAT, 0644);
-    EXPECT_GE(host, 0);
-    Status st = OpenPerFile(host, path, true, c, nullptr, &file);
-    EXPECT_TRUE(st.ok()) << st.ToString();
-  }
-  ~Opened() {
-    file.reset();
-    if (host >= 0) close(host);
-  }
-  void Write(const std::string& b, uint64_t off) {
-    uint64_t at;
-    Status st = file->Write(b.data(), b.size(), off, false, &at);
-    ASSERT_TRUE(st.ok()) << st.ToString();
-  }
-  std::string ReadAll() {
-    uint64_t size = 0;
-    EXPECT_TRUE(file->Size(&size).ok());
-    std::string out(size, '\0');
-    size_t done = 0;
-    EXPECT_TRUE(file->Read(out.data(), size, 0, &done).ok());
-    EXPECT_EQ(done, size);
-    return out;
-  }
-};
+using upfs_test::Opened;
 
 uint64_t Persisted(Opened* f, const std::string& b, uint64_t off) {
   PersistCounter counter;

@@ -27,6 +27,10 @@ struct Effect {
   SizeOp size_op = kNone;
   uint64_t new_size = 0;
   bool grow_tail = false;  // from a kGrowTail entry: valid only at one size
+  // From a kGrowTailChecked entry: the tail block its bytes went to and
+  // where they start in it (0, 0 for a kGrowTail).
+  uint32_t tail_lblock = 0;
+  uint32_t tail_from = 0;
   // From a kPatch payload: where its bytes are (an encoded PatchRef; its
   // lblock is never 0), for the block `vblock` (runs: one kKeepBlock).
   uint64_t patch = 0;
@@ -38,6 +42,8 @@ struct Effect {
     size_op = kNone;
     new_size = 0;
     grow_tail = false;
+    tail_lblock = 0;
+    tail_from = 0;
     patch = 0;
   }
   // True if the effect can change the mapping of any block in [v0, v1).

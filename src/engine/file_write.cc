@@ -13,6 +13,7 @@
 #include "engine/file_internal.h"
 #include "medium/pm.h"
 #include "util/assert.h"
+#include "util/crc32c.h"
 #include "util/optimistic_copy.h"
 
 namespace upfs {
@@ -250,6 +251,13 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   char* tail;
   UPFS_RETURN_IF_ERROR(access_.Addr(last, &tail));
   const uint64_t first = std::min<uint64_t>(n, kBlockSize - in_block);
+  const uint64_t vb0 = vt + 1, vb1 = CeilBlocks(end), nb = vb1 > vb0 ? vb1 - vb0 : 0;
+  // An append that stays in the tail block of a strict file commits in one
+  // persisted round: its bytes are stored and written back with its entry
+  // after the CAS, which carries their checksum (docs/design.md, "Checked
+  // appends"). Sync-mode files overwrite in place, which would make the
+  // checksum of an earlier append fail after a crash: they keep two rounds.
+  const bool checked = nb == 0 && root_.checked_appends && root_.consistency == Consistency::kStrict;
   // Past the end of file in place: only under the tail claim.
   UPFS_ASSERT(root_.words->tail_claim.load(std::memory_order_relaxed) == c->tail_claim_id);
   // A short append is a line or two written in parts, into a line the
@@ -257,12 +265,13 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   // non-temporal ones (append-100 1.80-1.83M -> 1.89-1.92M per second,
   // three alternations of upfs bench with both), as for the pool's records
   // (docs/design.md, "The namespace log").
-  if (first <= kShortAppendBytes)
+  if (checked)
+    pm::StoreBytes(tail + in_block, buf, first);
+  else if (first <= kShortAppendBytes)
     pm::CopyFlush(tail + in_block, buf, first);
   else
     pm::CopyNT(tail + in_block, buf, first);
   // What does not fit goes to new blocks, as a copy-on-write write would.
-  const uint64_t vb0 = vt + 1, vb1 = CeilBlocks(end), nb = vb1 > vb0 ? vb1 - vb0 : 0;
   c->runs.clear();
   c->old.assign(nb, 0);
   UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &c->runs);
@@ -282,7 +291,14 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   // run keeps the tail block's mapping, and whose commit fences before the
   // payload can count.
   uint64_t entry = 0;
-  if (nb == 0) {
+  if (checked) {
+    // The checksum of the bytes as stored (the caller's buffer may change
+    // under us; the block's bytes past the size are ours under the claim).
+    c->pending.entry_word1 = EncodeGrowTailChecked1(last, Crc32c(tail + in_block, first));
+    c->pending.bytes = tail + in_block;
+    c->pending.bytes_len = first;
+    entry = EncodeGrowTailChecked0(end, uint32_t(in_block));
+  } else if (nb == 0) {
     pm::Fence();
     entry = EncodeGrowTail(end);
   } else {
@@ -293,10 +309,14 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
     UPFS_RETURN_IF_ERROR(st);
   }
   bool conflicted = false;
-  UPFS_RETURN_IF_ERROR(writer_.Commit(
+  Status st = writer_.Commit(
       &c->blocks, &c->scratch, &p, entry, c->pending,
       [&](const Effect& e) { return e.ChangesSize() || e.TouchesBlocks(vt, std::max(vb1, vt + 1)); },
-      &conflicted));
+      &conflicted);
+  c->pending.entry_word1 = 0;  // the thread's next commit is not one
+  c->pending.bytes = nullptr;
+  c->pending.bytes_len = 0;
+  UPFS_RETURN_IF_ERROR(st);
   if (conflicted) return Status::OK();
   taken.Committed();
   if (nb) ReleaseDisplaced(c, c->old.data(), nb);

@@ -346,6 +346,28 @@ Status DecodeEntry(const BlockAccess& ba, const LogBlock* b, uint32_t b_lblock, 
       *next_slot = slot + 1;
       return Status::OK();
     }
+    case EntryKind::kGrowTailChecked: {
+      if (slot % 2 != 0) return Status::Corrupt(where(), "checked append at an odd slot");
+      const uint64_t w1 = b->slots[slot + 1].load(std::memory_order_acquire);
+      if (!GrowTailCheckedWellFormed(e, w1))
+        return Status::Corrupt(where(), "malformed checked-append entry");
+      const uint32_t l = GrowTailCheckedBlock(w1);
+      if (!ba.CheckRange(l, 1, "checked append's block").ok())
+        return Status::Corrupt(where(), "checked append's block " + std::to_string(l) +
+                                            " lies past the end of the file");
+      eff->Clear();
+      eff->new_size = GrowTailCheckedSize(e);
+      eff->size_op = Effect::kMax;
+      eff->grow_tail = true;
+      eff->tail_lblock = l;
+      eff->tail_from = GrowTailCheckedFrom(e);
+      eff->vblock = uint32_t((eff->new_size - 1) >> kBlockShift);
+      eff->nblocks = 1;
+      eff->runs.push_back(Run{kKeepBlock, 1});
+      *has_effect = true;
+      *next_slot = slot + kGrowTailCheckedSlots;
+      return Status::OK();
+    }
     case EntryKind::kReserve: {
       if (!ReserveWellFormed(e)) return Status::Corrupt(where(), "malformed reservation");
       uint32_t n = ReserveCount(e);
@@ -379,9 +401,59 @@ uint32_t LastEntryBefore(const LogBlock* b, uint32_t end) {
     const uint64_t e = b->slots[s].load(std::memory_order_acquire);
     if (e == 0) break;
     last = s;
-    s += KindOf(e) == EntryKind::kReserve ? 1 + ReserveCount(e) : 1;
+    s += EntrySlots(e);
   }
   return last;
+}
+
+uint32_t EntrySlots(uint64_t e) {
+  switch (KindOf(e)) {
+    case EntryKind::kReserve: return 1 + ReserveCount(e);
+    case EntryKind::kGrowTailChecked: return kGrowTailCheckedSlots;
+    default: return 1;
+  }
+}
+
+bool CheckedAppendBytesMatch(const BlockAccess& ba, uint64_t w0, uint64_t w1) {
+  const uint32_t l = GrowTailCheckedBlock(w1);
+  if (!ba.CheckRange(l, 1, "checked append's block").ok()) return false;
+  const uint32_t from = GrowTailCheckedFrom(w0), end = GrowTailCheckedEnd(w0);
+  return Crc32c(ba.AddrUnchecked(l) + from, end - from) == GrowTailCheckedCrc(w1);
+}
+
+void FlushCheckedAppend(const BlockAccess& ba, const LogBlock* b, uint32_t entry) {
+  const uint64_t w0 = b->slots[entry].load(std::memory_order_relaxed);
+  if (KindOf(w0) != EntryKind::kGrowTailChecked || entry + 1 >= kSlotsPerLogBlock) return;
+  const uint64_t w1 = b->slots[entry + 1].load(std::memory_order_relaxed);
+  // A malformed one is damage, which a scan reports.
+  if (!GrowTailCheckedWellFormed(w0, w1)) return;
+  const uint32_t l = GrowTailCheckedBlock(w1);
+  if (!ba.CheckRange(l, 1, "checked append's block").ok()) return;
+  const uint32_t from = GrowTailCheckedFrom(w0);
+  pm::Flush(ba.AddrUnchecked(l) + from, GrowTailCheckedEnd(w0) - from);
+}
+
+bool CutShortGrowTail(const BlockAccess& ba, const LogBlock* b, uint32_t slot, uint64_t e) {
+  if (KindOf(e) != EntryKind::kGrowTailChecked || slot % 2 != 0) return false;
+  for (uint32_t s = slot + kGrowTailCheckedSlots; s < kSlotsPerLogBlock; ++s)
+    if (b->slots[s].load(std::memory_order_relaxed) != 0) return false;
+  // Last in its block, it may still be followed in the next one (it ends
+  // a full block): then its bytes may have changed since, legitimately (a
+  // truncate, then an append over them). A successor with nothing in it
+  // is what a committer links before its commit.
+  const uint32_t n = NextBlock(b->next.load(std::memory_order_acquire));
+  if (n != 0) {
+    if (!ba.CheckRange(n, 1, "log block").ok()) return false;
+    const auto* nb = reinterpret_cast<const LogBlock*>(ba.AddrUnchecked(n));
+    if (nb->slots[0].load(std::memory_order_acquire) != 0) return false;
+  }
+  // Its second word did not reach media (it reads zero, as a slot not yet
+  // written does: media promise 8-byte failure atomicity only), or its
+  // bytes did not all: a well-formed entry whose bytes fail the checksum.
+  const uint64_t w1 = b->slots[slot + 1].load(std::memory_order_relaxed);
+  if (w1 == 0) return true;
+  if (!GrowTailCheckedWellFormed(e, w1)) return false;
+  return !CheckedAppendBytesMatch(ba, e, w1);
 }
 
 bool CutShortApply(const LogBlock* b, uint32_t slot, uint64_t e) {
@@ -412,10 +484,13 @@ bool CutShortApply(const LogBlock* b, uint32_t slot, uint64_t e) {
 
 Status CheckGrowTail(const BlockTable& table, const Effect& eff, uint32_t lblock, uint32_t slot) {
   // Written only by an append that found this exact size and a mapped tail
-  // block, with nothing committed in between (File::AppendInPlace).
+  // block, with nothing committed in between (File::AppendInPlace); a
+  // checked one also names that block and where the size was in it.
   const uint64_t size = table.size(), vt = size >> kBlockShift;
   if ((size & (kBlockSize - 1)) == 0 || eff.new_size <= size ||
-      ((eff.new_size - 1) >> kBlockShift) != vt || table.Get(vt) == 0)
+      ((eff.new_size - 1) >> kBlockShift) != vt || table.Get(vt) == 0 ||
+      (eff.tail_lblock != 0 &&
+       (table.Get(vt) != eff.tail_lblock || (size & (kBlockSize - 1)) != eff.tail_from)))
     return Status::Corrupt(
         "log entry " + std::to_string(slot) + " of log block " + std::to_string(lblock),
         "in-place append to " + std::to_string(eff.new_size) +
@@ -434,11 +509,18 @@ Status ApplyLogBlock(const BlockAccess& ba, const LogBlock* b, uint32_t lblock, 
     bool has = false;
     uint32_t next = 0;
     if (Status st = DecodeEntry(ba, b, lblock, slot, e, &eff, &has, &next); !st.ok()) {
-      if (cut_short && CutShortApply(b, slot, e)) {
+      if (cut_short && (CutShortApply(b, slot, e) || CutShortGrowTail(ba, b, slot, e))) {
         *cut_short = slot;
         break;
       }
       return st;
+    }
+    // A checked append's bytes are checked where a crash may have cut it
+    // short, and only as the chain's last entry: nothing after it made them
+    // durable (rule 3).
+    if (cut_short && KindOf(e) == EntryKind::kGrowTailChecked && CutShortGrowTail(ba, b, slot, e)) {
+      *cut_short = slot;
+      break;
     }
     if (KindOf(e) == EntryKind::kApply) {
       // DecodeEntry validated the payload, so its words are in bounds.
@@ -472,9 +554,18 @@ Status EndAfterCrash(const BlockAccess& ba, LogBlock* b, uint32_t lblock, uint32
                      TailRule rule, ReplayResult* res) {
   auto where = [&] { return "log block " + std::to_string(lblock); };
   const uint32_t reach = slot + 2 + kMaxPayloadWords;  // reservation, payload, apply
+  // A cut-short apply is one word; a checked append two (its second may
+  // be zero).
+  const uint32_t cut_end =
+      cut == LogPos::kNoSlot ? cut
+                             : cut + EntrySlots(b->slots[cut].load(std::memory_order_relaxed));
   uint32_t words = cut != LogPos::kNoSlot ? 1 : 0;
   for (uint32_t s = slot; s < kSlotsPerLogBlock; ++s) {
     if (s == cut || b->slots[s].load(std::memory_order_relaxed) == 0) continue;
+    if (cut != LogPos::kNoSlot && s < cut_end) {
+      ++words;
+      continue;
+    }
     if (cut != LogPos::kNoSlot || s >= reach)
       return Status::Corrupt(where(), "entry " + std::to_string(s) + " follows the end of the log");
     ++words;

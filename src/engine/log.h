@@ -91,6 +91,23 @@ Status CheckLogBlock(const BlockAccess& ba, uint32_t lblock, uint64_t seq,
 // after it in the block (the caller checks the successor).
 bool CutShortApply(const format::LogBlock* b, uint32_t slot, uint64_t e);
 
+// The same for a checked append (kGrowTailChecked) `e` at `slot`: nothing
+// after it in the block, and its second word lost or its bytes failing
+// their checksum.
+bool CutShortGrowTail(const BlockAccess& ba, const format::LogBlock* b, uint32_t slot, uint64_t e);
+
+// Whether the bytes a well-formed checked append names match its checksum.
+bool CheckedAppendBytesMatch(const BlockAccess& ba, uint64_t w0, uint64_t w1);
+
+// Writes back (no fence) the bytes of the checked append at `entry` of `b`,
+// if that is one: they are not in the log, so flushing its lines misses
+// them (rules 3 and 4 of "Persistence ordering", and the compactor).
+void FlushCheckedAppend(const BlockAccess& ba, const format::LogBlock* b, uint32_t entry);
+
+// Slots entry word `e` takes: a reservation's payload, a checked append's
+// second word.
+uint32_t EntrySlots(uint64_t e);
+
 // Applies every committed entry of one log block to `table`, collecting the
 // overflow runs its entries own; *end_slot receives the first empty slot
 // (kSlotsPerLogBlock if the block is full). With `cut_short` non-null, an

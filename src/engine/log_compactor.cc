@@ -113,6 +113,16 @@ Status LogCompactor::ReplayFullBlocks(FullBlocks* f) {
   }
   f->active = l;
   f->active_seq = seq;
+  // Every entry of the full blocks was made durable by whoever committed
+  // after it (rules 3 and 4), except perhaps the last one's, if nobody has
+  // committed into the active block yet: a checked append whose bytes are
+  // not durable yet. The compacted chain will say they are (Publish fences
+  // before it is linked).
+  if (!f->blocks.empty()) {
+    const auto* lb = reinterpret_cast<const LogBlock*>(access_.AddrUnchecked(f->blocks.back()));
+    const uint32_t last = LastEntryBefore(lb, kSlotsPerLogBlock);
+    if (last != LogPos::kNoSlot) FlushCheckedAppend(access_, lb, last);
+  }
   return Status::OK();
 }
 

@@ -40,9 +40,13 @@ Status ScanCommitted(const BlockAccess& ba, LogPos* pos, Effect* scratch, Fn fn,
     uint32_t next_slot = 0;
     if (Status st = DecodeEntry(ba, b, pos->lblock, pos->slot, e, scratch, &has_effect, &next_slot);
         !st.ok()) {
-      if (cut_short_ends && CutShortApply(b, pos->slot, e)) return Status::OK();
+      if (cut_short_ends && (CutShortApply(b, pos->slot, e) || CutShortGrowTail(ba, b, pos->slot, e)))
+        return Status::OK();
       return st;
     }
+    if (cut_short_ends && KindOf(e) == EntryKind::kGrowTailChecked &&
+        CutShortGrowTail(ba, b, pos->slot, e))
+      return Status::OK();
     pos->last = pos->slot;
     pos->slot = next_slot;
     if (has_effect && !fn(*scratch)) return Status::OK();

@@ -60,6 +60,10 @@ struct LogRoot {
   // pool version 2): small strict writes may commit them. Logs of older
   // versions never get one, so that older builds can still read them.
   bool patches = true;
+  // It admits checked appends (kGrowTailChecked: per-file format version
+  // 3, pool version 4): strict appends inside the tail block commit in one
+  // persisted round. Older logs get the two-round kGrowTail.
+  bool checked_appends = true;
   // Its stats leave a hint in `words` for stats without the engine
   // (engine/stat_hint.h): in a pool, where such stats read it.
   bool stat_hints = false;

@@ -32,6 +32,7 @@ void LogWriter::PersistBeforeSlot(LogBlock* b, const LogPos& pos) {
     LogBlock* pb = LogAt(pos.prev);
     const uint32_t last = LastEntryBefore(pb, kSlotsPerLogBlock);
     const uint32_t from = last == LogPos::kNoSlot ? 0 : span_start(pb, last);
+    if (last != LogPos::kNoSlot) FlushCheckedAppend(access_, pb, last);
     pm::Flush(&pb->next, 8);
     pm::Flush(&pb->slots[from], size_t(kSlotsPerLogBlock - from) * 8);
     pm::Fence();
@@ -42,11 +43,51 @@ void LogWriter::PersistBeforeSlot(LogBlock* b, const LogPos& pos) {
   const uint32_t prev_entry = pos.last != LogPos::kNoSlot ? pos.last : LastEntryBefore(b, slot);
   if (prev_entry == LogPos::kNoSlot) return;
   const uint32_t from = span_start(b, prev_entry);
+  // A checked append's bytes are not in the log: written back whatever
+  // line the slot is in.
+  const bool checked = KindOf(b->slots[prev_entry].load(std::memory_order_relaxed)) ==
+                       EntryKind::kGrowTailChecked;
+  if (checked) FlushCheckedAppend(access_, b, prev_entry);
   if (line(from) != line(slot)) {
     pm::Flush(&b->slots[from], size_t(slot - from) * 8);
     pm::Fence();
     Durable(pos.seq, slot);
+  } else if (checked) {
+    pm::Fence();
   }
+}
+
+Status LogWriter::CommitChecked(LogBlock* b, LogPos* pos, uint64_t w0, const PendingEntry& p,
+                                bool* done) {
+  *done = false;
+  const uint32_t s = pos->slot;
+  if (s % 2 != 0) {
+    // Its two words take an aligned pair of slots: an inert reservation
+    // pads to one (the next scan steps over it, rule 3 persists it).
+    uint64_t expected = 0;
+    pm::Cas64(&b->slots[s], expected, EncodeReserve(0));
+    return Status::OK();
+  }
+  UPFS_ASSERT(s + 1 < kSlotsPerLogBlock);
+  if (!pm::Cas128(&b->slots[s], 0, 0, w0, p.entry_word1)) {
+    // Someone committed here first (the scan finds it), unless the slot is
+    // empty and the next is not: a word past the tail, which live writers
+    // never meet (recovery clears what a crash left there).
+    if (b->slots[s].load(std::memory_order_acquire) == 0 &&
+        b->slots[s + 1].load(std::memory_order_acquire) != 0)
+      return Status::Corrupt("log block " + std::to_string(pos->lblock),
+                             "entry " + std::to_string(s + 1) + " follows the end of the log");
+    return Status::OK();
+  }
+  // One round: the bytes (stored in place before the CAS) and the entry.
+  pm::Flush(p.bytes, p.bytes_len);
+  pm::Flush(&b->slots[s], kGrowTailCheckedSlots * 8);
+  pm::Fence();
+  Durable(pos->seq, s + kGrowTailCheckedSlots);
+  pos->last = s;
+  pos->slot = s + kGrowTailCheckedSlots;
+  *done = true;
+  return Status::OK();
 }
 
 Status LogWriter::ExtendChain(ThreadBlocks* t, LogPos* pos) {

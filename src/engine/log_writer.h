@@ -37,6 +37,12 @@ struct PendingEntry {
   // Set by a successful commit: the slot of the payload's reservation (the
   // payload's first word is the slot after it).
   uint32_t reserve_slot = 0;
+  // A checked append (format::kGrowTailChecked): the entry's second word,
+  // and the bytes it commits, stored in place and not yet written back
+  // (the commit writes them back with the entry, after its CAS).
+  uint64_t entry_word1 = 0;
+  const void* bytes = nullptr;
+  size_t bytes_len = 0;
   bool empty() const { return payload.empty(); }
 };
 
@@ -53,7 +59,8 @@ class LogWriter {
   // Gives back what BuildPayload took, after a conflict or an error.
   void DropPayload(ThreadBlocks* t, PendingEntry* p);
 
-  // Commits `entry` (one word), or the payload in `p` if entry is 0, at the
+  // Commits `entry` (one word; two with p.entry_word1), or the payload in
+  // `p` if entry is 0, at the
   // tail of the log at or after `pos`, unless an entry committed since `pos`
   // conflicts (then *conflicted, nothing committed, pos past that entry).
   // On success pos is past the new entry; the payload's overflow blocks
@@ -77,6 +84,9 @@ class LogWriter {
   // Moves pos into the next log block, linking a new one if there is none.
   Status ExtendChain(ThreadBlocks* t, LogPos* pos);
   void PersistBeforeSlot(format::LogBlock* b, const LogPos& pos);
+  // Commits the two words of a checked append at an even slot.
+  Status CommitChecked(format::LogBlock* b, LogPos* pos, uint64_t w0, const PendingEntry& p,
+                       bool* done);
   // The durable prefix this process knows of (rule 3 of "Persistence
   // ordering" skips what lies inside it): every slot of the tail blocks
   // before (seq, slot) is durable, because one of this process's fences

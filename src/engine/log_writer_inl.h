@@ -33,6 +33,12 @@ Status LogWriter::Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t
     const uint32_t s = pos->slot;
     PersistBeforeSlot(b, *pos);
     uint64_t expected = 0;
+    if (entry && p.entry_word1) {
+      bool done = false;
+      UPFS_RETURN_IF_ERROR(CommitChecked(b, pos, entry, p, &done));
+      if (done) return Status::OK();
+      continue;
+    }
     if (entry) {
       if (!pm::Cas64(&b->slots[s], expected, entry)) continue;
       pm::Flush(&b->slots[s], 8);

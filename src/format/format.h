@@ -16,12 +16,15 @@ namespace upfs::format {
 inline constexpr uint32_t kBlockSize = 4096;
 inline constexpr uint32_t kBlockShift = 12;
 inline constexpr uint32_t kCacheLine = 64;
-// Version 2 added sub-block patches (kPatch payloads). Version 1 files are
-// read and written as before: no patch is ever written into one, so an
-// older build can still open them (it refuses version 2 by this number).
-inline constexpr uint32_t kFormatVersion = 2;
+// Version 2 added sub-block patches (kPatch payloads), version 3 checked
+// appends (kGrowTailChecked entries). Older files are read and written as
+// before: nothing a later version added is ever written into one, so the
+// build that made it can still open it (it refuses later versions by
+// their number).
+inline constexpr uint32_t kFormatVersion = 3;
 inline constexpr uint32_t kOldestFormatVersion = 1;
 inline constexpr uint32_t kFirstPatchVersion = 2;
+inline constexpr uint32_t kFirstCheckedAppendVersion = 3;
 // "UPFS" + format family marker + CR LF SUB NUL: catches text-mode mangling,
 // like PNG's signature.
 inline constexpr unsigned char kMagic[8] = {'U', 'P', 'F', 'S', 0x01, '\r', '\n', 0x1a};
@@ -138,7 +141,8 @@ inline bool NextWordValid(uint64_t w) { return uint32_t(w >> 32) == kLogMagic; }
 inline uint32_t NextBlock(uint64_t w) { return uint32_t(w); }
 
 // ---------------------------------------------------------------------------
-// Log entries: one 64-bit word, committed by CAS into an empty (zero) slot.
+// Log entries: one 64-bit word, committed by CAS into an empty (zero) slot
+// (a kGrowTailChecked: two words, by one 16-byte CAS into two empty slots).
 // Bits 0-2 are the kind; zero is never a valid entry.
 enum class EntryKind : uint8_t {
   kEmpty = 0,
@@ -149,6 +153,7 @@ enum class EntryKind : uint8_t {
   kTouch = 5,      // sync mode: blocks were overwritten in place (no map change)
   kGrowTail = 6,   // bytes past the size, inside its block, were written in place;
                    // size = max(size, new_size)
+  kGrowTailChecked = 7,  // the same, two words, with the bytes' checksum (version 3)
 };
 
 // kMap / kMapExtend: kind:3 | (count-1):6 | vblock:28 | lblock:27
@@ -202,6 +207,42 @@ inline uint64_t EncodeGrowTail(uint64_t new_size) {
 inline uint64_t GrowTailSize(uint64_t e) { return e >> 8; }
 inline bool GrowTailWellFormed(uint64_t e) {
   return ((e >> 3) & 31) == 0 && GrowTailSize(e) != 0 && GrowTailSize(e) <= kMaxFileSize;
+}
+
+// kGrowTailChecked (format version 3): two words at an even slot (16-byte
+// aligned), committed together by one 16-byte CAS.
+//   word 0: kind:3 | zero:1 | from:12 | new_size:48
+//   word 1: lblock:32 | crc:32
+// The same append as kGrowTail, made durable in one round: its bytes are
+// stored in place without a flush before the CAS and written back with the
+// entry after it, so a crash can keep the entry and lose some of them.
+// `lblock` is the tail block they were written to and `from` where they
+// start in it (the old size modulo the block size, never 0); `crc` is the
+// CRC-32C of the bytes [from, end of file in the block). Only the chain's
+// last entry can be cut short that way (whoever commits after it writes
+// its bytes back first): recovery checks that one (docs/format.md, "A
+// commit cut short"). word 1 is never zero (lblock 0 is the header).
+inline constexpr uint32_t kGrowTailCheckedSlots = 2;
+static_assert(kMaxFileSize < (uint64_t{1} << 48) && kBlockSize == 4096);
+inline uint64_t EncodeGrowTailChecked0(uint64_t new_size, uint32_t from) {
+  return uint64_t(EntryKind::kGrowTailChecked) | (uint64_t(from) << 4) | (new_size << 16);
+}
+inline uint64_t EncodeGrowTailChecked1(uint32_t lblock, uint32_t crc) {
+  return uint64_t(lblock) | (uint64_t(crc) << 32);
+}
+inline uint64_t GrowTailCheckedSize(uint64_t w0) { return w0 >> 16; }
+inline uint32_t GrowTailCheckedFrom(uint64_t w0) { return uint32_t((w0 >> 4) & 4095); }
+inline uint32_t GrowTailCheckedBlock(uint64_t w1) { return uint32_t(w1); }
+inline uint32_t GrowTailCheckedCrc(uint64_t w1) { return uint32_t(w1 >> 32); }
+// The bytes [from, end) of the block: end is where new_size falls in it.
+inline uint32_t GrowTailCheckedEnd(uint64_t w0) {
+  return uint32_t((GrowTailCheckedSize(w0) - 1) % kBlockSize) + 1;
+}
+inline bool GrowTailCheckedWellFormed(uint64_t w0, uint64_t w1) {
+  const uint64_t size = GrowTailCheckedSize(w0);
+  return ((w0 >> 3) & 1) == 0 && size != 0 && size <= kMaxFileSize &&
+         GrowTailCheckedFrom(w0) != 0 && GrowTailCheckedFrom(w0) < GrowTailCheckedEnd(w0) &&
+         GrowTailCheckedBlock(w1) != 0;
 }
 
 // kReserve: kind:3 | count:9 | zero:52. The next `count` slots hold a

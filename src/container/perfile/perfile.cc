@@ -174,6 +174,7 @@ FileStorage PerFileStorage::storage() {
   root.consistency = Consistency(h->consistency);
   root.words = shared_ ? shared_->log_words() : nullptr;
   root.patches = h->format_version >= kFirstPatchVersion;
+  root.checked_appends = h->format_version >= kFirstCheckedAppendVersion;
   FileStorage s{medium_.get(), source_.get(), root};
   s.may_have_crashed = h->in_use.load(std::memory_order_acquire) != 0;
   return s;

@@ -16,8 +16,9 @@ namespace {
 
 constexpr uint32_t NameWords(size_t len) { return uint32_t((len + 7) / 8); }
 
-// Slots entry e takes: a kReserve, its payload's too.
-uint32_t EntrySlots(uint64_t e) { return KindOf(e) == EntryKind::kReserve ? 1 + ReserveCount(e) : 1; }
+// Slots entry e of the namespace log takes: a kReserve, its payload's too
+// (no checked appends there, unlike a file's log: engine/log.h).
+uint32_t NsEntrySlots(uint64_t e) { return KindOf(e) == EntryKind::kReserve ? 1 + ReserveCount(e) : 1; }
 
 // Writes line `line` of log block b back and fences: a payload's last
 // line, left open for its kApply, once the kApply is known to land past it.
@@ -197,7 +198,7 @@ bool NsLog::AnyNew() const {
     const uint64_t e = b->slots[s].load(std::memory_order_acquire);
     if (e == 0) return false;
     if (KindOf(e) != EntryKind::kReserve || !ReserveWellFormed(e)) return true;
-    s += EntrySlots(e);
+    s += NsEntrySlots(e);
     if (s > kSlotsPerLogBlock) return true;  // damage: the catch-up reports it
   }
   if (s < kSlotsPerLogBlock) return true;
@@ -357,7 +358,7 @@ Status NsLog::MoveToNextBlock(NsPos* p) {
       }
       e = expected;
     }
-    s += EntrySlots(e);
+    s += NsEntrySlots(e);
   }
   if (fresh != 0) {
     uint64_t expected = NsNextWord(0);
@@ -450,7 +451,7 @@ Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r, FunctionR
                        share ? SlotLine(apply) : Reservation::kNoOpenLine};
       return Status::OK();
     }
-    p.slot += EntrySlots(expected);
+    p.slot += NsEntrySlots(expected);
   }
 }
 
@@ -493,7 +494,7 @@ void NsLog::SettleFilledOpenLine(Reservation* r) {
   for (uint32_t s = r->slot + r->words + 1; s < kSlotsPerLogBlock && SlotLine(s) == r->open_line;) {
     const uint64_t e = b->slots[s].load(std::memory_order_acquire);
     if (e == 0) return;  // a free slot: the kApply may still share the line
-    s += EntrySlots(e);
+    s += NsEntrySlots(e);
   }
   WriteBackLine(b, r->open_line);
   r->open_line = Reservation::kNoOpenLine;
@@ -558,7 +559,7 @@ Status NsLog::Measure(uint32_t head, uint64_t* blocks, uint64_t* records) const 
       const uint64_t e = b->slots[s].load(std::memory_order_acquire);
       if (e == 0) break;
       if (KindOf(e) == EntryKind::kApply) ++*records;
-      s += EntrySlots(e);
+      s += NsEntrySlots(e);
     }
     if (*blocks > (uint64_t{1} << 28)) return Status::Corrupt("namespace log", "chain loops");
     l = NextBlock(b->next.load(std::memory_order_acquire));

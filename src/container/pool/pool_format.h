@@ -1,5 +1,5 @@
-// On-media format of a upfs pool, version kPoolVersion (3; versions 1 and
-// 2 are read and written too, see below), the pool container's own (it
+// On-media format of a upfs pool, version kPoolVersion (4; versions 1 to
+// 3 are read and written too, see below), the pool container's own (it
 // embeds the engine's log root words): one host file holding a whole
 // namespace. docs/format.md ("Pools") is the prose version of this header;
 // keep them in step.
@@ -33,11 +33,14 @@ namespace upfs::format::pool {
 // version 1 pool is read and written as before, without them. Version 3
 // added the tagged checkpoint image (below, kCheckpointMagic); a version 1
 // or 2 pool keeps getting images of its own format (kCheckpointMagicV2), so
-// that the builds that made it can still read it.
-inline constexpr uint32_t kPoolVersion = 3;
+// that the builds that made it can still read it. Version 4 added checked
+// appends in files' logs (format.h, kGrowTailChecked); older pools never
+// get one.
+inline constexpr uint32_t kPoolVersion = 4;
 inline constexpr uint32_t kOldestPoolVersion = 1;
 inline constexpr uint32_t kFirstPatchPoolVersion = 2;
 inline constexpr uint32_t kFirstTaggedPoolVersion = 3;
+inline constexpr uint32_t kFirstCheckedAppendPoolVersion = 4;
 // The per-file magic with family byte 0x02: a pool is never taken for a
 // per-file upfs file, nor the other way round.
 inline constexpr unsigned char kPoolMagic[8] = {'U', 'P', 'F', 'S', 0x02, '\r', '\n', 0x1a};

@@ -1,0 +1,128 @@
+// Appends inside the tail block of a per-file file: which entry commits
+// them (a checked append in version 3 strict files, a kGrowTail word in
+// older files and in sync mode, so that the builds that made them can still
+// read them), and what one persists (docs/design.md, "Checked appends").
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "container/perfile/perfile.h"
+#include "engine/file.h"
+#include "format/format.h"
+#include "medium/persist_counter.h"
+#include "patch_test_util.h"
+#include "opened_per_file.h"
+#include "test_util.h"
+#include "util/crc32c.h"
+
+namespace upfs {
+namespace {
+
+using namespace format;
+using upfs_test::PatchBytes;
+using upfs_test::TempDir;
+
+using upfs_test::Opened;
+
+// The kinds of the entries in the file's first log block, as on media.
+std::vector<EntryKind> LogKinds(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY);
+  EXPECT_GE(fd, 0);
+  FileHeader h;
+  EXPECT_EQ(pread(fd, &h, sizeof(h), 0), ssize_t(sizeof(h)));
+  alignas(64) LogBlock b;
+  EXPECT_EQ(pread(fd, &b, sizeof(b), off_t(h.log_head.load()) << kBlockShift), ssize_t(sizeof(b)));
+  close(fd);
+  std::vector<EntryKind> kinds;
+  for (uint32_t s = 0; s < kSlotsPerLogBlock;) {
+    const uint64_t e = b.slots[s].load();
+    if (e == 0) break;
+    kinds.push_back(KindOf(e));
+    s += KindOf(e) == EntryKind::kReserve ? 1 + ReserveCount(e)
+         : KindOf(e) == EntryKind::kGrowTailChecked ? 2
+                                                    : 1;
+  }
+  return kinds;
+}
+
+size_t Count(const std::vector<EntryKind>& v, EntryKind k) { return size_t(std::count(v.begin(), v.end(), k)); }
+
+void LabelVersion(const std::string& path, uint32_t version) {
+  const int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  FileHeader h;
+  ASSERT_EQ(pread(fd, &h, sizeof(h), 0), ssize_t(sizeof(h)));
+  h.format_version = version;
+  h.header_crc = Crc32c(&h, offsetof(FileHeader, header_crc));
+  ASSERT_EQ(pwrite(fd, &h, sizeof(h), 0), ssize_t(sizeof(h)));
+  close(fd);
+}
+
+TEST(Append, InsideTheTailBlockOfAStrictFileItIsOneCheckedEntry) {
+  TempDir d;
+  const std::string path = d.File("a");
+  std::string model;
+  {
+    Opened f(path);
+    for (int i = 0; i < 5; ++i) {
+      const std::string b = PatchBytes(100, i + 1);
+      f.Append(b);
+      model += b;
+    }
+    EXPECT_EQ(f.ReadAll(), model);
+  }
+  const auto kinds = LogKinds(path);
+  // The first append maps a block (there is no tail block yet).
+  EXPECT_EQ(Count(kinds, EntryKind::kGrowTailChecked), 4u);
+  EXPECT_EQ(Count(kinds, EntryKind::kGrowTail), 0u);
+  Opened again(path);
+  EXPECT_EQ(again.ReadAll(), model);
+}
+
+TEST(Append, OlderFilesAndSyncModeGetTwoRoundGrowTailEntries) {
+  TempDir d;
+  for (uint32_t version : {1u, 2u}) {
+    SCOPED_TRACE("version " + std::to_string(version));
+    const std::string path = d.File("v" + std::to_string(version));
+    { Opened f(path); f.Append(PatchBytes(100, 1)); }
+    LabelVersion(path, version);
+    {
+      Opened f(path);
+      f.Append(PatchBytes(100, 2));
+      f.Append(PatchBytes(100, 3));
+    }
+    const auto kinds = LogKinds(path);
+    EXPECT_EQ(Count(kinds, EntryKind::kGrowTailChecked), 0u);
+    EXPECT_EQ(Count(kinds, EntryKind::kGrowTail), 2u);
+  }
+  const std::string path = d.File("sync");
+  {
+    Opened f(path, Consistency::kSync);
+    f.Append(PatchBytes(100, 1));
+    f.Append(PatchBytes(100, 2));
+  }
+  const auto kinds = LogKinds(path);
+  EXPECT_EQ(Count(kinds, EntryKind::kGrowTailChecked), 0u);
+  EXPECT_EQ(Count(kinds, EntryKind::kGrowTail), 1u);
+}
+
+TEST(Append, ASmallAppendPersistsItsBytesAndOneEntryLine) {
+  TempDir d;
+  Opened f(d.File("p"));
+  f.Append(PatchBytes(10, 1));
+  for (int i = 0; i < 8; ++i) {
+    PersistCounter counter;
+    f.Append(PatchBytes(100, i + 2));
+    // 100 bytes touch two or three lines; the entry's line; nothing else
+    // (the bytes are not flushed twice, the entry not before its CAS).
+    EXPECT_LE(counter.bytes(), 4 * kCacheLine) << i;
+  }
+}
+
+}  // namespace
+}  // namespace upfs
