@@ -228,9 +228,6 @@ Status CheckLogBlock(const BlockAccess& ba, uint32_t lblock, uint64_t seq, LogBl
 
 namespace {
 
-// The largest payload: inline runs, or a patch of kPatchMaxBytes.
-constexpr uint32_t kMaxPayloadWords = std::max(kPayloadHeaderWords + kMaxInlineRuns, kMaxPatchPayloadWords);
-
 // In the decoders, `where` names the entry in error messages; it is only
 // called on error (decoding is on every reader's and writer's path).
 
@@ -412,74 +409,6 @@ uint32_t EntrySlots(uint64_t e) {
     case EntryKind::kGrowTailChecked: return kGrowTailCheckedSlots;
     default: return 1;
   }
-}
-
-bool CheckedAppendBytesMatch(const BlockAccess& ba, uint64_t w0, uint64_t w1) {
-  const uint32_t l = GrowTailCheckedBlock(w1);
-  if (!ba.CheckRange(l, 1, "checked append's block").ok()) return false;
-  const uint32_t from = GrowTailCheckedFrom(w0), end = GrowTailCheckedEnd(w0);
-  return Crc32c(ba.AddrUnchecked(l) + from, end - from) == GrowTailCheckedCrc(w1);
-}
-
-void FlushCheckedAppend(const BlockAccess& ba, const LogBlock* b, uint32_t entry) {
-  const uint64_t w0 = b->slots[entry].load(std::memory_order_relaxed);
-  if (KindOf(w0) != EntryKind::kGrowTailChecked || entry + 1 >= kSlotsPerLogBlock) return;
-  const uint64_t w1 = b->slots[entry + 1].load(std::memory_order_relaxed);
-  // A malformed one is damage, which a scan reports.
-  if (!GrowTailCheckedWellFormed(w0, w1)) return;
-  const uint32_t l = GrowTailCheckedBlock(w1);
-  if (!ba.CheckRange(l, 1, "checked append's block").ok()) return;
-  const uint32_t from = GrowTailCheckedFrom(w0);
-  pm::Flush(ba.AddrUnchecked(l) + from, GrowTailCheckedEnd(w0) - from);
-}
-
-bool CutShortGrowTail(const BlockAccess& ba, const LogBlock* b, uint32_t slot, uint64_t e) {
-  if (KindOf(e) != EntryKind::kGrowTailChecked || slot % 2 != 0) return false;
-  for (uint32_t s = slot + kGrowTailCheckedSlots; s < kSlotsPerLogBlock; ++s)
-    if (b->slots[s].load(std::memory_order_relaxed) != 0) return false;
-  // Last in its block, it may still be followed in the next one (it ends
-  // a full block): then its bytes may have changed since, legitimately (a
-  // truncate, then an append over them). A successor with nothing in it
-  // is what a committer links before its commit.
-  const uint32_t n = NextBlock(b->next.load(std::memory_order_acquire));
-  if (n != 0) {
-    if (!ba.CheckRange(n, 1, "log block").ok()) return false;
-    const auto* nb = reinterpret_cast<const LogBlock*>(ba.AddrUnchecked(n));
-    if (nb->slots[0].load(std::memory_order_acquire) != 0) return false;
-  }
-  // Its second word did not reach media (it reads zero, as a slot not yet
-  // written does: media promise 8-byte failure atomicity only), or its
-  // bytes did not all: a well-formed entry whose bytes fail the checksum.
-  const uint64_t w1 = b->slots[slot + 1].load(std::memory_order_relaxed);
-  if (w1 == 0) return true;
-  if (!GrowTailCheckedWellFormed(e, w1)) return false;
-  return !CheckedAppendBytesMatch(ba, e, w1);
-}
-
-bool CutShortApply(const LogBlock* b, uint32_t slot, uint64_t e) {
-  if (KindOf(e) != EntryKind::kApply || !ApplyWellFormed(e)) return false;
-  const uint32_t rs = ApplySlot(e);
-  if (rs >= slot || slot >= kSlotsPerLogBlock) return false;
-  const uint64_t r = b->slots[rs].load(std::memory_order_acquire);
-  if (KindOf(r) != EntryKind::kReserve || !ReserveWellFormed(r)) return false;
-  const uint32_t n = ReserveCount(r);
-  if (n > kMaxPayloadWords || rs + 1 + n > slot) return false;
-  uint64_t words[kMaxPayloadWords];
-  for (uint32_t i = 0; i < n; ++i) words[i] = b->slots[rs + 1 + i].load(std::memory_order_relaxed);
-  if (Crc32c(words, n * 8) == ApplyCrc(e)) return false;  // the damage is not a torn payload
-  for (uint32_t s = slot + 1; s < kSlotsPerLogBlock; ++s)
-    if (b->slots[s].load(std::memory_order_relaxed) != 0) return false;
-  // A payload word that did not reach media holds what its slot held
-  // before the commit: zero (log slots are written once, from zero). So a
-  // torn payload has a zero word where the format does not require one (a
-  // patch's first word is always zero); a payload that fails its checksum
-  // without one is damage, not a crash. (Whole lines are not required:
-  // media promise 8-byte failure atomicity only, and the pool's crash
-  // explorer tears lines word by word.)
-  const bool patch = n > 1 && (uint16_t(words[1] >> 48) & kPatch) != 0;
-  for (uint32_t i = patch ? 1 : 0; i < n; ++i)
-    if (words[i] == 0) return true;
-  return false;
 }
 
 Status CheckGrowTail(const BlockTable& table, const Effect& eff, uint32_t lblock, uint32_t slot) {

@@ -333,5 +333,9 @@ inline constexpr uint32_t PatchDataWords(uint32_t offset, uint32_t length) {
 inline constexpr uint32_t kMaxPatchPayloadWords =
     kPatchHeaderWords + PatchDataWords(7, kPatchMaxBytes);
 static_assert(kMaxPatchPayloadWords + 2 <= kSlotsPerLogBlock);
+// The longest payload, in words: inline runs, or a patch of kPatchMaxBytes.
+inline constexpr uint32_t kMaxPayloadWords = kPayloadHeaderWords + kMaxInlineRuns > kMaxPatchPayloadWords
+                                                 ? kPayloadHeaderWords + kMaxInlineRuns
+                                                 : kMaxPatchPayloadWords;
 
 }  // namespace upfs::format
