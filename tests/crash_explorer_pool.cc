@@ -219,6 +219,14 @@ std::vector<Workload> MakeWorkloads() {
                 Write("/p", 8400, 40, 9), Write("/p", 8500, 40, 10), Write("/p", 8600, 40, 11),
                 Write("/p", 8700, 40, 12), Write("/p", 8800, 40, 13), Write("/p", 8900, 40, 14),
                 Truncate("/p", 8250), Write("/q", 10, 20, 15), Rename("/q", "/p"), Unlink("/p")}});
+  // Appends inside a pool file's tail block (checked appends, one
+  // persisted round each), between namespace operations, one filling the
+  // block, and one over bytes a truncate gave back.
+  w.push_back({"pool-appends",
+               {Create("/a"), Write("/a", 0, 100, 1)},
+               {Append("/a", 100, 2), Create("/b"), Append("/a", 200, 3), Append("/a", 3696, 4),
+                Append("/a", 50, 5), Truncate("/a", 4000), Append("/a", 60, 6), Rename("/a", "/c"),
+                Append("/c", 10, 7)}});
   w.push_back({"unlink-open",
                {Create("/f"), Write("/f", 0, 20000, 1), Create("/keep"), Write("/keep", 0, 5000, 2)},
                {UnlinkOpen("/f", 0, 4096, 3),     // released by the last holder, after the write
