@@ -229,6 +229,42 @@ TEST(FormatEntries, GrowTailEncoding) {
     EXPECT_FALSE(GrowTailWellFormed(EncodeGrowTail(100) | (uint64_t{1} << bit))) << bit;
 }
 
+TEST(FormatEntries, GrowTailCheckedEncoding) {
+  struct Case {
+    uint64_t size;
+    uint32_t from;
+  };
+  const Case cases[] = {{2, 1}, {4096, 4095}, {4096, 1}, {4097 + 99, 1}, {(uint64_t{1} << 32) + 5, 4},
+                        {kMaxFileSize, 100}, {kMaxFileSize - 4096 + 4000, 3999}};
+  const uint32_t blocks[] = {1, 0xffffffffu};
+  const uint32_t crcs[] = {0, 0xffffffffu, 0x12345678u};
+  for (const Case& c : cases)
+    for (uint32_t l : blocks)
+      for (uint32_t crc : crcs) {
+        const uint64_t w0 = EncodeGrowTailChecked0(c.size, c.from);
+        const uint64_t w1 = EncodeGrowTailChecked1(l, crc);
+        ASSERT_EQ(KindOf(w0), EntryKind::kGrowTailChecked);
+        ASSERT_NE(w1, 0u);
+        ASSERT_TRUE(GrowTailCheckedWellFormed(w0, w1)) << c.size << " " << c.from;
+        ASSERT_EQ(GrowTailCheckedSize(w0), c.size);
+        ASSERT_EQ(GrowTailCheckedFrom(w0), c.from);
+        ASSERT_EQ(GrowTailCheckedBlock(w1), l);
+        ASSERT_EQ(GrowTailCheckedCrc(w1), crc);
+        ASSERT_EQ(GrowTailCheckedEnd(w0), uint32_t((c.size - 1) % kBlockSize) + 1);
+      }
+  const uint64_t w1 = EncodeGrowTailChecked1(5, 0);
+  // Damage: the zero bit set; a size of zero or past the limit; a start of
+  // zero (an append in place never starts a block) or at or past the end;
+  // block 0 (the header).
+  EXPECT_FALSE(GrowTailCheckedWellFormed(EncodeGrowTailChecked0(200, 100) | 8, w1));
+  EXPECT_FALSE(GrowTailCheckedWellFormed(EncodeGrowTailChecked0(0, 100), w1));
+  EXPECT_FALSE(GrowTailCheckedWellFormed(EncodeGrowTailChecked0(kMaxFileSize + 1, 100), w1));
+  EXPECT_FALSE(GrowTailCheckedWellFormed(EncodeGrowTailChecked0(200, 0), w1));
+  EXPECT_FALSE(GrowTailCheckedWellFormed(EncodeGrowTailChecked0(200, 200), w1));
+  EXPECT_FALSE(GrowTailCheckedWellFormed(EncodeGrowTailChecked0(4096 + 10, 100), w1));
+  EXPECT_FALSE(GrowTailCheckedWellFormed(EncodeGrowTailChecked0(200, 100), EncodeGrowTailChecked1(0, 7)));
+}
+
 TEST(FormatEntries, PayloadWord1) {
   uint64_t w = EncodePayloadWord1(0xfffffffeu, 256, kSizeMax | kPayloadOverflow);
   EXPECT_EQ(uint32_t(w), 0xfffffffeu);
