@@ -13,6 +13,7 @@
 
 #include "container/perfile/perfile.h"
 #include "engine/file.h"
+#include "engine/log.h"
 #include "format/format.h"
 #include "medium/persist_counter.h"
 #include "patch_test_util.h"
@@ -27,6 +28,7 @@ using namespace format;
 using upfs_test::PatchBytes;
 using upfs_test::TempDir;
 
+using upfs_test::LabelVersion;
 using upfs_test::Opened;
 
 // The kinds of the entries in the file's first log block, as on media.
@@ -43,25 +45,13 @@ std::vector<EntryKind> LogKinds(const std::string& path) {
     const uint64_t e = b.slots[s].load();
     if (e == 0) break;
     kinds.push_back(KindOf(e));
-    s += KindOf(e) == EntryKind::kReserve ? 1 + ReserveCount(e)
-         : KindOf(e) == EntryKind::kGrowTailChecked ? 2
-                                                    : 1;
+    s += EntrySlots(e);
   }
   return kinds;
 }
 
 size_t Count(const std::vector<EntryKind>& v, EntryKind k) { return size_t(std::count(v.begin(), v.end(), k)); }
 
-void LabelVersion(const std::string& path, uint32_t version) {
-  const int fd = open(path.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  FileHeader h;
-  ASSERT_EQ(pread(fd, &h, sizeof(h), 0), ssize_t(sizeof(h)));
-  h.format_version = version;
-  h.header_crc = Crc32c(&h, offsetof(FileHeader, header_crc));
-  ASSERT_EQ(pwrite(fd, &h, sizeof(h), 0), ssize_t(sizeof(h)));
-  close(fd);
-}
 
 TEST(Append, InsideTheTailBlockOfAStrictFileItIsOneCheckedEntry) {
   TempDir d;

@@ -1,5 +1,6 @@
 // A per-file upfs file opened straight through the engine, for tests that
-// write, append and read it without the C API (tests/patch_test.cc,
+// write, append and read it without the C API, and its format version set
+// as an older build would have made it (tests/patch_test.cc,
 // tests/append_test.cc).
 #pragma once
 
@@ -12,6 +13,8 @@
 
 #include "container/perfile/perfile.h"
 #include "engine/file.h"
+#include "format/format.h"
+#include "util/crc32c.h"
 
 namespace upfs_test {
 
@@ -44,5 +47,19 @@ struct Opened {
     return out;
   }
 };
+
+// Labels the per-file file at `path` with format `version` (as an older
+// build would have made it), keeping its header checksum right.
+inline void LabelVersion(const std::string& path, uint32_t version) {
+  using upfs::format::FileHeader;
+  const int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  FileHeader h;
+  ASSERT_EQ(pread(fd, &h, sizeof(h), 0), ssize_t(sizeof(h)));
+  h.format_version = version;
+  h.header_crc = upfs::Crc32c(&h, offsetof(FileHeader, header_crc));
+  ASSERT_EQ(pwrite(fd, &h, sizeof(h), 0), ssize_t(sizeof(h)));
+  close(fd);
+}
 
 }  // namespace upfs_test

@@ -194,14 +194,7 @@ TEST(Patch, VersionOneFilesGetNoPatches) {
     f.Write(PatchBytes(8 * kBlockSize, 1), 0);
   }
   // Label the file version 1 (as a build before patches made it).
-  int fd = open(path.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  FileHeader h;
-  ASSERT_EQ(pread(fd, &h, sizeof(h), 0), ssize_t(sizeof(h)));
-  h.format_version = 1;
-  h.header_crc = Crc32c(&h, offsetof(FileHeader, header_crc));
-  ASSERT_EQ(pwrite(fd, &h, sizeof(h), 0), ssize_t(sizeof(h)));
-  close(fd);
+  upfs_test::LabelVersion(path, 1);
   Opened f(path);
   EXPECT_GE(Persisted(&f, PatchBytes(128, 2), kBlockSize + 100), kBlockSize) << "copied on write";
 }
