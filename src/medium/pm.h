@@ -132,9 +132,12 @@ inline bool Cas128(std::atomic<uint64_t>* dst, uint64_t expected0, uint64_t expe
     __tsan_release(&dst[0]);
     __tsan_release(&dst[1]);
 #endif
+    // One store of 16 bytes, as the instruction makes it: a recorder that
+    // races another thread in after a store must not see the first word
+    // without the second.
     if (Recorder* r = ActiveRecorder()) {
-      r->OnStore(&dst[0], desired0);
-      r->OnStore(&dst[1], desired1);
+      const uint64_t both[2] = {desired0, desired1};
+      r->OnStoreBytes(dst, both, sizeof(both));
     }
   }
   return ok;
