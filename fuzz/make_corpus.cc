@@ -149,7 +149,9 @@ bool Pack(const Bytes& src, Bytes* out) {
         case fmt::EntryKind::kTouch:
         case fmt::EntryKind::kGrowTail: ++s; break;
         case fmt::EntryKind::kGrowTailChecked: {
-          if (!add_run(fmt::GrowTailCheckedBlock(get(src, slot_off(l, s + 1))), 1)) return false;
+          const bool flip = fmt::IsGranuleFlip(e);
+          const uint64_t l1 = flip ? fmt::GranuleFlipPair(e) : fmt::GrowTailCheckedBlock(get(src, slot_off(l, s + 1)));
+          if (!add_run(l1, flip ? 2 : 1)) return false;
           s += fmt::kGrowTailCheckedSlots;
           break;
         }
@@ -209,8 +211,11 @@ bool Pack(const Bytes& src, Bytes* out) {
         case fmt::EntryKind::kGrowTail: ++s; break;
         case fmt::EntryKind::kGrowTailChecked: {
           const uint64_t w1 = get(src, slot_off(l, s + 1));
-          put(&d, slot_off(nl, s + 1),
-              fmt::EncodeGrowTailChecked1(to[fmt::GrowTailCheckedBlock(w1)], fmt::GrowTailCheckedCrc(w1)));
+          if (fmt::IsGranuleFlip(e))  // a pair stays two adjacent blocks: Pass 1 kept both, in order
+            put(&d, slot_off(nl, s), fmt::EncodeGranuleFlip0(fmt::GranuleFlipVblock(e), to[fmt::GranuleFlipPair(e)]));
+          else
+            put(&d, slot_off(nl, s + 1),
+                fmt::EncodeGrowTailChecked1(to[fmt::GrowTailCheckedBlock(w1)], fmt::GrowTailCheckedCrc(w1)));
           s += fmt::kGrowTailCheckedSlots;
           break;
         }
@@ -312,10 +317,10 @@ void ApiSeeds() {
     return true;
   });
   FromApi("api-patches", UPFS_STRICT, [&](int fd) {
-    // Sub-block patches (kPatch payloads): odd sizes and alignments, the
-    // largest one a write makes, nine on one block (the ninth folds it), one
-    // across a block edge (copied on write), then a truncate inside a
-    // patched block.
+    // Sub-block writes (granule flips, in a version 4 file): odd sizes and
+    // alignments, a block's first flip and toggles of it, nine on one
+    // block, one across a block edge (copied on write), then a truncate
+    // inside a paired block.
     if (!PW(fd, big.data(), 20000, 0)) return false;
     const std::pair<off_t, size_t> w[] = {{100, 1}, {1001, 7}, {4090, 6}, {8192, 512}, {4093, 9}};
     for (const auto& [off, n] : w)

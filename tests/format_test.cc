@@ -265,6 +265,41 @@ TEST(FormatEntries, GrowTailCheckedEncoding) {
   EXPECT_FALSE(GrowTailCheckedWellFormed(EncodeGrowTailChecked0(200, 100), EncodeGrowTailChecked1(0, 7)));
 }
 
+TEST(FormatEntries, GranuleFlipEncoding) {
+  const uint32_t vblocks[] = {0, 1, uint32_t(kGranuleMaxVblock)};
+  const uint32_t pairs[] = {1, 0x12345678u, uint32_t(kMaxBlocks - 3)};
+  const uint32_t masks[] = {1, 0x80000000u, 0xffffffffu};
+  for (uint32_t v : vblocks)
+    for (uint32_t p : pairs)
+      for (uint32_t m : masks)
+        for (bool set : {false, true}) {
+          const uint64_t w0 = EncodeGranuleFlip0(v, p), w1 = EncodeGranuleFlip1(m, set);
+          ASSERT_EQ(KindOf(w0), EntryKind::kGrowTailChecked);
+          ASSERT_TRUE(IsGranuleFlip(w0));
+          ASSERT_TRUE(GranuleFlipWellFormed(w0, w1));
+          ASSERT_FALSE(GrowTailCheckedWellFormed(w0, w1)) << "never taken for a checked append";
+          ASSERT_EQ(GranuleFlipVblock(w0), v);
+          ASSERT_EQ(GranuleFlipPair(w0), p);
+          ASSERT_EQ(GranuleFlipMask(w1), m);
+          ASSERT_EQ(GranuleFlipSet(w1), set);
+        }
+  EXPECT_FALSE(IsGranuleFlip(EncodeGrowTailChecked0(200, 100)));
+  EXPECT_NE(EncodeGranuleFlip1(0, true), 0u) << "a set of mask 0 still has a nonzero word 1";
+  // Damage: pair 0 or with its shadow past the block limit; a reserved bit
+  // set; a toggle of no granule; a lost word 1.
+  EXPECT_FALSE(GranuleFlipWellFormed(EncodeGranuleFlip0(3, 0), EncodeGranuleFlip1(1, false)));
+  EXPECT_FALSE(GranuleFlipWellFormed(EncodeGranuleFlip0(3, uint32_t(kMaxBlocks - 2)), EncodeGranuleFlip1(1, false)));
+  EXPECT_FALSE(GranuleFlipWellFormed(EncodeGranuleFlip0(3, 9), EncodeGranuleFlip1(1, false) | (uint64_t{1} << 33)));
+  EXPECT_FALSE(GranuleFlipWellFormed(EncodeGranuleFlip0(3, 9), EncodeGranuleFlip1(0, false)));
+  EXPECT_FALSE(GranuleFlipWellFormed(EncodeGranuleFlip0(3, 9), 0));
+  // The granules of byte ranges.
+  EXPECT_EQ(GranuleRange(0, 1), 1u);
+  EXPECT_EQ(GranuleRange(127, 129), 3u);
+  EXPECT_EQ(GranuleRange(128, 256), 2u);
+  EXPECT_EQ(GranuleRange(0, kBlockSize), 0xffffffffu);
+  EXPECT_EQ(GranuleRange(kBlockSize - 1, kBlockSize), 0x80000000u);
+}
+
 TEST(FormatEntries, PayloadWord1) {
   uint64_t w = EncodePayloadWord1(0xfffffffeu, 256, kSizeMax | kPayloadOverflow);
   EXPECT_EQ(uint32_t(w), 0xfffffffeu);

@@ -11,9 +11,11 @@
 #include <memory>
 #include <string>
 
+#include "container/perfile/inspect.h"
 #include "container/perfile/perfile.h"
 #include "engine/file.h"
 #include "format/format.h"
+#include "patch_test_util.h"
 #include "util/crc32c.h"
 
 namespace upfs_test {
@@ -60,6 +62,45 @@ inline void LabelVersion(const std::string& path, uint32_t version) {
   h.header_crc = upfs::Crc32c(&h, offsetof(FileHeader, header_crc));
   ASSERT_EQ(pwrite(fd, &h, sizeof(h), 0), ssize_t(sizeof(h)));
   close(fd);
+}
+
+// `threads` threads writing small overlapping ranges of the file's first
+// `blocks` blocks (zeroed first) `writes` times each while a thread reads
+// (PatchOrderCheck's rule); then a GC changes nothing a reader sees.
+inline void RaceSmallWriters(Opened* f, int threads, int writes, uint64_t blocks) {
+  using upfs::format::kBlockSize;
+  f->Write(std::string(blocks * kBlockSize, '\0'), 0);
+  const int errors = RacePatchWriters(
+      threads, writes, blocks, kBlockSize / 8,
+      [&](const void* b, size_t n, uint64_t off) {
+        uint64_t at;
+        return f->file->Write(b, n, off, false, &at).ok();
+      },
+      [&](void* b, size_t n) {
+        size_t done;
+        return f->file->Read(b, n, 0, &done).ok() && done == n;
+      });
+  EXPECT_EQ(errors, 0);
+  const std::string now = f->ReadAll();
+  ASSERT_TRUE(f->file->CollectGarbage(true).ok());
+  EXPECT_EQ(f->ReadAll(), now);
+}
+
+// The file at `path` holds a last commit made to look cut short by a
+// crash (a word of it zeroed): that is damage while the file is not
+// marked in use, and a commit the crash cut short (one word, which the
+// next open discards) once it is; this marks it in use.
+inline void ExpectCutShortOnlyAfterACrash(const std::string& path) {
+  upfs::FileReport r;
+  EXPECT_EQ(upfs::InspectFile(path, true, &r).err(), EUCLEAN) << "in_use 0: damage";
+  const int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const uint64_t one = 1;
+  ASSERT_EQ(pwrite(fd, &one, 8, off_t(offsetof(upfs::format::FileHeader, in_use))), 8);
+  close(fd);
+  upfs::Status st = upfs::InspectFile(path, true, &r);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(r.cut_short_words, 1u);
 }
 
 }  // namespace upfs_test

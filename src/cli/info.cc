@@ -93,7 +93,7 @@ int RunInfo(const std::vector<std::string>& args) {
     return Fail("info", path + ": " + st.ToString());
   }
 
-  uint64_t used = r.data_blocks + r.log_blocks + r.overflow_blocks;
+  uint64_t used = r.data_blocks + r.paired_blocks + r.log_blocks + r.overflow_blocks;
   Row("file:", path);
   Row("format version:", std::to_string(r.format_version));
   char id[32];
@@ -110,6 +110,8 @@ int RunInfo(const std::vector<std::string>& args) {
   Row("blocks:", WithCommas(r.capacity_blocks) + " of 4 KiB (host file " +
                      HumanBytes(r.capacity_blocks * 4096) + ")");
   Row("  data:", Blocks(r.data_blocks));
+  if (r.paired_blocks)
+    Row("  shadows:", Blocks(r.paired_blocks) + " (granule flips' second homes)");
   Row("  log:", Blocks(r.log_blocks));
   Row("  overflow:", Blocks(r.overflow_blocks));
   if (r.capacity_blocks >= used + r.free_blocks) {

@@ -42,9 +42,11 @@ int RunPoolInfo(const std::string& path) {
   }
   Row("pool:", path);
   // What the version means for the builds that may share the pool
-  // (docs/format.md, "Pools, format version 4").
+  // (docs/format.md, "Pools, format version 5").
   Row("format:", "version " + std::to_string(r.version) +
-                     (r.version >= format::pool::kFirstCheckedAppendPoolVersion
+                     (r.version >= format::pool::kFirstGranulePoolVersion
+                          ? " (tagged checkpoint images, checked appends and granule flips in files' logs)"
+                      : r.version >= format::pool::kFirstCheckedAppendPoolVersion
                           ? " (tagged checkpoint images, checked appends in files' logs)"
                       : r.version >= format::pool::kFirstTaggedPoolVersion ? " (tagged checkpoint images)"
                       : r.version >= format::pool::kFirstPatchPoolVersion

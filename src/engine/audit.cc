@@ -27,7 +27,7 @@ Status File::AuditAllocation(uint64_t* leaked, uint64_t* unmarked) {
   for (uint32_t l : res.log_blocks) ref(l);
   for (const Run& r : res.overflow)
     for (uint32_t i = 0; i < r.count; ++i) ref(uint64_t(r.lblock) + i);
-  table.ForEachMapped([&](uint64_t, uint32_t l) { ref(l); });
+  table.ForEachHeld([&](uint32_t l) { ref(l); });
   ctx_.ForEach([&](const ThreadCtx* t) {
     for (uint32_t l : t->blocks.free)
       if (l < cap) held[l] = true;

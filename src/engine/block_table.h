@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/patch_index.h"
+#include "engine/shadow_index.h"
 #include "format/format.h"
 #include "util/status.h"
 
@@ -34,6 +35,12 @@ struct Effect {
   // From a kPatch payload: where its bytes are (an encoded PatchRef; its
   // lblock is never 0), for the block `vblock` (runs: one kKeepBlock).
   uint64_t patch = 0;
+  // From a granule flip: the block is mapped to the pair runs[0].lblock
+  // (and its shadow, the next block); with flip_set its mask becomes
+  // flip_mask, else the granules in flip_mask change homes.
+  bool flip = false;
+  bool flip_set = false;
+  uint32_t flip_mask = 0;
 
   void Clear() {
     vblock = 0;
@@ -45,6 +52,9 @@ struct Effect {
     tail_lblock = 0;
     tail_from = 0;
     patch = 0;
+    flip = false;
+    flip_set = false;
+    flip_mask = 0;
   }
   // True if the effect can change the mapping of any block in [v0, v1).
   bool TouchesBlocks(uint64_t v0, uint64_t v1) const {
@@ -85,6 +95,10 @@ class BlockTable {
   uint64_t high_water() const { return high_.load(std::memory_order_acquire); }
   // The live sub-block patches of the mapped blocks.
   const PatchIndex& patches() const { return patches_; }
+  // The paired blocks (granule flips): mapped to P, their shadow P + 1.
+  const ShadowIndex& shadows() const { return shadows_; }
+  // The shadow block of virtual block v mapped to l, 0 if it has none.
+  uint32_t ShadowOf(uint64_t v, uint32_t l) const { return l && shadows_.Paired(v) ? l + 1 : 0; }
 
   // The first virtual block in [from, limit) that is mapped (mapped=true)
   // or a hole (mapped=false); limit if none. Skips never-mapped groups.
@@ -136,6 +150,19 @@ class BlockTable {
   uint64_t compact_seen() const { return compact_seen_; }
   void set_compact_seen(uint64_t s) { compact_seen_ = s; }
 
+  // Calls fn(lblock) for every block the mapping holds in [from, to): each
+  // mapped block, and the shadow of each paired one (what a rebuild
+  // marks, and what unmapping them displaces).
+  template <typename Fn>
+  void ForEachHeld(Fn fn, uint64_t from = 0, uint64_t to = UINT64_MAX) const {
+    ForEachMapped(
+        [&](uint64_t v, uint32_t l) {
+          fn(l);
+          if (const uint32_t s = ShadowOf(v, l)) fn(s);
+        },
+        from, to);
+  }
+
   // Calls fn(vblock, lblock) for every mapped block at or after `from`, in
   // order. Stretches of kGroup entries that were never mapped are skipped,
   // so a sparse file with a block at a huge offset costs little.
@@ -164,6 +191,7 @@ class BlockTable {
     std::atomic<uint32_t> e[1];
   };
   Status ApplyPatch(const Effect& e);
+  Status ApplyFlip(const Effect& e);
   static Array* NewArray(uint64_t cap);
   static void FreeArray(Array* a);
   void EnsureCapacity(uint64_t n);
@@ -171,6 +199,7 @@ class BlockTable {
   std::atomic<Array*> arr_;
   std::vector<Array*> retired_;  // older arrays may still be read; freed at destruction
   PatchIndex patches_;
+  ShadowIndex shadows_;
   std::atomic<uint64_t> size_{0};
   std::atomic<uint64_t> mapped_{0};
   std::atomic<uint64_t> high_{0};

@@ -119,7 +119,7 @@ Status File::Init(BlockMarker* rebuild) {
     for (uint32_t l : res.log_blocks) rebuild->Mark(l, "log");
     for (const Run& r : res.overflow)
       for (uint32_t i = 0; i < r.count; ++i) rebuild->Mark(r.lblock + i, "overflow");
-    table->ForEachMapped([&](uint64_t, uint32_t l) { rebuild->Mark(l, "data"); });
+    table->ForEachHeld([&](uint32_t l) { rebuild->Mark(l, "data"); });
     UPFS_RETURN_IF_ERROR(rebuild->status());
     if (res.cut_short_words) {
       BlockTable again;
@@ -286,11 +286,15 @@ void File::ReleaseDisplaced(ThreadCtx* c, const uint32_t* blocks, size_t n) {
   // be reused at once. Sync mode writes in place, so a displaced block may
   // still be a target of an in-place write: retire it through EBR. So must
   // strict mode while someone holds the tail claim: the displaced block may
-  // be the tail block it writes past the end of file (see TryClaimTail).
+  // be the tail block it writes past the end of file (see TryClaimTail),
+  // and while someone holds a granule claim: the block may be a pair whose
+  // homes it writes (FlipOnce).
   bool immediate = root_.consistency == Consistency::kStrict;
   if (immediate) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     immediate = root_.words->tail_claim.load(std::memory_order_relaxed) == 0;
+    for (const auto& g : root_.words->granule_claim)
+      immediate = immediate && g.load(std::memory_order_relaxed) == 0;
   }
   for (size_t i = 0; i < n; ++i) {
     if (!blocks[i]) continue;
@@ -365,10 +369,9 @@ Status File::Read(void* buf, size_t n, uint64_t off, size_t* done) {
       uint64_t lo = std::max(bs, off), hi = std::min(bs + kBlockSize, end);
       uint32_t l = t->Get(v);
       if (l)
-        OptimisticCopy(out + (lo - off), access_.AddrUnchecked(l) + (lo - bs), hi - lo);
+        CopyBlockBytes(*t, v, l, lo - bs, hi - bs, out + (lo - off));
       else
         std::memset(out + (lo - off), 0, hi - lo);
-      if (l && t->patches().any()) CopyPatches(*t, v, lo - bs, hi - bs, out + (lo - off));
     }
     // Validate: nothing committed since the snapshot may touch what we read.
     bool stale = false;
@@ -436,7 +439,7 @@ Status File::Stat(FileStat* st) {
 
 Status File::StatLocked(BlockTable* t, FileStat* st) {
   st->size = t->size();
-  st->blocks = t->mapped_blocks();
+  st->blocks = t->mapped_blocks() + t->shadows().count();  // a pair takes two
   st->mtime_ns = ReportedMtime(*root_.times, root_.created_ns);
   st->data_ctime_ns = ReportedDataCtime(*root_.times, root_.created_ns);
   return Status::OK();

@@ -44,7 +44,7 @@ void UnlockThreadIndicesAfterFork();
 
 struct FileStat {
   uint64_t size = 0;
-  uint64_t blocks = 0;  // 4 KiB blocks mapped (data, including preallocated)
+  uint64_t blocks = 0;  // 4 KiB blocks held (data, including preallocated, and shadows)
   int64_t mtime_ns = 0;       // ns since the epoch
   int64_t data_ctime_ns = 0;  // last change of data or size through upfs
 };
@@ -57,6 +57,7 @@ struct ThreadCtx {
   Effect scratch;
   std::vector<format::Run> runs;
   std::vector<uint32_t> old;  // mapping displaced by the operation
+  std::vector<uint32_t> old_shadow;  // the shadows of those blocks (0: none)
   PendingEntry pending;  // the payload being prepared
 };
 
@@ -202,7 +203,11 @@ class File {
       if (held) f->ReleaseTail(c);
     }
   };
-  bool TryClaimTail(ThreadCtx* c);
+  bool TryClaimTail(ThreadCtx* c) { return TryClaim(&root_.words->tail_claim, c); }
+  // Takes a claim word (the tail's, a granule claim) for c's thread, or
+  // takes it over from a dead owner; false if someone alive holds it.
+  bool TryClaim(std::atomic<uint64_t>* claim, ThreadCtx* c);
+  void ReleaseClaim(std::atomic<uint64_t>* claim, ThreadCtx* c);
   // *any: an entry was committed after p.
   Status CommittedSince(ThreadCtx* c, const LogPos& p, bool* any);
   void ClaimTail(ThreadCtx* c);
@@ -219,6 +224,20 @@ class File {
   // not a patch (copy on write).
   Status PatchOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
                    bool* done, bool* conflicted);
+  // A write inside one mapped block below the size, as a granule flip
+  // (file_flip.cc), in files whose format has them; *done and *conflicted
+  // as for PatchOnce.
+  Status FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
+                  bool* done, bool* conflicted);
+  bool AllocPair(ThreadCtx* c, std::vector<format::Run>* out);
+  // Copies bytes [lo, hi) of block v (mapped to l) as a reader sees them
+  // into out: the block, its patches, the granules its shadow holds.
+  void CopyBlockBytes(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo, uint64_t hi,
+                      char* out) const;
+  // The granules of [lo, hi) that live in the shadow of block v (paired
+  // with l), over out (which holds byte lo at out[0]).
+  void CopyGranules(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo, uint64_t hi,
+                    char* out) const;
   // Copies bytes [lo, hi) of block v's patches in t over out (which holds
   // byte lo of the block at out[0]), in log order.
   void ApplyOwnPatch(BlockTable* t, const LogPos& after, uint32_t rs, uint32_t words, uint64_t v,

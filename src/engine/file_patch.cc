@@ -26,8 +26,7 @@ void File::CopyPatches(const BlockTable& t, uint64_t v, uint64_t lo, uint64_t hi
 }
 
 void File::ComposeBlock(const BlockTable& t, uint64_t v, uint32_t l, char* out) const {
-  OptimisticCopy(out, access_.AddrUnchecked(l), kBlockSize);
-  CopyPatches(t, v, 0, kBlockSize, out);
+  CopyBlockBytes(t, v, l, 0, kBlockSize, out);
 }
 
 // Writes up to this long become patches; longer ones copy their block. The

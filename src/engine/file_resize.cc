@@ -48,16 +48,16 @@ Status File::Truncate(uint64_t len) {
       UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, 1, &c->runs));
       alignas(64) unsigned char tmp[kBlockSize];
       uint64_t valid = len & (kBlockSize - 1);
-      OptimisticCopy(tmp, access_.AddrUnchecked(last), valid);
-      CopyPatches(*t, len >> kBlockShift, 0, valid, reinterpret_cast<char*>(tmp));
+      CopyBlockBytes(*t, len >> kBlockShift, last, 0, valid, reinterpret_cast<char*>(tmp));
       std::memset(tmp + valid, 0, kBlockSize - valid);
       char* dst = nullptr;
       UPFS_RETURN_IF_ERROR(access_.Addr(c->runs[0].lblock, &dst));
       pm::CopyNT(dst, tmp, kBlockSize);
       pm::Fence();
       c->old.push_back(last);
+      c->old.push_back(t->ShadowOf(len >> kBlockShift, last));
     }
-    t->ForEachMapped([&](uint64_t, uint32_t l) { c->old.push_back(l); }, keep);
+    t->ForEachHeld([&](uint32_t l) { c->old.push_back(l); }, keep);
     uint32_t vfirst = c->runs.empty() ? 0 : uint32_t(len >> kBlockShift);
     UPFS_RETURN_IF_ERROR(
         writer_.BuildPayload(&c->blocks, &c->pending, vfirst, c->runs, Effect::kSet, len));
@@ -137,13 +137,14 @@ Status File::PunchHole(ThreadCtx* c, BlockTable* t, uint64_t off, uint64_t end) 
       if (!st.ok()) return;
       pm::CopyNT(dst, tmp, kBlockSize);
       displaced.push_back(l);
+      displaced.push_back(t->ShadowOf(v, l));
       runs.push_back(Run{one[0].lblock, 1});
     };
     if (vb0 < full0 || (full0 >= full1 && vb0 < vb1)) edge(vb0);  // head (or the only block)
     if (st.ok() && full0 < full1) {
       for (uint64_t v = full0; v < full1; v += std::min<uint64_t>(full1 - v, UINT32_MAX))
         runs.push_back(Run{0, uint32_t(std::min<uint64_t>(full1 - v, UINT32_MAX))});
-      t->ForEachMapped([&](uint64_t, uint32_t l) { displaced.push_back(l); }, full0, full1);
+      t->ForEachHeld([&](uint32_t l) { displaced.push_back(l); }, full0, full1);
     }
     if (st.ok() && full1 >= full0 && full1 < vb1 && full1 > vb0) edge(full1);  // tail
     UPFS_RETURN_IF_ERROR(st);

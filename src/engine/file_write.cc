@@ -24,17 +24,21 @@ namespace {
 
 // Applies effect `e` to `old`, the mapping of virtual blocks [v0, v0+n), so
 // that `old` tracks what the caller's commit will displace.
-void Overlay(const Effect& e, uint64_t v0, uint64_t n, uint32_t* old) {
+// `shadow` likewise tracks their shadows (a granule flip pairs its block).
+void Overlay(const Effect& e, uint64_t v0, uint64_t n, uint32_t* old, uint32_t* shadow) {
   uint64_t v = e.vblock;
   for (const Run& r : e.runs) {
     uint64_t lo = std::max(v, v0), hi = std::min(v + r.count, v0 + n);
     if (r.lblock != kKeepBlock)
-      for (uint64_t b = lo; b < hi; ++b) old[b - v0] = r.lblock ? r.lblock + uint32_t(b - v) : 0;
+      for (uint64_t b = lo; b < hi; ++b) {
+        old[b - v0] = r.lblock ? r.lblock + uint32_t(b - v) : 0;
+        shadow[b - v0] = e.flip ? r.lblock + 1 : 0;
+      }
     v += r.count;
   }
   if (e.size_op == Effect::kSet) {
     uint64_t keep = CeilBlocks(e.new_size);
-    for (uint64_t b = std::max(keep, v0); b < v0 + n; ++b) old[b - v0] = 0;
+    for (uint64_t b = std::max(keep, v0); b < v0 + n; ++b) old[b - v0] = shadow[b - v0] = 0;
   }
 }
 
@@ -68,9 +72,9 @@ Status File::CopyIntoNewBlocks(ThreadCtx* c, const BlockTable& t, const void* bu
       uint32_t ol = c->old[bv - vb0];
       uint64_t valid = ol && size > bs ? std::min<uint64_t>(size - bs, kBlockSize) : 0;
       const char* ob = ol ? access_.AddrUnchecked(ol) : nullptr;
-      // A patched block is composed in DRAM first (the fold of its patches).
+      // A patched or paired block is composed in DRAM first.
       alignas(64) char composed[kBlockSize];
-      if (ol && valid && t.patches().Count(bv)) {
+      if (ol && valid && (t.patches().Count(bv) || t.shadows().Paired(bv))) {
         ComposeBlock(t, bv, ol, composed);
         ob = composed;
       }
@@ -161,25 +165,6 @@ Status File::CommittedSince(ThreadCtx* c, const LogPos& p, bool* any) {
   });
 }
 
-bool File::TryClaimTail(ThreadCtx* c) {
-  std::atomic<uint64_t>& claim = root_.words->tail_claim;
-  uint64_t cur = 0;
-  if (!claim.compare_exchange_strong(cur, c->tail_claim_id)) {
-    uint64_t slot = (cur & 0xffffffffu) - 1;
-    uint32_t pid = uint32_t(cur >> 32);
-    EpochDomain* d = source_->epochs();
-    bool dead = slot >= kMaxSlots || !d->SlotOwnerAlive(uint32_t(slot)) ||
-                d->slot(uint32_t(slot))->owner_pid.load(std::memory_order_relaxed) != pid;
-    if (!dead || !claim.compare_exchange_strong(cur, c->tail_claim_id)) return false;
-  }
-  // Pairs with the fence in ReleaseDisplaced: either a committer that
-  // displaces the tail block sees this claim (and retires the block through
-  // EBR instead of reusing it at once), or the claimant's check of the log
-  // sees that commit (and writes nothing).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  return true;
-}
-
 void File::ClaimTail(ThreadCtx* c) {
   for (uint32_t spins = 0; !TryClaimTail(c); ++spins) {
     if (spins < 64)
@@ -189,10 +174,7 @@ void File::ClaimTail(ThreadCtx* c) {
   }
 }
 
-void File::ReleaseTail(ThreadCtx* c) {
-  uint64_t mine = c->tail_claim_id;
-  root_.words->tail_claim.compare_exchange_strong(mine, 0, std::memory_order_release);
-}
+void File::ReleaseTail(ThreadCtx* c) { ReleaseClaim(&root_.words->tail_claim, c); }
 
 // Before an operation commits a size above the snapshot's size S without
 // rewriting the tail block: with the claim held (kept until the caller
@@ -204,7 +186,11 @@ Status File::ZeroTailForGap(ThreadCtx* c, BlockTable* t, const LogPos& p, bool* 
   uint64_t size = t->size();
   uint64_t in_block = size & (kBlockSize - 1);
   uint32_t last = in_block ? t->Get(size >> kBlockShift) : 0;
-  if (!last) return Status::OK();
+  // A paired block keeps zeros past the size in both homes (its first
+  // flip wrote them, every flip keeps them, and no append writes there in
+  // place): nothing to zero, and its homes not live are the granule
+  // claim holder's to write.
+  if (!last || t->shadows().Paired(size >> kBlockShift)) return Status::OK();
   if (!*claimed) {
     ClaimTail(c);
     *claimed = true;
@@ -239,7 +225,9 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   if (end > kMaxFileSize || end < size) return Status::OK();  // WriteOnce reports it
   const uint64_t vt = size >> kBlockShift;
   const uint32_t last = t->Get(vt);
-  if (!last || !TryClaimTail(c)) return Status::OK();
+  // A paired tail block holds some granules in its shadow: copy on write
+  // (which ends the pairing) rather than append beside them.
+  if (!last || t->shadows().Paired(vt) || !TryClaimTail(c)) return Status::OK();
   TailClaimGuard claim{this, c, true};
   // Under the claim no other in-place append can commit; an append that
   // committed before we took it would be overwritten: the snapshot must
@@ -358,7 +346,11 @@ Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
   AimAllocation(&c->blocks, *t, vb0, size);
   UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, nb, &c->runs));
   c->old.resize(nb);
-  for (uint64_t i = 0; i < nb; ++i) c->old[i] = t->Get(vb0 + i);
+  c->old_shadow.resize(nb);
+  for (uint64_t i = 0; i < nb; ++i) {
+    c->old[i] = t->Get(vb0 + i);
+    c->old_shadow[i] = t->ShadowOf(vb0 + i, c->old[i]);
+  }
   UPFS_RETURN_IF_ERROR(CopyIntoNewBlocks(c, *t, buf, n, off, size, vb0));
   pm::Fence();
   uint64_t entry = 0;
@@ -374,6 +366,7 @@ Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
   const bool head_edge = off & (kBlockSize - 1);
   const bool tail_edge = end & (kBlockSize - 1);
   uint32_t* old = c->old.data();
+  uint32_t* old_shadow = c->old_shadow.data();
   UPFS_RETURN_IF_ERROR(writer_.Commit(
       &c->blocks, &c->scratch, &p, entry, c->pending,
       [&](const Effect& e) {
@@ -381,13 +374,14 @@ Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
         if (append && e.ChangesSize()) return true;
         if (head_edge && e.TouchesBlocks(vb0, vb0 + 1)) return true;
         if (tail_edge && e.TouchesBlocks(vb1 - 1, vb1)) return true;
-        Overlay(e, vb0, nb, old);
+        Overlay(e, vb0, nb, old, old_shadow);
         return false;
       },
       conflicted));
   if (*conflicted) return Status::OK();
   taken.Committed();
   ReleaseDisplaced(c, c->old.data(), nb);
+  ReleaseDisplaced(c, c->old_shadow.data(), nb);
   *at = off;
   return Status::OK();
 }
@@ -403,14 +397,19 @@ Status File::Write(const void* buf, size_t n, uint64_t off, bool append, uint64_
     return Status::OK();
   }
   bool in_place = root_.consistency == Consistency::kSync && !append;
-  const bool patch = root_.consistency == Consistency::kStrict && root_.patches && !append;
+  // Small strict writes flip granules (format version 4) or, in older
+  // files, become patches.
+  const bool small = root_.consistency == Consistency::kStrict && !append;
+  const bool flip = small && root_.granules;
+  const bool patch = small && root_.patches && !root_.granules;
   for (;;) {
     bool appended = false;
     UPFS_RETURN_IF_ERROR(AppendInPlace(c, t, buf, n, off, append, at, &appended));
     if (appended) break;
-    if (patch) {
+    if (flip || patch) {
       bool done = false, conflicted = false;
-      UPFS_RETURN_IF_ERROR(PatchOnce(c, t, buf, n, off, &done, &conflicted));
+      UPFS_RETURN_IF_ERROR(flip ? FlipOnce(c, t, buf, n, off, &done, &conflicted)
+                                : PatchOnce(c, t, buf, n, off, &done, &conflicted));
       if (done) {
         *at = off;
         break;

@@ -85,6 +85,7 @@ void BlockTable::Set(uint64_t v, uint32_t l) {
   if (a->e[v].load(std::memory_order_relaxed) == 0) return;
   a->e[v].store(0, std::memory_order_release);
   patches_.Clear(v, v + 1);
+  shadows_.Clear(v, v + 1);
   mapped_.store(mapped_.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
 }
 
@@ -110,12 +111,15 @@ void BlockTable::MapRun(uint64_t v, uint32_t l, uint64_t count) {
   }
   if (added) mapped_.store(mapped_.load(std::memory_order_relaxed) + added, std::memory_order_relaxed);
   if (end > high_water()) high_.store(end, std::memory_order_release);
-  // Patches applied to the blocks mapped before; the new ones have none.
+  // Patches applied to the blocks mapped before, and their pairings; the
+  // new ones have none.
   patches_.Clear(v, end);
+  shadows_.Clear(v, end);
 }
 
 Status BlockTable::Apply(const Effect& e) {
   if (e.patch) return ApplyPatch(e);
+  if (e.flip) return ApplyFlip(e);
   // Only runs that map blocks need room in the table; holes and keeps cost
   // nothing past what is mapped (a hole run may legally cover 2^32 blocks).
   uint64_t v = e.vblock, map_end = 0;
@@ -168,6 +172,37 @@ Status BlockTable::ApplyPatch(const Effect& e) {
   if (!patches_.Add(e.vblock, r))
     return bad("the block has more than " + std::to_string(kMaxPatchesPerBlock) + " patches or " +
                std::to_string(kPatchMaxBytes) + " patched bytes");
+  return Status::OK();
+}
+
+// A flip is written only over bytes below the size of a mapped block
+// without patches, and a toggle only to a block paired with the pair it
+// names, with nothing touching the block committed since (File::FlipOnce).
+// Not idempotent: a toggle applied twice undoes itself, so a table whose
+// catch-up failed is never used again before a rebuild (its operations
+// fail at the same entry).
+Status BlockTable::ApplyFlip(const Effect& e) {
+  const uint32_t pair = e.runs[0].lblock;
+  auto bad = [&](const std::string& why) {
+    return Status::Corrupt("granule flip of block " + std::to_string(e.vblock) + " to pair " +
+                               std::to_string(pair),
+                           why);
+  };
+  const uint32_t l = Get(e.vblock);
+  // A set may map a hole (the compacted state maps paired blocks by their
+  // flips alone); a write's first flip maps over a mapped block.
+  if (l == 0 && !e.flip_set) return bad("the block is not mapped");
+  if ((uint64_t(e.vblock) << kBlockShift) >= size())
+    return bad("the block lies past the size " + std::to_string(size()));
+  if (patches_.Count(e.vblock)) return bad("the block has patches");
+  if (e.flip_set) {
+    if (l != pair) MapRun(e.vblock, pair, 1);
+    shadows_.Set(e.vblock, e.flip_mask);
+    return Status::OK();
+  }
+  uint32_t mask = 0;
+  if (l != pair || !shadows_.Get(e.vblock, &mask)) return bad("the block is not paired with it");
+  shadows_.Set(e.vblock, mask ^ e.flip_mask);
   return Status::OK();
 }
 
@@ -303,6 +338,26 @@ Status DecodePayload(const BlockAccess& ba, const LogBlock* b, uint32_t b_lblock
   return Status::OK();
 }
 
+template <typename Where>
+Status DecodeGranuleFlip(const BlockAccess& ba, const LogBlock* b, uint32_t slot, uint64_t e,
+                         const Where& where, Effect* eff) {
+  if (slot % 2 != 0) return Status::Corrupt(where(), "granule flip at an odd slot");
+  const uint64_t w1 = b->slots[slot + 1].load(std::memory_order_acquire);
+  if (!GranuleFlipWellFormed(e, w1)) return Status::Corrupt(where(), "malformed granule flip");
+  const uint32_t pair = GranuleFlipPair(e);
+  if (!ba.CheckRange(pair, 2, "granule flip's pair").ok())
+    return Status::Corrupt(where(), "granule flip's pair " + std::to_string(pair) +
+                                        " lies past the end of the file");
+  eff->Clear();
+  eff->vblock = GranuleFlipVblock(e);
+  eff->nblocks = 1;
+  eff->runs.push_back(Run{pair, 1});
+  eff->flip = true;
+  eff->flip_set = GranuleFlipSet(w1);
+  eff->flip_mask = GranuleFlipMask(w1);
+  return Status::OK();
+}
+
 }  // namespace
 
 Status DecodeEntry(const BlockAccess& ba, const LogBlock* b, uint32_t b_lblock, uint32_t slot,
@@ -344,6 +399,12 @@ Status DecodeEntry(const BlockAccess& ba, const LogBlock* b, uint32_t b_lblock, 
       return Status::OK();
     }
     case EntryKind::kGrowTailChecked: {
+      if (IsGranuleFlip(e)) {
+        UPFS_RETURN_IF_ERROR(DecodeGranuleFlip(ba, b, slot, e, where, eff));
+        *has_effect = true;
+        *next_slot = slot + kGranuleFlipSlots;
+        return Status::OK();
+      }
       if (slot % 2 != 0) return Status::Corrupt(where(), "checked append at an odd slot");
       const uint64_t w1 = b->slots[slot + 1].load(std::memory_order_acquire);
       if (!GrowTailCheckedWellFormed(e, w1))

@@ -20,6 +20,18 @@ class CompactWriter {
     if (slot_ + 1 > kSlotsPerLogBlock) NewBlock();
     Cur()[slot_++] = e;
   }
+  // A two-word entry (a granule flip) at an even slot.
+  void AddPair(uint64_t w0, uint64_t w1) {
+    if (slot_ % 2) AddInline(EncodeReserve(0));  // inert padding
+    if (slot_ + 2 > kSlotsPerLogBlock) {
+      if (slot_ < kSlotsPerLogBlock) Cur()[slot_] = EncodeReserve(kSlotsPerLogBlock - slot_ - 1);
+      NewBlock();
+    }
+    uint64_t* s = Cur();
+    s[slot_] = w0;
+    s[slot_ + 1] = w1;
+    slot_ += 2;
+  }
   void AddPayload(const std::vector<uint64_t>& words) {
     uint32_t k = uint32_t(words.size());
     UPFS_ASSERT(k + 2 <= kSlotsPerLogBlock);
@@ -149,6 +161,7 @@ void LogCompactor::EncodeState(const BlockTable& state, CompactWriter* w) const 
     run_count = 0;
   };
   state.ForEachMapped([&](uint64_t v, uint32_t l) {
+    if (state.shadows().Paired(v)) return;  // mapped by its flip below
     if (run_count && v == run_v + run_count && l == run_l + run_count &&
         run_count < kInlineMaxCount) {
       ++run_count;
@@ -160,6 +173,10 @@ void LogCompactor::EncodeState(const BlockTable& state, CompactWriter* w) const 
     run_count = 1;
   });
   emit();
+  // Each pair as a flip that sets its mask (and maps the block to it).
+  state.shadows().ForEach([&](uint64_t v, uint32_t mask) {
+    w->AddPair(EncodeGranuleFlip0(uint32_t(v), state.Get(v)), EncodeGranuleFlip1(mask, true));
+  });
   std::vector<uint64_t> words;
   state.patches().ForEach([&](uint64_t v, const uint64_t* refs, uint32_t n) {
     for (uint32_t i = 0; i < n; ++i) {

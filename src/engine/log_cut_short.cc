@@ -61,6 +61,9 @@ bool CutShortGrowTail(const BlockAccess& ba, const LogBlock* b, uint32_t slot, u
   // bytes did not all: a well-formed entry whose bytes fail the checksum.
   const uint64_t w1 = b->slots[slot + 1].load(std::memory_order_relaxed);
   if (w1 == 0) return true;
+  // A granule flip's granules were durable before its CAS: only its second
+  // word can be lost.
+  if (IsGranuleFlip(e)) return false;
   if (!GrowTailCheckedWellFormed(e, w1)) return false;
   return !CheckedAppendBytesMatch(ba, e, w1);
 }

@@ -19,6 +19,12 @@ struct LogWords {
   alignas(64) std::atomic<uint64_t> compact_seq;  // blocks with seq below were compacted
   std::atomic<uint64_t> gc_owner;                 // slot + 1 of the running GC, 0 = none
   std::atomic<uint64_t> gc_last_blocks;           // length of the log right after the last GC
+  // Who may write the homes not live of the granules of virtual blocks v
+  // with v % kGranuleClaims == i (granule_claim[i]): a sub-block writer
+  // (File::FlipOnce), owner pid << 32 | slot + 1, 0 = nobody. Never waited
+  // for (the writer copies on write instead); a dead owner's is taken over.
+  static constexpr uint32_t kGranuleClaims = 4;
+  std::atomic<uint64_t> granule_claim[kGranuleClaims];
   // Who may write the bytes past the end of file in the tail block (an
   // in-place append, or an operation about to expose them): owner pid << 32
   // | slot + 1, 0 = nobody. See File::AppendInPlace.
@@ -37,6 +43,7 @@ struct LogWords {
     compact_seq.store(0, std::memory_order_relaxed);
     gc_owner.store(0, std::memory_order_relaxed);
     gc_last_blocks.store(0, std::memory_order_relaxed);
+    for (auto& g : granule_claim) g.store(0, std::memory_order_relaxed);
     tail_claim.store(0, std::memory_order_relaxed);
     hint_ver.store(0, std::memory_order_relaxed);
     hint_size.store(0, std::memory_order_relaxed);
@@ -49,6 +56,7 @@ struct LogWords {
 };
 static_assert(sizeof(LogWords) == 128);
 static_assert(offsetof(LogWords, tail_claim) == 64 && offsetof(LogWords, hint_crc) == 120);
+static_assert(offsetof(LogWords, granule_claim) == 24);
 
 struct LogRoot {
   std::atomic<uint64_t>* head = nullptr;  // logical block of the first log block (durable, CAS)
@@ -64,6 +72,10 @@ struct LogRoot {
   // 3, pool version 4): strict appends inside the tail block commit in one
   // persisted round. Older logs get the two-round kGrowTail.
   bool checked_appends = true;
+  // It admits granule flips (per-file format version 4, pool version 5):
+  // small strict writes flip granules between a block and its shadow
+  // instead of becoming patches.
+  bool granules = true;
   // Its stats leave a hint in `words` for stats without the engine
   // (engine/stat_hint.h): in a pool, where such stats read it.
   bool stat_hints = false;

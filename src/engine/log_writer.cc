@@ -45,8 +45,8 @@ void LogWriter::PersistBeforeSlot(LogBlock* b, const LogPos& pos) {
   const uint32_t from = span_start(b, prev_entry);
   // A checked append's bytes are not in the log: written back whatever
   // line the slot is in.
-  const bool checked = KindOf(b->slots[prev_entry].load(std::memory_order_relaxed)) ==
-                       EntryKind::kGrowTailChecked;
+  const uint64_t pe = b->slots[prev_entry].load(std::memory_order_relaxed);
+  const bool checked = KindOf(pe) == EntryKind::kGrowTailChecked && !IsGranuleFlip(pe);
   if (checked) FlushCheckedAppend(access_, b, prev_entry);
   if (line(from) != line(slot)) {
     pm::Flush(&b->slots[from], size_t(slot - from) * 8);
@@ -80,7 +80,8 @@ Status LogWriter::CommitChecked(LogBlock* b, LogPos* pos, uint64_t w0, const Pen
     return Status::OK();
   }
   // One round: the bytes (stored in place before the CAS) and the entry.
-  pm::Flush(p.bytes, p.bytes_len);
+  // A granule flip has none: its granules were durable before the CAS.
+  if (p.bytes_len) pm::Flush(p.bytes, p.bytes_len);
   pm::Flush(&b->slots[s], kGrowTailCheckedSlots * 8);
   pm::Fence();
   Durable(pos->seq, s + kGrowTailCheckedSlots);

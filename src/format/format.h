@@ -17,14 +17,16 @@ inline constexpr uint32_t kBlockSize = 4096;
 inline constexpr uint32_t kBlockShift = 12;
 inline constexpr uint32_t kCacheLine = 64;
 // Version 2 added sub-block patches (kPatch payloads), version 3 checked
-// appends (kGrowTailChecked entries). Older files are read and written as
-// before: nothing a later version added is ever written into one, so the
-// build that made it can still open it (it refuses later versions by
-// their number).
-inline constexpr uint32_t kFormatVersion = 3;
+// appends (kGrowTailChecked entries), version 4 granule flips (two homes
+// per 128-byte granule instead of patches). Older files are read and
+// written as before: nothing a later version added is ever written into
+// one, so the build that made it can still open it (it refuses later
+// versions by their number).
+inline constexpr uint32_t kFormatVersion = 4;
 inline constexpr uint32_t kOldestFormatVersion = 1;
 inline constexpr uint32_t kFirstPatchVersion = 2;
 inline constexpr uint32_t kFirstCheckedAppendVersion = 3;
+inline constexpr uint32_t kFirstGranuleVersion = 4;
 // "UPFS" + format family marker + CR LF SUB NUL: catches text-mode mangling,
 // like PNG's signature.
 inline constexpr unsigned char kMagic[8] = {'U', 'P', 'F', 'S', 0x01, '\r', '\n', 0x1a};
@@ -153,7 +155,8 @@ enum class EntryKind : uint8_t {
   kTouch = 5,      // sync mode: blocks were overwritten in place (no map change)
   kGrowTail = 6,   // bytes past the size, inside its block, were written in place;
                    // size = max(size, new_size)
-  kGrowTailChecked = 7,  // the same, two words, with the bytes' checksum (version 3)
+  kGrowTailChecked = 7,  // the same, two words, with the bytes' checksum (version 3);
+                         // with bit 3 set, a granule flip (version 4, below)
 };
 
 // kMap / kMapExtend: kind:3 | (count-1):6 | vblock:28 | lblock:27
@@ -240,9 +243,56 @@ inline uint32_t GrowTailCheckedEnd(uint64_t w0) {
 }
 inline bool GrowTailCheckedWellFormed(uint64_t w0, uint64_t w1) {
   const uint64_t size = GrowTailCheckedSize(w0);
-  return ((w0 >> 3) & 1) == 0 && size != 0 && size <= kMaxFileSize &&
+  return KindOf(w0) == EntryKind::kGrowTailChecked && ((w0 >> 3) & 1) == 0 && size != 0 && size <= kMaxFileSize &&
          GrowTailCheckedFrom(w0) != 0 && GrowTailCheckedFrom(w0) < GrowTailCheckedEnd(w0) &&
          GrowTailCheckedBlock(w1) != 0;
+}
+
+// Granule flip (format version 4): two words at an even slot, committed
+// together by one 16-byte CAS, kind 7 with bit 3 set (a checked append has
+// it clear).
+//   word 0: kind 7:3 | 1:1 | vblock:28 | pair:32
+//   word 1: granules:32 | set:1 | zero:31
+// Virtual block `vblock` lives in the pair of blocks [pair, pair + 1]: the
+// block `pair` and its shadow `pair + 1`. Each of its kGranulesPerBlock
+// granules of kGranuleSize bytes has two homes, the same bytes of the two
+// blocks, and a bit of the block's mask says which holds it (set: the
+// shadow). A sub-block write writes its granules into the homes not live,
+// makes them durable, and commits the new mask (docs/design.md, "Granule
+// flips"): with `set`, vblock is mapped to the pair and its mask becomes
+// `granules` (a block's first flip, and the compacted state); without,
+// vblock must already be mapped to that pair and the granules named
+// change homes (the mask is XORed with `granules`, never 0 then). Word 1
+// is never zero, so a word 0 whose word 1 did not reach media is told by
+// a zero there. Any other entry that maps vblock anew, or unmaps it, ends
+// the pairing.
+inline constexpr uint32_t kGranuleSize = 128;
+inline constexpr uint32_t kGranulesPerBlock = kBlockSize / kGranuleSize;
+static_assert(kGranulesPerBlock == 32 && kGranuleSize % kCacheLine == 0);
+inline constexpr uint32_t kGranuleFlipSlots = 2;
+inline constexpr uint64_t kGranuleMaxVblock = (uint64_t{1} << 28) - 1;
+inline uint64_t EncodeGranuleFlip0(uint32_t vblock, uint32_t pair) {
+  return uint64_t(EntryKind::kGrowTailChecked) | 8 | (uint64_t(vblock) << 4) | (uint64_t(pair) << 32);
+}
+inline uint64_t EncodeGranuleFlip1(uint32_t granules, bool set) {
+  return uint64_t(granules) | (uint64_t(set) << 32);
+}
+inline bool IsGranuleFlip(uint64_t w0) {
+  return KindOf(w0) == EntryKind::kGrowTailChecked && (w0 & 8) != 0;
+}
+inline uint32_t GranuleFlipVblock(uint64_t w0) { return uint32_t((w0 >> 4) & kGranuleMaxVblock); }
+inline uint32_t GranuleFlipPair(uint64_t w0) { return uint32_t(w0 >> 32); }
+inline uint32_t GranuleFlipMask(uint64_t w1) { return uint32_t(w1); }
+inline bool GranuleFlipSet(uint64_t w1) { return (w1 >> 32) & 1; }
+inline bool GranuleFlipWellFormed(uint64_t w0, uint64_t w1) {
+  const uint32_t pair = GranuleFlipPair(w0);
+  return IsGranuleFlip(w0) && pair != 0 && pair < kMaxBlocks - 2 && (w1 >> 33) == 0 &&
+         (GranuleFlipSet(w1) || GranuleFlipMask(w1) != 0);
+}
+// The mask bits of granules [lo, hi) of a block (bytes lo..hi-1, hi > lo).
+inline uint32_t GranuleRange(uint32_t lo, uint32_t hi) {
+  const uint32_t g0 = lo / kGranuleSize, g1 = (hi - 1) / kGranuleSize + 1;
+  return uint32_t(((uint64_t{1} << g1) - 1) & ~((uint64_t{1} << g0) - 1));
 }
 
 // kReserve: kind:3 | count:9 | zero:52. The next `count` slots hold a

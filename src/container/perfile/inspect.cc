@@ -75,7 +75,7 @@ std::vector<uint8_t> MarkReferenced(const ReplayResult& res, const BlockTable& t
   for (uint32_t l : res.log_blocks) mark(l, "log");
   for (const Run& r : res.overflow)
     for (uint32_t i = 0; i < r.count; ++i) mark(uint64_t(r.lblock) + i, "overflow");
-  table.ForEachMapped([&](uint64_t, uint32_t l) { mark(l, "data"); });
+  table.ForEachHeld([&](uint32_t l) { mark(l, "data"); });
   uint64_t used = 0;
   for (uint8_t r : ref) used += r;
   out->free_blocks = cap - used;
@@ -159,6 +159,7 @@ Status InspectFile(const std::string& path, bool full_check, FileReport* out) {
     out->patch_count += n;
     out->patch_bytes += table.patches().Bytes(v);
   });
+  table.shadows().ForEach([&](uint64_t, uint32_t) { out->paired_blocks += 1; });
   for (const Run& r : res.overflow) out->overflow_blocks += r.count;
 
   const std::vector<uint8_t> ref = MarkReferenced(res, table, out->capacity_blocks, out);
@@ -197,7 +198,7 @@ Status PeekStat(int fd, const std::string& path, FileStat* out) {
   if (head2 != head || seq2 != seq) return Status::Error(EAGAIN, path + ": log compacted meanwhile");
   UPFS_RETURN_IF_ERROR(rs);
   out->size = table.size();
-  out->blocks = table.mapped_blocks();
+  out->blocks = table.mapped_blocks() + table.shadows().count();
   out->mtime_ns = ReportedMtime(h->times, h->created_ns);
   out->data_ctime_ns = ReportedDataCtime(h->times, h->created_ns);
   return Status::OK();

@@ -23,6 +23,7 @@ struct FileReport {
   uint64_t log_entries = 0;       // committed entries in the chain
   uint64_t data_blocks = 0;       // blocks mapped by the block map
   uint64_t patched_blocks = 0;    // data blocks with live sub-block patches
+  uint64_t paired_blocks = 0;     // data blocks paired by granule flips (each has a shadow)
   uint64_t patch_count = 0;       // live patches, and their bytes (in the log)
   uint64_t patch_bytes = 0;
   uint64_t overflow_blocks = 0;   // blocks holding large extended entries

@@ -175,6 +175,7 @@ FileStorage PerFileStorage::storage() {
   root.words = shared_ ? shared_->log_words() : nullptr;
   root.patches = h->format_version >= kFirstPatchVersion;
   root.checked_appends = h->format_version >= kFirstCheckedAppendVersion;
+  root.granules = h->format_version >= kFirstGranuleVersion;
   FileStorage s{medium_.get(), source_.get(), root};
   s.may_have_crashed = h->in_use.load(std::memory_order_acquire) != 0;
   return s;

@@ -379,7 +379,7 @@ Status Pool::MarkFileBlocks(Inode* in, BlockMarker* m, std::vector<uint32_t>* cu
   for (uint32_t l : res.log_blocks) m->Mark(l, "log");
   for (const Run& r : res.overflow)
     for (uint32_t i = 0; i < r.count; ++i) m->Mark(r.lblock + i, "overflow");
-  table.ForEachMapped([&](uint64_t, uint32_t l) { m->Mark(l, "data"); });
+  table.ForEachHeld([&](uint32_t l) { m->Mark(l, "data"); });
   return m->status();
 }
 
@@ -509,7 +509,7 @@ Status Pool::ReleaseInode(uint64_t ino) {
     blocks.insert(blocks.end(), res.log_blocks.begin(), res.log_blocks.end());
     for (const Run& r : res.overflow)
       for (uint32_t i = 0; i < r.count; ++i) blocks.push_back(r.lblock + i);
-    table.ForEachMapped([&](uint64_t, uint32_t l) { blocks.push_back(l); });
+    table.ForEachHeld([&](uint32_t l) { blocks.push_back(l); });
   }
   pm::Store64(&in->log_head, 0);
   pm::Store64(&in->target_block, 0);

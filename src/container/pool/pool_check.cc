@@ -195,6 +195,7 @@ Status Checker::MarkFile(uint64_t ino, Inode* in) {
   uint64_t data = 0, prev_v = 0, prev_l = 0;
   table.ForEachMapped([&](uint64_t v, uint32_t l) {
     marker_.Mark(l, "data");
+    if (const uint32_t s = table.ShadowOf(v, l)) marker_.Mark(s, "shadow");
     // A run: consecutive file blocks in consecutive pool blocks.
     if (data == 0 || v != prev_v + 1 || l != prev_l + 1) ++r_->data_runs;
     prev_v = v;

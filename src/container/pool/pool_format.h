@@ -35,12 +35,14 @@ namespace upfs::format::pool {
 // or 2 pool keeps getting images of its own format (kCheckpointMagicV2), so
 // that the builds that made it can still read it. Version 4 added checked
 // appends in files' logs (format.h, kGrowTailChecked); older pools never
-// get one.
-inline constexpr uint32_t kPoolVersion = 4;
+// get one. Version 5 added granule flips in files' logs (format.h): their
+// files' small writes never become patches.
+inline constexpr uint32_t kPoolVersion = 5;
 inline constexpr uint32_t kOldestPoolVersion = 1;
 inline constexpr uint32_t kFirstPatchPoolVersion = 2;
 inline constexpr uint32_t kFirstTaggedPoolVersion = 3;
 inline constexpr uint32_t kFirstCheckedAppendPoolVersion = 4;
+inline constexpr uint32_t kFirstGranulePoolVersion = 5;
 // The per-file magic with family byte 0x02: a pool is never taken for a
 // per-file upfs file, nor the other way round.
 inline constexpr unsigned char kPoolMagic[8] = {'U', 'P', 'F', 'S', 0x02, '\r', '\n', 0x1a};

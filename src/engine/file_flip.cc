@@ -1,0 +1,200 @@
+// File: sub-block writes as granule flips (docs/design.md, "Granule
+// flips"; MGSP's two homes per granule): a block that takes small writes
+// lives in a pair of blocks, each 128-byte granule in one of them, and a
+// write puts its granules into the homes not live and commits the new
+// mask. What every reader of a block's bytes needs of pairs is here too.
+#include <algorithm>
+#include <cstring>
+
+#include "engine/file.h"
+#include "medium/pm.h"
+#include "util/assert.h"
+#include "util/optimistic_copy.h"
+
+namespace upfs {
+
+using namespace format;
+
+void File::CopyGranules(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo, uint64_t hi,
+                        char* out) const {
+  uint32_t mask = 0;
+  if (!t.shadows().Get(v, &mask) || mask == 0) return;
+  const char* shadow = access_.AddrUnchecked(l + 1);
+  mask &= GranuleRange(uint32_t(lo), uint32_t(hi));
+  while (mask) {
+    const uint32_t g = __builtin_ctz(mask);
+    uint32_t run = g;  // granules g..run-1 live in the shadow, one copy
+    while (run < kGranulesPerBlock && (mask >> run & 1)) ++run;
+    mask &= ~GranuleRange(g * kGranuleSize, run * kGranuleSize);
+    const uint64_t a = std::max<uint64_t>(lo, g * kGranuleSize);
+    const uint64_t b = std::min<uint64_t>(hi, run * kGranuleSize);
+    OptimisticCopy(out + (a - lo), shadow + a, b - a);
+  }
+}
+
+void File::CopyBlockBytes(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo, uint64_t hi,
+                          char* out) const {
+  OptimisticCopy(out, access_.AddrUnchecked(l) + lo, hi - lo);
+  if (t.patches().any()) CopyPatches(t, v, lo, hi, out);
+  if (t.shadows().any()) CopyGranules(t, v, l, lo, hi, out);
+}
+
+bool File::TryClaim(std::atomic<uint64_t>* claim, ThreadCtx* c) {
+  uint64_t cur = 0;
+  if (!claim->compare_exchange_strong(cur, c->tail_claim_id)) {
+    const uint64_t slot = (cur & 0xffffffffu) - 1;
+    const uint32_t pid = uint32_t(cur >> 32);
+    EpochDomain* d = source_->epochs();
+    const bool dead = slot >= kMaxSlots || !d->SlotOwnerAlive(uint32_t(slot)) ||
+                      d->slot(uint32_t(slot))->owner_pid.load(std::memory_order_relaxed) != pid;
+    if (!dead || !claim->compare_exchange_strong(cur, c->tail_claim_id)) return false;
+  }
+  // Pairs with the fence in ReleaseDisplaced: either a committer that
+  // displaces a block the claimant will write sees the claim (and retires
+  // the block through EBR instead of reusing it at once), or the
+  // claimant's check of the log sees that commit (and writes nothing).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return true;
+}
+
+void File::ReleaseClaim(std::atomic<uint64_t>* claim, ThreadCtx* c) {
+  uint64_t mine = c->tail_claim_id;
+  claim->compare_exchange_strong(mine, 0, std::memory_order_release);
+}
+
+// Two adjacent free blocks from the thread's chunk (a second try when the
+// first straddled the chunk's end). Unlike AllocContiguous, never grows
+// the space to find them: where free space is in single blocks (a file
+// that appends and overwrites, such as a SQLite WAL), the write copies on
+// write instead (growing the file for every pair made a WAL grow without
+// bound).
+bool File::AllocPair(ThreadCtx* c, std::vector<Run>* out) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    out->clear();
+    if (!source_->Alloc(&c->blocks, 2, out).ok()) {
+      source_->FreeRuns(&c->blocks, *out);
+      out->clear();
+      return false;
+    }
+    if (out->size() == 1) return true;
+    source_->FreeRuns(&c->blocks, *out);
+  }
+  out->clear();
+  return false;
+}
+
+namespace {
+
+// Granule g of the block as it will read after the write: the live bytes
+// (`live`, the whole block's address for granule g's home, or a composed
+// image), the written ones over them, zeros from `valid` (the size's
+// offset in the block, kBlockSize if past it) on.
+void ComposeGranule(const char* live, const char* in, uint32_t lo, uint32_t hi, uint32_t valid,
+                    uint32_t g, char* out) {
+  const uint32_t gs = g * kGranuleSize, ge = gs + kGranuleSize;
+  OptimisticCopy(out, live + gs, kGranuleSize);
+  const uint32_t a = std::max(lo, gs), b = std::min(hi, ge);
+  if (a < b) std::memcpy(out + (a - gs), in + (a - lo), b - a);
+  if (valid < ge) std::memset(out + (std::max(valid, gs) - gs), 0, ge - std::max(valid, gs));
+}
+
+}  // namespace
+
+Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
+                      bool* done, bool* conflicted) {
+  *done = false;
+  *conflicted = false;
+  LogPos p = t->cursor();
+  const uint64_t size = t->size();
+  const uint64_t v = off >> kBlockShift;
+  const uint32_t lo = uint32_t(off & (kBlockSize - 1));
+  if (n >= kBlockSize || lo + n > kBlockSize || off + n > size || v > kGranuleMaxVblock)
+    return Status::OK();
+  const uint32_t hi = lo + uint32_t(n);
+  const uint32_t l = t->Get(v);
+  if (l == 0 || t->patches().Count(v)) return Status::OK();
+  // Two writers must not write the same homes at once: the claim of the
+  // block's granules, never waited for (the write copies on write instead).
+  std::atomic<uint64_t>* claim = &root_.words->granule_claim[v % LogWords::kGranuleClaims];
+  if (!TryClaim(claim, c)) return Status::OK();
+  struct Release {
+    File* f;
+    std::atomic<uint64_t>* claim;
+    ThreadCtx* c;
+    ~Release() { f->ReleaseClaim(claim, c); }
+  } release{this, claim, c};
+  // The homes not live are those of the snapshot only if nothing touching
+  // the block was committed since: a writer that held the claim before us
+  // made some of them live.
+  {
+    LogPos q = p;
+    bool touched = false;
+    UPFS_RETURN_IF_ERROR(ScanCommitted(access_, &q, &c->scratch, [&](const Effect& e) {
+      touched = e.TouchesBlocks(v, v + 1);
+      return !touched;
+    }));
+    if (touched) {
+      *conflicted = true;
+      return Status::OK();
+    }
+  }
+  // Homes are ours to write only under the claim.
+  UPFS_ASSERT(claim->load(std::memory_order_relaxed) == c->tail_claim_id);
+  const uint32_t valid = uint32_t(std::min<uint64_t>(size - (v << kBlockShift), kBlockSize));
+  const char* in = static_cast<const char*>(buf);
+  uint32_t mask = 0;
+  const bool paired = t->shadows().Get(v, &mask);
+  std::vector<Run> fresh;
+  UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &fresh);
+  uint32_t pair = l;
+  uint32_t granules = 0;
+  alignas(64) char img[kBlockSize];
+  if (paired) {
+    // Each written granule goes to its home not live, completed from the
+    // live one.
+    granules = GranuleRange(lo, hi);
+    char* home[2] = {access_.AddrUnchecked(l), access_.AddrUnchecked(l + 1)};
+    for (uint32_t g = 0; g < kGranulesPerBlock; ++g) {
+      if (!(granules >> g & 1)) continue;
+      const uint32_t live = mask >> g & 1;
+      char* dst = home[live ^ 1] + g * kGranuleSize;
+      const uint32_t gs = g * kGranuleSize;
+      if (lo <= gs && gs + kGranuleSize <= hi && gs + kGranuleSize <= valid)
+        pm::CopyNT(dst, in + (gs - lo), kGranuleSize);
+      else {
+        ComposeGranule(home[live], in, lo, hi, valid, g, img);
+        pm::CopyNT(dst, img, kGranuleSize);
+      }
+    }
+  } else {
+    // The block's first flip: the block with the write, copied into a
+    // fresh pair whose shadow holds nothing live yet (mask 0). Later
+    // writes to it copy only their granules.
+    if (!AllocPair(c, &fresh)) return Status::OK();  // copy on write
+    pair = fresh[0].lblock;
+    ComposeBlock(*t, v, l, img);
+    std::memcpy(img + lo, in, n);
+    std::memset(img + valid, 0, kBlockSize - valid);
+    char* dst = nullptr;
+    UPFS_RETURN_IF_ERROR(access_.Addr(pair + 1, &dst));
+    pm::CopyNT(access_.AddrUnchecked(pair), img, kBlockSize);
+  }
+  // The granules are durable before the entry that makes them live can be.
+  pm::Fence();
+  c->pending.entry_word1 = EncodeGranuleFlip1(granules, !paired);
+  Status st = writer_.Commit(&c->blocks, &c->scratch, &p, EncodeGranuleFlip0(uint32_t(v), pair),
+                             c->pending, [&](const Effect& e) { return e.TouchesBlocks(v, v + 1); },
+                             conflicted);
+  c->pending.entry_word1 = 0;
+  UPFS_RETURN_IF_ERROR(st);
+  if (*conflicted) return Status::OK();
+  taken.Committed();
+  if (!paired) {
+    uint32_t old = l;
+    ReleaseDisplaced(c, &old, 1);
+  }
+  *done = true;
+  return Status::OK();
+}
+
+}  // namespace upfs

@@ -1,0 +1,109 @@
+// ShadowIndex and granule flips in a BlockTable: pairing, toggles, what
+// ends a pairing, the blocks a paired mapping holds, and the flips a
+// replay refuses (a toggle of a block not paired with that pair, a flip
+// past the size or of a hole).
+#include "engine/shadow_index.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "engine/block_table.h"
+#include "format/format.h"
+
+namespace upfs_engine_test {
+namespace {
+
+using namespace upfs;
+using namespace upfs::format;
+
+Effect Flip(uint32_t v, uint32_t pair, uint32_t mask, bool set) {
+  Effect e;
+  e.vblock = v;
+  e.nblocks = 1;
+  e.runs.push_back(Run{pair, 1});
+  e.flip = true;
+  e.flip_set = set;
+  e.flip_mask = mask;
+  return e;
+}
+
+Effect Map(uint32_t v, uint32_t l, uint32_t n, uint64_t size) {
+  Effect e;
+  e.vblock = v;
+  e.nblocks = n;
+  e.runs.push_back(Run{l, n});
+  e.size_op = Effect::kMax;
+  e.new_size = size;
+  return e;
+}
+
+TEST(ShadowIndex, SetsClearsAndListsInBlockOrder) {
+  ShadowIndex x;
+  uint32_t mask = 7;
+  EXPECT_FALSE(x.any());
+  EXPECT_FALSE(x.Get(5, &mask));
+  x.Set(kGranuleMaxVblock, 0);
+  x.Set(5, 0x80000001u);
+  x.Set(1u << 20, 3);
+  EXPECT_TRUE(x.any());
+  ASSERT_TRUE(x.Get(5, &mask));
+  EXPECT_EQ(mask, 0x80000001u);
+  ASSERT_TRUE(x.Get(kGranuleMaxVblock, &mask));
+  EXPECT_EQ(mask, 0u) << "paired with every granule in the block itself";
+  EXPECT_FALSE(x.Paired(6));
+  std::vector<uint64_t> seen;
+  x.ForEach([&](uint64_t v, uint32_t) { seen.push_back(v); });
+  EXPECT_EQ(seen, (std::vector<uint64_t>{5, 1u << 20, kGranuleMaxVblock}));
+  x.Clear(0, 1u << 20);
+  EXPECT_FALSE(x.Paired(5));
+  EXPECT_TRUE(x.Paired(1u << 20));
+  x.Clear(0, UINT64_MAX);
+  EXPECT_FALSE(x.Paired(kGranuleMaxVblock));
+}
+
+TEST(ShadowIndex, FlipsPairToggleAndEndWithARemap) {
+  BlockTable t;
+  ASSERT_TRUE(t.Apply(Map(0, 10, 4, 4 * kBlockSize)).ok());
+  ASSERT_TRUE(t.Apply(Flip(2, 40, 0, true)).ok());
+  EXPECT_EQ(t.Get(2), 40u);
+  EXPECT_EQ(t.ShadowOf(2, 40), 41u);
+  EXPECT_EQ(t.mapped_blocks(), 4u);
+  EXPECT_EQ(t.shadows().count(), 1u);
+  ASSERT_TRUE(t.Apply(Flip(2, 40, 0b101, false)).ok());
+  ASSERT_TRUE(t.Apply(Flip(2, 40, 0b110, false)).ok());
+  uint32_t mask = 0;
+  ASSERT_TRUE(t.shadows().Get(2, &mask));
+  EXPECT_EQ(mask, 0b011u);
+  std::vector<uint32_t> held;
+  t.ForEachHeld([&](uint32_t l) { held.push_back(l); });
+  EXPECT_EQ(held, (std::vector<uint32_t>{10, 11, 40, 41, 13}));
+  // A set maps anew (the compacted state): the mask is what it says.
+  ASSERT_TRUE(t.Apply(Flip(2, 40, 0xf0, true)).ok());
+  ASSERT_TRUE(t.shadows().Get(2, &mask));
+  EXPECT_EQ(mask, 0xf0u);
+  // A copy on write of the block ends the pairing.
+  ASSERT_TRUE(t.Apply(Map(2, 60, 1, 0)).ok());
+  EXPECT_EQ(t.ShadowOf(2, 60), 0u);
+  EXPECT_EQ(t.shadows().count(), 0u);
+  EXPECT_FALSE(t.Apply(Flip(2, 40, 1, false)).ok()) << "a toggle of a pair no longer mapped";
+}
+
+TEST(ShadowIndex, AReplayRefusesFlipsThatDoNotFit) {
+  BlockTable t;
+  ASSERT_TRUE(t.Apply(Map(0, 10, 2, 2 * kBlockSize - 100)).ok());
+  EXPECT_FALSE(t.Apply(Flip(1, 20, 1, false)).ok()) << "a toggle of an unpaired block";
+  EXPECT_FALSE(t.Apply(Flip(2, 20, 0, true)).ok()) << "past the size";
+  EXPECT_TRUE(t.Apply(Flip(1, 20, 0, true)).ok()) << "the last, partial block";
+  EXPECT_FALSE(t.Apply(Flip(1, 30, 1, false)).ok()) << "a toggle naming another pair";
+  // A truncate that unmaps the block ends its pairing.
+  Effect cut;
+  cut.size_op = Effect::kSet;
+  cut.new_size = kBlockSize;
+  ASSERT_TRUE(t.Apply(cut).ok());
+  EXPECT_FALSE(t.shadows().Paired(1));
+  EXPECT_FALSE(t.Apply(Flip(1, 20, 1, false)).ok()) << "a toggle after the truncate";
+}
+
+}  // namespace
+}  // namespace upfs_engine_test
