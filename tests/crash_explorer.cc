@@ -43,6 +43,7 @@
 #include "container/perfile/inspect.h"
 #include "format/format.h"
 #include "medium/pm.h"
+#include "label_version.h"
 #include "pm_line_model.h"
 #include "upfs/upfs.h"
 
@@ -142,6 +143,9 @@ struct Workload {
   std::vector<Op> setup;  // run before recording
   std::vector<Op> ops;    // recorded and explored
   size_t explore_from = 0;  // ops before this index run recorded but unexplored
+  // The file's format version, if not the current one: made as a build of
+  // that version would have made it (version 3: small writes as patches).
+  uint32_t version = 0;
 };
 
 std::vector<Workload> MakeWorkloads() {
@@ -246,23 +250,27 @@ std::vector<Workload> MakeWorkloads() {
     w.push_back(c);
   }
   {
-    // Sub-block writes (patches in the log): one alone, one over it, odd
-    // lengths and alignments, one at the end of a block, one across a block
-    // edge (copied on write), the largest patch, a block patched until its
-    // next write folds it, and a truncate inside a patched block.
+    // Sub-block writes (granule flips; in the -patches variant, a version
+    // 3 file, patches in the log): one alone (a block's first flip), one
+    // over it, odd lengths and alignments, one at the end of a block, one
+    // across a block edge (copied on write), 2 KiB, nine on one block (a
+    // patched block's next write folds it), and a truncate inside it.
     Workload p{"sub-block-writes", format::Consistency::kStrict, {W(0, 20000, 9)},
                {W(100, 128, 1), W(150, 100, 2), W(1001, 7, 3), W(4090, 6, 4), W(4090, 20, 5),
                 W(8192, 2048, 6)}};
     for (uint32_t i = 0; i < 9; ++i) p.ops.push_back(W(12288 + 100 * i + i, 50 + i, 10 + i));
     p.ops.push_back(T(12300));
     w.push_back(p);
+    p.name = "sub-block-writes-patches";
+    p.version = format::kFirstGranuleVersion - 1;
+    w.push_back(p);
   }
   {
-    // Patches that GC folds (a block with 6 or more) or copies into the
-    // compacted chain, while more patches and a copy-on-write fold follow;
-    // a GC racing a patch, and a patch racing the GC's fold of its block
-    // (held at the fold's data fence: the fold then conflicts and is
-    // dropped).
+    // Small writes a GC compacts (flips: one per paired block; patches: it
+    // folds a block with 6 or more, copies the others), while more follow
+    // and a copy on write ends a pairing (or folds); a GC racing a small
+    // write, and a small write racing the GC (a patch: at the fold's data
+    // fence, the fold then conflicts and is dropped).
     Workload g{"sub-block-gc", format::Consistency::kStrict, {W(0, 16384, 9)}, {}};
     for (uint32_t i = 0; i < 1100; ++i)
       g.setup.push_back(W(uint64_t(i % 4) * 4096 + (i * 37) % 3000, 16 + i % 200, i));
@@ -277,12 +285,16 @@ std::vector<Workload> MakeWorkloads() {
     f.race_fence = 1;
     g.ops.push_back(f);
     w.push_back(g);
+    g.name = "sub-block-gc-patches";
+    g.version = format::kFirstGranuleVersion - 1;
+    w.push_back(g);
   }
   {
-    // Writers racing on one block with patches: overlapping patches (the
-    // second commits while the first is before its apply, so the first
-    // conflicts and patches again), a patch against a copy-on-write of the
-    // block, and a copy-on-write edge against a patch.
+    // Writers racing on one block with small writes: overlapping ones (the
+    // second commits while the first is before its commit, so the first
+    // conflicts and writes again; with flips the racer finds the granule
+    // claim held and copies on write), one against a copy-on-write of the
+    // block, and a copy-on-write edge against one.
     Workload r{"sub-block-racing", format::Consistency::kStrict, {W(0, 16384, 9)}, {}};
     for (int k = 1; k <= 3; ++k) {
       Op a = W(200, 300, 10 + k);
@@ -309,6 +321,9 @@ std::vector<Workload> MakeWorkloads() {
     c.race = std::make_shared<Op>(W(8192 + 300, 64, 33));
     c.race_fence = 1;
     r.ops.push_back(c);
+    w.push_back(r);
+    r.name = "sub-block-racing-patches";
+    r.version = format::kFirstGranuleVersion - 1;
     w.push_back(r);
   }
   w.push_back({"sync-mode", format::Consistency::kSync, {W(0, 20000, 9)},
@@ -340,6 +355,11 @@ class Explorer {
     int host = open(path.c_str(), O_RDWR | O_CREAT, 0644);
     std::unique_ptr<File> f;
     Status st = OpenPerFile(host, path, true, w.mode, nullptr, &f);
+    if (st.ok() && w.version) {
+      f.reset();
+      st = upfs_test::RelabelVersion(path, w.version) ? OpenPerFile(host, path, false, w.mode, nullptr, &f)
+                                                      : Status::Error(EIO, "relabel");
+    }
     if (!st.ok()) {
       std::printf("%s: cannot create: %s\n", w.name.c_str(), st.ToString().c_str());
       return 1;

@@ -15,6 +15,7 @@
 #include "container/perfile/perfile.h"
 #include "engine/file.h"
 #include "format/format.h"
+#include "label_version.h"
 #include "patch_test_util.h"
 #include "util/crc32c.h"
 
@@ -53,15 +54,7 @@ struct Opened {
 // Labels the per-file file at `path` with format `version` (as an older
 // build would have made it), keeping its header checksum right.
 inline void LabelVersion(const std::string& path, uint32_t version) {
-  using upfs::format::FileHeader;
-  const int fd = open(path.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  FileHeader h;
-  ASSERT_EQ(pread(fd, &h, sizeof(h), 0), ssize_t(sizeof(h)));
-  h.format_version = version;
-  h.header_crc = upfs::Crc32c(&h, offsetof(FileHeader, header_crc));
-  ASSERT_EQ(pwrite(fd, &h, sizeof(h), 0), ssize_t(sizeof(h)));
-  close(fd);
+  ASSERT_TRUE(RelabelVersion(path, version)) << path;
 }
 
 // `threads` threads writing small overlapping ranges of the file's first
