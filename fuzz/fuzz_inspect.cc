@@ -46,9 +46,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (uint64_t(sb.st_size) != r.size)
       Violation("InspectFile says size %llu, upfs_fstat %lld", (unsigned long long)r.size,
                 (long long)sb.st_size);
-    if (uint64_t(sb.st_blocks) != r.data_blocks * (kB / 512))
-      Violation("InspectFile says %llu data blocks, upfs_fstat %lld 512-byte blocks",
-                (unsigned long long)r.data_blocks, (long long)sb.st_blocks);
+    // A paired block holds two (granule flips): st_blocks counts both.
+    if (uint64_t(sb.st_blocks) != (r.data_blocks + r.paired_blocks) * (kB / 512))
+      Violation("InspectFile says %llu data blocks and %llu shadows, upfs_fstat %lld 512-byte blocks",
+                (unsigned long long)r.data_blocks, (unsigned long long)r.paired_blocks,
+                (long long)sb.st_blocks);
     if (upfs_close(fd) != 0) Violation("upfs_close failed");
   }
   s.Remove();
