@@ -9,7 +9,6 @@
 #include "engine/file.h"
 #include "medium/pm.h"
 #include "util/assert.h"
-#include "util/crc32c.h"
 #include "util/optimistic_copy.h"
 
 namespace upfs {
@@ -150,13 +149,9 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
   uint32_t pair = l;
   uint32_t granules = 0;
   alignas(64) char img[kBlockSize];
-  uint32_t crc = 0;
   if (paired) {
     // Each written granule goes to its home not live, completed from the
-    // live one, with ordinary stores: they are written back with the
-    // entry, after its CAS, in one persisted round, and the entry carries
-    // their checksum (computed from the homes: the caller's buffer may
-    // change under us).
+    // live one.
     granules = GranuleRange(lo, hi);
     char* home[2] = {access_.AddrUnchecked(l), access_.AddrUnchecked(l + 1)};
     for (uint32_t g = 0; g < kGranulesPerBlock; ++g) {
@@ -164,17 +159,13 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
       const uint32_t live = mask >> g & 1;
       char* dst = home[live ^ 1] + g * kGranuleSize;
       const uint32_t gs = g * kGranuleSize;
-      if (lo <= gs && gs + kGranuleSize <= hi && gs + kGranuleSize <= valid) {
-        pm::StoreBytes(dst, in + (gs - lo), kGranuleSize);
-      } else {
+      if (lo <= gs && gs + kGranuleSize <= hi && gs + kGranuleSize <= valid)
+        pm::CopyNT(dst, in + (gs - lo), kGranuleSize);
+      else {
         ComposeGranule(home[live], in, lo, hi, valid, g, img);
-        pm::StoreBytes(dst, img, kGranuleSize);
+        pm::CopyNT(dst, img, kGranuleSize);
       }
-      crc = Crc32c(dst, kGranuleSize, crc);
-      c->pending.flip_granules[live ^ 1] |= 1u << g;
     }
-    c->pending.flip_homes[0] = home[0];
-    c->pending.flip_homes[1] = home[1];
   } else {
     // The block's first flip: the block with the write, copied into a
     // fresh pair whose shadow holds nothing live yet (mask 0). Later
@@ -187,15 +178,14 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
     char* dst = nullptr;
     UPFS_RETURN_IF_ERROR(access_.Addr(pair + 1, &dst));
     pm::CopyNT(access_.AddrUnchecked(pair), img, kBlockSize);
-    // The copy is durable before the entry that maps it can be.
-    pm::Fence();
   }
-  c->pending.entry_word1 = EncodeGranuleFlip1(granules, !paired, crc);
+  // The granules are durable before the entry that makes them live can be.
+  pm::Fence();
+  c->pending.entry_word1 = EncodeGranuleFlip1(granules, !paired);
   Status st = writer_.Commit(&c->blocks, &c->scratch, &p, EncodeGranuleFlip0(uint32_t(v), pair),
                              c->pending, [&](const Effect& e) { return e.TouchesBlocks(v, v + 1); },
                              conflicted);
-  c->pending.entry_word1 = 0;  // the thread's next commit is not one
-  c->pending.flip_granules[0] = c->pending.flip_granules[1] = 0;
+  c->pending.entry_word1 = 0;
   UPFS_RETURN_IF_ERROR(st);
   if (*conflicted) return Status::OK();
   taken.Committed();

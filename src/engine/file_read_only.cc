@@ -74,7 +74,6 @@ Status File::CatchUpReadOnly(ThreadCtx* c, BlockTable** out) {
   struct Found {
     Effect effect;
     uint32_t lblock, slot;  // where its entry is, for messages
-    LogPos before;          // the position of its entry
   };
   std::vector<Found> found;
   for (int tries = 0;; ++tries) {
@@ -88,10 +87,7 @@ Status File::CatchUpReadOnly(ThreadCtx* c, BlockTable** out) {
     LogPos p = t->cursor();
     found.clear();
     Status st = ScanCommitted(access_, &p, &c->scratch, [&](const Effect& e) {
-      // The scan is past the entry, which starts at p.last.
-      LogPos before = p;
-      before.slot = p.last;
-      found.push_back(Found{e, p.lblock, p.last, before});
+      found.push_back(Found{e, p.lblock, p.last});  // the scan is past the entry
       return true;
     }, /*cut_short_ends=*/may_have_crashed_);
     if (HeadMoved(t)) continue;
@@ -99,17 +95,6 @@ Status File::CatchUpReadOnly(ThreadCtx* c, BlockTable** out) {
     // As in CatchUp: a damaged entry is refused with the cursor before it.
     for (const Found& f : found) {
       if (f.effect.grow_tail) UPFS_RETURN_IF_ERROR(CheckGrowTail(*t, f.effect, f.lblock, f.slot));
-      // A granule flip whose granules fail their checksum at the chain's
-      // end, in a file a crash may have left so: cut short by it, not part
-      // of the log (the scan could not tell without the state before it).
-      if (may_have_crashed_ && f.effect.flip && !f.effect.flip_set) {
-        const format::LogBlock* b = LogAt(f.lblock);
-        if (CutShortFlip(access_, *t, b, f.slot, b->slots[f.slot].load(std::memory_order_acquire))) {
-          p = f.before;
-          p.last = LastEntryBefore(b, f.slot);
-          break;
-        }
-      }
       UPFS_RETURN_IF_ERROR(t->Apply(f.effect));
     }
     t->set_cursor(p);

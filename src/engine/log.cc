@@ -508,8 +508,7 @@ Status ApplyLogBlock(const BlockAccess& ba, const LogBlock* b, uint32_t lblock, 
     // A checked append's bytes are checked where a crash may have cut it
     // short, and only as the chain's last entry: nothing after it made them
     // durable (rule 3).
-    if (cut_short && KindOf(e) == EntryKind::kGrowTailChecked &&
-        (CutShortGrowTail(ba, b, slot, e) || CutShortFlip(ba, *table, b, slot, e))) {
+    if (cut_short && KindOf(e) == EntryKind::kGrowTailChecked && CutShortGrowTail(ba, b, slot, e)) {
       *cut_short = slot;
       break;
     }

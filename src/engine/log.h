@@ -99,22 +99,10 @@ bool CutShortGrowTail(const BlockAccess& ba, const format::LogBlock* b, uint32_t
 // Whether the bytes a well-formed checked append names match its checksum.
 bool CheckedAppendBytesMatch(const BlockAccess& ba, uint64_t w0, uint64_t w1);
 
-// Writes back (no fence) the data that the entry at `entry` of `b` commits
-// in one round outside the log, if it is such an entry: a checked append's
-// bytes, a granule flip's granules (in both homes: which is new depends on
-// the state before it); flushing the entry's lines misses them (rules 3 and
-// 4 of "Persistence ordering", and the compactor). True if it was one.
-bool FlushEntryData(const BlockAccess& ba, const format::LogBlock* b, uint32_t entry);
-
-// Writes back (no fence) granules `granules` of the block at `home`.
-void FlushGranules(const char* home, uint32_t granules);
-
-// The same for a granule flip `e` at `slot` that toggles granules: the
-// chain's last entry (as CutShortGrowTail checks it) whose second word is
-// lost or whose granules, in the homes `table` (everything before the
-// entry applied) says they moved to, fail its checksum.
-bool CutShortFlip(const BlockAccess& ba, const BlockTable& table, const format::LogBlock* b,
-                  uint32_t slot, uint64_t e);
+// Writes back (no fence) the bytes of the checked append at `entry` of `b`,
+// if that is one: they are not in the log, so flushing its lines misses
+// them (rules 3 and 4 of "Persistence ordering", and the compactor).
+void FlushCheckedAppend(const BlockAccess& ba, const format::LogBlock* b, uint32_t entry);
 
 // Slots entry word `e` takes: a reservation's payload, a checked append's
 // second word.

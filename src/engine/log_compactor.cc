@@ -133,7 +133,7 @@ Status LogCompactor::ReplayFullBlocks(FullBlocks* f) {
   if (!f->blocks.empty()) {
     const auto* lb = reinterpret_cast<const LogBlock*>(access_.AddrUnchecked(f->blocks.back()));
     const uint32_t last = LastEntryBefore(lb, kSlotsPerLogBlock);
-    if (last != LogPos::kNoSlot) FlushEntryData(access_, lb, last);
+    if (last != LogPos::kNoSlot) FlushCheckedAppend(access_, lb, last);
   }
   return Status::OK();
 }

@@ -32,86 +32,37 @@ bool CheckedAppendBytesMatch(const BlockAccess& ba, uint64_t w0, uint64_t w1) {
   return at && Crc32c(at, len) == GrowTailCheckedCrc(w1);
 }
 
-void FlushGranules(const char* home, uint32_t granules) {
-  while (granules) {
-    const uint32_t g = __builtin_ctz(granules);
-    uint32_t end = g;  // a run of granules, one flush
-    while (end < kGranulesPerBlock && (granules >> end & 1)) ++end;
-    granules &= ~GranuleRange(g * kGranuleSize, end * kGranuleSize);
-    pm::Flush(home + g * kGranuleSize, (end - g) * kGranuleSize);
-  }
-}
-
-bool FlushEntryData(const BlockAccess& ba, const LogBlock* b, uint32_t entry) {
+void FlushCheckedAppend(const BlockAccess& ba, const LogBlock* b, uint32_t entry) {
   const uint64_t w0 = b->slots[entry].load(std::memory_order_relaxed);
-  if (KindOf(w0) != EntryKind::kGrowTailChecked || entry + 1 >= kSlotsPerLogBlock) return false;
+  if (KindOf(w0) != EntryKind::kGrowTailChecked || entry + 1 >= kSlotsPerLogBlock) return;
   const uint64_t w1 = b->slots[entry + 1].load(std::memory_order_relaxed);
   // A malformed one is damage, which a scan reports.
-  if (IsGranuleFlip(w0)) {
-    // A set's copy was durable before its CAS.
-    if (!GranuleFlipWellFormed(w0, w1) || GranuleFlipSet(w1)) return false;
-    const uint32_t pair = GranuleFlipPair(w0);
-    if (!ba.CheckRange(pair, 2, "granule flip's pair").ok()) return false;
-    FlushGranules(ba.AddrUnchecked(pair), GranuleFlipMask(w1));
-    FlushGranules(ba.AddrUnchecked(pair + 1), GranuleFlipMask(w1));
-    return true;
-  }
-  if (!GrowTailCheckedWellFormed(w0, w1)) return false;
+  if (!GrowTailCheckedWellFormed(w0, w1)) return;
   uint32_t len = 0;
   if (const char* at = CheckedAppendBytes(ba, w0, w1, &len)) pm::Flush(at, len);
-  return true;
-}
-
-namespace {
-
-// Whether the two-word entry at `slot` of `b` is the chain's last: nothing
-// after it in its block and, if it ends the block, nothing in a successor
-// (an empty one is what a committer links before its commit).
-bool LastOfTheChain(const BlockAccess& ba, const LogBlock* b, uint32_t slot) {
-  for (uint32_t s = slot + 2; s < kSlotsPerLogBlock; ++s)
-    if (b->slots[s].load(std::memory_order_relaxed) != 0) return false;
-  const uint32_t n = NextBlock(b->next.load(std::memory_order_acquire));
-  if (n == 0) return true;
-  if (!ba.CheckRange(n, 1, "log block").ok()) return false;
-  const auto* nb = reinterpret_cast<const LogBlock*>(ba.AddrUnchecked(n));
-  return nb->slots[0].load(std::memory_order_acquire) == 0;
-}
-
-}  // namespace
-
-bool CutShortFlip(const BlockAccess& ba, const BlockTable& table, const LogBlock* b, uint32_t slot,
-                  uint64_t e) {
-  if (!IsGranuleFlip(e) || slot % 2 != 0 || !LastOfTheChain(ba, b, slot)) return false;
-  const uint64_t w1 = b->slots[slot + 1].load(std::memory_order_relaxed);
-  if (w1 == 0) return true;
-  if (!GranuleFlipWellFormed(e, w1) || GranuleFlipSet(w1)) return false;
-  // Damage that no crash makes (a toggle of a block not paired with that
-  // pair) is left for the replay to report.
-  const uint32_t v = GranuleFlipVblock(e), pair = GranuleFlipPair(e);
-  uint32_t mask = 0;
-  if (table.Get(v) != pair || !table.shadows().Get(v, &mask) || !ba.CheckRange(pair, 2, "pair").ok())
-    return false;
-  uint32_t crc = 0;
-  for (uint32_t g = 0, todo = GranuleFlipMask(w1); g < kGranulesPerBlock; ++g) {
-    if (!(todo >> g & 1)) continue;
-    const uint32_t home = pair + ((mask >> g & 1) ? 0 : 1);  // the home it moved to
-    crc = Crc32c(ba.AddrUnchecked(home) + g * kGranuleSize, kGranuleSize, crc);
-  }
-  return (crc & 0x7fffffff) != GranuleFlipCrc(w1);
 }
 
 bool CutShortGrowTail(const BlockAccess& ba, const LogBlock* b, uint32_t slot, uint64_t e) {
-  // Only as the chain's last: an earlier one's bytes may have changed
-  // since, legitimately (a truncate, then an append over them).
-  if (KindOf(e) != EntryKind::kGrowTailChecked || slot % 2 != 0 || !LastOfTheChain(ba, b, slot))
-    return false;
+  if (KindOf(e) != EntryKind::kGrowTailChecked || slot % 2 != 0) return false;
+  for (uint32_t s = slot + kGrowTailCheckedSlots; s < kSlotsPerLogBlock; ++s)
+    if (b->slots[s].load(std::memory_order_relaxed) != 0) return false;
+  // Last in its block, it may still be followed in the next one (it ends
+  // a full block): then its bytes may have changed since, legitimately (a
+  // truncate, then an append over them). A successor with nothing in it
+  // is what a committer links before its commit.
+  const uint32_t n = NextBlock(b->next.load(std::memory_order_acquire));
+  if (n != 0) {
+    if (!ba.CheckRange(n, 1, "log block").ok()) return false;
+    const auto* nb = reinterpret_cast<const LogBlock*>(ba.AddrUnchecked(n));
+    if (nb->slots[0].load(std::memory_order_acquire) != 0) return false;
+  }
   // Its second word did not reach media (it reads zero, as a slot not yet
   // written does: media promise 8-byte failure atomicity only), or its
   // bytes did not all: a well-formed entry whose bytes fail the checksum.
   const uint64_t w1 = b->slots[slot + 1].load(std::memory_order_relaxed);
   if (w1 == 0) return true;
-  // A granule flip's granules are checked against the state before it
-  // (CutShortFlip).
+  // A granule flip's granules were durable before its CAS: only its second
+  // word can be lost.
   if (IsGranuleFlip(e)) return false;
   if (!GrowTailCheckedWellFormed(e, w1)) return false;
   return !CheckedAppendBytesMatch(ba, e, w1);

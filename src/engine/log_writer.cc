@@ -32,7 +32,7 @@ void LogWriter::PersistBeforeSlot(LogBlock* b, const LogPos& pos) {
     LogBlock* pb = LogAt(pos.prev);
     const uint32_t last = LastEntryBefore(pb, kSlotsPerLogBlock);
     const uint32_t from = last == LogPos::kNoSlot ? 0 : span_start(pb, last);
-    if (last != LogPos::kNoSlot) FlushEntryData(access_, pb, last);
+    if (last != LogPos::kNoSlot) FlushCheckedAppend(access_, pb, last);
     pm::Flush(&pb->next, 8);
     pm::Flush(&pb->slots[from], size_t(kSlotsPerLogBlock - from) * 8);
     pm::Fence();
@@ -45,7 +45,9 @@ void LogWriter::PersistBeforeSlot(LogBlock* b, const LogPos& pos) {
   const uint32_t from = span_start(b, prev_entry);
   // A checked append's bytes are not in the log: written back whatever
   // line the slot is in.
-  const bool checked = FlushEntryData(access_, b, prev_entry);
+  const uint64_t pe = b->slots[prev_entry].load(std::memory_order_relaxed);
+  const bool checked = KindOf(pe) == EntryKind::kGrowTailChecked && !IsGranuleFlip(pe);
+  if (checked) FlushCheckedAppend(access_, b, prev_entry);
   if (line(from) != line(slot)) {
     pm::Flush(&b->slots[from], size_t(slot - from) * 8);
     pm::Fence();
@@ -77,11 +79,9 @@ Status LogWriter::CommitChecked(LogBlock* b, LogPos* pos, uint64_t w0, const Pen
                              "entry " + std::to_string(s + 1) + " follows the end of the log");
     return Status::OK();
   }
-  // One round: the bytes or granules (stored in place before the CAS) and
-  // the entry. A first flip has none: its copy was durable before the CAS.
+  // One round: the bytes (stored in place before the CAS) and the entry.
+  // A granule flip has none: its granules were durable before the CAS.
   if (p.bytes_len) pm::Flush(p.bytes, p.bytes_len);
-  for (int h = 0; h < 2; ++h)
-    if (p.flip_granules[h]) FlushGranules(p.flip_homes[h], p.flip_granules[h]);
   pm::Flush(&b->slots[s], kGrowTailCheckedSlots * 8);
   pm::Fence();
   Durable(pos->seq, s + kGrowTailCheckedSlots);

@@ -43,10 +43,6 @@ struct PendingEntry {
   uint64_t entry_word1 = 0;
   const void* bytes = nullptr;
   size_t bytes_len = 0;
-  // A granule flip's toggle: the granules it stored in each home (the
-  // block, its shadow), not yet written back.
-  uint32_t flip_granules[2] = {0, 0};
-  const char* flip_homes[2] = {nullptr, nullptr};
   bool empty() const { return payload.empty(); }
 };
 

@@ -252,25 +252,20 @@ inline bool GrowTailCheckedWellFormed(uint64_t w0, uint64_t w1) {
 // together by one 16-byte CAS, kind 7 with bit 3 set (a checked append has
 // it clear).
 //   word 0: kind 7:3 | 1:1 | vblock:28 | pair:32
-//   word 1: granules:32 | set:1 | crc:31
+//   word 1: granules:32 | set:1 | zero:31
 // Virtual block `vblock` lives in the pair of blocks [pair, pair + 1]: the
 // block `pair` and its shadow `pair + 1`. Each of its kGranulesPerBlock
 // granules of kGranuleSize bytes has two homes, the same bytes of the two
 // blocks, and a bit of the block's mask says which holds it (set: the
-// shadow). A sub-block write writes its granules into the homes not live
-// and commits the new mask (docs/design.md, "Granule flips"): with `set`,
-// vblock is mapped to the pair and its mask becomes `granules` (a block's
-// first flip, whose copy is durable before the CAS, and the compacted
-// state; crc 0); without, vblock must already be mapped to that pair and
-// the granules named change homes (the mask is XORed with `granules`,
-// never 0 then), in one persisted round: the granules are stored before
-// the CAS and written back with the entry after it, and `crc` is the low
-// 31 bits of the CRC-32C of the granules in their new homes, in granule
-// order (checked only where a crash can have cut the entry short: the
-// chain's last entry; whoever commits after one writes its granules back
-// first). Word 1 is never zero, so a word 0 whose word 1 did not reach
-// media is told by a zero there. Any other entry that maps vblock anew,
-// or unmaps it, ends the pairing.
+// shadow). A sub-block write writes its granules into the homes not live,
+// makes them durable, and commits the new mask (docs/design.md, "Granule
+// flips"): with `set`, vblock is mapped to the pair and its mask becomes
+// `granules` (a block's first flip, and the compacted state); without,
+// vblock must already be mapped to that pair and the granules named
+// change homes (the mask is XORed with `granules`, never 0 then). Word 1
+// is never zero, so a word 0 whose word 1 did not reach media is told by
+// a zero there. Any other entry that maps vblock anew, or unmaps it, ends
+// the pairing.
 inline constexpr uint32_t kGranuleSize = 128;
 inline constexpr uint32_t kGranulesPerBlock = kBlockSize / kGranuleSize;
 static_assert(kGranulesPerBlock == 32 && kGranuleSize % kCacheLine == 0);
@@ -279,8 +274,8 @@ inline constexpr uint64_t kGranuleMaxVblock = (uint64_t{1} << 28) - 1;
 inline uint64_t EncodeGranuleFlip0(uint32_t vblock, uint32_t pair) {
   return uint64_t(EntryKind::kGrowTailChecked) | 8 | (uint64_t(vblock) << 4) | (uint64_t(pair) << 32);
 }
-inline uint64_t EncodeGranuleFlip1(uint32_t granules, bool set, uint32_t crc = 0) {
-  return uint64_t(granules) | (uint64_t(set) << 32) | (uint64_t(crc & 0x7fffffff) << 33);
+inline uint64_t EncodeGranuleFlip1(uint32_t granules, bool set) {
+  return uint64_t(granules) | (uint64_t(set) << 32);
 }
 inline bool IsGranuleFlip(uint64_t w0) {
   return KindOf(w0) == EntryKind::kGrowTailChecked && (w0 & 8) != 0;
@@ -289,11 +284,10 @@ inline uint32_t GranuleFlipVblock(uint64_t w0) { return uint32_t((w0 >> 4) & kGr
 inline uint32_t GranuleFlipPair(uint64_t w0) { return uint32_t(w0 >> 32); }
 inline uint32_t GranuleFlipMask(uint64_t w1) { return uint32_t(w1); }
 inline bool GranuleFlipSet(uint64_t w1) { return (w1 >> 32) & 1; }
-inline uint32_t GranuleFlipCrc(uint64_t w1) { return uint32_t(w1 >> 33); }
 inline bool GranuleFlipWellFormed(uint64_t w0, uint64_t w1) {
   const uint32_t pair = GranuleFlipPair(w0);
-  return IsGranuleFlip(w0) && pair != 0 && pair < kMaxBlocks - 2 &&
-         (GranuleFlipSet(w1) ? GranuleFlipCrc(w1) == 0 : GranuleFlipMask(w1) != 0);
+  return IsGranuleFlip(w0) && pair != 0 && pair < kMaxBlocks - 2 && (w1 >> 33) == 0 &&
+         (GranuleFlipSet(w1) || GranuleFlipMask(w1) != 0);
 }
 // The mask bits of granules [lo, hi) of a block (bytes lo..hi-1, hi > lo).
 inline uint32_t GranuleRange(uint32_t lo, uint32_t hi) {
