@@ -321,6 +321,18 @@ std::vector<Workload> MakeWorkloads() {
     c.race = std::make_shared<Op>(W(8192 + 300, 64, 33));
     c.race_fence = 1;
     r.ops.push_back(c);
+    // A small write raced right after its commit's CAS (a toggle's store 1
+    // is its CAS: its granules are non-temporal copies), before it writes
+    // its entry back: whoever commits after it must write that entry back
+    // first (rule 3), a writer of another block and one of the same block
+    // (which finds the claim held and copies on write).
+    r.ops.push_back(W(12288 + 10, 20, 40));  // pairs block 3
+    for (uint32_t k = 0; k < 2; ++k) {
+      Op t = W(12288 + 130 + 300 * k, 60, 41 + k);
+      t.race = std::make_shared<Op>(k == 0 ? W(4096 + 50, 30, 43) : W(12288 + 2000, 40, 44));
+      t.race_store = 1;
+      r.ops.push_back(t);
+    }
     w.push_back(r);
     r.name = "sub-block-racing-patches";
     r.version = format::kFirstGranuleVersion - 1;
