@@ -490,7 +490,8 @@ Status File::DataExtents(uint64_t extent_blocks, std::vector<uint64_t>* extents)
     // extent seen answers most blocks, the set the rest.
     std::unordered_set<uint64_t> seen;
     uint64_t last = UINT64_MAX;
-    t->ForEachMapped([&](uint64_t, uint32_t l) {
+    // Shadows too: a read of a granule that lives there faults otherwise.
+    t->ForEachHeld([&](uint32_t l) {
       const uint64_t e = l / extent_blocks;
       if (e == last) return;
       last = e;

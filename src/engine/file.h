@@ -138,8 +138,9 @@ class File {
   // For a container that maps a file's pages ahead of its reads
   // (Medium::PopulateExtents): the block (in the space) of the file's
   // first mapped block, 0 if none; and the extents of `extent_blocks`
-  // blocks (numbered from the space's start) that hold the file's blocks,
-  // each once, in the order of the file offsets that first reach them.
+  // blocks (numbered from the space's start) that hold the file's blocks
+  // (and the shadows of paired ones), each once, in the order of the file
+  // offsets that first reach them.
   Status FirstDataBlock(uint32_t* lblock);
   Status DataExtents(uint64_t extent_blocks, std::vector<uint64_t>* extents);
   // Compares the shared allocation bitmap with the blocks the log
