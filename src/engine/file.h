@@ -29,6 +29,7 @@
 #include "engine/log_writer.h"
 #include "format/format.h"
 #include "medium/block_space.h"
+#include "util/function_ref.h"
 #include "util/status.h"
 
 namespace upfs {
@@ -195,13 +196,15 @@ class File {
 
   Status AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
                        bool append, uint64_t* at, bool* done);
-  // Releases the tail claim, if held, at the end of a scope.
-  struct TailClaimGuard {
+  // Releases a claim word (the tail's by default, or a granule claim), if
+  // held, at the end of a scope.
+  struct ClaimGuard {
     File* f;
     ThreadCtx* c;
     bool held = false;
-    ~TailClaimGuard() {
-      if (held) f->ReleaseTail(c);
+    std::atomic<uint64_t>* claim = &f->root_.words->tail_claim;
+    ~ClaimGuard() {
+      if (held) f->ReleaseClaim(claim, c);
     }
   };
   bool TryClaimTail(ThreadCtx* c) { return TryClaim(&root_.words->tail_claim, c); }
@@ -209,10 +212,11 @@ class File {
   // takes it over from a dead owner; false if someone alive holds it.
   bool TryClaim(std::atomic<uint64_t>* claim, ThreadCtx* c);
   void ReleaseClaim(std::atomic<uint64_t>* claim, ThreadCtx* c);
-  // *any: an entry was committed after p.
-  Status CommittedSince(ThreadCtx* c, const LogPos& p, bool* any);
+  // *any: an entry was committed after p (one whose effect `which` picks,
+  // if given).
+  Status CommittedSince(ThreadCtx* c, const LogPos& p, bool* any,
+                        FunctionRef<bool(const Effect&)> which = {});
   void ClaimTail(ThreadCtx* c);
-  void ReleaseTail(ThreadCtx* c);
   Status ZeroTailForGap(ThreadCtx* c, BlockTable* t, const LogPos& p, bool* claimed, bool* stale);
   static void AimAllocation(ThreadBlocks* b, const BlockTable& t, uint64_t vb0, uint64_t size);
   Status WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,

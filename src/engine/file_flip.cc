@@ -117,27 +117,12 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
   // block's granules, never waited for (the write copies on write instead).
   std::atomic<uint64_t>* claim = &root_.words->granule_claim[v % LogWords::kGranuleClaims];
   if (!TryClaim(claim, c)) return Status::OK();
-  struct Release {
-    File* f;
-    std::atomic<uint64_t>* claim;
-    ThreadCtx* c;
-    ~Release() { f->ReleaseClaim(claim, c); }
-  } release{this, claim, c};
+  ClaimGuard release{this, c, true, claim};
   // The homes not live are those of the snapshot only if nothing touching
   // the block was committed since: a writer that held the claim before us
   // made some of them live.
-  {
-    LogPos q = p;
-    bool touched = false;
-    UPFS_RETURN_IF_ERROR(ScanCommitted(access_, &q, &c->scratch, [&](const Effect& e) {
-      touched = e.TouchesBlocks(v, v + 1);
-      return !touched;
-    }));
-    if (touched) {
-      *conflicted = true;
-      return Status::OK();
-    }
-  }
+  UPFS_RETURN_IF_ERROR(CommittedSince(c, p, conflicted, [&](const Effect& e) { return e.TouchesBlocks(v, v + 1); }));
+  if (*conflicted) return Status::OK();
   // Homes are ours to write only under the claim.
   UPFS_ASSERT(claim->load(std::memory_order_relaxed) == c->tail_claim_id);
   const uint32_t valid = uint32_t(std::min<uint64_t>(size - (v << kBlockShift), kBlockSize));
@@ -175,8 +160,7 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
     ComposeBlock(*t, v, l, img);
     std::memcpy(img + lo, in, n);
     std::memset(img + valid, 0, kBlockSize - valid);
-    char* dst = nullptr;
-    UPFS_RETURN_IF_ERROR(access_.Addr(pair + 1, &dst));
+    UPFS_RETURN_IF_ERROR(access_.CheckRange(pair, 2, "granule pair"));  // maps both
     pm::CopyNT(access_.AddrUnchecked(pair), img, kBlockSize);
   }
   // The granules are durable before the entry that makes them live can be.

@@ -33,7 +33,7 @@ Status File::Truncate(uint64_t len) {
     c->runs.clear();
     c->old.clear();
     UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &c->runs);
-    TailClaimGuard claim{this, c};
+    ClaimGuard claim{this, c};
     if (len > size) {
       bool stale = false;
       UPFS_RETURN_IF_ERROR(ZeroTailForGap(c, t, p, &claim.held, &stale));
@@ -242,7 +242,7 @@ Status File::Fallocate(int mode, uint64_t off, uint64_t len) {
     if (!changes && !grows) break;
     if (!changes) c->runs.clear();  // only the size: a payload without runs
     const uint64_t range_end = changes ? map_end : vb0;
-    TailClaimGuard claim{this, c};
+    ClaimGuard claim{this, c};
     if (grows) {
       bool stale = false;
       UPFS_RETURN_IF_ERROR(ZeroTailForGap(c, t, p, &claim.held, &stale));

@@ -156,12 +156,13 @@ Status File::WriteInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n
 // fallocate, a write that starts past the tail block) take the claim,
 // waiting for it, and zero them first (ZeroTailForGap).
 
-Status File::CommittedSince(ThreadCtx* c, const LogPos& p, bool* any) {
+Status File::CommittedSince(ThreadCtx* c, const LogPos& p, bool* any,
+                            FunctionRef<bool(const Effect&)> which) {
   *any = false;
   LogPos q = p;
-  return ScanCommitted(access_, &q, &c->scratch, [&](const Effect&) {
-    *any = true;
-    return false;
+  return ScanCommitted(access_, &q, &c->scratch, [&](const Effect& e) {
+    *any = !which || which(e);
+    return !*any;
   });
 }
 
@@ -174,7 +175,6 @@ void File::ClaimTail(ThreadCtx* c) {
   }
 }
 
-void File::ReleaseTail(ThreadCtx* c) { ReleaseClaim(&root_.words->tail_claim, c); }
 
 // Before an operation commits a size above the snapshot's size S without
 // rewriting the tail block: with the claim held (kept until the caller
@@ -228,7 +228,7 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   // A paired tail block holds some granules in its shadow: copy on write
   // (which ends the pairing) rather than append beside them.
   if (!last || t->shadows().Paired(vt) || !TryClaimTail(c)) return Status::OK();
-  TailClaimGuard claim{this, c, true};
+  ClaimGuard claim{this, c, true};
   // Under the claim no other in-place append can commit; an append that
   // committed before we took it would be overwritten: the snapshot must
   // still be current.
@@ -331,7 +331,7 @@ Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
   uint64_t end = off + n;
   if (end > kMaxFileSize || end < off) return Status::Error(EFBIG, "write past the upfs limit");
   // A write starting past the tail block exposes the bytes past the size.
-  TailClaimGuard claim{this, c};
+  ClaimGuard claim{this, c};
   if ((off >> kBlockShift) > (size >> kBlockShift)) {
     bool stale = false;
     UPFS_RETURN_IF_ERROR(ZeroTailForGap(c, t, p, &claim.held, &stale));
