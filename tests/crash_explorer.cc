@@ -266,11 +266,13 @@ std::vector<Workload> MakeWorkloads() {
     w.push_back(p);
   }
   {
-    // Small writes a GC compacts (flips: one per paired block; patches: it
-    // folds a block with 6 or more, copies the others), while more follow
-    // and a copy on write ends a pairing (or folds); a GC racing a small
-    // write, and a small write racing the GC (a patch: at the fold's data
-    // fence, the fold then conflicts and is dropped).
+    // Small writes a GC folds and compacts (flips: the forced GC folds
+    // every pair back into one fresh block; patches: it folds a block with
+    // 6 or more, copies the others), while more follow and pair again and a
+    // copy on write ends a pairing (or folds); a GC racing a small write
+    // (the fold commits between the flip's data fence and its CAS, which
+    // then conflicts), and a small write racing the GC (at the fold's data
+    // fence: the fold then conflicts and is dropped).
     Workload g{"sub-block-gc", format::Consistency::kStrict, {W(0, 16384, 9)}, {}};
     for (uint32_t i = 0; i < 1100; ++i)
       g.setup.push_back(W(uint64_t(i % 4) * 4096 + (i * 37) % 3000, 16 + i % 200, i));

@@ -112,6 +112,16 @@ class BlockTable {
   // neither 0 nor kKeepBlock).
   void MapRun(uint64_t vblock, uint32_t lblock, uint64_t count);
   void SetSize(uint64_t s) { size_.store(s, std::memory_order_release); }
+  // Before the applier applies what a catch-up found (at `now`): the flips
+  // among it are stamped with the time of the catch-up before, which they
+  // were committed after (they would have been applied then otherwise).
+  // The earliest their commit can have been: a flip found by the GC's own
+  // catch-up is as old as the writes before it, not as new as the GC
+  // ("Folding pairs back" in docs/design.md).
+  void BeginCatchUp(uint32_t now) {
+    flip_stamp_ = caught_up_at_;
+    caught_up_at_ = now;
+  }
 
   // The cursor: everything before it has been applied. Read with a seqlock
   // so that (lblock, slot, seq) is always a consistent triple.
@@ -200,6 +210,10 @@ class BlockTable {
   std::vector<Array*> retired_;  // older arrays may still be read; freed at destruction
   PatchIndex patches_;
   ShadowIndex shadows_;
+  // BeginCatchUp's times (ShadowIndex stamps); a table replayed afresh
+  // stamps its flips with the time it was made.
+  uint32_t caught_up_at_ = ShadowIndex::Now();
+  uint32_t flip_stamp_ = caught_up_at_;
   std::atomic<uint64_t> size_{0};
   std::atomic<uint64_t> mapped_{0};
   std::atomic<uint64_t> high_{0};

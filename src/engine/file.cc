@@ -261,6 +261,7 @@ Status File::CatchUp(ThreadCtx* c, BlockTable** out) {
   // the cursor stays before it (re-applying the entries before it again is
   // harmless: effects assign or take a maximum), so it is refused again.
   Status bad;
+  if (root_.granules) t->BeginCatchUp(ShadowIndex::Now());
   Status st = ScanCommitted(access_, &p, &c->scratch, [&](const Effect& e) {
     if (e.grow_tail) {
       bad = CheckGrowTail(*t, e, p.lblock, p.last);  // the scan is past the entry
@@ -310,11 +311,13 @@ Status File::CollectGarbage(bool force) {
   ThreadCtx* c;
   UPFS_RETURN_IF_ERROR(Ctx(&c));
   EpochPin pin(epochs(), c->slot);
-  // Patched blocks first, so that the compacted log carries fewer patches
-  // (docs/design.md, "GC folds, then copies"). Sync-mode logs hold none.
+  // Patched blocks and cold pairs first, so that the compacted log carries
+  // fewer patches and reads find whole blocks (docs/design.md, "GC folds,
+  // then copies", "Folding pairs back"). Sync-mode logs hold neither. A
+  // forced GC folds every pair.
   if (root_.consistency == Consistency::kStrict) {
     uint64_t folded = 0;
-    UPFS_RETURN_IF_ERROR(FoldPatches(c, &folded));
+    UPFS_RETURN_IF_ERROR(FoldBlocks(c, force, &folded));
   }
   return LogCompactor(space_, source_, root_).Collect(&c->blocks, c->slot, force);
 }
@@ -341,6 +344,16 @@ void File::MaybeCollectGarbage(ThreadCtx* c) {
   (void)CollectGarbage(false);  // best effort: the log just stays longer
 }
 
+void File::NoteShadowRead() {
+  if (read_only() || root_.consistency != Consistency::kStrict) return;
+  const uint32_t now = ShadowIndex::Now() + 1;  // 0 stays "never"
+  uint32_t last = last_fold_request_.load(std::memory_order_relaxed);
+  if (last && ShadowIndex::Age(last, now) < kPairColdMs) return;
+  if (!last_fold_request_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
+  if (GcWorker::Background() && GcWorker::Get().Request(this)) return;
+  (void)CollectGarbage(false);  // best effort, as a write's GC
+}
+
 void File::Settle() {
   if (source_) GcWorker::Get().Wait(this);
   space_->Settle();  // after the GC: its allocations may have grown the file
@@ -364,12 +377,13 @@ Status File::Read(void* buf, size_t n, uint64_t off, size_t* done) {
     uint64_t end = off + len;
     uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end);
     char* out = static_cast<char*>(buf);
+    bool shadowed = false;
     for (uint64_t v = vb0; v < vb1; ++v) {
       uint64_t bs = v << kBlockShift;
       uint64_t lo = std::max(bs, off), hi = std::min(bs + kBlockSize, end);
       uint32_t l = t->Get(v);
       if (l)
-        CopyBlockBytes(*t, v, l, lo - bs, hi - bs, out + (lo - off));
+        shadowed |= CopyBlockBytes(*t, v, l, lo - bs, hi - bs, out + (lo - off));
       else
         std::memset(out + (lo - off), 0, hi - lo);
     }
@@ -392,6 +406,9 @@ Status File::Read(void* buf, size_t n, uint64_t off, size_t* done) {
     }
     if (!stale) {
       *done = len;
+      // Granules from a shadow cost a second copy from a second cold
+      // block: cold pairs are worth folding.
+      if (shadowed) NoteShadowRead();
       return Status::OK();
     }
     UPFS_RETURN_IF_ERROR(CatchUp(c, &t));

@@ -237,11 +237,12 @@ class File {
   bool AllocPair(ThreadCtx* c, std::vector<format::Run>* out);
   // Copies bytes [lo, hi) of block v (mapped to l) as a reader sees them
   // into out: the block, its patches, the granules its shadow holds.
-  void CopyBlockBytes(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo, uint64_t hi,
+  // Returns whether any of them came from a shadow.
+  bool CopyBlockBytes(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo, uint64_t hi,
                       char* out) const;
   // The granules of [lo, hi) that live in the shadow of block v (paired
   // with l), over out (which holds byte lo at out[0]).
-  void CopyGranules(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo, uint64_t hi,
+  bool CopyGranules(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo, uint64_t hi,
                     char* out) const;
   // Copies bytes [lo, hi) of block v's patches in t over out (which holds
   // byte lo of the block at out[0]), in log order.
@@ -260,12 +261,17 @@ class File {
   Status MapZeroedHoles(ThreadCtx* c, BlockTable* t, uint64_t vb0, uint64_t map_end,
                         std::vector<format::Run>* fresh, bool* changes);
   void ReleaseDisplaced(ThreadCtx* c, const uint32_t* blocks, size_t n);
-  // The GC's fold (file_fold.cc): block v of t copied whole with its
-  // patches to a fresh block committed in its place, unless anything
-  // touched the block since t's cursor (then *folded is false, no retry).
+  // The GC's fold (file_fold.cc): block v of t (patched or paired) copied
+  // whole as a reader sees it to a fresh block committed in its place
+  // (releasing the pair), unless anything touched the block since t's
+  // cursor (then *folded is false, no retry).
   Status FoldOnce(ThreadCtx* c, BlockTable* t, uint64_t v, bool* folded);
-  // Folds every block whose patches reach half of a limit; pinned.
-  Status FoldPatches(ThreadCtx* c, uint64_t* folded);
+  // Folds every block whose patches reach three quarters of a limit, and
+  // every pair no flip touched for a second (all_pairs: every pair); pinned.
+  Status FoldBlocks(ThreadCtx* c, bool all_pairs, uint64_t* folded);
+  // A read met granules in a shadow: asks the GC to fold cold pairs, at
+  // most once a second per File.
+  void NoteShadowRead();
   void TouchMtime();
   void MaybeCollectGarbage(ThreadCtx* c);
 
@@ -293,6 +299,8 @@ class File {
   PerThread<ThreadCtx, kMaxThreads> ctx_;
   std::atomic<uint64_t> last_mtime_tick_{0};
   std::atomic<uint64_t> last_mtime_stored_{0};  // the mtime this process last stored
+  // ShadowIndex::Now() + 1 of the last fold request by a reader (0: none).
+  std::atomic<uint32_t> last_fold_request_{0};
 };
 
 }  // namespace upfs

@@ -15,12 +15,13 @@ namespace upfs {
 
 using namespace format;
 
-void File::CopyGranules(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo, uint64_t hi,
+bool File::CopyGranules(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo, uint64_t hi,
                         char* out) const {
   uint32_t mask = 0;
-  if (!t.shadows().Get(v, &mask) || mask == 0) return;
+  if (!t.shadows().Get(v, &mask) || mask == 0) return false;
   const char* shadow = access_.AddrUnchecked(l + 1);
   mask &= GranuleRange(uint32_t(lo), uint32_t(hi));
+  const bool any = mask != 0;
   while (mask) {
     const uint32_t g = __builtin_ctz(mask);
     uint32_t run = g;  // granules g..run-1 live in the shadow, one copy
@@ -30,13 +31,14 @@ void File::CopyGranules(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo
     const uint64_t b = std::min<uint64_t>(hi, run * kGranuleSize);
     OptimisticCopy(out + (a - lo), shadow + a, b - a);
   }
+  return any;
 }
 
-void File::CopyBlockBytes(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo, uint64_t hi,
+bool File::CopyBlockBytes(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo, uint64_t hi,
                           char* out) const {
   OptimisticCopy(out, access_.AddrUnchecked(l) + lo, hi - lo);
   if (t.patches().any()) CopyPatches(t, v, lo, hi, out);
-  if (t.shadows().any()) CopyGranules(t, v, l, lo, hi, out);
+  return t.shadows().any() && CopyGranules(t, v, l, lo, hi, out);
 }
 
 bool File::TryClaim(std::atomic<uint64_t>* claim, ThreadCtx* c) {

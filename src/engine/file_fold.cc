@@ -1,8 +1,11 @@
-// File: the GC's fold of patched blocks (docs/design.md, "Sub-block
-// writes", "GC folds, then copies"). A block with many patches is copied whole, with
-// its patches applied, to a fresh block, and the fresh block is committed
-// in its place like a copy-on-write of the whole block: the patches drop
-// out of the table, and the compaction that follows carries none of them.
+// File: the GC's fold of patched and paired blocks (docs/design.md,
+// "Sub-block writes", "GC folds, then copies", "Folding pairs back"). A
+// block with many patches, or a pair no flip touched lately, is copied
+// whole, as a reader sees it, to a fresh block, and the fresh block is
+// committed in its place like a copy-on-write of the whole block: the
+// patches drop out of the table and the compaction that follows carries
+// none of them; the pair's two blocks go back free, side by side, where a
+// later first flip can take them again.
 #include <cstring>
 #include <vector>
 
@@ -25,13 +28,23 @@ bool WorthFolding(const PatchIndex& p, uint64_t v) {
   return p.Count(v) * 4 >= kMaxPatchesPerBlock * 3 || p.Bytes(v) * 4 >= kPatchMaxBytes * 3;
 }
 
+// kPairColdMs (file_internal.h) old or more; a forced GC folds every pair.
+bool ColdPair(const ShadowIndex& s, uint64_t v, uint32_t min_age_ms, uint32_t now) {
+  return s.Paired(v) && ShadowIndex::Age(s.Stamp(v), now) >= min_age_ms;
+}
+
 }  // namespace
 
 Status File::FoldOnce(ThreadCtx* c, BlockTable* t, uint64_t v, bool* folded) {
   *folded = false;
   LogPos p = t->cursor();
-  uint32_t old = t->Get(v);
-  if (old == 0 || t->patches().Count(v) == 0 || v >= t->size() >> kBlockShift) return Status::OK();
+  const uint32_t old = t->Get(v);
+  // A paired block may be the last, partial one (its bytes past the size
+  // are zero in both homes); a patched one is folded only whole.
+  const bool paired = t->shadows().Paired(v);
+  if (old == 0 || (!paired && (t->patches().Count(v) == 0 || v >= t->size() >> kBlockShift)))
+    return Status::OK();
+  UPFS_ASSERT(!(paired && t->patches().Count(v)));
   c->runs.clear();
   UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &c->runs);
   AimAllocation(&c->blocks, *t, v, t->size());
@@ -59,19 +72,27 @@ Status File::FoldOnce(ThreadCtx* c, BlockTable* t, uint64_t v, bool* folded) {
       &conflicted));
   if (conflicted) return Status::OK();
   taken.Committed();
-  ReleaseDisplaced(c, &old, 1);
+  // The pair's shadow goes with it (released while a granule claim is
+  // held, both are retired: the claimant may be writing their homes).
+  const uint32_t displaced[2] = {old, paired ? old + 1 : 0};
+  ReleaseDisplaced(c, displaced, 2);
   *folded = true;
   return Status::OK();
 }
 
-Status File::FoldPatches(ThreadCtx* c, uint64_t* folded) {
+Status File::FoldBlocks(ThreadCtx* c, bool all_pairs, uint64_t* folded) {
   *folded = 0;
   UPFS_ASSERT(EpochPin::Pinned(epochs(), c->slot));
   BlockTable* t;
   UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
-  if (!t->patches().any()) return Status::OK();
-  // The table's applier (CatchUp, ApplyOwnPatch) changes the index under
-  // apply_lock_: the candidates are listed under it, folded after.
+  if (!t->patches().any() && !t->shadows().any()) return Status::OK();
+  const uint32_t min_age = all_pairs ? 0 : kPairColdMs;
+  const uint32_t now = ShadowIndex::Now();
+  auto worth = [&](const BlockTable& t, uint64_t v) {
+    return WorthFolding(t.patches(), v) || ColdPair(t.shadows(), v, min_age, now);
+  };
+  // The table's applier (CatchUp, ApplyOwnPatch) changes the patch index
+  // under apply_lock_: the candidates are listed under it, folded after.
   std::vector<uint64_t> blocks;
   {
     SpinGuard g(apply_lock_);
@@ -79,10 +100,13 @@ Status File::FoldPatches(ThreadCtx* c, uint64_t* folded) {
     t->patches().ForEach([&](uint64_t v, const uint64_t*, uint32_t) {
       if (WorthFolding(t->patches(), v)) blocks.push_back(v);
     });
+    t->shadows().ForEach([&](uint64_t v, uint32_t) {
+      if (ColdPair(t->shadows(), v, min_age, now)) blocks.push_back(v);
+    });
   }
   for (uint64_t v : blocks) {
     UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
-    if (!WorthFolding(t->patches(), v)) continue;  // folded or rewritten meanwhile
+    if (!worth(*t, v)) continue;  // folded, flipped or rewritten meanwhile
     bool done = false;
     UPFS_RETURN_IF_ERROR(FoldOnce(c, t, v, &done));
     *folded += done;

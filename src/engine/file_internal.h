@@ -27,6 +27,14 @@ class SpinGuard {
   std::atomic_flag& f_;
 };
 
+// A pair is folded back into one block once no flip of it was applied for
+// this long (docs/design.md, "Folding pairs back"), and a reader that met
+// shadow granules asks for that at most this often per File: a block
+// that takes small writes stays paired, one that stopped reads as one
+// block again. Folding each pair at every GC undid itself under steady
+// small writes (each fold, 4 KiB, followed by the next write's re-pairing).
+inline constexpr uint32_t kPairColdMs = 1000;
+
 inline Status ReadOnlyRefusal() { return Status::Error(EBADF, "upfs file opened read-only"); }
 
 }  // namespace upfs

@@ -197,12 +197,12 @@ Status BlockTable::ApplyFlip(const Effect& e) {
   if (patches_.Count(e.vblock)) return bad("the block has patches");
   if (e.flip_set) {
     if (l != pair) MapRun(e.vblock, pair, 1);
-    shadows_.Set(e.vblock, e.flip_mask);
+    shadows_.Set(e.vblock, e.flip_mask, flip_stamp_);
     return Status::OK();
   }
   uint32_t mask = 0;
   if (l != pair || !shadows_.Get(e.vblock, &mask)) return bad("the block is not paired with it");
-  shadows_.Set(e.vblock, mask ^ e.flip_mask);
+  shadows_.Set(e.vblock, mask ^ e.flip_mask, flip_stamp_);
   return Status::OK();
 }
 

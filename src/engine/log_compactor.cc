@@ -145,7 +145,7 @@ Status LogCompactor::ReplayFullBlocks(FullBlocks* f) {
 // state). Patches are copied, never folded here: a fold maps a new block
 // and frees the old one, which a concurrent copy-on-write writer that
 // still maps it would free as well. The GC folds before it compacts, by
-// commits that follow the writers' conflict rules (File::FoldPatches;
+// commits that follow the writers' conflict rules (File::FoldBlocks;
 // docs/design.md, "Sub-block writes").
 void LogCompactor::EncodeState(const BlockTable& state, CompactWriter* w) const {
   w->AddPayload({state.size(), EncodePayloadWord1(0, 0, kSizeSet)});

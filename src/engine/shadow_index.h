@@ -1,7 +1,9 @@
 // ShadowIndex: the per-process DRAM index of a file's paired blocks
 // (docs/design.md, "Granule flips"): for each virtual block mapped to a
 // pair [P, P + 1] by a granule flip, the mask of its granules that live in
-// the shadow P + 1. The BlockTable that owns it maps the block to P.
+// the shadow P + 1, and when this process last applied a flip of it (a
+// coarse millisecond stamp: the GC folds pairs no flip touched lately,
+// "Folding pairs back"). The BlockTable that owns it maps the block to P.
 //
 // Like that table, one writer at a time (the thread applying the log) and
 // lock-free readers; a reader may see a mask in the middle of a change,
@@ -9,6 +11,8 @@
 // block, so its validation retries (File::Read). Leaves are never freed
 // while the index lives.
 #pragma once
+
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -41,12 +45,24 @@ class ShadowIndex {
   // How many blocks are paired (each holds a shadow block).
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
 
-  // Writer side.
-  void Set(uint64_t v, uint32_t mask) {
+  // Stamps: milliseconds of CLOCK_MONOTONIC_COARSE (a vDSO read of a few
+  // nanoseconds, 4 ms steps here), kept to 31 bits; ages are taken modulo
+  // 2^31 ms (24.8 days), so a pair untouched for that long may look fresh
+  // once, which only delays its fold.
+  static uint32_t Now() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return uint32_t((uint64_t(ts.tv_sec) * 1000 + uint64_t(ts.tv_nsec) / 1000000) & kStampMask);
+  }
+  static uint32_t Age(uint32_t stamp, uint32_t now) { return (now - stamp) & kStampMask; }
+
+  // Writer side: block v is paired with this mask, as of `stamp`.
+  void Set(uint64_t v, uint32_t mask, uint32_t stamp) {
     UPFS_ASSERT(v <= format::kGranuleMaxVblock);
+    UPFS_ASSERT(stamp <= kStampMask);
     std::atomic<uint64_t>* w = Slot(v);
     if (!(w->load(std::memory_order_relaxed) & kPaired)) Count(+1);
-    w->store(kPaired | mask, std::memory_order_release);
+    w->store(uint64_t{stamp} << kStampShift | kPaired | mask, std::memory_order_release);
   }
   // Ends the pairing of blocks [v0, v1) (mapped anew, or unmapped).
   void Clear(uint64_t v0, uint64_t v1) {
@@ -71,22 +87,32 @@ class ShadowIndex {
   // fn(v, mask) for every paired block, in block order.
   template <typename Fn>
   void ForEach(Fn fn) const {
+    ForEachStamped([&](uint64_t v, uint32_t mask, uint32_t) { fn(v, mask); });
+  }
+  // fn(v, mask, stamp) likewise.
+  template <typename Fn>
+  void ForEachStamped(Fn fn) const {
     if (!any()) return;
     for (uint64_t r = 0; r < kRootSize; ++r) {
       const Leaf* l = root_[r].load(std::memory_order_acquire);
       if (!l) continue;
       for (uint64_t i = 0; i < kLeafSize; ++i) {
         const uint64_t w = l->w[i].load(std::memory_order_acquire);
-        if (w & kPaired) fn((r << kLeafBits) | i, uint32_t(w));
+        if (w & kPaired) fn((r << kLeafBits) | i, uint32_t(w), uint32_t(w >> kStampShift));
       }
     }
   }
+  // The stamp of paired block v (0 if not paired).
+  uint32_t Stamp(uint64_t v) const { return uint32_t(Word(v) >> kStampShift); }
 
  private:
   // One writer: a load and a store, not a locked add.
   void Count(int64_t d) { count_.store(count_.load(std::memory_order_relaxed) + d, std::memory_order_relaxed); }
 
+  // A word: mask in bits 0-31, paired in bit 32, stamp in bits 33-63.
   static constexpr uint64_t kPaired = uint64_t{1} << 32;
+  static constexpr uint32_t kStampShift = 33;
+  static constexpr uint32_t kStampMask = 0x7fffffffu;
   static constexpr uint32_t kLeafBits = 14;
   static constexpr uint64_t kLeafSize = uint64_t{1} << kLeafBits;
   static constexpr uint64_t kLeafMask = kLeafSize - 1;

@@ -43,15 +43,18 @@ TEST(ShadowIndex, SetsClearsAndListsInBlockOrder) {
   uint32_t mask = 7;
   EXPECT_FALSE(x.any());
   EXPECT_FALSE(x.Get(5, &mask));
-  x.Set(kGranuleMaxVblock, 0);
-  x.Set(5, 0x80000001u);
-  x.Set(1u << 20, 3);
+  x.Set(kGranuleMaxVblock, 0, 0x7fffffffu);
+  x.Set(5, 0x80000001u, 12);
+  x.Set(1u << 20, 3, 0);
   EXPECT_TRUE(x.any());
   ASSERT_TRUE(x.Get(5, &mask));
   EXPECT_EQ(mask, 0x80000001u);
   ASSERT_TRUE(x.Get(kGranuleMaxVblock, &mask));
   EXPECT_EQ(mask, 0u) << "paired with every granule in the block itself";
   EXPECT_FALSE(x.Paired(6));
+  EXPECT_EQ(x.Stamp(5), 12u) << "the stamp beside the mask";
+  EXPECT_EQ(x.Stamp(kGranuleMaxVblock), 0x7fffffffu) << "31 bits of stamp";
+  EXPECT_EQ(x.Stamp(6), 0u);
   std::vector<uint64_t> seen;
   x.ForEach([&](uint64_t v, uint32_t) { seen.push_back(v); });
   EXPECT_EQ(seen, (std::vector<uint64_t>{5, 1u << 20, kGranuleMaxVblock}));
@@ -60,6 +63,28 @@ TEST(ShadowIndex, SetsClearsAndListsInBlockOrder) {
   EXPECT_TRUE(x.Paired(1u << 20));
   x.Clear(0, UINT64_MAX);
   EXPECT_FALSE(x.Paired(kGranuleMaxVblock));
+}
+
+TEST(ShadowIndex, AgesAreTakenModuloTheStampsWidth) {
+  EXPECT_EQ(ShadowIndex::Age(100, 1100), 1000u);
+  EXPECT_EQ(ShadowIndex::Age(0x7fffff00u, 0x100), 0x200u) << "across the wrap";
+  EXPECT_LE(ShadowIndex::Now(), 0x7fffffffu);
+}
+
+TEST(ShadowIndex, AFlipIsStampedWithTheCatchUpBeforeTheOneThatAppliesIt) {
+  BlockTable t;
+  ASSERT_TRUE(t.Apply(Map(0, 10, 4, 4 * kBlockSize)).ok());
+  const uint32_t made = ShadowIndex::Now();
+  ASSERT_TRUE(t.Apply(Flip(1, 40, 0, true)).ok());
+  EXPECT_LE(ShadowIndex::Age(t.shadows().Stamp(1), made), 10000u) << "a fresh table's: when it was made";
+  t.BeginCatchUp(100);
+  t.BeginCatchUp(250);
+  ASSERT_TRUE(t.Apply(Flip(1, 40, 0b11, false)).ok());
+  EXPECT_EQ(t.shadows().Stamp(1), 100u) << "committed after the catch-up at 100";
+  t.BeginCatchUp(400);
+  ASSERT_TRUE(t.Apply(Flip(2, 50, 0, true)).ok());
+  EXPECT_EQ(t.shadows().Stamp(2), 250u);
+  EXPECT_EQ(t.shadows().Stamp(1), 100u);
 }
 
 TEST(ShadowIndex, FlipsPairToggleAndEndWithARemap) {
