@@ -122,6 +122,12 @@ class BlockTable {
     flip_stamp_ = caught_up_at_;
     caught_up_at_ = now;
   }
+  // For a table replayed afresh to replace `old` (after a compaction),
+  // before it is published: a pair `old` knew as it is keeps old's stamp;
+  // one that changed since was flipped after old's last catch-up. (Every
+  // pair stamped with the replay's time made a file compacted more often
+  // than once a second never fold a pair.)
+  void InheritFlipStamps(const BlockTable& old);
 
   // The cursor: everything before it has been applied. Read with a seqlock
   // so that (lblock, slot, seq) is always a consistent triple.

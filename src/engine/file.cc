@@ -196,6 +196,7 @@ Status File::RebuildTableLocked() {
     UPFS_RETURN_IF_ERROR(ReplayValidated(&table, &res));
   else
     UPFS_RETURN_IF_ERROR(ReplayHead(table.get(), &res, TailRule::kLive));
+  if (const BlockTable* old = table_.load(std::memory_order_relaxed)) table->InheritFlipStamps(*old);
   std::lock_guard<std::mutex> g(tables_mu_);
   tables_.push_back(std::move(table));
   table_.store(tables_.back().get(), std::memory_order_release);

@@ -206,6 +206,15 @@ Status BlockTable::ApplyFlip(const Effect& e) {
   return Status::OK();
 }
 
+void BlockTable::InheritFlipStamps(const BlockTable& old) {
+  if (!shadows_.any()) return;
+  shadows_.ForEachStamped([&](uint64_t v, uint32_t mask, uint32_t) {
+    uint32_t old_mask = 0;
+    const bool same = old.Get(v) == Get(v) && old.shadows().Get(v, &old_mask) && old_mask == mask;
+    shadows_.Set(v, mask, same ? old.shadows().Stamp(v) : old.caught_up_at_);
+  });
+}
+
 uint64_t BlockTable::NextMapped(uint64_t from, uint64_t limit, bool mapped) const {
   Array* a = arr_.load(std::memory_order_acquire);
   uint64_t n = std::min<uint64_t>(std::min<uint64_t>(a->cap, high_water()), limit);

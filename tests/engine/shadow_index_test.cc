@@ -114,6 +114,34 @@ TEST(ShadowIndex, FlipsPairToggleAndEndWithARemap) {
   EXPECT_FALSE(t.Apply(Flip(2, 40, 1, false)).ok()) << "a toggle of a pair no longer mapped";
 }
 
+// A table replayed after a compaction keeps the stamps of the pairs the
+// table it replaces knew as they are; pairs changed since are stamped with
+// that table's last catch-up (they were flipped after it).
+TEST(ShadowIndex, AReplayedTableInheritsTheStampsOfUnchangedPairs) {
+  BlockTable old;
+  ASSERT_TRUE(old.Apply(Map(0, 10, 4, 4 * kBlockSize)).ok());
+  old.BeginCatchUp(100);
+  old.BeginCatchUp(200);  // flips applied now are stamped 100
+  ASSERT_TRUE(old.Apply(Flip(0, 40, 0, true)).ok());
+  ASSERT_TRUE(old.Apply(Flip(1, 50, 0, true)).ok());
+  ASSERT_TRUE(old.Apply(Flip(2, 60, 0, true)).ok());
+  old.BeginCatchUp(300);  // old's last catch-up
+  BlockTable fresh;  // the compacted state, and flips committed after old's cursor
+  ASSERT_TRUE(fresh.Apply(Map(0, 10, 4, 4 * kBlockSize)).ok());
+  ASSERT_TRUE(fresh.Apply(Flip(0, 40, 0, true)).ok());
+  ASSERT_TRUE(fresh.Apply(Flip(1, 50, 0b1, true)).ok());  // toggled since
+  ASSERT_TRUE(fresh.Apply(Flip(2, 70, 0, true)).ok());    // paired anew since
+  ASSERT_TRUE(fresh.Apply(Flip(3, 80, 0, true)).ok());    // paired since
+  fresh.InheritFlipStamps(old);
+  EXPECT_EQ(fresh.shadows().Stamp(0), 100u) << "unchanged: old's stamp";
+  EXPECT_EQ(fresh.shadows().Stamp(1), 300u) << "changed: old's last catch-up";
+  EXPECT_EQ(fresh.shadows().Stamp(2), 300u);
+  EXPECT_EQ(fresh.shadows().Stamp(3), 300u);
+  uint32_t mask = 0;
+  ASSERT_TRUE(fresh.shadows().Get(1, &mask));
+  EXPECT_EQ(mask, 0b1u) << "the masks are the fresh table's";
+}
+
 TEST(ShadowIndex, AReplayRefusesFlipsThatDoNotFit) {
   BlockTable t;
   ASSERT_TRUE(t.Apply(Map(0, 10, 2, 2 * kBlockSize - 100)).ok());

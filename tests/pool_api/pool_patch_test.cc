@@ -3,7 +3,8 @@
 // small writes of every size and alignment, with truncations into patched
 // blocks, read back as a model says, before and after a remount, and leave
 // a pool fsck finds consistent with nothing leaked; threads patching overlapping ranges of one
-// pool file never see a write torn, undone or reordered.
+// pool file never see a write torn, undone or reordered; cold pairs fold
+// back after a read meets them.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "container/pool/pool_format.h"
+#include "engine/file_internal.h"
 #include "format/format.h"
 #include "medium/persist_counter.h"
 #include "patch_test_util.h"
@@ -183,6 +185,37 @@ void PoolPatch::SmallWritesMatchAModel(uint64_t seed) {
   ASSERT_GE(fd, 0);
   EXPECT_EQ(ReadAll(fd), model);
   upfs_close(fd);
+}
+
+// A pool file's pairs (granule flips) fold back into single blocks once
+// cold: a read that meets granules in a shadow asks the GC worker, which
+// folds pairs no flip touched for a second; the pool then holds the file's
+// blocks alone, and fsck finds nothing leaked.
+TEST_F(PoolPatch, ColdPairsInAPoolFileFoldBackAfterARead) {
+  int fd = upfs_open(P("fold").c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(fd, 0) << upfs_last_error();
+  std::string model = PatchBytes(6 * kBlockSize, 3);
+  ASSERT_EQ(upfs_pwrite(fd, model.data(), model.size(), 0), ssize_t(model.size()));
+  for (uint64_t v = 0; v < 6; ++v) {
+    for (uint32_t k = 0; k < 2; ++k) {  // the second write puts granules in the shadow
+      const std::string b = PatchBytes(100, uint32_t(10 * v + k));
+      ASSERT_EQ(upfs_pwrite(fd, b.data(), b.size(), off_t(v * kBlockSize + 300 + 10 * k)), 100);
+      model.replace(v * kBlockSize + 300 + 10 * k, 100, b);
+    }
+  }
+  struct stat st;
+  ASSERT_EQ(upfs_fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_blocks, 12 * 8) << "six blocks, each with a shadow";
+  std::this_thread::sleep_for(std::chrono::milliseconds(upfs::kPairColdMs + 100));
+  char b[200];
+  ASSERT_EQ(upfs_pread(fd, b, sizeof b, off_t(2 * kBlockSize + 250)), ssize_t(sizeof b));
+  EXPECT_EQ(std::string(b, sizeof b), model.substr(2 * kBlockSize + 250, sizeof b));
+  ASSERT_EQ(upfs_settle(fd), 0);
+  ASSERT_EQ(upfs_fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_blocks, 6 * 8) << "the pairs folded";
+  EXPECT_EQ(ReadAll(fd), model);
+  ASSERT_EQ(upfs_close(fd), 0);
+  CheckDetached(1, 1);
 }
 
 // As the per-file test (tests/patch_test.cc), through the C API on one
