@@ -108,8 +108,9 @@ TEST(Fold, AGcFoldsOnlyPairsNoFlipTouchedForASecond) {
   ASSERT_TRUE(f.file->CollectGarbage(false).ok());
   // Whether the two were still hot at the GC is a matter of time: checked
   // only if the GC came well within the second.
-  if (std::chrono::steady_clock::now() - hot_at < std::chrono::milliseconds(kPairColdMs / 2))
+  if (std::chrono::steady_clock::now() - hot_at < std::chrono::milliseconds(kPairColdMs / 2)) {
     EXPECT_EQ(HeldBlocks(&f), mapped + 2) << "the cold pairs folded, the hot two kept";
+  }
   EXPECT_EQ(f.ReadAll(), model);
   SleepPastCold();
   ASSERT_TRUE(f.file->CollectGarbage(false).ok());

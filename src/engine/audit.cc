@@ -4,6 +4,7 @@
 
 #include "engine/epoch_pin.h"
 #include "engine/file.h"
+#include "engine/gc_worker.h"
 
 namespace upfs {
 
@@ -12,6 +13,9 @@ using namespace format;
 Status File::AuditAllocation(uint64_t* leaked, uint64_t* unmarked) {
   *leaked = *unmarked = 0;
   if (read_only()) return Status::Error(EBADF, "a read-only File has no allocation state");
+  // The process's GC worker is a thread inside a call too: a read that met
+  // a pair's shadow may have asked it for a GC.
+  GcWorker::Get().Wait(this);
   ThreadCtx* c;
   UPFS_RETURN_IF_ERROR(Ctx(&c));
   EpochPin pin(epochs(), c->slot);

@@ -147,8 +147,9 @@ class File {
   // Compares the shared allocation bitmap with the blocks the log
   // references and this process's threads hold: *leaked counts blocks taken
   // but neither (lost until the next rebuild), *unmarked blocks referenced
-  // but free (damage to the allocation state). Exact when no thread of this
-  // process is inside a call and no other process uses the file (engine/audit.cc).
+  // but free (damage to the allocation state). Waits for the file's GC in
+  // this process's worker; exact when no other thread of this process is
+  // inside a call and no other process uses the file (engine/audit.cc).
   Status AuditAllocation(uint64_t* leaked, uint64_t* unmarked);
 
   format::Consistency consistency() const { return root_.consistency; }
