@@ -56,6 +56,17 @@ struct Effect {
     flip_set = false;
     flip_mask = 0;
   }
+  // Becomes the granule flip of block v with pair `pair` (set: its mask is
+  // `mask`; else the granules in `mask` change homes).
+  void SetFlip(uint32_t v, uint32_t pair, uint32_t mask, bool set) {
+    Clear();
+    vblock = v;
+    nblocks = 1;
+    runs.push_back(format::Run{pair, 1});
+    flip = true;
+    flip_set = set;
+    flip_mask = mask;
+  }
   // True if the effect can change the mapping of any block in [v0, v1).
   bool TouchesBlocks(uint64_t v0, uint64_t v1) const {
     if (size_op == kSet) return true;  // unmaps everything past new_size
@@ -122,6 +133,10 @@ class BlockTable {
     flip_stamp_ = caught_up_at_;
     caught_up_at_ = now;
   }
+  // Before a committer applies its own entry, committed just before `now`
+  // (File::ApplyOwnFlip): a flip stamped with `now`, and entries committed
+  // after it, which the next catch-up finds, were committed after it.
+  void BeginOwnApply(uint32_t now) { flip_stamp_ = caught_up_at_ = now; }
   // For a table replayed afresh to replace `old` (after a compaction),
   // before it is published: a pair `old` knew as it is keeps old's stamp;
   // one that changed since was flipped after old's last catch-up. (Every

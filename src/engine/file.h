@@ -236,6 +236,10 @@ class File {
   Status FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
                   bool* done, bool* conflicted);
   bool AllocPair(ThreadCtx* c, std::vector<format::Run>* out);
+  // The flip just committed, ending at `after`, applied by its committer
+  // when the table stands right before it (file_flip.cc).
+  void ApplyOwnFlip(BlockTable* t, const LogPos& after, uint32_t v, uint32_t pair,
+                    uint32_t granules, bool set);
   // Copies bytes [lo, hi) of block v (mapped to l) as a reader sees them
   // into out: the block, its patches, the granules its shadow holds.
   // Returns whether any of them came from a shadow.

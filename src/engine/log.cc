@@ -357,13 +357,7 @@ Status DecodeGranuleFlip(const BlockAccess& ba, const LogBlock* b, uint32_t slot
   if (!ba.CheckRange(pair, 2, "granule flip's pair").ok())
     return Status::Corrupt(where(), "granule flip's pair " + std::to_string(pair) +
                                         " lies past the end of the file");
-  eff->Clear();
-  eff->vblock = GranuleFlipVblock(e);
-  eff->nblocks = 1;
-  eff->runs.push_back(Run{pair, 1});
-  eff->flip = true;
-  eff->flip_set = GranuleFlipSet(w1);
-  eff->flip_mask = GranuleFlipMask(w1);
+  eff->SetFlip(GranuleFlipVblock(e), pair, GranuleFlipMask(w1), GranuleFlipSet(w1));
   return Status::OK();
 }
 

@@ -140,7 +140,9 @@ class ShadowIndex {
       ls.store(l, std::memory_order_release);
     }
     // Readers find the root only after any_ (release) says there is one.
-    any_.store(true, std::memory_order_release);
+    // Stored once: every reader loads it, and a store at each flip would
+    // take its line from their caches though the value stays the same.
+    if (!any_.load(std::memory_order_relaxed)) any_.store(true, std::memory_order_release);
     return &l->w[v & kLeafMask];
   }
 

@@ -19,12 +19,7 @@ using namespace upfs::format;
 
 Effect Flip(uint32_t v, uint32_t pair, uint32_t mask, bool set) {
   Effect e;
-  e.vblock = v;
-  e.nblocks = 1;
-  e.runs.push_back(Run{pair, 1});
-  e.flip = true;
-  e.flip_set = set;
-  e.flip_mask = mask;
+  e.SetFlip(v, pair, mask, set);
   return e;
 }
 
