@@ -251,6 +251,11 @@ class File {
                     char* out) const;
   // Copies bytes [lo, hi) of block v's patches in t over out (which holds
   // byte lo of the block at out[0]), in log order.
+  // The entry just committed (first slot `at`, ending at `after`),
+  // applied by its committer when the table stands right before it
+  // (file.cc); `build` writes its effect.
+  void ApplyOwnEntry(BlockTable* t, const LogPos& after, uint32_t at,
+                     FunctionRef<void(Effect*)> build);
   void ApplyOwnPatch(BlockTable* t, const LogPos& after, uint32_t rs, uint32_t words, uint64_t v,
                      uint32_t in, uint32_t n);
   void CopyPatches(const BlockTable& t, uint64_t v, uint64_t lo, uint64_t hi, char* out) const;
@@ -298,7 +303,7 @@ class File {
   std::vector<std::unique_ptr<BlockTable>> tables_;
   std::vector<uint64_t> retired_at_;
   std::atomic_flag apply_lock_ = ATOMIC_FLAG_INIT;
-  Effect own_effect_;  // ApplyOwnPatch's, under apply_lock_
+  Effect own_effect_;  // ApplyOwnEntry's, under apply_lock_
   std::mutex tables_mu_;
 
   PerThread<ThreadCtx, kMaxThreads> ctx_;

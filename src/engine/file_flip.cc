@@ -184,25 +184,14 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
   return Status::OK();
 }
 
-// As ApplyOwnPatch: the next catch-up would decode the entry just
-// committed; when the table stands right before it and nobody else is
-// applying, the committer applies it from what it knows (an ApplyFlip and
-// its decoding were 8% of a toggle's samples).
+// The flip is applied by its committer where it can be (ApplyOwnEntry):
+// an ApplyFlip and its decoding in the next catch-up were 8% of a
+// toggle's samples.
 void File::ApplyOwnFlip(BlockTable* t, const LogPos& after, uint32_t v, uint32_t pair,
                         uint32_t granules, bool set) {
   const uint32_t at = after.last;  // the flip's first slot: the last entry before `after`
   if (at == LogPos::kNoSlot || at + kGranuleFlipSlots != after.slot) return;
-  if (apply_lock_.test_and_set(std::memory_order_acquire)) return;  // someone is applying
-  const LogPos cur = t->cursor();
-  if (t == table_.load(std::memory_order_relaxed) && cur.lblock == after.lblock && cur.slot == at &&
-      !StaleAfterCompaction(*t, cur, root_.words->compact_seq.load(std::memory_order_acquire))) {
-    own_effect_.SetFlip(v, pair, granules, set);
-    t->BeginOwnApply(ShadowIndex::Now());
-    // It passed the same checks at commit; a failure leaves the cursor
-    // before it, for a catch-up to decode and report.
-    if (t->Apply(own_effect_).ok()) t->set_cursor(after);
-  }
-  apply_lock_.clear(std::memory_order_release);
+  ApplyOwnEntry(t, after, at, [&](Effect* eff) { eff->SetFlip(v, pair, granules, set); });
 }
 
 }  // namespace upfs

@@ -71,30 +71,20 @@ Status File::PatchOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
   return Status::OK();
 }
 
-// The next catch-up would decode and checksum the payload just committed
-// to apply it. When the table stands right before it (nothing committed in
-// between that it lacks) and nobody else is applying, the committer applies
-// it itself, from what it knows.
+// The payload is applied by its committer where it can be (ApplyOwnEntry):
+// the next catch-up would decode and checksum it.
 void File::ApplyOwnPatch(BlockTable* t, const LogPos& after, uint32_t rs, uint32_t words,
                          uint64_t v, uint32_t in, uint32_t n) {
   // The reservation slot comes from the commit: reading the apply word
   // back would miss where a flush evicts the line (clwb on AMD Zen does).
   if (after.last != rs + 1 + words) return;  // entries of others between payload and apply
-  if (apply_lock_.test_and_set(std::memory_order_acquire)) return;  // someone is applying
-  const LogPos cur = t->cursor();
-  if (t == table_.load(std::memory_order_relaxed) && cur.lblock == after.lblock && cur.slot == rs &&
-      !StaleAfterCompaction(*t, cur, root_.words->compact_seq.load(std::memory_order_acquire))) {
-    Effect& eff = own_effect_;
-    eff.Clear();
-    eff.vblock = uint32_t(v);
-    eff.nblocks = 1;
-    eff.runs.push_back(Run{kKeepBlock, 1});
-    eff.patch = PatchRef{after.lblock, rs + 1 + kPatchHeaderWords, in, n}.Encode();
-    // It passed the same checks at commit; a failure leaves the cursor
-    // before it, for a catch-up to decode and report.
-    if (t->Apply(eff).ok()) t->set_cursor(after);
-  }
-  apply_lock_.clear(std::memory_order_release);
+  ApplyOwnEntry(t, after, rs, [&](Effect* eff) {
+    eff->Clear();
+    eff->vblock = uint32_t(v);
+    eff->nblocks = 1;
+    eff->runs.push_back(Run{kKeepBlock, 1});
+    eff->patch = PatchRef{after.lblock, rs + 1 + kPatchHeaderWords, in, n}.Encode();
+  });
 }
 
 }  // namespace upfs

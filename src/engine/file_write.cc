@@ -175,7 +175,6 @@ void File::ClaimTail(ThreadCtx* c) {
   }
 }
 
-
 // Before an operation commits a size above the snapshot's size S without
 // rewriting the tail block: with the claim held (kept until the caller
 // releases it), and the snapshot still current, zero the bytes past S in
