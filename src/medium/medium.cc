@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 
+#include "medium/cpu_support.h"
 #include "medium/huge_page_choice.h"
 #include "medium/provide.h"
 #include "medium/pm.h"
@@ -174,6 +175,11 @@ void Medium::ForgetDescriptorAfterFork() {
 
 Status Medium::Open(int fd, const std::string& path, std::unique_ptr<Medium>* out,
                     bool read_only) {
+  // Before any CRC or 16-byte CAS runs on this medium's content.
+  if (Status cpu = CheckCpuSupport(); !cpu.ok()) {
+    close(fd);
+    return cpu;
+  }
   MediumKind kind;
   Status st = DetectMedium(fd, &kind);
   if (!st.ok()) {
