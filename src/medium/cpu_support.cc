@@ -22,7 +22,7 @@ Status JudgeCpu(const CpuFeatures& f) {
   if (!f.cmpxchg16b) missing += std::string(missing.empty() ? "" : " and ") + "CMPXCHG16B";
   if (missing.empty()) return Status::OK();
   return Status::Error(ENOTSUP, "this processor lacks " + missing +
-                                    ", which upfs needs (x86-64 processors since 2008-2011 have them)");
+                                    ", which upfs needs (every x86-64-v2 processor has both)");
 }
 
 Status CheckCpuSupport() {

@@ -12,6 +12,7 @@
 
 #include "container/pool/checkpoint.h"
 #include "engine/epoch_pin.h"
+#include "medium/cpu_support.h"
 #include "medium/pm.h"
 #include "util/crc32c.h"
 
@@ -59,6 +60,9 @@ uint64_t NowNs(clockid_t clock = CLOCK_REALTIME) {
 }  // namespace
 
 Status ReadSuperblock(int fd, const std::string& path, format::pool::Superblock* sb, uint64_t* file_bytes) {
+  // Before the superblock's checksum runs crc32 (attach and fsck read the
+  // superblock before they open the medium).
+  UPFS_RETURN_IF_ERROR(CheckCpuSupport());
   struct stat st;
   if (fstat(fd, &st) != 0) return Status::FromErrno("stat " + path);
   if (!S_ISREG(st.st_mode)) return Status::Error(EMEDIUMTYPE, path + ": not a regular file, not a upfs pool");
