@@ -2,7 +2,19 @@
 // upfs is built for gets ENOTSUP naming them, never SIGILL.
 #include "medium/cpu_support.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
 #include <gtest/gtest.h>
+
+#include "test_util.h"
+#include "upfs/upfs.h"
 
 namespace {
 
@@ -40,6 +52,73 @@ TEST(CpuSupport, ThisProcessorHasWhatTheTestsRunOn) {
   EXPECT_TRUE(f.sse42);
   EXPECT_TRUE(f.cmpxchg16b);
   EXPECT_TRUE(upfs::CheckCpuSupport().ok());
+}
+
+// Every way into upfs data, end to end through the C API, on a processor
+// judged to lack SSE4.2 (the seam stands in for cpuid): each is refused
+// with ENOTSUP naming the feature, a creation leaves no file behind, and
+// what existed before is untouched and opens again once the processor is
+// whole.
+class CpuRefusal : public ::testing::Test {
+ protected:
+  void TearDown() override { upfs::ClearCpuFeaturesOverride(); }
+  static bool Exists(const std::string& path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0;
+  }
+  static void ExpectRefused(int rc, const char* what) {
+    EXPECT_EQ(rc, -1) << what;
+    EXPECT_EQ(errno, ENOTSUP) << what << ": " << std::strerror(errno);
+    EXPECT_NE(std::string(upfs_last_error()).find("SSE4.2"), std::string::npos)
+        << what << ": " << upfs_last_error();
+  }
+  upfs_test::TempDir dir_;
+};
+
+TEST_F(CpuRefusal, NoFileOrPoolOpensAndNoCreationLeavesAFile) {
+  const std::string file = dir_.File("kept"), pool = dir_.File("pool"), mnt = dir_.path() + "/mnt";
+  const char data[] = "written on a capable processor";
+  // Made by another process: this one must meet the file for the first
+  // time (a process keeps a closed file's engine parked for a while, and
+  // a reopen of a parked file opens no medium: the processor was judged
+  // when it was first opened, and a process keeps its processor).
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const int cfd = upfs_open(file.c_str(), O_CREAT | O_RDWR, 0644);
+    const bool ok = cfd >= 0 && upfs_write(cfd, data, sizeof(data)) == ssize_t(sizeof(data)) &&
+                    upfs_close(cfd) == 0 && upfs_mkfs(pool.c_str(), 0) == 0;
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's setup failed";
+
+  upfs::OverrideCpuFeaturesForTest(CpuFeatures{.sse42 = false, .cmpxchg16b = true});
+  ExpectRefused(upfs_open(dir_.File("new").c_str(), O_CREAT | O_RDWR, 0644), "create a file");
+  EXPECT_FALSE(Exists(dir_.File("new")));
+  ExpectRefused(upfs_open(file.c_str(), O_RDWR), "open an existing file");
+  ExpectRefused(upfs_mkfs(dir_.File("pool2").c_str(), 0), "mkfs");
+  EXPECT_FALSE(Exists(dir_.File("pool2")));
+  ExpectRefused(upfs_mount(pool.c_str(), mnt.c_str()), "mount");
+  struct stat st;
+  EXPECT_EQ(upfs_stat((mnt + "/x").c_str(), &st), -1);  // not mounted: a kernel path
+  EXPECT_EQ(errno, ENOENT);
+
+  upfs::ClearCpuFeaturesOverride();
+  int fd = upfs_open(file.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0) << upfs_last_error();
+  char back[sizeof(data)] = {};
+  EXPECT_EQ(upfs_read(fd, back, sizeof(back)), ssize_t(sizeof(data)));
+  EXPECT_EQ(std::memcmp(back, data, sizeof(data)), 0);
+  EXPECT_EQ(upfs_close(fd), 0);
+  ASSERT_EQ(upfs_mount(pool.c_str(), mnt.c_str()), 0) << upfs_last_error();
+  fd = upfs_open((mnt + "/f").c_str(), O_CREAT | O_WRONLY, 0644);
+  EXPECT_GE(fd, 0) << upfs_last_error();
+  if (fd >= 0) {
+    EXPECT_EQ(upfs_close(fd), 0);
+  }
+  EXPECT_EQ(upfs_umount(mnt.c_str()), 0) << upfs_last_error();
 }
 
 }  // namespace

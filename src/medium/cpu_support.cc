@@ -2,6 +2,7 @@
 
 #include <cpuid.h>
 
+#include <atomic>
 #include <string>
 
 namespace upfs {
@@ -25,9 +26,22 @@ Status JudgeCpu(const CpuFeatures& f) {
                                     ", which upfs needs (every x86-64-v2 processor has both)");
 }
 
+namespace {
+CpuFeatures g_override_features;
+std::atomic<bool> g_overridden{false};
+}  // namespace
+
 Status CheckCpuSupport() {
+  if (g_overridden.load(std::memory_order_acquire)) return JudgeCpu(g_override_features);
   static const Status verdict = JudgeCpu(DetectCpuFeatures());
   return verdict;
 }
+
+void OverrideCpuFeaturesForTest(const CpuFeatures& f) {
+  g_override_features = f;
+  g_overridden.store(true, std::memory_order_release);
+}
+
+void ClearCpuFeaturesOverride() { g_overridden.store(false, std::memory_order_release); }
 
 }  // namespace upfs

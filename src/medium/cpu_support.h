@@ -25,7 +25,16 @@ CpuFeatures DetectCpuFeatures();
 // OK if `f` has everything upfs needs; else ENOTSUP naming what is missing.
 Status JudgeCpu(const CpuFeatures& f);
 
-// JudgeCpu of this processor, detected once.
+// JudgeCpu of this processor, detected once, or of the features a test
+// put in its place.
 Status CheckCpuSupport();
+
+// Tests only: CheckCpuSupport judges `f` instead of this processor until
+// ClearCpuFeaturesOverride, so that a test can drive every open, mkfs and
+// mount to the refusal a processor without the features would get (no
+// machine the tests run on lacks them). Not thread-safe against opens in
+// flight.
+void OverrideCpuFeaturesForTest(const CpuFeatures& f);
+void ClearCpuFeaturesOverride();
 
 }  // namespace upfs
