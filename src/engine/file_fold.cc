@@ -91,19 +91,23 @@ Status File::FoldBlocks(ThreadCtx* c, bool all_pairs, uint64_t* folded) {
   auto worth = [&](const BlockTable& t, uint64_t v) {
     return WorthFolding(t.patches(), v) || ColdPair(t.shadows(), v, min_age, now);
   };
-  // The table's applier (CatchUp, ApplyOwnPatch) changes the patch index
-  // under apply_lock_: the candidates are listed under it, folded after.
+  // Candidates only: each is judged again after the catch-up below. The
+  // patch index's list of leaves is a vector its applier (CatchUp,
+  // ApplyOwnPatch) may grow, so its walk holds apply_lock_; the shadow
+  // index is read lock-free (its leaves are never freed while the table
+  // lives, and the pin keeps the table), so the walk of every pair, the
+  // long one in a file of small writes, no longer keeps writers from
+  // applying their own commits.
   std::vector<uint64_t> blocks;
-  {
+  if (t->patches().any()) {
     SpinGuard g(apply_lock_);
-    t = table_.load(std::memory_order_acquire);
     t->patches().ForEach([&](uint64_t v, const uint64_t*, uint32_t) {
       if (WorthFolding(t->patches(), v)) blocks.push_back(v);
     });
-    t->shadows().ForEach([&](uint64_t v, uint32_t) {
-      if (ColdPair(t->shadows(), v, min_age, now)) blocks.push_back(v);
-    });
   }
+  t->shadows().ForEach([&](uint64_t v, uint32_t) {
+    if (ColdPair(t->shadows(), v, min_age, now)) blocks.push_back(v);
+  });
   for (uint64_t v : blocks) {
     UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
     if (!worth(*t, v)) continue;  // folded, flipped or rewritten meanwhile
