@@ -220,28 +220,35 @@ class Driver {
 // `image` (built with header *h) placed in fresh memory blocks at the
 // space's end (a previous image stays intact: the frozen layer may read
 // it) and opened; `verify` false skips the checksum pass, as for an image
-// a test damaged on purpose.
+// a test damaged on purpose. `scattered`: each block a run of its own, a
+// block apart, as a pool's image placed where no run was long enough (read
+// block by block, not through the flat view).
 std::unique_ptr<BaseImage> PlaceImage(const std::vector<uint64_t>& image, upfs_engine_test::MemorySpace* space,
-                                      format::pool::CheckpointHeader* h, bool verify) {
+                                      format::pool::CheckpointHeader* h, bool verify, bool scattered = false) {
   const uint64_t blocks = (image.size() * 8 + format::kBlockSize - 1) / format::kBlockSize;
-  const uint64_t at = space->capacity() / format::kBlockSize;
-  EXPECT_TRUE(space->Grow((at + blocks) * format::kBlockSize).ok());
-  std::memcpy(space->base() + at * format::kBlockSize, image.data(), image.size() * 8);
-  h->nruns = 1;
-  h->runs[0] = format::Run{uint32_t(at), uint32_t(blocks)};
+  const uint64_t at = space->capacity() / format::kBlockSize, stride = scattered ? 2 : 1;
+  EXPECT_TRUE(space->Grow((at + blocks * stride) * format::kBlockSize).ok());
+  const auto* bytes = reinterpret_cast<const char*>(image.data());
+  for (uint64_t i = 0; i < blocks; ++i)
+    std::memcpy(space->base() + (at + i * stride) * format::kBlockSize, bytes + i * format::kBlockSize,
+                std::min<uint64_t>(format::kBlockSize, image.size() * 8 - i * format::kBlockSize));
+  h->nruns = scattered ? uint32_t(blocks) : 1;
+  for (uint64_t i = 0; i < (scattered ? blocks : 1); ++i)
+    h->runs[i] = format::Run{uint32_t(at + i * stride), uint32_t(scattered ? 1 : blocks)};
   auto base = std::make_unique<BaseImage>();
   Status st = base->Open(BlockAccess(space), *h, 0, verify);
   EXPECT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(base->flat(), !scattered || blocks == 1);
   return base;
 }
 
 // The image of `idx`, placed and opened (PlaceImage).
 std::unique_ptr<BaseImage> WriteImage(const NsIndex& idx, upfs_engine_test::MemorySpace* space,
-                                      format::pool::CheckpointHeader* h, bool tagged) {
+                                      format::pool::CheckpointHeader* h, bool tagged, bool scattered = false) {
   std::vector<uint64_t> image;
   std::memset(h, 0, sizeof(*h));
   idx.BuildImage(&image, h, tagged);
-  std::unique_ptr<BaseImage> base = PlaceImage(image, space, h, /*verify=*/true);
+  std::unique_ptr<BaseImage> base = PlaceImage(image, space, h, /*verify=*/true, scattered);
   EXPECT_EQ(base->tagged(), tagged);
   // Every table passes fsck's check.
   base->ForEachDir([&](const BaseDir& d) {
@@ -283,7 +290,8 @@ TEST_P(NsIndexLayers, FrozenLayerAndItsImageAnswerAsTheWholeView) {
       }
       drv.ExpectSame(idx, r + ", over the frozen layer");
       headers.push_back(std::make_unique<format::pool::CheckpointHeader>());
-      idx.Publish(WriteImage(*frozen, &space, headers.back().get(), GetParam()));
+      // Every other image in runs of a block, the others in one run.
+      idx.Publish(WriteImage(*frozen, &space, headers.back().get(), GetParam(), round % 2 == 1));
       EXPECT_EQ(idx.frozen(), nullptr);
       frozen.reset();
       drv.ExpectSame(idx, r + ", over the image");

@@ -154,6 +154,8 @@ Status BaseImage::Open(const BlockAccess& ba, const CheckpointHeader& h, uint64_
   space_ = ba.space();
   header_block_ = header_block;
   blocks_.clear();
+  flat_ = nullptr;
+  image_words_ = 0;
   uint32_t crc = 0;
   uint64_t left = h.image_words;
   for (uint32_t r = 0; r < h.nruns && left > 0; ++r) {
@@ -168,6 +170,10 @@ Status BaseImage::Open(const BlockAccess& ba, const CheckpointHeader& h, uint64_
   }
   if (left != 0) return Bad("image shorter than its header says");
   if (verify && crc != h.image_crc) return Bad("image checksum mismatch");
+  image_words_ = h.image_words;
+  flat_ = blocks_.empty() ? nullptr : blocks_[0];
+  for (size_t i = 1; i < blocks_.size() && flat_; ++i)
+    if (blocks_[i] != blocks_[0] + i * kWordsPerBlock) flat_ = nullptr;
   BaseDir prev;
   for (uint64_t i = 0; i < h.dirs; ++i) {
     BaseDir d;
@@ -184,8 +190,8 @@ bool BaseImage::RowAt(uint64_t i, BaseDir* out) const {
   // least 4 if tagged: the slots after the tags stay 4-word aligned).
   const uint64_t words_per_slot = kNameSlotWords + (tagged_ ? 1 : 0);
   return out->ino != 0 && out->slots >= (tagged_ ? 4u : 1u) && (out->slots & (out->slots - 1)) == 0 &&
-         out->slots <= h_->image_words && out->table % kNameSlotWords == 0 && out->table <= h_->image_words &&
-         out->slots * words_per_slot <= h_->image_words - out->table && out->entries <= out->slots;
+         out->slots <= image_words_ && out->table % kNameSlotWords == 0 && out->table <= image_words_ &&
+         out->slots * words_per_slot <= image_words_ - out->table && out->entries <= out->slots;
 }
 
 bool BaseImage::FindDir(uint64_t ino, BaseDir* out) const {
@@ -209,7 +215,7 @@ bool BaseImage::DecodeSlot(uint64_t at, std::string_view* name, NsEntry* e) cons
   const uint64_t name_at = tagged_ && len <= kInlineNameMax ? at + 2 : Word(at + 2);
   // Without overflow: a name position near 2^64 must not wrap past the
   // check (it did: a read far outside the image, found by fuzz_pool).
-  if (name_at >= h_->image_words || (len + 7) / 8 > h_->image_words - name_at ||
+  if (name_at >= image_words_ || (len + 7) / 8 > image_words_ - name_at ||
       name_at / kWordsPerBlock != (name_at + (len + 7) / 8 - 1) / kWordsPerBlock)
     return false;
   *name = std::string_view(WordPtr(name_at), len);

@@ -66,6 +66,8 @@ class BaseImage {
   }
   // Whether the image is of the tagged format (pools of version 3 on).
   bool tagged() const { return tagged_; }
+  // Whether its blocks lie side by side, read through one pointer.
+  bool flat() const { return flat_ != nullptr; }
   // fsck's check of a directory's table, beyond what a lookup checks: every
   // slot decodes, holds its name's checksum, agrees with its tag and lies
   // on its name's probe run, and the used slots are `entries`. False, with
@@ -89,7 +91,8 @@ class BaseImage {
 
  private:
   uint64_t Word(uint64_t w) const {
-    if (w >= h_->image_words) return 0;
+    if (w >= image_words_) return 0;
+    if (flat_) return flat_[w];
     return blocks_[w / (format::kBlockSize / 8)][w % (format::kBlockSize / 8)];
   }
   bool RowAt(uint64_t i, BaseDir* out) const;
@@ -99,6 +102,7 @@ class BaseImage {
   }
   bool DecodeSlot(uint64_t at, std::string_view* name, NsEntry* e) const;
   const char* WordPtr(uint64_t w) const {
+    if (flat_) return reinterpret_cast<const char*>(flat_ + w);
     return reinterpret_cast<const char*>(&blocks_[w / (format::kBlockSize / 8)][w % (format::kBlockSize / 8)]);
   }
   bool FindTagged(const BaseDir& d, std::string_view name, uint32_t crc, NsEntry* out) const;
@@ -106,6 +110,11 @@ class BaseImage {
   const format::pool::CheckpointHeader* h_ = nullptr;
   uint64_t header_block_ = 0;
   std::vector<const uint64_t*> blocks_;
+  // The image's words where its blocks lie side by side in the mapping (an
+  // image is allocated as one run when it can be), else null: a word is
+  // then one load, not two (blocks_ first), on every lookup's path.
+  const uint64_t* flat_ = nullptr;
+  uint64_t image_words_ = 0;  // the header's, read once
   const BlockSpace* space_ = nullptr;  // the pool's (for FindName's prefetch)
   bool tagged_ = false;
 };
