@@ -182,10 +182,10 @@ class Pool {
   // failure.
   Status PlaceImage(const std::vector<uint64_t>& image, std::vector<format::Run>* runs,
                     uint32_t* header_block, std::vector<format::Run>* image_runs);
-  // n blocks into *runs, from `prefer` on if it is free (0: anywhere), and
-  // split as PlaceImage's.
-  Status AllocImageBlocks(uint64_t n, uint64_t prefer, std::vector<format::Run>* runs,
-                          uint32_t* header_block, std::vector<format::Run>* image_runs);
+  // n blocks into *runs (one run if the pool can be grown for it), split
+  // as PlaceImage's.
+  Status AllocImageBlocks(uint64_t n, std::vector<format::Run>* runs, uint32_t* header_block,
+                          std::vector<format::Run>* image_runs);
   // Retires the log blocks from the head up to keep_lblock (exclusive)
   // and makes keep_lblock the head.
   void RetireOldLog(uint32_t keep_lblock);

@@ -102,28 +102,16 @@ Status Pool::PlaceImage(const std::vector<uint64_t>& image, std::vector<Run>* ru
                         std::vector<Run>* image_runs) {
   // Blocks: the header, then the image.
   const uint64_t image_blocks = CeilBlocks(image.size() * 8);
-  auto give_back = [&] {
+  Status st = AllocImageBlocks(1 + image_blocks, runs, header_block, image_runs);
+  // Runs only where the pool could not grow for one (a full file system),
+  // and then as many as the free pieces make.
+  if (st.ok() && image_runs->size() > kMaxCheckpointRuns)
+    st = Status::Error(ENOSPC, "free space too fragmented for a checkpoint");
+  if (!st.ok()) {
     for (const Run& r : *runs)
       for (uint32_t i = 0; i < r.count; ++i) FreeBlock(r.lblock + i);
     runs->clear();
     image_runs->clear();
-  };
-  Status st = AllocImageBlocks(1 + image_blocks, 0, runs, header_block, image_runs);
-  if (st.ok() && image_runs->size() > kMaxCheckpointRuns) {
-    // The free space is in small pieces (single inode and log blocks freed
-    // among live ones, as a directory of 150,000 new files leaves it): the
-    // image goes to fresh space past the pool's end, where it is one run.
-    // Failing instead left every later commit building a whole image only
-    // to fail again, and the log growing without bound.
-    give_back();
-    const uint64_t end = bitmap_->words()->capacity_blocks.load(std::memory_order_acquire);
-    st = source_->EnsureCapacity(end + 1 + image_blocks);
-    if (st.ok()) st = AllocImageBlocks(1 + image_blocks, end, runs, header_block, image_runs);
-    if (st.ok() && image_runs->size() > kMaxCheckpointRuns)
-      st = Status::Error(ENOSPC, "free space too fragmented for a checkpoint");
-  }
-  if (!st.ok()) {
-    give_back();
     return st;
   }
   uint64_t done = 0;
@@ -138,17 +126,19 @@ Status Pool::PlaceImage(const std::vector<uint64_t>& image, std::vector<Run>* ru
   return Status::OK();
 }
 
-Status Pool::AllocImageBlocks(uint64_t n, uint64_t prefer, std::vector<Run>* runs, uint32_t* header_block,
+Status Pool::AllocImageBlocks(uint64_t n, std::vector<Run>* runs, uint32_t* header_block,
                               std::vector<Run>* image_runs) {
   ThreadBlocks t;
-  t.prefer = prefer;  // 0: wherever the claim policy finds room
   // One run, from space grown past the pool's end when the free space has
   // none that long (claims leave it in chunk-sized pieces: a 1,282-block
-  // image of a 100,000-name directory came in 21-23 runs): an image in one
-  // piece is read with one load a word (BaseImage's flat view) where runs
-  // cost every lookup a load of the block's address first. The space grown
-  // for it is ordinary free space once a later image replaces it. Runs
-  // only if even growing fails (a full file system).
+  // image of a 100,000-name directory came in 21-23 runs; single inode and
+  // log blocks freed among live ones, as a directory of 150,000 new files
+  // leaves it, made more runs than a header holds, and every later commit
+  // built a whole image only to fail again). An image in one piece is read
+  // with one load a word (BaseImage's flat view) where runs cost every
+  // lookup a load of the block's address first. The space grown for it is
+  // ordinary free space once a later image replaces it. Runs only if even
+  // growing fails (a full file system).
   Run one;
   Status st = source_->AllocContiguous(&t, n, &one);
   if (st.ok()) runs->push_back(one);
