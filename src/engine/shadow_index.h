@@ -8,7 +8,7 @@
 // Like that table, one writer at a time (the thread applying the log) and
 // lock-free readers; a reader may see a mask in the middle of a change,
 // which belongs to an entry committed after its snapshot and touching the
-// block, so its validation retries (File::Read). Leaves are never freed
+// block, so its validation retries (File::Read). Nodes are never freed
 // while the index lives.
 #pragma once
 
@@ -69,13 +69,17 @@ class ShadowIndex {
     if (!any()) return;
     v1 = std::min<uint64_t>(v1, format::kGranuleMaxVblock + 1);
     for (uint64_t v = v0; v < v1;) {
-      Leaf* l = LeafOf(v);
-      const uint64_t leaf_end = ((v >> kLeafBits) + 1) << kLeafBits;
+      // A missing node is skipped whole: a truncate to zero clears up to
+      // 2^28 blocks of a table that holds a few leaves.
+      Mid* m = top_[TopOf(v)].load(std::memory_order_acquire);
+      Leaf* l = m ? m->leaf[MidOf(v)].load(std::memory_order_acquire) : nullptr;
+      const uint32_t span_bits = m ? kLeafBits : kLeafBits + kMidBits;
+      const uint64_t span_end = ((v >> span_bits) + 1) << span_bits;
       if (!l) {
-        v = leaf_end;
+        v = span_end;
         continue;
       }
-      for (const uint64_t end = std::min(v1, leaf_end); v < end; ++v) {
+      for (const uint64_t end = std::min(v1, span_end); v < end; ++v) {
         std::atomic<uint64_t>& w = l->w[v & kLeafMask];
         if (w.load(std::memory_order_relaxed)) {
           w.store(0, std::memory_order_release);
@@ -93,12 +97,17 @@ class ShadowIndex {
   template <typename Fn>
   void ForEachStamped(Fn fn) const {
     if (!any()) return;
-    for (uint64_t r = 0; r < kRootSize; ++r) {
-      const Leaf* l = root_[r].load(std::memory_order_acquire);
-      if (!l) continue;
-      for (uint64_t i = 0; i < kLeafSize; ++i) {
-        const uint64_t w = l->w[i].load(std::memory_order_acquire);
-        if (w & kPaired) fn((r << kLeafBits) | i, uint32_t(w), uint32_t(w >> kStampShift));
+    for (uint64_t t = 0; t < kTopSize; ++t) {
+      const Mid* m = top_[t].load(std::memory_order_acquire);
+      if (!m) continue;
+      for (uint64_t i = 0; i < kMidSize; ++i) {
+        const Leaf* l = m->leaf[i].load(std::memory_order_acquire);
+        if (!l) continue;
+        const uint64_t base = (t << (kMidBits + kLeafBits)) | (i << kLeafBits);
+        for (uint64_t j = 0; j < kLeafSize; ++j) {
+          const uint64_t w = l->w[j].load(std::memory_order_acquire);
+          if (w & kPaired) fn(base | j, uint32_t(w), uint32_t(w >> kStampShift));
+        }
       }
     }
   }
@@ -113,17 +122,31 @@ class ShadowIndex {
   static constexpr uint64_t kPaired = uint64_t{1} << 32;
   static constexpr uint32_t kStampShift = 33;
   static constexpr uint32_t kStampMask = 0x7fffffffu;
-  static constexpr uint32_t kLeafBits = 14;
+  // Three levels of 2^10, 2^9 and 2^9 entries over the 2^28 vblocks a
+  // flip can name: the first pairing of a table makes 16 KiB (its top, one
+  // middle node, one leaf of 4 KiB). Two levels with leaves of 2^14 made
+  // 256 KiB, zeroed by the kernel and again by the allocator, which cost
+  // every replay of a file with one paired block about 100 us (an unlink
+  // of a file whose header was overwritten, as SQLite's journal's is).
+  static constexpr uint32_t kLeafBits = 9, kMidBits = 9, kTopBits = 10;
+  static_assert(kLeafBits + kMidBits + kTopBits == 28 && format::kGranuleMaxVblock == (uint64_t{1} << 28) - 1);
   static constexpr uint64_t kLeafSize = uint64_t{1} << kLeafBits;
   static constexpr uint64_t kLeafMask = kLeafSize - 1;
-  static constexpr uint64_t kRootSize = (format::kGranuleMaxVblock + 1) >> kLeafBits;
+  static constexpr uint64_t kMidSize = uint64_t{1} << kMidBits;
+  static constexpr uint64_t kTopSize = uint64_t{1} << kTopBits;
   struct Leaf {
     std::atomic<uint64_t> w[kLeafSize] = {};
   };
+  struct Mid {
+    std::atomic<Leaf*> leaf[kMidSize] = {};
+  };
+  static uint64_t TopOf(uint64_t v) { return v >> (kMidBits + kLeafBits); }
+  static uint64_t MidOf(uint64_t v) { return (v >> kLeafBits) & (kMidSize - 1); }
 
   Leaf* LeafOf(uint64_t v) const {
-    if (!root_ || v > format::kGranuleMaxVblock) return nullptr;
-    return root_[v >> kLeafBits].load(std::memory_order_acquire);
+    if (!top_ || v > format::kGranuleMaxVblock) return nullptr;
+    const Mid* m = top_[TopOf(v)].load(std::memory_order_acquire);
+    return m ? m->leaf[MidOf(v)].load(std::memory_order_acquire) : nullptr;
   }
   uint64_t Word(uint64_t v) const {
     if (!any()) return 0;
@@ -131,15 +154,22 @@ class ShadowIndex {
     return l ? l->w[v & kLeafMask].load(std::memory_order_acquire) : 0;
   }
   std::atomic<uint64_t>* Slot(uint64_t v) {
-    if (!root_) root_.reset(new std::atomic<Leaf*>[kRootSize]());
-    std::atomic<Leaf*>& ls = root_[v >> kLeafBits];
+    if (!top_) top_.reset(new std::atomic<Mid*>[kTopSize]());
+    std::atomic<Mid*>& ms = top_[TopOf(v)];
+    Mid* m = ms.load(std::memory_order_relaxed);
+    if (!m) {
+      owned_mids_.push_back(std::make_unique<Mid>());
+      m = owned_mids_.back().get();
+      ms.store(m, std::memory_order_release);
+    }
+    std::atomic<Leaf*>& ls = m->leaf[MidOf(v)];
     Leaf* l = ls.load(std::memory_order_relaxed);
     if (!l) {
-      owned_.push_back(std::make_unique<Leaf>());
-      l = owned_.back().get();
+      owned_leaves_.push_back(std::make_unique<Leaf>());
+      l = owned_leaves_.back().get();
       ls.store(l, std::memory_order_release);
     }
-    // Readers find the root only after any_ (release) says there is one.
+    // Readers find the top only after any_ (release) says there is one.
     // Stored once: every reader loads it, and a store at each flip would
     // take its line from their caches though the value stays the same.
     if (!any_.load(std::memory_order_relaxed)) any_.store(true, std::memory_order_release);
@@ -148,8 +178,9 @@ class ShadowIndex {
 
   std::atomic<bool> any_{false};
   std::atomic<uint64_t> count_{0};
-  std::unique_ptr<std::atomic<Leaf*>[]> root_;
-  std::vector<std::unique_ptr<Leaf>> owned_;
+  std::unique_ptr<std::atomic<Mid*>[]> top_;
+  std::vector<std::unique_ptr<Mid>> owned_mids_;
+  std::vector<std::unique_ptr<Leaf>> owned_leaves_;
 };
 
 }  // namespace upfs

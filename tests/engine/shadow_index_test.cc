@@ -60,6 +60,35 @@ TEST(ShadowIndex, SetsClearsAndListsInBlockOrder) {
   EXPECT_FALSE(x.Paired(kGranuleMaxVblock));
 }
 
+// Blocks on both sides of every node edge (a leaf holds 2^9 blocks, a
+// middle node 2^18): set, listed in order, and cleared by ranges that
+// begin and end inside nodes, across nodes never made.
+TEST(ShadowIndex, ClearsAndListsAcrossNodeEdges) {
+  ShadowIndex x;
+  const std::vector<uint64_t> vs = {0, 511, 512, (1u << 18) - 1, 1u << 18, (1u << 27) + 3, kGranuleMaxVblock};
+  for (uint64_t v : vs) x.Set(v, uint32_t(v), 1);
+  EXPECT_EQ(x.count(), vs.size());
+  std::vector<uint64_t> seen;
+  x.ForEach([&](uint64_t v, uint32_t mask) {
+    seen.push_back(v);
+    EXPECT_EQ(mask, uint32_t(v));
+  });
+  EXPECT_EQ(seen, vs);
+  x.Clear(511, 513);  // the edge of the first leaf
+  EXPECT_TRUE(x.Paired(0));
+  EXPECT_FALSE(x.Paired(511));
+  EXPECT_FALSE(x.Paired(512));
+  x.Clear(1000, (1u << 27) + 4);  // over missing leaves and middle nodes
+  EXPECT_FALSE(x.Paired((1u << 18) - 1));
+  EXPECT_FALSE(x.Paired(1u << 18));
+  EXPECT_FALSE(x.Paired((1u << 27) + 3));
+  EXPECT_TRUE(x.Paired(kGranuleMaxVblock));
+  EXPECT_EQ(x.count(), 2u);
+  x.Clear(0, UINT64_MAX);
+  EXPECT_EQ(x.count(), 0u);
+  EXPECT_FALSE(x.Paired(0));
+}
+
 TEST(ShadowIndex, AgesAreTakenModuloTheStampsWidth) {
   EXPECT_EQ(ShadowIndex::Age(100, 1100), 1000u);
   EXPECT_EQ(ShadowIndex::Age(0x7fffff00u, 0x100), 0x200u) << "across the wrap";
