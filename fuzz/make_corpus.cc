@@ -150,8 +150,12 @@ bool Pack(const Bytes& src, Bytes* out) {
         case fmt::EntryKind::kGrowTail: ++s; break;
         case fmt::EntryKind::kGrowTailChecked: {
           const bool flip = fmt::IsGranuleFlip(e);
-          const uint64_t l1 = flip ? fmt::GranuleFlipPair(e) : fmt::GrowTailCheckedBlock(get(src, slot_off(l, s + 1)));
-          if (!add_run(l1, flip ? 2 : 1)) return false;
+          const uint64_t w1 = get(src, slot_off(l, s + 1));
+          const uint64_t l1 = flip ? fmt::GranuleFlipPair(e) : fmt::GrowTailCheckedBlock(w1);
+          // A pair's set names two blocks; an anywhere shadow, a toggle's
+          // home and a checked append's tail one.
+          const bool pair = flip && fmt::GranuleFlipSet(w1) && !fmt::GranuleFlipAnywhere(w1);
+          if (!add_run(l1, pair ? 2 : 1)) return false;
           s += fmt::kGrowTailCheckedSlots;
           break;
         }
@@ -211,7 +215,8 @@ bool Pack(const Bytes& src, Bytes* out) {
         case fmt::EntryKind::kGrowTail: ++s; break;
         case fmt::EntryKind::kGrowTailChecked: {
           const uint64_t w1 = get(src, slot_off(l, s + 1));
-          if (fmt::IsGranuleFlip(e))  // a pair stays two adjacent blocks: Pass 1 kept both, in order
+          // A pair stays two adjacent blocks: Pass 1 kept both, in order.
+          if (fmt::IsGranuleFlip(e))
             put(&d, slot_off(nl, s), fmt::EncodeGranuleFlip0(fmt::GranuleFlipVblock(e), to[fmt::GranuleFlipPair(e)]));
           else
             put(&d, slot_off(nl, s + 1),
@@ -317,10 +322,10 @@ void ApiSeeds() {
     return true;
   });
   FromApi("api-patches", UPFS_STRICT, [&](int fd) {
-    // Sub-block writes (granule flips, in a version 4 file): odd sizes and
-    // alignments, a block's first flip and toggles of it, nine on one
-    // block, one across a block edge (copied on write), then a truncate
-    // inside a paired block.
+    // Sub-block writes (granule flips with anywhere shadows, in a version 5
+    // file): odd sizes and alignments, a block's first flip and toggles of
+    // it, nine on one block, one across a block edge (copied on write),
+    // then a truncate inside a paired block.
     if (!PW(fd, big.data(), 20000, 0)) return false;
     const std::pair<off_t, size_t> w[] = {{100, 1}, {1001, 7}, {4090, 6}, {8192, 512}, {4093, 9}};
     for (const auto& [off, n] : w)

@@ -144,7 +144,8 @@ struct Workload {
   std::vector<Op> ops;    // recorded and explored
   size_t explore_from = 0;  // ops before this index run recorded but unexplored
   // The file's format version, if not the current one: made as a build of
-  // that version would have made it (version 3: small writes as patches).
+  // that version would have made it (version 3: small writes as patches;
+  // version 4: first flips copy blocks into pairs of neighbours).
   uint32_t version = 0;
 };
 
@@ -250,16 +251,21 @@ std::vector<Workload> MakeWorkloads() {
     w.push_back(c);
   }
   {
-    // Sub-block writes (granule flips; in the -patches variant, a version
-    // 3 file, patches in the log): one alone (a block's first flip), one
-    // over it, odd lengths and alignments, one at the end of a block, one
-    // across a block edge (copied on write), 2 KiB, nine on one block (a
-    // patched block's next write folds it), and a truncate inside it.
+    // Sub-block writes (granule flips with anywhere shadows; in the -pairs
+    // variant, a version 4 file, pairs of neighbours; in the -patches
+    // variant, a version 3 file, patches in the log): one alone (a block's
+    // first flip), one over it, odd lengths and alignments, one at the end
+    // of a block, one across a block edge (copied on write), 2 KiB, nine on
+    // one block (a patched block's next write folds it), and a truncate
+    // inside it.
     Workload p{"sub-block-writes", format::Consistency::kStrict, {W(0, 20000, 9)},
                {W(100, 128, 1), W(150, 100, 2), W(1001, 7, 3), W(4090, 6, 4), W(4090, 20, 5),
                 W(8192, 2048, 6)}};
     for (uint32_t i = 0; i < 9; ++i) p.ops.push_back(W(12288 + 100 * i + i, 50 + i, 10 + i));
     p.ops.push_back(T(12300));
+    w.push_back(p);
+    p.name = "sub-block-writes-pairs";
+    p.version = format::kFirstAnywhereShadowVersion - 1;
     w.push_back(p);
     p.name = "sub-block-writes-patches";
     p.version = format::kFirstGranuleVersion - 1;
@@ -286,6 +292,9 @@ std::vector<Workload> MakeWorkloads() {
     f.race = std::make_shared<Op>(W(2 * 4096 + 3500, 40, 50));
     f.race_fence = 1;
     g.ops.push_back(f);
+    w.push_back(g);
+    g.name = "sub-block-gc-pairs";
+    g.version = format::kFirstAnywhereShadowVersion - 1;
     w.push_back(g);
     g.name = "sub-block-gc-patches";
     g.version = format::kFirstGranuleVersion - 1;
@@ -335,6 +344,9 @@ std::vector<Workload> MakeWorkloads() {
       t.race_store = 1;
       r.ops.push_back(t);
     }
+    w.push_back(r);
+    r.name = "sub-block-racing-pairs";
+    r.version = format::kFirstAnywhereShadowVersion - 1;
     w.push_back(r);
     r.name = "sub-block-racing-patches";
     r.version = format::kFirstGranuleVersion - 1;

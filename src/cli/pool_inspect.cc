@@ -42,9 +42,12 @@ int RunPoolInfo(const std::string& path) {
   }
   Row("pool:", path);
   // What the version means for the builds that may share the pool
-  // (docs/format.md, "Pools, format version 5").
+  // (docs/format.md, "Pools, format version 6").
   Row("format:", "version " + std::to_string(r.version) +
-                     (r.version >= format::pool::kFirstGranulePoolVersion
+                     (r.version >= format::pool::kFirstAnywhereShadowPoolVersion
+                          ? " (tagged checkpoint images, checked appends and granule flips with anywhere "
+                            "shadows in files' logs)"
+                      : r.version >= format::pool::kFirstGranulePoolVersion
                           ? " (tagged checkpoint images, checked appends and granule flips in files' logs)"
                       : r.version >= format::pool::kFirstCheckedAppendPoolVersion
                           ? " (tagged checkpoint images, checked appends in files' logs)"

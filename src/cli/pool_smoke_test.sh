@@ -133,7 +133,7 @@ contains "no such file" "the cold reader names the cause"
 expect 0 "fsck of the first pool" "$UPFS" fsck "$P"
 expect 0 "fsck of the second pool" "$UPFS" fsck "$Q"
 expect 0 "info of the first pool" "$UPFS" info "$P"
-contains "version 5 (tagged checkpoint images, checked appends and granule flips in files' logs)" "info shows the pool's format version"
+contains "version 6 (tagged checkpoint images, checked appends and granule flips with anywhere shadows in files' logs)" "info shows the pool's format version"
 contains "files" "info shows the namespace"
 
 # -- bench --pool -----------------------------------------------------------------

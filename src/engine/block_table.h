@@ -35,11 +35,13 @@ struct Effect {
   // From a kPatch payload: where its bytes are (an encoded PatchRef; its
   // lblock is never 0), for the block `vblock` (runs: one kKeepBlock).
   uint64_t patch = 0;
-  // From a granule flip: the block is mapped to the pair runs[0].lblock
-  // (and its shadow, the next block); with flip_set its mask becomes
-  // flip_mask, else the granules in flip_mask change homes.
+  // From a granule flip naming block runs[0].lblock (format.h): with
+  // flip_set, the block's mask becomes flip_mask and its shadow that block
+  // (flip_anywhere) or, for a pair, the block after it, which the virtual
+  // block is mapped to; else the granules in flip_mask change homes.
   bool flip = false;
   bool flip_set = false;
+  bool flip_anywhere = false;
   uint32_t flip_mask = 0;
 
   void Clear() {
@@ -54,18 +56,29 @@ struct Effect {
     patch = 0;
     flip = false;
     flip_set = false;
+    flip_anywhere = false;
     flip_mask = 0;
   }
-  // Becomes the granule flip of block v with pair `pair` (set: its mask is
-  // `mask`; else the granules in `mask` change homes).
-  void SetFlip(uint32_t v, uint32_t pair, uint32_t mask, bool set) {
+  // Becomes the granule flip of block v naming block `block` (set: its mask
+  // is `mask`, anywhere: `block` is its shadow; else the granules in `mask`
+  // change homes).
+  void SetFlip(uint32_t v, uint32_t block, uint32_t mask, bool set, bool anywhere) {
     Clear();
     vblock = v;
     nblocks = 1;
-    runs.push_back(format::Run{pair, 1});
+    runs.push_back(format::Run{block, 1});
     flip = true;
     flip_set = set;
+    flip_anywhere = anywhere;
     flip_mask = mask;
+  }
+  // The blocks a flip effect makes block vblock's home and shadow (0, 0 for
+  // a toggle, which changes neither; `home` for an anywhere shadow, which
+  // keeps the block where it is).
+  void FlipBlocks(uint32_t home, uint32_t* new_home, uint32_t* new_shadow) const {
+    const uint32_t b = runs[0].lblock;
+    *new_home = !flip_set ? 0 : flip_anywhere ? home : b;
+    *new_shadow = !flip_set ? 0 : flip_anywhere ? b : b + 1;
   }
   // True if the effect can change the mapping of any block in [v0, v1).
   bool TouchesBlocks(uint64_t v0, uint64_t v1) const {
@@ -106,10 +119,12 @@ class BlockTable {
   uint64_t high_water() const { return high_.load(std::memory_order_acquire); }
   // The live sub-block patches of the mapped blocks.
   const PatchIndex& patches() const { return patches_; }
-  // The paired blocks (granule flips): mapped to P, their shadow P + 1.
+  // The paired blocks (granule flips) and their shadows.
   const ShadowIndex& shadows() const { return shadows_; }
   // The shadow block of virtual block v mapped to l, 0 if it has none.
-  uint32_t ShadowOf(uint64_t v, uint32_t l) const { return l && shadows_.Paired(v) ? l + 1 : 0; }
+  uint32_t ShadowOf(uint64_t v, uint32_t l) const {
+    return l && shadows_.Paired(v) ? shadows_.Shadow(v) : 0;
+  }
 
   // The first virtual block in [from, limit) that is mapped (mapped=true)
   // or a hole (mapped=false); limit if none. Skips never-mapped groups.

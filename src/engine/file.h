@@ -238,8 +238,8 @@ class File {
   bool AllocPair(ThreadCtx* c, std::vector<format::Run>* out);
   // The flip just committed, ending at `after`, applied by its committer
   // when the table stands right before it (file_flip.cc).
-  void ApplyOwnFlip(BlockTable* t, const LogPos& after, uint32_t v, uint32_t pair,
-                    uint32_t granules, bool set);
+  void ApplyOwnFlip(BlockTable* t, const LogPos& after, uint32_t v, uint32_t named,
+                    uint32_t granules, bool set, bool anywhere);
   // Copies bytes [lo, hi) of block v (mapped to l) as a reader sees them
   // into out: the block, its patches, the granules its shadow holds.
   // Returns whether any of them came from a shadow.

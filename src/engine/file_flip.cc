@@ -1,8 +1,8 @@
 // File: sub-block writes as granule flips (docs/design.md, "Granule
 // flips"; MGSP's two homes per granule): a block that takes small writes
-// lives in a pair of blocks, each 128-byte granule in one of them, and a
-// write puts its granules into the homes not live and commits the new
-// mask. What every reader of a block's bytes needs of pairs is here too.
+// lives in two blocks, its home and a shadow, each 128-byte granule in one
+// of them, and a write puts its granules into the homes not live and
+// commits the new mask. What every reader of a block's bytes needs of pairs is here too.
 #include <algorithm>
 #include <cstring>
 
@@ -19,7 +19,8 @@ bool File::CopyGranules(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo
                         char* out) const {
   uint32_t mask = 0;
   if (!t.shadows().Get(v, &mask) || mask == 0) return false;
-  const char* shadow = access_.AddrUnchecked(l + 1);
+  // Loaded after the mask, stored before it (ShadowIndex::Set).
+  const char* shadow = access_.AddrUnchecked(t.shadows().Shadow(v));
   mask &= GranuleRange(uint32_t(lo), uint32_t(hi));
   const bool any = mask != 0;
   while (mask) {
@@ -131,16 +132,30 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
   const char* in = static_cast<const char*>(buf);
   uint32_t mask = 0;
   const bool paired = t->shadows().Get(v, &mask);
+  // A first flip of a version 4 log copies the block into a fresh pair.
+  const bool copy_to_pair = !paired && !root_.anywhere_shadows;
   std::vector<Run> fresh;
   UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &fresh);
-  uint32_t pair = l;
+  uint32_t named = l;  // the block the entry names (format.h)
+  uint32_t shadow = paired ? t->shadows().Shadow(v) : 0;
   uint32_t granules = 0;
   alignas(64) char img[kBlockSize];
-  if (paired) {
+  if (!copy_to_pair) {
+    if (!paired) {
+      // The block's first flip: a shadow from anywhere, holding nothing
+      // live yet (mask 0); the block stays where it is.
+      if (!source_->Alloc(&c->blocks, 1, &fresh).ok()) {
+        source_->FreeRuns(&c->blocks, fresh);
+        fresh.clear();
+        return Status::OK();  // copy on write, which says why if it fails too
+      }
+      shadow = named = fresh[0].lblock;
+      UPFS_RETURN_IF_ERROR(access_.CheckRange(shadow, 1, "granule shadow"));  // maps it
+    }
     // Each written granule goes to its home not live, completed from the
     // live one.
     granules = GranuleRange(lo, hi);
-    char* home[2] = {access_.AddrUnchecked(l), access_.AddrUnchecked(l + 1)};
+    char* home[2] = {access_.AddrUnchecked(l), access_.AddrUnchecked(shadow)};
     for (uint32_t g = 0; g < kGranulesPerBlock; ++g) {
       if (!(granules >> g & 1)) continue;
       const uint32_t live = mask >> g & 1;
@@ -154,32 +169,33 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
       }
     }
   } else {
-    // The block's first flip: the block with the write, copied into a
-    // fresh pair whose shadow holds nothing live yet (mask 0). Later
-    // writes to it copy only their granules.
+    // The block with the write, copied into a fresh pair whose shadow
+    // holds nothing live yet (mask 0). Later writes to it copy only their
+    // granules.
     if (!AllocPair(c, &fresh)) return Status::OK();  // copy on write
-    pair = fresh[0].lblock;
+    named = fresh[0].lblock;
     ComposeBlock(*t, v, l, img);
     std::memcpy(img + lo, in, n);
     std::memset(img + valid, 0, kBlockSize - valid);
-    UPFS_RETURN_IF_ERROR(access_.CheckRange(pair, 2, "granule pair"));  // maps both
-    pm::CopyNT(access_.AddrUnchecked(pair), img, kBlockSize);
+    UPFS_RETURN_IF_ERROR(access_.CheckRange(named, 2, "granule pair"));  // maps both
+    pm::CopyNT(access_.AddrUnchecked(named), img, kBlockSize);
   }
   // The granules are durable before the entry that makes them live can be.
   pm::Fence();
-  c->pending.entry_word1 = EncodeGranuleFlip1(granules, !paired);
-  Status st = writer_.Commit(&c->blocks, &c->scratch, &p, EncodeGranuleFlip0(uint32_t(v), pair),
+  const bool anywhere = !paired && !copy_to_pair;
+  c->pending.entry_word1 = EncodeGranuleFlip1(granules, !paired, anywhere);
+  Status st = writer_.Commit(&c->blocks, &c->scratch, &p, EncodeGranuleFlip0(uint32_t(v), named),
                              c->pending, [&](const Effect& e) { return e.TouchesBlocks(v, v + 1); },
                              conflicted);
   c->pending.entry_word1 = 0;
   UPFS_RETURN_IF_ERROR(st);
   if (*conflicted) return Status::OK();
   taken.Committed();
-  if (!paired) {
+  if (copy_to_pair) {
     uint32_t old = l;
     ReleaseDisplaced(c, &old, 1);
   }
-  ApplyOwnFlip(t, p, uint32_t(v), pair, granules, !paired);
+  ApplyOwnFlip(t, p, uint32_t(v), named, granules, !paired, anywhere);
   *done = true;
   return Status::OK();
 }
@@ -187,11 +203,11 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
 // The flip is applied by its committer where it can be (ApplyOwnEntry):
 // an ApplyFlip and its decoding in the next catch-up were 8% of a
 // toggle's samples.
-void File::ApplyOwnFlip(BlockTable* t, const LogPos& after, uint32_t v, uint32_t pair,
-                        uint32_t granules, bool set) {
+void File::ApplyOwnFlip(BlockTable* t, const LogPos& after, uint32_t v, uint32_t named,
+                        uint32_t granules, bool set, bool anywhere) {
   const uint32_t at = after.last;  // the flip's first slot: the last entry before `after`
   if (at == LogPos::kNoSlot || at + kGranuleFlipSlots != after.slot) return;
-  ApplyOwnEntry(t, after, at, [&](Effect* eff) { eff->SetFlip(v, pair, granules, set); });
+  ApplyOwnEntry(t, after, at, [&](Effect* eff) { eff->SetFlip(v, named, granules, set, anywhere); });
 }
 
 }  // namespace upfs

@@ -74,7 +74,7 @@ Status File::FoldOnce(ThreadCtx* c, BlockTable* t, uint64_t v, bool* folded) {
   taken.Committed();
   // The pair's shadow goes with it (released while a granule claim is
   // held, both are retired: the claimant may be writing their homes).
-  const uint32_t displaced[2] = {old, paired ? old + 1 : 0};
+  const uint32_t displaced[2] = {old, t->ShadowOf(v, old)};
   ReleaseDisplaced(c, displaced, 2);
   *folded = true;
   return Status::OK();

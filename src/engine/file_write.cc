@@ -29,11 +29,16 @@ void Overlay(const Effect& e, uint64_t v0, uint64_t n, uint32_t* old, uint32_t* 
   uint64_t v = e.vblock;
   for (const Run& r : e.runs) {
     uint64_t lo = std::max(v, v0), hi = std::min(v + r.count, v0 + n);
-    if (r.lblock != kKeepBlock)
+    if (e.flip) {
+      uint32_t home = 0, sh = 0;
+      if (lo < hi) e.FlipBlocks(old[lo - v0], &home, &sh);
+      if (home) old[lo - v0] = home, shadow[lo - v0] = sh;  // a toggle changes neither
+    } else if (r.lblock != kKeepBlock) {
       for (uint64_t b = lo; b < hi; ++b) {
         old[b - v0] = r.lblock ? r.lblock + uint32_t(b - v) : 0;
-        shadow[b - v0] = e.flip ? r.lblock + 1 : 0;
+        shadow[b - v0] = 0;
       }
+    }
     v += r.count;
   }
   if (e.size_op == Effect::kSet) {
@@ -396,7 +401,7 @@ Status File::Write(const void* buf, size_t n, uint64_t off, bool append, uint64_
     return Status::OK();
   }
   bool in_place = root_.consistency == Consistency::kSync && !append;
-  // Small strict writes flip granules (format version 4) or, in older
+  // Small strict writes flip granules (format version 4 and 5) or, in older
   // files, become patches.
   const bool small = root_.consistency == Consistency::kStrict && !append;
   const bool flip = small && root_.granules;

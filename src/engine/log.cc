@@ -176,33 +176,42 @@ Status BlockTable::ApplyPatch(const Effect& e) {
 }
 
 // A flip is written only over bytes below the size of a mapped block
-// without patches, and a toggle only to a block paired with the pair it
-// names, with nothing touching the block committed since (File::FlipOnce).
+// without patches, an anywhere shadow only to a block not paired, and a
+// toggle only to a block paired and mapped to the block it names, with
+// nothing touching the block committed since (File::FlipOnce).
 // Not idempotent: a toggle applied twice undoes itself, so a table whose
 // catch-up failed is never used again before a rebuild (its operations
 // fail at the same entry).
 Status BlockTable::ApplyFlip(const Effect& e) {
-  const uint32_t pair = e.runs[0].lblock;
+  const uint32_t named = e.runs[0].lblock;
   auto bad = [&](const std::string& why) {
-    return Status::Corrupt("granule flip of block " + std::to_string(e.vblock) + " to pair " +
-                               std::to_string(pair),
+    return Status::Corrupt("granule flip of block " + std::to_string(e.vblock) +
+                               (e.flip_anywhere ? " to shadow " : " to pair ") + std::to_string(named),
                            why);
   };
   const uint32_t l = Get(e.vblock);
-  // A set may map a hole (the compacted state maps paired blocks by their
-  // flips alone); a write's first flip maps over a mapped block.
-  if (l == 0 && !e.flip_set) return bad("the block is not mapped");
+  // A pair's set may map a hole (the compacted state maps such pairs by
+  // their flips alone); a version 4 write's first flip maps over a mapped
+  // block; an anywhere shadow pairs the block where it is.
+  if (l == 0 && !(e.flip_set && !e.flip_anywhere)) return bad("the block is not mapped");
   if ((uint64_t(e.vblock) << kBlockShift) >= size())
     return bad("the block lies past the size " + std::to_string(size()));
   if (patches_.Count(e.vblock)) return bad("the block has patches");
-  if (e.flip_set) {
-    if (l != pair) MapRun(e.vblock, pair, 1);
-    shadows_.Set(e.vblock, e.flip_mask, flip_stamp_);
+  uint32_t mask = 0;
+  const bool paired = shadows_.Get(e.vblock, &mask);
+  if (e.flip_anywhere) {
+    if (named == l) return bad("the shadow is the block itself");
+    if (paired) return bad("the block is paired already");
+    shadows_.Set(e.vblock, named, e.flip_mask, flip_stamp_);
     return Status::OK();
   }
-  uint32_t mask = 0;
-  if (l != pair || !shadows_.Get(e.vblock, &mask)) return bad("the block is not paired with it");
-  shadows_.Set(e.vblock, mask ^ e.flip_mask, flip_stamp_);
+  if (e.flip_set) {
+    if (l != named) MapRun(e.vblock, named, 1);
+    shadows_.Set(e.vblock, named + 1, e.flip_mask, flip_stamp_);
+    return Status::OK();
+  }
+  if (l != named || !paired) return bad("the block is not paired with it");
+  shadows_.Set(e.vblock, shadows_.Shadow(e.vblock), mask ^ e.flip_mask, flip_stamp_);
   return Status::OK();
 }
 
@@ -210,8 +219,10 @@ void BlockTable::InheritFlipStamps(const BlockTable& old) {
   if (!shadows_.any()) return;
   shadows_.ForEachStamped([&](uint64_t v, uint32_t mask, uint32_t) {
     uint32_t old_mask = 0;
-    const bool same = old.Get(v) == Get(v) && old.shadows().Get(v, &old_mask) && old_mask == mask;
-    shadows_.Set(v, mask, same ? old.shadows().Stamp(v) : old.caught_up_at_);
+    const uint32_t shadow = shadows_.Shadow(v);
+    const bool same = old.Get(v) == Get(v) && old.shadows().Get(v, &old_mask) && old_mask == mask &&
+                      old.shadows().Shadow(v) == shadow;
+    shadows_.Set(v, shadow, mask, same ? old.shadows().Stamp(v) : old.caught_up_at_);
   });
 }
 
@@ -353,11 +364,16 @@ Status DecodeGranuleFlip(const BlockAccess& ba, const LogBlock* b, uint32_t slot
   if (slot % 2 != 0) return Status::Corrupt(where(), "granule flip at an odd slot");
   const uint64_t w1 = b->slots[slot + 1].load(std::memory_order_acquire);
   if (!GranuleFlipWellFormed(e, w1)) return Status::Corrupt(where(), "malformed granule flip");
-  const uint32_t pair = GranuleFlipPair(e);
-  if (!ba.CheckRange(pair, 2, "granule flip's pair").ok())
-    return Status::Corrupt(where(), "granule flip's pair " + std::to_string(pair) +
+  const uint32_t named = GranuleFlipPair(e);
+  const bool anywhere = GranuleFlipAnywhere(w1);
+  // A pair's set names both its blocks; an anywhere shadow names one; a
+  // toggle names the home, whose shadow was checked when it was paired.
+  const bool pair = GranuleFlipSet(w1) && !anywhere;
+  const char* what = anywhere ? "granule flip's shadow" : pair ? "granule flip's pair" : "granule flip's home";
+  if (!ba.CheckRange(named, pair ? 2 : 1, what).ok())
+    return Status::Corrupt(where(), std::string(what) + " " + std::to_string(named) +
                                         " lies past the end of the file");
-  eff->SetFlip(GranuleFlipVblock(e), pair, GranuleFlipMask(w1), GranuleFlipSet(w1));
+  eff->SetFlip(GranuleFlipVblock(e), named, GranuleFlipMask(w1), GranuleFlipSet(w1), anywhere);
   return Status::OK();
 }
 

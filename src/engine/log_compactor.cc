@@ -160,8 +160,12 @@ void LogCompactor::EncodeState(const BlockTable& state, CompactWriter* w) const 
                      EncodeRun(Run{run_l, uint32_t(run_count)})});
     run_count = 0;
   };
+  // A pair whose shadow is its home's neighbour is mapped by its flip
+  // below (the only kind a version 4 log has); an anywhere shadow's block
+  // is mapped here, its flip below names the shadow.
+  auto by_pair = [&](uint64_t v, uint32_t l) { return state.ShadowOf(v, l) == l + 1; };
   state.ForEachMapped([&](uint64_t v, uint32_t l) {
-    if (state.shadows().Paired(v)) return;  // mapped by its flip below
+    if (by_pair(v, l)) return;
     if (run_count && v == run_v + run_count && l == run_l + run_count &&
         run_count < kInlineMaxCount) {
       ++run_count;
@@ -173,9 +177,14 @@ void LogCompactor::EncodeState(const BlockTable& state, CompactWriter* w) const 
     run_count = 1;
   });
   emit();
-  // Each pair as a flip that sets its mask (and maps the block to it).
+  // Each pairing as a flip that sets its mask.
   state.shadows().ForEach([&](uint64_t v, uint32_t mask) {
-    w->AddPair(EncodeGranuleFlip0(uint32_t(v), state.Get(v)), EncodeGranuleFlip1(mask, true));
+    const uint32_t l = state.Get(v);
+    if (by_pair(v, l))
+      w->AddPair(EncodeGranuleFlip0(uint32_t(v), l), EncodeGranuleFlip1(mask, true));
+    else
+      w->AddPair(EncodeGranuleFlip0(uint32_t(v), state.shadows().Shadow(v)),
+                 EncodeGranuleFlip1(mask, true, true));
   });
   std::vector<uint64_t> words;
   state.patches().ForEach([&](uint64_t v, const uint64_t* refs, uint32_t n) {

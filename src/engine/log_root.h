@@ -76,6 +76,10 @@ struct LogRoot {
   // small strict writes flip granules between a block and its shadow
   // instead of becoming patches.
   bool granules = true;
+  // It admits anywhere shadows (per-file format version 5, pool version
+  // 6): a block's first flip takes one shadow block from anywhere.
+  // Older logs pair blocks with their neighbours, copying the block.
+  bool anywhere_shadows = true;
   // Its stats leave a hint in `words` for stats without the engine
   // (engine/stat_hint.h): in a pool, where such stats read it.
   bool stat_hints = false;

@@ -1,14 +1,18 @@
 // ShadowIndex: the per-process DRAM index of a file's paired blocks
-// (docs/design.md, "Granule flips"): for each virtual block mapped to a
-// pair [P, P + 1] by a granule flip, the mask of its granules that live in
-// the shadow P + 1, and when this process last applied a flip of it (a
-// coarse millisecond stamp: the GC folds pairs no flip touched lately,
-// "Folding pairs back"). The BlockTable that owns it maps the block to P.
+// (docs/design.md, "Granule flips"): for each virtual block a granule flip
+// paired, its shadow block (P + 1 for a block mapped to a pair [P, P + 1],
+// anywhere for an anywhere shadow), the mask of its granules that live in
+// the shadow, and when this process last applied a flip of it (a coarse
+// millisecond stamp: the GC folds pairs no flip touched lately, "Folding
+// pairs back"). The BlockTable that owns it maps the block to its home.
 //
 // Like that table, one writer at a time (the thread applying the log) and
 // lock-free readers; a reader may see a mask in the middle of a change,
-// which belongs to an entry committed after its snapshot and touching the
-// block, so its validation retries (File::Read). Nodes are never freed
+// or a shadow and a mask of two different pairings (the shadow is stored
+// before the mask word that publishes it), which belong to an entry
+// committed after its snapshot and touching the block, so its validation
+// retries (File::Read). A shadow read is always a block some decoded entry
+// named (range-checked), or 0. Nodes are never freed
 // while the index lives.
 #pragma once
 
@@ -42,6 +46,12 @@ class ShadowIndex {
     return (w & kPaired) != 0;
   }
   bool Paired(uint64_t v) const { return (Word(v) & kPaired) != 0; }
+  // The shadow block of paired block v (meaningless if it is not paired).
+  uint32_t Shadow(uint64_t v) const {
+    if (!any()) return 0;
+    const Leaf* l = LeafOf(v);
+    return l ? l->shadow[v & kLeafMask].load(std::memory_order_acquire) : 0;
+  }
   // How many blocks are paired (each holds a shadow block).
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
 
@@ -56,12 +66,17 @@ class ShadowIndex {
   }
   static uint32_t Age(uint32_t stamp, uint32_t now) { return (now - stamp) & kStampMask; }
 
-  // Writer side: block v is paired with this mask, as of `stamp`.
-  void Set(uint64_t v, uint32_t mask, uint32_t stamp) {
+  // Writer side: block v is paired with shadow block `shadow` and this
+  // mask, as of `stamp`.
+  void Set(uint64_t v, uint32_t shadow, uint32_t mask, uint32_t stamp) {
     UPFS_ASSERT(v <= format::kGranuleMaxVblock);
     UPFS_ASSERT(stamp <= kStampMask);
-    std::atomic<uint64_t>* w = Slot(v);
+    UPFS_ASSERT(shadow != 0);
+    Leaf* l = LeafFor(v);
+    std::atomic<uint64_t>* w = &l->w[v & kLeafMask];
     if (!(w->load(std::memory_order_relaxed) & kPaired)) Count(+1);
+    std::atomic<uint32_t>* s = &l->shadow[v & kLeafMask];
+    if (s->load(std::memory_order_relaxed) != shadow) s->store(shadow, std::memory_order_release);
     w->store(uint64_t{stamp} << kStampShift | kPaired | mask, std::memory_order_release);
   }
   // Ends the pairing of blocks [v0, v1) (mapped anew, or unmapped).
@@ -93,7 +108,7 @@ class ShadowIndex {
   void ForEach(Fn fn) const {
     ForEachStamped([&](uint64_t v, uint32_t mask, uint32_t) { fn(v, mask); });
   }
-  // fn(v, mask, stamp) likewise.
+  // fn(v, mask, stamp) likewise (Shadow(v) gives the shadow).
   template <typename Fn>
   void ForEachStamped(Fn fn) const {
     if (!any()) return;
@@ -123,8 +138,8 @@ class ShadowIndex {
   static constexpr uint32_t kStampShift = 33;
   static constexpr uint32_t kStampMask = 0x7fffffffu;
   // Three levels of 2^10, 2^9 and 2^9 entries over the 2^28 vblocks a
-  // flip can name: the first pairing of a table makes 16 KiB (its top, one
-  // middle node, one leaf of 4 KiB). Two levels with leaves of 2^14 made
+  // flip can name: the first pairing of a table makes 18 KiB (its top of
+  // 8 KiB, one middle node of 4 KiB, one leaf of 6 KiB). Two levels with leaves of 2^14 made
   // 256 KiB, zeroed by the kernel and again by the allocator, at every
   // replay of a file with one paired block: a pool file's unlink (its
   // release replays the log) after one overwrite of its header, as
@@ -137,6 +152,7 @@ class ShadowIndex {
   static constexpr uint64_t kTopSize = uint64_t{1} << kTopBits;
   struct Leaf {
     std::atomic<uint64_t> w[kLeafSize] = {};
+    std::atomic<uint32_t> shadow[kLeafSize] = {};
   };
   struct Mid {
     std::atomic<Leaf*> leaf[kMidSize] = {};
@@ -154,7 +170,7 @@ class ShadowIndex {
     const Leaf* l = LeafOf(v);
     return l ? l->w[v & kLeafMask].load(std::memory_order_acquire) : 0;
   }
-  std::atomic<uint64_t>* Slot(uint64_t v) {
+  Leaf* LeafFor(uint64_t v) {
     if (!top_) top_.reset(new std::atomic<Mid*>[kTopSize]());
     std::atomic<Mid*>& ms = top_[TopOf(v)];
     Mid* m = ms.load(std::memory_order_relaxed);
@@ -174,7 +190,7 @@ class ShadowIndex {
     // Stored once: every reader loads it, and a store at each flip would
     // take its line from their caches though the value stays the same.
     if (!any_.load(std::memory_order_relaxed)) any_.store(true, std::memory_order_release);
-    return &l->w[v & kLeafMask];
+    return l;
   }
 
   std::atomic<bool> any_{false};

@@ -18,15 +18,19 @@ inline constexpr uint32_t kBlockShift = 12;
 inline constexpr uint32_t kCacheLine = 64;
 // Version 2 added sub-block patches (kPatch payloads), version 3 checked
 // appends (kGrowTailChecked entries), version 4 granule flips (two homes
-// per 128-byte granule instead of patches). Older files are read and
+// per 128-byte granule instead of patches), version 5 shadows anywhere (a
+// block's first flip leaves it where it is and takes one shadow block from
+// anywhere, instead of copying it into an adjacent pair). Older files are
+// read and
 // written as before: nothing a later version added is ever written into
 // one, so the build that made it can still open it (it refuses later
 // versions by their number).
-inline constexpr uint32_t kFormatVersion = 4;
+inline constexpr uint32_t kFormatVersion = 5;
 inline constexpr uint32_t kOldestFormatVersion = 1;
 inline constexpr uint32_t kFirstPatchVersion = 2;
 inline constexpr uint32_t kFirstCheckedAppendVersion = 3;
 inline constexpr uint32_t kFirstGranuleVersion = 4;
+inline constexpr uint32_t kFirstAnywhereShadowVersion = 5;
 // "UPFS" + format family marker + CR LF SUB NUL: catches text-mode mangling,
 // like PNG's signature.
 inline constexpr unsigned char kMagic[8] = {'U', 'P', 'F', 'S', 0x01, '\r', '\n', 0x1a};
@@ -248,24 +252,29 @@ inline bool GrowTailCheckedWellFormed(uint64_t w0, uint64_t w1) {
          GrowTailCheckedBlock(w1) != 0;
 }
 
-// Granule flip (format version 4): two words at an even slot, committed
-// together by one 16-byte CAS, kind 7 with bit 3 set (a checked append has
-// it clear).
-//   word 0: kind 7:3 | 1:1 | vblock:28 | pair:32
-//   word 1: granules:32 | set:1 | zero:31
-// Virtual block `vblock` lives in the pair of blocks [pair, pair + 1]: the
-// block `pair` and its shadow `pair + 1`. Each of its kGranulesPerBlock
-// granules of kGranuleSize bytes has two homes, the same bytes of the two
-// blocks, and a bit of the block's mask says which holds it (set: the
-// shadow). A sub-block write writes its granules into the homes not live,
-// makes them durable, and commits the new mask (docs/design.md, "Granule
-// flips"): with `set`, vblock is mapped to the pair and its mask becomes
-// `granules` (a block's first flip, and the compacted state); without,
-// vblock must already be mapped to that pair and the granules named
-// change homes (the mask is XORed with `granules`, never 0 then). Word 1
-// is never zero, so a word 0 whose word 1 did not reach media is told by
-// a zero there. Any other entry that maps vblock anew, or unmaps it, ends
-// the pairing.
+// Granule flip (format version 4; anywhere shadows, version 5): two words
+// at an even slot, committed together by one 16-byte CAS, kind 7 with bit
+// 3 set (a checked append has it clear).
+//   word 0: kind 7:3 | 1:1 | vblock:28 | block:32
+//   word 1: granules:32 | set:1 | anywhere:1 | zero:30
+// A paired virtual block `vblock` lives in two blocks, its home (the block
+// it is mapped to) and its shadow. Each of its kGranulesPerBlock granules
+// of kGranuleSize bytes has two homes, the same bytes of the two blocks,
+// and a bit of the block's mask says which holds it (set: the shadow). A
+// sub-block write writes its granules into the homes not live, makes them
+// durable, and commits the new mask (docs/design.md, "Granule flips"):
+//  - set, not anywhere (a pair, version 4): vblock is mapped to `block`,
+//    its shadow is `block + 1`, its mask becomes `granules`;
+//  - set and anywhere (version 5): vblock stays mapped where it is (it
+//    must be, and not paired), its shadow is `block`, its mask becomes
+//    `granules` (a block's first flip, and the compacted state of a pair
+//    whose shadow is not its home's neighbour);
+//  - neither (a toggle): vblock must be paired and mapped to `block`; the
+//    granules named change homes (the mask is XORed with `granules`,
+//    never 0 then).
+// Word 1 is never zero, so a word 0 whose word 1 did not reach media is
+// told by a zero there. Any other entry that maps vblock anew, or unmaps
+// it, ends the pairing.
 inline constexpr uint32_t kGranuleSize = 128;
 inline constexpr uint32_t kGranulesPerBlock = kBlockSize / kGranuleSize;
 static_assert(kGranulesPerBlock == 32 && kGranuleSize % kCacheLine == 0);
@@ -274,8 +283,8 @@ inline constexpr uint64_t kGranuleMaxVblock = (uint64_t{1} << 28) - 1;
 inline uint64_t EncodeGranuleFlip0(uint32_t vblock, uint32_t pair) {
   return uint64_t(EntryKind::kGrowTailChecked) | 8 | (uint64_t(vblock) << 4) | (uint64_t(pair) << 32);
 }
-inline uint64_t EncodeGranuleFlip1(uint32_t granules, bool set) {
-  return uint64_t(granules) | (uint64_t(set) << 32);
+inline uint64_t EncodeGranuleFlip1(uint32_t granules, bool set, bool anywhere = false) {
+  return uint64_t(granules) | (uint64_t(set) << 32) | (uint64_t(anywhere) << 33);
 }
 inline bool IsGranuleFlip(uint64_t w0) {
   return KindOf(w0) == EntryKind::kGrowTailChecked && (w0 & 8) != 0;
@@ -284,10 +293,11 @@ inline uint32_t GranuleFlipVblock(uint64_t w0) { return uint32_t((w0 >> 4) & kGr
 inline uint32_t GranuleFlipPair(uint64_t w0) { return uint32_t(w0 >> 32); }
 inline uint32_t GranuleFlipMask(uint64_t w1) { return uint32_t(w1); }
 inline bool GranuleFlipSet(uint64_t w1) { return (w1 >> 32) & 1; }
+inline bool GranuleFlipAnywhere(uint64_t w1) { return (w1 >> 33) & 1; }
 inline bool GranuleFlipWellFormed(uint64_t w0, uint64_t w1) {
   const uint32_t pair = GranuleFlipPair(w0);
-  return IsGranuleFlip(w0) && pair != 0 && pair < kMaxBlocks - 2 && (w1 >> 33) == 0 &&
-         (GranuleFlipSet(w1) || GranuleFlipMask(w1) != 0);
+  return IsGranuleFlip(w0) && pair != 0 && pair < kMaxBlocks - 2 && (w1 >> 34) == 0 &&
+         (GranuleFlipSet(w1) || (GranuleFlipMask(w1) != 0 && !GranuleFlipAnywhere(w1)));
 }
 // The mask bits of granules [lo, hi) of a block (bytes lo..hi-1, hi > lo).
 inline uint32_t GranuleRange(uint32_t lo, uint32_t hi) {

@@ -1,7 +1,8 @@
-// ShadowIndex and granule flips in a BlockTable: pairing, toggles, what
-// ends a pairing, the blocks a paired mapping holds, and the flips a
-// replay refuses (a toggle of a block not paired with that pair, a flip
-// past the size or of a hole).
+// ShadowIndex and granule flips in a BlockTable: pairing (pairs and
+// anywhere shadows), toggles, what ends a pairing, the blocks a paired
+// mapping holds, and the flips a replay refuses (a toggle of a block not
+// paired with that pair, a flip past the size or of a hole, an anywhere
+// shadow of a paired block or naming the block itself).
 #include "engine/shadow_index.h"
 
 #include <gtest/gtest.h>
@@ -60,7 +61,15 @@ using namespace upfs::format;
 
 Effect Flip(uint32_t v, uint32_t pair, uint32_t mask, bool set) {
   Effect e;
-  e.SetFlip(v, pair, mask, set);
+  e.SetFlip(v, pair, mask, set, false);
+  return e;
+}
+
+// A first flip of a version 5 log: block v keeps its home, `shadow` is its
+// shadow.
+Effect Anywhere(uint32_t v, uint32_t shadow, uint32_t mask) {
+  Effect e;
+  e.SetFlip(v, shadow, mask, true, true);
   return e;
 }
 
@@ -79,9 +88,9 @@ TEST(ShadowIndex, SetsClearsAndListsInBlockOrder) {
   uint32_t mask = 7;
   EXPECT_FALSE(x.any());
   EXPECT_FALSE(x.Get(5, &mask));
-  x.Set(kGranuleMaxVblock, 0, 0x7fffffffu);
-  x.Set(5, 0x80000001u, 12);
-  x.Set(1u << 20, 3, 0);
+  x.Set(kGranuleMaxVblock, 9, 0, 0x7fffffffu);
+  x.Set(5, 77, 0x80000001u, 12);
+  x.Set(1u << 20, 78, 3, 0);
   EXPECT_TRUE(x.any());
   ASSERT_TRUE(x.Get(5, &mask));
   EXPECT_EQ(mask, 0x80000001u);
@@ -91,6 +100,11 @@ TEST(ShadowIndex, SetsClearsAndListsInBlockOrder) {
   EXPECT_EQ(x.Stamp(5), 12u) << "the stamp beside the mask";
   EXPECT_EQ(x.Stamp(kGranuleMaxVblock), 0x7fffffffu) << "31 bits of stamp";
   EXPECT_EQ(x.Stamp(6), 0u);
+  EXPECT_EQ(x.Shadow(5), 77u) << "the shadow beside the mask";
+  EXPECT_EQ(x.Shadow(kGranuleMaxVblock), 9u);
+  x.Set(5, 79, 1, 13);
+  EXPECT_EQ(x.Shadow(5), 79u) << "a new pairing's shadow";
+  EXPECT_EQ(x.count(), 3u) << "a pairing set again is counted once";
   std::vector<uint64_t> seen;
   x.ForEach([&](uint64_t v, uint32_t) { seen.push_back(v); });
   EXPECT_EQ(seen, (std::vector<uint64_t>{5, 1u << 20, kGranuleMaxVblock}));
@@ -107,7 +121,7 @@ TEST(ShadowIndex, SetsClearsAndListsInBlockOrder) {
 TEST(ShadowIndex, ClearsAndListsAcrossNodeEdges) {
   ShadowIndex x;
   const std::vector<uint64_t> vs = {0, 511, 512, (1u << 18) - 1, 1u << 18, (1u << 27) + 3, kGranuleMaxVblock};
-  for (uint64_t v : vs) x.Set(v, uint32_t(v), 1);
+  for (uint64_t v : vs) x.Set(v, 1000, uint32_t(v), 1);
   EXPECT_EQ(x.count(), vs.size());
   std::vector<uint64_t> seen;
   x.ForEach([&](uint64_t v, uint32_t mask) {
@@ -139,13 +153,13 @@ TEST(ShadowIndex, AFirstPairingMakesAtMost16KiB) {
   g_counted = 0;
   g_counting = true;
   const uint64_t v = (uint64_t{1} << 27) + 5;
-  x.Set(v, 1, 0);
+  x.Set(v, 50, 1, 0);
   g_counting = false;
   EXPECT_GT(g_counted.load(), 0u);
-  EXPECT_LE(g_counted.load(), 16u * 1024 + 256) << "top, one middle node, one leaf";
+  EXPECT_LE(g_counted.load(), 18u * 1024 + 256) << "top, one middle node, one leaf";
   g_counted = 0;
   g_counting = true;
-  x.Set(v + 1, 1, 0);  // the same leaf
+  x.Set(v + 1, 51, 1, 0);  // the same leaf
   g_counting = false;
   EXPECT_EQ(g_counted.load(), 0u);
 }
@@ -199,6 +213,40 @@ TEST(ShadowIndex, FlipsPairToggleAndEndWithARemap) {
   EXPECT_FALSE(t.Apply(Flip(2, 40, 1, false)).ok()) << "a toggle of a pair no longer mapped";
 }
 
+// A version 5 first flip pairs the block where it is with a shadow from
+// anywhere; toggles flip its granules; a remap ends it, and a replay
+// refuses such a flip of a hole, of a paired block, or naming the block.
+TEST(ShadowIndex, AnywhereShadowsPairTheBlockWhereItIs) {
+  BlockTable t;
+  ASSERT_TRUE(t.Apply(Map(0, 10, 4, 4 * kBlockSize)).ok());
+  ASSERT_TRUE(t.Apply(Anywhere(2, 90, 0b100)).ok());
+  EXPECT_EQ(t.Get(2), 12u) << "the block stays where it was";
+  EXPECT_EQ(t.ShadowOf(2, 12), 90u);
+  EXPECT_EQ(t.shadows().count(), 1u);
+  ASSERT_TRUE(t.Apply(Flip(2, 12, 0b110, false)).ok()) << "a toggle names the home";
+  uint32_t mask = 0;
+  ASSERT_TRUE(t.shadows().Get(2, &mask));
+  EXPECT_EQ(mask, 0b010u);
+  EXPECT_EQ(t.ShadowOf(2, 12), 90u) << "a toggle keeps the shadow";
+  std::vector<uint32_t> held;
+  t.ForEachHeld([&](uint32_t l) { held.push_back(l); });
+  EXPECT_EQ(held, (std::vector<uint32_t>{10, 11, 12, 90, 13}));
+  EXPECT_FALSE(t.Apply(Anywhere(2, 91, 1)).ok()) << "a second shadow for a paired block";
+  EXPECT_FALSE(t.Apply(Flip(2, 90, 1, false)).ok()) << "a toggle naming the shadow";
+  EXPECT_FALSE(t.Apply(Anywhere(1, 11, 1)).ok()) << "the shadow is the block itself";
+  ASSERT_TRUE(t.Apply(Map(2, 60, 1, 0)).ok());
+  EXPECT_EQ(t.ShadowOf(2, 60), 0u) << "a copy on write ends the pairing";
+  EXPECT_EQ(t.shadows().count(), 0u);
+  Effect cut;
+  cut.size_op = Effect::kSet;
+  cut.new_size = 3 * kBlockSize;
+  ASSERT_TRUE(t.Apply(cut).ok());
+  EXPECT_FALSE(t.Apply(Anywhere(3, 95, 1)).ok()) << "a hole (past the size too)";
+  Effect punch = Map(1, 0, 1, 0);
+  ASSERT_TRUE(t.Apply(punch).ok());
+  EXPECT_FALSE(t.Apply(Anywhere(1, 95, 1)).ok()) << "a hole has no home to keep";
+}
+
 // A table replayed after a compaction keeps the stamps of the pairs the
 // table it replaces knew as they are; pairs changed since are stamped with
 // that table's last catch-up (they were flipped after it).
@@ -218,6 +266,21 @@ TEST(ShadowIndex, AReplayedTableInheritsTheStampsOfUnchangedPairs) {
   ASSERT_TRUE(fresh.Apply(Flip(2, 70, 0, true)).ok());    // paired anew since
   ASSERT_TRUE(fresh.Apply(Flip(3, 80, 0, true)).ok());    // paired since
   fresh.InheritFlipStamps(old);
+  // Anywhere shadows: one unchanged, one paired anew with another shadow.
+  ASSERT_TRUE(old.Apply(Map(4, 20, 2, 6 * kBlockSize)).ok());
+  old.BeginCatchUp(400);
+  old.BeginCatchUp(500);  // stamped 400
+  ASSERT_TRUE(old.Apply(Anywhere(4, 91, 1)).ok());
+  ASSERT_TRUE(old.Apply(Anywhere(5, 92, 1)).ok());
+  old.BeginCatchUp(600);
+  BlockTable fresh2;
+  ASSERT_TRUE(fresh2.Apply(Map(4, 20, 2, 6 * kBlockSize)).ok());
+  ASSERT_TRUE(fresh2.Apply(Anywhere(4, 91, 1)).ok());
+  ASSERT_TRUE(fresh2.Apply(Anywhere(5, 93, 1)).ok());
+  fresh2.InheritFlipStamps(old);
+  EXPECT_EQ(fresh2.shadows().Stamp(4), 400u) << "same home, shadow and mask";
+  EXPECT_EQ(fresh2.shadows().Stamp(5), 600u) << "another shadow: changed";
+  EXPECT_EQ(fresh2.ShadowOf(5, 21), 93u);
   EXPECT_EQ(fresh.shadows().Stamp(0), 100u) << "unchanged: old's stamp";
   EXPECT_EQ(fresh.shadows().Stamp(1), 300u) << "changed: old's last catch-up";
   EXPECT_EQ(fresh.shadows().Stamp(2), 300u);

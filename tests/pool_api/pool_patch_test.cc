@@ -197,7 +197,7 @@ TEST_F(PoolPatch, ColdPairsInAPoolFileFoldBackAfterARead) {
   std::string model = PatchBytes(6 * kBlockSize, 3);
   ASSERT_EQ(upfs_pwrite(fd, model.data(), model.size(), 0), ssize_t(model.size()));
   for (uint64_t v = 0; v < 6; ++v) {
-    for (uint32_t k = 0; k < 2; ++k) {  // the second write puts granules in the shadow
+    for (uint32_t k = 0; k < 3; ++k) {  // the first and third leave granules in the shadow
       const std::string b = PatchBytes(100, uint32_t(10 * v + k));
       ASSERT_EQ(upfs_pwrite(fd, b.data(), b.size(), off_t(v * kBlockSize + 300 + 10 * k)), 100);
       model.replace(v * kBlockSize + 300 + 10 * k, 100, b);

@@ -176,6 +176,7 @@ FileStorage PerFileStorage::storage() {
   root.patches = h->format_version >= kFirstPatchVersion;
   root.checked_appends = h->format_version >= kFirstCheckedAppendVersion;
   root.granules = h->format_version >= kFirstGranuleVersion;
+  root.anywhere_shadows = h->format_version >= kFirstAnywhereShadowVersion;
   FileStorage s{medium_.get(), source_.get(), root};
   s.may_have_crashed = h->in_use.load(std::memory_order_acquire) != 0;
   return s;

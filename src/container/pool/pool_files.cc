@@ -109,6 +109,7 @@ Status Pool::FileOfLocked(uint64_t ino, std::shared_ptr<File>* out, FileEntry** 
   root.patches = super()->version >= kFirstPatchPoolVersion;
   root.checked_appends = super()->version >= kFirstCheckedAppendPoolVersion;
   root.granules = super()->version >= kFirstGranulePoolVersion;
+  root.anywhere_shadows = super()->version >= kFirstAnywhereShadowPoolVersion;
   root.stat_hints = true;
   if (root.consistency != Consistency::kStrict && root.consistency != Consistency::kSync)
     return Status::Corrupt("inode", std::to_string(ino) + " has no consistency mode");

@@ -1,5 +1,5 @@
-// On-media format of a upfs pool, version kPoolVersion (4; versions 1 to
-// 3 are read and written too, see below), the pool container's own (it
+// On-media format of a upfs pool, version kPoolVersion (6; versions 1 to
+// 5 are read and written too, see below), the pool container's own (it
 // embeds the engine's log root words): one host file holding a whole
 // namespace. docs/format.md ("Pools") is the prose version of this header;
 // keep them in step.
@@ -36,13 +36,17 @@ namespace upfs::format::pool {
 // that the builds that made it can still read it. Version 4 added checked
 // appends in files' logs (format.h, kGrowTailChecked); older pools never
 // get one. Version 5 added granule flips in files' logs (format.h): their
-// files' small writes never become patches.
-inline constexpr uint32_t kPoolVersion = 5;
+// files' small writes never become patches. Version 6 added anywhere
+// shadows in files' logs (format.h, granule flips): a block's first flip
+// takes one shadow block from anywhere instead of copying the block into
+// an adjacent pair; older pools keep pairs.
+inline constexpr uint32_t kPoolVersion = 6;
 inline constexpr uint32_t kOldestPoolVersion = 1;
 inline constexpr uint32_t kFirstPatchPoolVersion = 2;
 inline constexpr uint32_t kFirstTaggedPoolVersion = 3;
 inline constexpr uint32_t kFirstCheckedAppendPoolVersion = 4;
 inline constexpr uint32_t kFirstGranulePoolVersion = 5;
+inline constexpr uint32_t kFirstAnywhereShadowPoolVersion = 6;
 // The per-file magic with family byte 0x02: a pool is never taken for a
 // per-file upfs file, nor the other way round.
 inline constexpr unsigned char kPoolMagic[8] = {'U', 'P', 'F', 'S', 0x02, '\r', '\n', 0x1a};
