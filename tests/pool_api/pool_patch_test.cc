@@ -136,6 +136,45 @@ TEST_F(PoolPatch, AVersion4PoolsFilesGetPatchesThatMatchAModel) {
   SmallWritesMatchAModel(upfs_test::TestSeed(20261130));
 }
 
+// A pool of version 5 (before anywhere shadows): a block's first small
+// write copies it into a pair of neighbours, as the builds that made it
+// did; later ones persist their granules. A version 6 pool's first small
+// write persists its granule and a line of log.
+TEST_F(PoolPatch, AVersion5PoolsFilesKeepPairsOfNeighbours) {
+  for (const bool old : {false, true}) {  // the fresh pool, then labelled 5
+    SCOPED_TRACE(old ? "version 5" : "version 6");
+    if (old) Relabel(upfs::format::pool::kFirstAnywhereShadowPoolVersion - 1);
+    const std::string name = P(old ? "v5" : "v6");
+    const int fd = upfs_open(name.c_str(), O_CREAT | O_RDWR, 0644);
+    ASSERT_GE(fd, 0) << upfs_last_error();
+    const std::string base = PatchBytes(8 * kBlockSize, 1), small = PatchBytes(128, 2);
+    ASSERT_EQ(upfs_pwrite(fd, base.data(), base.size(), 0), ssize_t(base.size()));
+    upfs::PersistCounter first;
+    ASSERT_EQ(upfs_pwrite(fd, small.data(), small.size(), 3 * kBlockSize + 640), 128);
+    if (old)
+      EXPECT_GE(first.bytes(), kBlockSize) << "the block copied into a pair";
+    else
+      EXPECT_LE(first.bytes(), 3 * kCacheLine) << "its granule and the flip's line";
+    upfs::PersistCounter second;
+    ASSERT_EQ(upfs_pwrite(fd, small.data(), small.size(), 3 * kBlockSize + 1024), 128);
+    EXPECT_LE(second.bytes(), 3 * kCacheLine);
+    std::string model = base;
+    model.replace(3 * kBlockSize + 640, 128, small);
+    model.replace(3 * kBlockSize + 1024, 128, small);
+    struct stat st;
+    ASSERT_EQ(upfs_fstat(fd, &st), 0);
+    EXPECT_EQ(st.st_blocks, 9 * 8) << "eight blocks and a shadow";
+    ASSERT_EQ(upfs_close(fd), 0);
+    Remount();
+    const int again = upfs_open(name.c_str(), O_RDONLY, 0);
+    ASSERT_GE(again, 0) << upfs_last_error();
+    EXPECT_EQ(ReadAll(again), model);
+    ASSERT_EQ(upfs_close(again), 0);
+    ASSERT_EQ(upfs_unlink(name.c_str()), 0);
+  }
+  CheckDetached(0, 1);
+}
+
 void PoolPatch::SmallWritesMatchAModel(uint64_t seed) {
   const int steps = int(upfs_test::Scaled(20000, 3000));
   std::printf("seed %llu, %d steps\n", (unsigned long long)seed, steps);
