@@ -272,8 +272,8 @@ TEST(FormatEntries, GranuleFlipEncoding) {
   for (uint32_t v : vblocks)
     for (uint32_t p : pairs)
       for (uint32_t m : masks)
-        for (int form : {0, 1, 2}) {  // toggle, pair, anywhere shadow
-          const bool set = form != 0, anywhere = form == 2;
+        for (int form : {0, 1, 2, 3}) {  // toggle, pair, anywhere shadow, unpairing
+          const bool set = form == 1 || form == 2, anywhere = form >= 2;
           const uint64_t w0 = EncodeGranuleFlip0(v, p), w1 = EncodeGranuleFlip1(m, set, anywhere);
           ASSERT_EQ(KindOf(w0), EntryKind::kGrowTailChecked);
           ASSERT_TRUE(IsGranuleFlip(w0));
@@ -288,11 +288,12 @@ TEST(FormatEntries, GranuleFlipEncoding) {
   EXPECT_FALSE(IsGranuleFlip(EncodeGrowTailChecked0(200, 100)));
   EXPECT_NE(EncodeGranuleFlip1(0, true), 0u) << "a set of mask 0 still has a nonzero word 1";
   // Damage: block 0 or past the block limit; a reserved bit set; a toggle
-  // of no granule or with `anywhere` set; a lost word 1.
+  // of no granule; a lost word 1. (An unpairing of mask 0 is well formed:
+  // a pairing whose granules all live at home.)
   EXPECT_FALSE(GranuleFlipWellFormed(EncodeGranuleFlip0(3, 0), EncodeGranuleFlip1(1, false)));
   EXPECT_FALSE(GranuleFlipWellFormed(EncodeGranuleFlip0(3, uint32_t(kMaxBlocks - 2)), EncodeGranuleFlip1(1, false)));
   EXPECT_FALSE(GranuleFlipWellFormed(EncodeGranuleFlip0(3, 9), EncodeGranuleFlip1(1, true) | (uint64_t{1} << 34)));
-  EXPECT_FALSE(GranuleFlipWellFormed(EncodeGranuleFlip0(3, 9), EncodeGranuleFlip1(1, false) | (uint64_t{1} << 33)));
+  EXPECT_TRUE(GranuleFlipWellFormed(EncodeGranuleFlip0(3, 9), EncodeGranuleFlip1(0, false, true)));
   EXPECT_FALSE(GranuleFlipWellFormed(EncodeGranuleFlip0(3, 9), uint64_t{1} << 63));
   EXPECT_FALSE(GranuleFlipWellFormed(EncodeGranuleFlip0(3, 9), EncodeGranuleFlip1(0, false)));
   EXPECT_FALSE(GranuleFlipWellFormed(EncodeGranuleFlip0(3, 9), 0));

@@ -38,7 +38,8 @@ struct Effect {
   // From a granule flip naming block runs[0].lblock (format.h): with
   // flip_set, the block's mask becomes flip_mask and its shadow that block
   // (flip_anywhere) or, for a pair, the block after it, which the virtual
-  // block is mapped to; else the granules in flip_mask change homes.
+  // block is mapped to; else the granules in flip_mask change homes (with
+  // flip_anywhere, an unpairing: they all come home, the pairing ends).
   bool flip = false;
   bool flip_set = false;
   bool flip_anywhere = false;
@@ -74,12 +75,19 @@ struct Effect {
   }
   // The blocks a flip effect makes block vblock's home and shadow (0, 0 for
   // a toggle, which changes neither; `home` for an anywhere shadow, which
-  // keeps the block where it is).
+  // keeps the block where it is, and for an unpairing, which leaves it
+  // with no shadow).
   void FlipBlocks(uint32_t home, uint32_t* new_home, uint32_t* new_shadow) const {
     const uint32_t b = runs[0].lblock;
-    *new_home = !flip_set ? 0 : flip_anywhere ? home : b;
-    *new_shadow = !flip_set ? 0 : flip_anywhere ? b : b + 1;
+    if (!flip_set) {
+      *new_home = flip_anywhere ? home : 0;
+      *new_shadow = 0;
+      return;
+    }
+    *new_home = flip_anywhere ? home : b;
+    *new_shadow = flip_anywhere ? b : b + 1;
   }
+  bool Unpairs() const { return flip && !flip_set && flip_anywhere; }
   // True if the effect can change the mapping of any block in [v0, v1).
   bool TouchesBlocks(uint64_t v0, uint64_t v1) const {
     if (size_op == kSet) return true;  // unmaps everything past new_size

@@ -276,6 +276,11 @@ class File {
   // (releasing the pair), unless anything touched the block since t's
   // cursor (then *folded is false, no retry).
   Status FoldOnce(ThreadCtx* c, BlockTable* t, uint64_t v, bool* folded);
+  // The fold of a paired block in a version 5 log (file_fold.cc): the
+  // granules its shadow holds copied into their home copies, then an
+  // unpairing committed, freeing the shadow; nothing if the granule claim
+  // is held or anything touched the block since t's cursor.
+  Status FoldHome(ThreadCtx* c, BlockTable* t, uint64_t v, bool* folded);
   // Folds every block whose patches reach three quarters of a limit, and
   // every pair no flip touched for a second (all_pairs: every pair); pinned.
   Status FoldBlocks(ThreadCtx* c, bool all_pairs, uint64_t* folded);

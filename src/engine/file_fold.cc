@@ -1,11 +1,13 @@
 // File: the GC's fold of patched and paired blocks (docs/design.md,
 // "Sub-block writes", "GC folds, then copies", "Folding pairs back"). A
-// block with many patches, or a pair no flip touched lately, is copied
-// whole, as a reader sees it, to a fresh block, and the fresh block is
-// committed in its place like a copy-on-write of the whole block: the
-// patches drop out of the table and the compaction that follows carries
-// none of them; the pair's two blocks go back free, side by side, where a
-// later first flip can take them again.
+// block with many patches, or a pair of a version 4 log no flip touched
+// lately, is copied whole, as a reader sees it, to a fresh block, and the
+// fresh block is committed in its place like a copy-on-write of the whole
+// block: the patches drop out of the table and the compaction that follows
+// carries none of them; the pair's two blocks go back free, side by side,
+// where a later first flip can take them again. A cold paired block of a
+// version 5 log is folded home: only the granules its shadow holds are
+// copied, into the block itself, and the shadow goes back free.
 #include <cstring>
 #include <vector>
 
@@ -35,6 +37,48 @@ bool ColdPair(const ShadowIndex& s, uint64_t v, uint32_t min_age_ms, uint32_t no
 
 }  // namespace
 
+Status File::FoldHome(ThreadCtx* c, BlockTable* t, uint64_t v, bool* folded) {
+  *folded = false;
+  LogPos p = t->cursor();
+  const uint32_t home = t->Get(v);
+  uint32_t mask = 0;
+  if (home == 0 || !t->shadows().Get(v, &mask)) return Status::OK();
+  const uint32_t shadow = t->shadows().Shadow(v);
+  // It writes homes not live, as a flip does: under the block's granule
+  // claim, never waited for (a writer holds it: the block is not cold).
+  std::atomic<uint64_t>* claim = &root_.words->granule_claim[v % LogWords::kGranuleClaims];
+  if (!TryClaim(claim, c)) return Status::OK();
+  ClaimGuard release{this, c, true, claim};
+  bool conflicted = false;
+  UPFS_RETURN_IF_ERROR(CommittedSince(c, p, &conflicted, [&](const Effect& e) { return e.TouchesBlocks(v, v + 1); }));
+  if (conflicted) return Status::OK();
+  // Each granule the shadow holds goes to its home copy, which nobody
+  // reads (the mask says the shadow) and, under the claim, nobody writes.
+  char* to = access_.AddrUnchecked(home);
+  const char* from = access_.AddrUnchecked(shadow);
+  for (uint32_t m = mask; m;) {
+    const uint32_t g = __builtin_ctz(m);
+    uint32_t run = g;  // granules g..run-1, one copy
+    while (run < kGranulesPerBlock && (m >> run & 1)) ++run;
+    m &= ~GranuleRange(g * kGranuleSize, run * kGranuleSize);
+    pm::CopyNT(to + g * kGranuleSize, from + g * kGranuleSize, (run - g) * kGranuleSize);
+  }
+  // The home copies are durable before the entry that makes them live.
+  pm::Fence();
+  c->pending.entry_word1 = EncodeGranuleFlip1(mask, false, true);
+  Status st = writer_.Commit(&c->blocks, &c->scratch, &p, EncodeGranuleFlip0(uint32_t(v), home),
+                             c->pending, [&](const Effect& e) { return e.TouchesBlocks(v, v + 1); },
+                             &conflicted);
+  c->pending.entry_word1 = 0;
+  UPFS_RETURN_IF_ERROR(st);
+  if (conflicted) return Status::OK();
+  // Retired through EBR if a claim is held (ours is): a reader may still
+  // be copying granules from it until its validation sends it back.
+  ReleaseDisplaced(c, &shadow, 1);
+  *folded = true;
+  return Status::OK();
+}
+
 Status File::FoldOnce(ThreadCtx* c, BlockTable* t, uint64_t v, bool* folded) {
   *folded = false;
   LogPos p = t->cursor();
@@ -42,6 +86,7 @@ Status File::FoldOnce(ThreadCtx* c, BlockTable* t, uint64_t v, bool* folded) {
   // A paired block may be the last, partial one (its bytes past the size
   // are zero in both homes); a patched one is folded only whole.
   const bool paired = t->shadows().Paired(v);
+  if (paired && root_.anywhere_shadows) return FoldHome(c, t, v, folded);
   if (old == 0 || (!paired && (t->patches().Count(v) == 0 || v >= t->size() >> kBlockShift)))
     return Status::OK();
   UPFS_ASSERT(!(paired && t->patches().Count(v)));

@@ -177,7 +177,8 @@ Status BlockTable::ApplyPatch(const Effect& e) {
 
 // A flip is written only over bytes below the size of a mapped block
 // without patches, an anywhere shadow only to a block not paired, and a
-// toggle only to a block paired and mapped to the block it names, with
+// toggle or an unpairing (with the block's whole mask) only to a block
+// paired and mapped to the block it names, with
 // nothing touching the block committed since (File::FlipOnce).
 // Not idempotent: a toggle applied twice undoes itself, so a table whose
 // catch-up failed is never used again before a rebuild (its operations
@@ -186,7 +187,10 @@ Status BlockTable::ApplyFlip(const Effect& e) {
   const uint32_t named = e.runs[0].lblock;
   auto bad = [&](const std::string& why) {
     return Status::Corrupt("granule flip of block " + std::to_string(e.vblock) +
-                               (e.flip_anywhere ? " to shadow " : " to pair ") + std::to_string(named),
+                               (!e.flip_anywhere ? " to pair "
+                                : e.flip_set     ? " to shadow "
+                                                 : " (unpairing) at home ") +
+                               std::to_string(named),
                            why);
   };
   const uint32_t l = Get(e.vblock);
@@ -199,7 +203,7 @@ Status BlockTable::ApplyFlip(const Effect& e) {
   if (patches_.Count(e.vblock)) return bad("the block has patches");
   uint32_t mask = 0;
   const bool paired = shadows_.Get(e.vblock, &mask);
-  if (e.flip_anywhere) {
+  if (e.flip_set && e.flip_anywhere) {
     if (named == l) return bad("the shadow is the block itself");
     if (paired) return bad("the block is paired already");
     shadows_.Set(e.vblock, named, e.flip_mask, flip_stamp_);
@@ -211,6 +215,11 @@ Status BlockTable::ApplyFlip(const Effect& e) {
     return Status::OK();
   }
   if (l != named || !paired) return bad("the block is not paired with it");
+  if (e.flip_anywhere) {
+    if (mask != e.flip_mask) return bad("the unpairing does not bring every granule home");
+    shadows_.Clear(e.vblock, e.vblock + 1);
+    return Status::OK();
+  }
   shadows_.Set(e.vblock, shadows_.Shadow(e.vblock), mask ^ e.flip_mask, flip_stamp_);
   return Status::OK();
 }
@@ -367,9 +376,12 @@ Status DecodeGranuleFlip(const BlockAccess& ba, const LogBlock* b, uint32_t slot
   const uint32_t named = GranuleFlipPair(e);
   const bool anywhere = GranuleFlipAnywhere(w1);
   // A pair's set names both its blocks; an anywhere shadow names one; a
-  // toggle names the home, whose shadow was checked when it was paired.
+  // toggle and an unpairing name the home, whose shadow was checked when
+  // it was paired.
   const bool pair = GranuleFlipSet(w1) && !anywhere;
-  const char* what = anywhere ? "granule flip's shadow" : pair ? "granule flip's pair" : "granule flip's home";
+  const char* what = anywhere && GranuleFlipSet(w1) ? "granule flip's shadow"
+                     : pair                           ? "granule flip's pair"
+                                                      : "granule flip's home";
   if (!ba.CheckRange(named, pair ? 2 : 1, what).ok())
     return Status::Corrupt(where(), std::string(what) + " " + std::to_string(named) +
                                         " lies past the end of the file");

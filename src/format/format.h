@@ -271,7 +271,11 @@ inline bool GrowTailCheckedWellFormed(uint64_t w0, uint64_t w1) {
 //    whose shadow is not its home's neighbour);
 //  - neither (a toggle): vblock must be paired and mapped to `block`; the
 //    granules named change homes (the mask is XORed with `granules`,
-//    never 0 then).
+//    never 0 then);
+//  - anywhere, not set (an unpairing, version 5: the GC's fold in place):
+//    vblock must be paired and mapped to `block`, and `granules` its mask;
+//    those granules come home (their home copies were written first) and
+//    the pairing ends, freeing the shadow.
 // Word 1 is never zero, so a word 0 whose word 1 did not reach media is
 // told by a zero there. Any other entry that maps vblock anew, or unmaps
 // it, ends the pairing.
@@ -297,7 +301,7 @@ inline bool GranuleFlipAnywhere(uint64_t w1) { return (w1 >> 33) & 1; }
 inline bool GranuleFlipWellFormed(uint64_t w0, uint64_t w1) {
   const uint32_t pair = GranuleFlipPair(w0);
   return IsGranuleFlip(w0) && pair != 0 && pair < kMaxBlocks - 2 && (w1 >> 34) == 0 &&
-         (GranuleFlipSet(w1) || (GranuleFlipMask(w1) != 0 && !GranuleFlipAnywhere(w1)));
+         (GranuleFlipSet(w1) || GranuleFlipAnywhere(w1) || GranuleFlipMask(w1) != 0);
 }
 // The mask bits of granules [lo, hi) of a block (bytes lo..hi-1, hi > lo).
 inline uint32_t GranuleRange(uint32_t lo, uint32_t hi) {

@@ -247,6 +247,31 @@ TEST(ShadowIndex, AnywhereShadowsPairTheBlockWhereItIs) {
   EXPECT_FALSE(t.Apply(Anywhere(1, 95, 1)).ok()) << "a hole has no home to keep";
 }
 
+// The GC's fold in place: an unpairing that brings the block's whole mask
+// home ends the pairing; one with another mask, of a block not paired, or
+// naming another block is refused.
+TEST(ShadowIndex, AnUnpairingEndsAPairingWithItsWholeMask) {
+  BlockTable t;
+  ASSERT_TRUE(t.Apply(Map(0, 10, 4, 4 * kBlockSize)).ok());
+  ASSERT_TRUE(t.Apply(Anywhere(1, 90, 0b1010)).ok());
+  Effect wrong_mask, wrong_block, whole, again;
+  wrong_mask.SetFlip(1, 11, 0b0010, false, true);
+  wrong_block.SetFlip(1, 90, 0b1010, false, true);
+  whole.SetFlip(1, 11, 0b1010, false, true);
+  again = whole;
+  EXPECT_FALSE(t.Apply(wrong_mask).ok()) << "a granule left in the shadow";
+  EXPECT_FALSE(t.Apply(wrong_block).ok()) << "naming the shadow, not the home";
+  ASSERT_TRUE(t.Apply(whole).ok());
+  EXPECT_EQ(t.ShadowOf(1, 11), 0u);
+  EXPECT_EQ(t.Get(1), 11u) << "the block stays home";
+  EXPECT_EQ(t.shadows().count(), 0u);
+  EXPECT_FALSE(t.Apply(again).ok()) << "a block not paired";
+  uint32_t home = 0, shadow = 7;
+  whole.FlipBlocks(11, &home, &shadow);
+  EXPECT_EQ(home, 11u);
+  EXPECT_EQ(shadow, 0u) << "a copy on write tracking it releases no shadow";
+}
+
 // A table replayed after a compaction keeps the stamps of the pairs the
 // table it replaces knew as they are; pairs changed since are stamped with
 // that table's last catch-up (they were flipped after it).
