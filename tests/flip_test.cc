@@ -177,7 +177,7 @@ TEST(Flip, EverySizeAndAlignmentReadsBackAcrossGcTruncateAndReopen) {
 // Damage to a committed flip is refused at open, naming its entry.
 TEST(Flip, ADamagedFlipIsRefusedAtOpen) {
   for (const int damage : {0, 1}) {
-    SCOPED_TRACE(damage ? "pair past the end" : "reserved bits set");
+    SCOPED_TRACE(damage ? "home past the end" : "reserved bits set");
     TempDir d;
     const std::string path = d.File("dmg");
     {
@@ -209,6 +209,45 @@ TEST(Flip, ADamagedFlipIsRefusedAtOpen) {
     FileReport rep;
     EXPECT_EQ(InspectFile(path, true, &rep).err(), EUCLEAN);
   }
+}
+
+// An anywhere shadow that names a block the file maps as data (a forged
+// or damaged log) would make reads of the shadow's granules return that
+// block's bytes: opening the file refuses it, and fsck names the block
+// referenced twice.
+TEST(Flip, AShadowNamingAMappedBlockIsRefused) {
+  TempDir d;
+  const std::string path = d.File("dup");
+  {
+    Opened f(path);
+    f.Write(PatchBytes(4 * kBlockSize, 1), 0);
+    f.Write(std::string(100, 'x'), kBlockSize + 8);  // the first flip: an anywhere shadow
+  }
+  const std::vector<uint64_t> slots = FlipSlots(path);
+  uint32_t first = kSlotsPerLogBlock, data = 0;
+  for (uint32_t i = 0; i + 1 < slots.size() && slots[i];) {
+    const EntryKind k = KindOf(slots[i]);
+    if ((k == EntryKind::kMap || k == EntryKind::kMapExtend) && DecodeInline(slots[i]).vblock == 0)
+      data = DecodeInline(slots[i]).lblock;
+    if (IsGranuleFlip(slots[i]) && first == kSlotsPerLogBlock) first = i;
+    i += k == EntryKind::kReserve ? 1 + ReserveCount(slots[i]) : k == EntryKind::kGrowTailChecked ? 2 : 1;
+  }
+  ASSERT_LT(first, kSlotsPerLogBlock);
+  ASSERT_NE(data, 0u) << "the four blocks' map entry";
+  ASSERT_TRUE(GranuleFlipAnywhere(slots[first + 1]));
+  const int fd = open(path.c_str(), O_RDWR);
+  const uint64_t w0 = EncodeGranuleFlip0(GranuleFlipVblock(slots[first]), data + 2);  // block 2's
+  ASSERT_EQ(pwrite(fd, &w0, 8, SlotOffset(path, first)), 8);
+  close(fd);
+  const int host = open(path.c_str(), O_RDWR);
+  std::unique_ptr<File> file;
+  Status st = OpenPerFile(host, path, false, Consistency::kStrict, nullptr, &file);
+  close(host);
+  EXPECT_EQ(st.err(), EUCLEAN) << st.ToString();
+  FileReport rep;
+  InspectFile(path, true, &rep);
+  ASSERT_FALSE(rep.problems.empty());
+  EXPECT_NE(rep.problems.front().find("referenced twice"), std::string::npos) << rep.problems.front();
 }
 
 // A flip whose second word did not reach media (media promise 8-byte
