@@ -6,7 +6,7 @@
 // truncation, punching and appends see exactly the bytes written and
 // leak no block; damage to a flip is refused, a flip a crash cut short
 // is discarded only after a crash; older files get patches instead; a
-// granule claim held by someone alive is never waited for, one left by
+// granule claim held by someone alive is waited for only briefly, one left by
 // the dead is taken over; threads and processes flipping the same blocks
 // lose, tear and reorder nothing.
 #include <fcntl.h>
@@ -332,8 +332,8 @@ TEST(Flip, OlderFilesGetPatchesNotFlips) {
 }
 
 // A granule claim held by a live owner sends the write to copy on write
-// (never a wait); one whose owner is gone is taken over.
-TEST(Flip, AGranuleClaimIsNeverWaitedForAndIsTakenFromTheDead) {
+// after a short bounded wait; one whose owner is gone is taken over.
+TEST(Flip, AGranuleClaimIsWaitedForOnlyBrieflyAndIsTakenFromTheDead) {
   TempDir d;
   Opened f(d.File("claim"));
   std::string model = PatchBytes(8 * kBlockSize, 1);

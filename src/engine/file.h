@@ -212,6 +212,8 @@ class File {
   // Takes a claim word (the tail's, a granule claim) for c's thread, or
   // takes it over from a dead owner; false if someone alive holds it.
   bool TryClaim(std::atomic<uint64_t>* claim, ThreadCtx* c);
+  // TryClaim again for a few microseconds (file_flip.cc); false if still held.
+  bool ClaimSoon(std::atomic<uint64_t>* claim, ThreadCtx* c);
   void ReleaseClaim(std::atomic<uint64_t>* claim, ThreadCtx* c);
   // *any: an entry was committed after p (one whose effect `which` picks,
   // if given).
