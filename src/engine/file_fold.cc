@@ -84,7 +84,7 @@ Status File::FoldOnce(ThreadCtx* c, BlockTable* t, uint64_t v, bool* folded) {
   LogPos p = t->cursor();
   const uint32_t old = t->Get(v);
   // A paired block may be the last, partial one (its bytes past the size
-  // are zero in both homes); a patched one is folded only whole.
+  // are zero in every live home); a patched one is folded only whole.
   const bool paired = t->shadows().Paired(v);
   if (paired && root_.anywhere_shadows) return FoldHome(c, t, v, folded);
   if (old == 0 || (!paired && (t->patches().Count(v) == 0 || v >= t->size() >> kBlockShift)))
