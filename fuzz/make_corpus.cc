@@ -151,7 +151,7 @@ bool Pack(const Bytes& src, Bytes* out) {
         case fmt::EntryKind::kGrowTailChecked: {
           const bool flip = fmt::IsGranuleFlip(e);
           const uint64_t w1 = get(src, slot_off(l, s + 1));
-          const uint64_t l1 = flip ? fmt::GranuleFlipPair(e) : fmt::GrowTailCheckedBlock(w1);
+          const uint64_t l1 = flip ? fmt::GranuleFlipBlock(e) : fmt::GrowTailCheckedBlock(w1);
           // A pair's set names two blocks; an anywhere shadow, a toggle's
           // home and a checked append's tail one.
           const bool pair = flip && fmt::GranuleFlipSet(w1) && !fmt::GranuleFlipAnywhere(w1);
@@ -217,7 +217,7 @@ bool Pack(const Bytes& src, Bytes* out) {
           const uint64_t w1 = get(src, slot_off(l, s + 1));
           // A pair stays two adjacent blocks: Pass 1 kept both, in order.
           if (fmt::IsGranuleFlip(e))
-            put(&d, slot_off(nl, s), fmt::EncodeGranuleFlip0(fmt::GranuleFlipVblock(e), to[fmt::GranuleFlipPair(e)]));
+            put(&d, slot_off(nl, s), fmt::EncodeGranuleFlip0(fmt::GranuleFlipVblock(e), to[fmt::GranuleFlipBlock(e)]));
           else
             put(&d, slot_off(nl, s + 1),
                 fmt::EncodeGrowTailChecked1(to[fmt::GrowTailCheckedBlock(w1)], fmt::GrowTailCheckedCrc(w1)));

@@ -67,16 +67,34 @@ off_t SlotOffset(const std::string& path, uint32_t s) {
   return off_t(h.log_head.load() * kBlockSize + offsetof(LogBlock, slots) + 8 * s);
 }
 
-// The slot of the last granule flip in the first log block.
-uint32_t LastFlip(const std::vector<uint64_t>& slots) {
-  uint32_t last = kSlotsPerLogBlock;
+// fn(s) for the first slot of each entry in the first log block, in order.
+template <typename Fn>
+void ForEachEntry(const std::vector<uint64_t>& slots, Fn fn) {
   for (uint32_t s = 0; s + 1 < slots.size() && slots[s];) {
-    if (IsGranuleFlip(slots[s])) last = s;
+    fn(s);
     s += KindOf(slots[s]) == EntryKind::kReserve ? 1 + ReserveCount(slots[s])
          : KindOf(slots[s]) == EntryKind::kGrowTailChecked ? 2
                                                           : 1;
   }
+}
+
+// The slot of the last granule flip in the first log block.
+uint32_t LastFlip(const std::vector<uint64_t>& slots) {
+  uint32_t last = kSlotsPerLogBlock;
+  ForEachEntry(slots, [&](uint32_t s) {
+    if (IsGranuleFlip(slots[s])) last = s;
+  });
   return last;
+}
+
+// What opening the file (a strict per-file open, as a process's first)
+// says of its log.
+Status OpenStatus(const std::string& path) {
+  const int host = open(path.c_str(), O_RDWR);
+  std::unique_ptr<File> file;
+  Status st = OpenPerFile(host, path, false, Consistency::kStrict, nullptr, &file);
+  close(host);
+  return st;
 }
 
 TEST(Flip, ASmallWriteAfterPairingPersistsItsGranulesNotItsBlock) {
@@ -200,10 +218,7 @@ TEST(Flip, ADamagedFlipIsRefusedAtOpen) {
       ASSERT_EQ(pwrite(fd, &w0, 8, SlotOffset(path, s)), 8);
     }
     close(fd);
-    const int host = open(path.c_str(), O_RDWR);
-    std::unique_ptr<File> file;
-    Status st = OpenPerFile(host, path, false, Consistency::kStrict, nullptr, &file);
-    close(host);
+    const Status st = OpenStatus(path);
     EXPECT_EQ(st.err(), EUCLEAN);
     EXPECT_NE(st.message().find("granule flip"), std::string::npos) << st.message();
     FileReport rep;
@@ -225,13 +240,12 @@ TEST(Flip, AShadowNamingAMappedBlockIsRefused) {
   }
   const std::vector<uint64_t> slots = FlipSlots(path);
   uint32_t first = kSlotsPerLogBlock, data = 0;
-  for (uint32_t i = 0; i + 1 < slots.size() && slots[i];) {
+  ForEachEntry(slots, [&](uint32_t i) {
     const EntryKind k = KindOf(slots[i]);
     if ((k == EntryKind::kMap || k == EntryKind::kMapExtend) && DecodeInline(slots[i]).vblock == 0)
       data = DecodeInline(slots[i]).lblock;
     if (IsGranuleFlip(slots[i]) && first == kSlotsPerLogBlock) first = i;
-    i += k == EntryKind::kReserve ? 1 + ReserveCount(slots[i]) : k == EntryKind::kGrowTailChecked ? 2 : 1;
-  }
+  });
   ASSERT_LT(first, kSlotsPerLogBlock);
   ASSERT_NE(data, 0u) << "the four blocks' map entry";
   ASSERT_TRUE(GranuleFlipAnywhere(slots[first + 1]));
@@ -239,10 +253,7 @@ TEST(Flip, AShadowNamingAMappedBlockIsRefused) {
   const uint64_t w0 = EncodeGranuleFlip0(GranuleFlipVblock(slots[first]), data + 2);  // block 2's
   ASSERT_EQ(pwrite(fd, &w0, 8, SlotOffset(path, first)), 8);
   close(fd);
-  const int host = open(path.c_str(), O_RDWR);
-  std::unique_ptr<File> file;
-  Status st = OpenPerFile(host, path, false, Consistency::kStrict, nullptr, &file);
-  close(host);
+  const Status st = OpenStatus(path);
   EXPECT_EQ(st.err(), EUCLEAN) << st.ToString();
   FileReport rep;
   InspectFile(path, true, &rep);
@@ -299,8 +310,11 @@ TEST(Flip, Version4FilesPairBlocksWithTheirNeighbours) {
   std::vector<uint64_t> slots = FlipSlots(path);
   const uint32_t s = LastFlip(slots);
   ASSERT_LT(s, kSlotsPerLogBlock);
-  for (uint32_t i = 0; i + 1 < slots.size(); ++i)
-    if (IsGranuleFlip(slots[i])) EXPECT_FALSE(GranuleFlipAnywhere(slots[i + 1])) << "slot " << i;
+  ForEachEntry(slots, [&](uint32_t i) {
+    if (IsGranuleFlip(slots[i])) {
+      EXPECT_FALSE(GranuleFlipAnywhere(slots[i + 1])) << "slot " << i;
+    }
+  });
   FileReport rep;
   ASSERT_TRUE(InspectFile(path, true, &rep).ok()) << (rep.problems.empty() ? "" : rep.problems.front());
   EXPECT_EQ(rep.format_version, kFirstAnywhereShadowVersion - 1) << "never upgraded";

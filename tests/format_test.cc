@@ -280,7 +280,7 @@ TEST(FormatEntries, GranuleFlipEncoding) {
           ASSERT_TRUE(GranuleFlipWellFormed(w0, w1));
           ASSERT_FALSE(GrowTailCheckedWellFormed(w0, w1)) << "never taken for a checked append";
           ASSERT_EQ(GranuleFlipVblock(w0), v);
-          ASSERT_EQ(GranuleFlipPair(w0), p);
+          ASSERT_EQ(GranuleFlipBlock(w0), p);
           ASSERT_EQ(GranuleFlipMask(w1), m);
           ASSERT_EQ(GranuleFlipSet(w1), set);
           ASSERT_EQ(GranuleFlipAnywhere(w1), anywhere);

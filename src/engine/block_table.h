@@ -87,7 +87,6 @@ struct Effect {
     *new_home = flip_anywhere ? home : b;
     *new_shadow = flip_anywhere ? b : b + 1;
   }
-  bool Unpairs() const { return flip && !flip_set && flip_anywhere; }
   // True if the effect can change the mapping of any block in [v0, v1).
   bool TouchesBlocks(uint64_t v0, uint64_t v1) const {
     if (size_op == kSet) return true;  // unmaps everything past new_size

@@ -212,7 +212,7 @@ class File {
   // Takes a claim word (the tail's, a granule claim) for c's thread, or
   // takes it over from a dead owner; false if someone alive holds it.
   bool TryClaim(std::atomic<uint64_t>* claim, ThreadCtx* c);
-  // TryClaim again for a few microseconds (file_flip.cc); false if still held.
+  // TryClaim again for 64 pauses (file_flip.cc); false if still held.
   bool ClaimSoon(std::atomic<uint64_t>* claim, ThreadCtx* c);
   void ReleaseClaim(std::atomic<uint64_t>* claim, ThreadCtx* c);
   // *any: an entry was committed after p (one whose effect `which` picks,
@@ -238,6 +238,11 @@ class File {
   Status FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
                   bool* done, bool* conflicted);
   bool AllocPair(ThreadCtx* c, std::vector<format::Run>* out);
+  // Commits the granule flip of block v naming `named` with this word 1,
+  // after the data it makes live is durable; *conflicted if anything
+  // touching v was committed after *p (file_flip.cc).
+  Status CommitFlip(ThreadCtx* c, LogPos* p, uint64_t v, uint32_t named, uint64_t word1,
+                    bool* conflicted);
   // The flip just committed, ending at `after`, applied by its committer
   // when the table stands right before it (file_flip.cc).
   void ApplyOwnFlip(BlockTable* t, const LogPos& after, uint32_t v, uint32_t named,

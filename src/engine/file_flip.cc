@@ -2,7 +2,8 @@
 // flips"; MGSP's two homes per granule): a block that takes small writes
 // lives in two blocks, its home and a shadow, each 128-byte granule in one
 // of them, and a write puts its granules into the homes not live and
-// commits the new mask. What every reader of a block's bytes needs of pairs is here too.
+// commits the new mask. What every reader of a block's bytes needs of
+// pairs is here too.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -24,17 +25,12 @@ bool File::CopyGranules(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo
   // Loaded after the mask, stored before it (ShadowIndex::Set).
   const char* shadow = access_.AddrUnchecked(t.shadows().Shadow(v));
   mask &= GranuleRange(uint32_t(lo), uint32_t(hi));
-  const bool any = mask != 0;
-  while (mask) {
-    const uint32_t g = __builtin_ctz(mask);
-    uint32_t run = g;  // granules g..run-1 live in the shadow, one copy
-    while (run < kGranulesPerBlock && (mask >> run & 1)) ++run;
-    mask &= ~GranuleRange(g * kGranuleSize, run * kGranuleSize);
-    const uint64_t a = std::max<uint64_t>(lo, g * kGranuleSize);
-    const uint64_t b = std::min<uint64_t>(hi, run * kGranuleSize);
+  ForEachGranuleRun(mask, [&](uint32_t first, uint32_t end) {
+    const uint64_t a = std::max<uint64_t>(lo, first * kGranuleSize);
+    const uint64_t b = std::min<uint64_t>(hi, end * kGranuleSize);
     OptimisticCopy(out + (a - lo), shadow + a, b - a);
-  }
-  return any;
+  });
+  return mask != 0;
 }
 
 bool File::CopyBlockBytes(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo, uint64_t hi,
@@ -65,8 +61,7 @@ bool File::TryClaim(std::atomic<uint64_t>* claim, ThreadCtx* c) {
 // A granule claim is held for about a microsecond (a flip's granules and
 // commit, the GC's fold home), and the GC folds claim after claim: a
 // writer that gave up at once copied 4 KiB on write for about 1% of
-// random 128-byte overwrites of a 1 GiB file. So 64 pauses (a few
-// microseconds at most, about what the copy on write costs) before giving
+// random 128-byte overwrites of a 1 GiB file. So 64 pauses before giving
 // up; never longer, as the holder may be descheduled or dead (TryClaim
 // takes a dead owner's over).
 bool File::ClaimSoon(std::atomic<uint64_t>* claim, ThreadCtx* c) {
@@ -155,7 +150,7 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
   std::vector<Run> fresh;
   UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &fresh);
   uint32_t named = l;  // the block the entry names (format.h)
-  uint32_t shadow = paired ? t->shadows().Shadow(v) : 0;
+  uint32_t shadow = t->ShadowOf(v, l);
   uint32_t granules = 0;
   alignas(64) char img[kBlockSize];
   if (!copy_to_pair) {
@@ -201,12 +196,7 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
   // The granules are durable before the entry that makes them live can be.
   pm::Fence();
   const bool anywhere = !paired && !copy_to_pair;
-  c->pending.entry_word1 = EncodeGranuleFlip1(granules, !paired, anywhere);
-  Status st = writer_.Commit(&c->blocks, &c->scratch, &p, EncodeGranuleFlip0(uint32_t(v), named),
-                             c->pending, [&](const Effect& e) { return e.TouchesBlocks(v, v + 1); },
-                             conflicted);
-  c->pending.entry_word1 = 0;
-  UPFS_RETURN_IF_ERROR(st);
+  UPFS_RETURN_IF_ERROR(CommitFlip(c, &p, v, named, EncodeGranuleFlip1(granules, !paired, anywhere), conflicted));
   if (*conflicted) return Status::OK();
   taken.Committed();
   if (copy_to_pair) {
@@ -216,6 +206,16 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
   ApplyOwnFlip(t, p, uint32_t(v), named, granules, !paired, anywhere);
   *done = true;
   return Status::OK();
+}
+
+Status File::CommitFlip(ThreadCtx* c, LogPos* p, uint64_t v, uint32_t named, uint64_t word1,
+                        bool* conflicted) {
+  c->pending.entry_word1 = word1;
+  Status st = writer_.Commit(&c->blocks, &c->scratch, p, EncodeGranuleFlip0(uint32_t(v), named),
+                             c->pending, [&](const Effect& e) { return e.TouchesBlocks(v, v + 1); },
+                             conflicted);
+  c->pending.entry_word1 = 0;
+  return st;
 }
 
 // The flip is applied by its committer where it can be (ApplyOwnEntry):

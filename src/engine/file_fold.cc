@@ -43,7 +43,7 @@ Status File::FoldHome(ThreadCtx* c, BlockTable* t, uint64_t v, bool* folded) {
   const uint32_t home = t->Get(v);
   uint32_t mask = 0;
   if (home == 0 || !t->shadows().Get(v, &mask)) return Status::OK();
-  const uint32_t shadow = t->shadows().Shadow(v);
+  const uint32_t shadow = t->ShadowOf(v, home);
   // It writes homes not live, as a flip does: under the block's granule
   // claim, never waited for (a writer holds it: the block is not cold).
   std::atomic<uint64_t>* claim = &root_.words->granule_claim[v % LogWords::kGranuleClaims];
@@ -56,21 +56,12 @@ Status File::FoldHome(ThreadCtx* c, BlockTable* t, uint64_t v, bool* folded) {
   // reads (the mask says the shadow) and, under the claim, nobody writes.
   char* to = access_.AddrUnchecked(home);
   const char* from = access_.AddrUnchecked(shadow);
-  for (uint32_t m = mask; m;) {
-    const uint32_t g = __builtin_ctz(m);
-    uint32_t run = g;  // granules g..run-1, one copy
-    while (run < kGranulesPerBlock && (m >> run & 1)) ++run;
-    m &= ~GranuleRange(g * kGranuleSize, run * kGranuleSize);
-    pm::CopyNT(to + g * kGranuleSize, from + g * kGranuleSize, (run - g) * kGranuleSize);
-  }
+  ForEachGranuleRun(mask, [&](uint32_t first, uint32_t end) {
+    pm::CopyNT(to + first * kGranuleSize, from + first * kGranuleSize, (end - first) * kGranuleSize);
+  });
   // The home copies are durable before the entry that makes them live.
   pm::Fence();
-  c->pending.entry_word1 = EncodeGranuleFlip1(mask, false, true);
-  Status st = writer_.Commit(&c->blocks, &c->scratch, &p, EncodeGranuleFlip0(uint32_t(v), home),
-                             c->pending, [&](const Effect& e) { return e.TouchesBlocks(v, v + 1); },
-                             &conflicted);
-  c->pending.entry_word1 = 0;
-  UPFS_RETURN_IF_ERROR(st);
+  UPFS_RETURN_IF_ERROR(CommitFlip(c, &p, v, home, EncodeGranuleFlip1(mask, false, true), &conflicted));
   if (conflicted) return Status::OK();
   // Retired through EBR if a claim is held (ours is): a reader may still
   // be copying granules from it until its validation sends it back.

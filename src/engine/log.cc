@@ -373,7 +373,7 @@ Status DecodeGranuleFlip(const BlockAccess& ba, const LogBlock* b, uint32_t slot
   if (slot % 2 != 0) return Status::Corrupt(where(), "granule flip at an odd slot");
   const uint64_t w1 = b->slots[slot + 1].load(std::memory_order_acquire);
   if (!GranuleFlipWellFormed(e, w1)) return Status::Corrupt(where(), "malformed granule flip");
-  const uint32_t named = GranuleFlipPair(e);
+  const uint32_t named = GranuleFlipBlock(e);
   const bool anywhere = GranuleFlipAnywhere(w1);
   // A pair's set names both its blocks; an anywhere shadow names one; a
   // toggle and an unpairing name the home, whose shadow was checked when

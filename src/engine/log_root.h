@@ -22,8 +22,9 @@ struct LogWords {
   // Who may write the homes not live of the granules of virtual blocks v
   // with v % kGranuleClaims == i (granule_claim[i]): a sub-block writer
   // (File::FlipOnce) or the GC's fold home, owner pid << 32 | slot + 1, 0
-  // = nobody. Waited for only a few microseconds (the writer then copies
-  // on write instead; the GC skips the fold); a dead owner's is taken over.
+  // = nobody. Waited for only briefly (64 pauses; the writer then copies
+  // on write instead; the GC's fold never waits); a dead owner's is taken
+  // over.
   static constexpr uint32_t kGranuleClaims = 4;
   std::atomic<uint64_t> granule_claim[kGranuleClaims];
   // Who may write the bytes past the end of file in the tail block (an

@@ -294,19 +294,32 @@ inline bool IsGranuleFlip(uint64_t w0) {
   return KindOf(w0) == EntryKind::kGrowTailChecked && (w0 & 8) != 0;
 }
 inline uint32_t GranuleFlipVblock(uint64_t w0) { return uint32_t((w0 >> 4) & kGranuleMaxVblock); }
-inline uint32_t GranuleFlipPair(uint64_t w0) { return uint32_t(w0 >> 32); }
+// The block the flip names: a pair's first block, a shadow, or a home.
+inline uint32_t GranuleFlipBlock(uint64_t w0) { return uint32_t(w0 >> 32); }
 inline uint32_t GranuleFlipMask(uint64_t w1) { return uint32_t(w1); }
 inline bool GranuleFlipSet(uint64_t w1) { return (w1 >> 32) & 1; }
 inline bool GranuleFlipAnywhere(uint64_t w1) { return (w1 >> 33) & 1; }
 inline bool GranuleFlipWellFormed(uint64_t w0, uint64_t w1) {
-  const uint32_t pair = GranuleFlipPair(w0);
-  return IsGranuleFlip(w0) && pair != 0 && pair < kMaxBlocks - 2 && (w1 >> 34) == 0 &&
+  const uint32_t block = GranuleFlipBlock(w0);
+  return IsGranuleFlip(w0) && block != 0 && block < kMaxBlocks - 2 && (w1 >> 34) == 0 &&
          (GranuleFlipSet(w1) || GranuleFlipAnywhere(w1) || GranuleFlipMask(w1) != 0);
 }
 // The mask bits of granules [lo, hi) of a block (bytes lo..hi-1, hi > lo).
 inline uint32_t GranuleRange(uint32_t lo, uint32_t hi) {
   const uint32_t g0 = lo / kGranuleSize, g1 = (hi - 1) / kGranuleSize + 1;
   return uint32_t(((uint64_t{1} << g1) - 1) & ~((uint64_t{1} << g0) - 1));
+}
+// fn(first, end) for each maximal run of set bits of `mask`: granules
+// [first, end), in order (one copy per run, not per granule).
+template <typename Fn>
+void ForEachGranuleRun(uint32_t mask, Fn fn) {
+  while (mask) {
+    const uint32_t first = uint32_t(__builtin_ctz(mask));
+    uint32_t end = first;
+    while (end < kGranulesPerBlock && (mask >> end & 1)) ++end;
+    mask &= ~GranuleRange(first * kGranuleSize, end * kGranuleSize);
+    fn(first, end);
+  }
 }
 
 // kReserve: kind:3 | count:9 | zero:52. The next `count` slots hold a
