@@ -20,10 +20,9 @@ using namespace format;
 
 bool File::CopyGranules(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo, uint64_t hi,
                         char* out) const {
-  uint32_t mask = 0;
-  if (!t.shadows().Get(v, &mask) || mask == 0) return false;
-  // Loaded after the mask, stored before it (ShadowIndex::Set).
-  const char* shadow = access_.AddrUnchecked(t.shadows().Shadow(v));
+  uint32_t mask = 0, s = 0;
+  if (!t.shadows().Get(v, &mask, &s) || mask == 0) return false;
+  const char* shadow = access_.AddrUnchecked(s);
   mask &= GranuleRange(uint32_t(lo), uint32_t(hi));
   ForEachGranuleRun(mask, [&](uint32_t first, uint32_t end) {
     const uint64_t a = std::max<uint64_t>(lo, first * kGranuleSize);
@@ -143,14 +142,13 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
   UPFS_ASSERT(claim->load(std::memory_order_relaxed) == c->tail_claim_id);
   const uint32_t valid = uint32_t(std::min<uint64_t>(size - (v << kBlockShift), kBlockSize));
   const char* in = static_cast<const char*>(buf);
-  uint32_t mask = 0;
-  const bool paired = t->shadows().Get(v, &mask);
+  uint32_t mask = 0, shadow = 0;
+  const bool paired = t->shadows().Get(v, &mask, &shadow);
   // A first flip of a version 4 log copies the block into a fresh pair.
   const bool copy_to_pair = !paired && !root_.anywhere_shadows;
   std::vector<Run> fresh;
   UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &fresh);
   uint32_t named = l;  // the block the entry names (format.h)
-  uint32_t shadow = t->ShadowOf(v, l);
   uint32_t granules = 0;
   alignas(64) char img[kBlockSize];
   if (!copy_to_pair) {

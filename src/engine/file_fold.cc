@@ -41,9 +41,8 @@ Status File::FoldHome(ThreadCtx* c, BlockTable* t, uint64_t v, bool* folded) {
   *folded = false;
   LogPos p = t->cursor();
   const uint32_t home = t->Get(v);
-  uint32_t mask = 0;
-  if (home == 0 || !t->shadows().Get(v, &mask)) return Status::OK();
-  const uint32_t shadow = t->ShadowOf(v, home);
+  uint32_t mask = 0, shadow = 0;
+  if (home == 0 || !t->shadows().Get(v, &mask, &shadow)) return Status::OK();
   // It writes homes not live, as a flip does: under the block's granule
   // claim, never waited for (a writer holds it: the block is not cold).
   std::atomic<uint64_t>* claim = &root_.words->granule_claim[v % LogWords::kGranuleClaims];

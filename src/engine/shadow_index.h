@@ -45,6 +45,17 @@ class ShadowIndex {
     *mask = uint32_t(w);
     return (w & kPaired) != 0;
   }
+  // Likewise with its shadow, loaded after the word that said it is paired
+  // (ShadowIndex::Set stores it before), so never 0 when it returns true.
+  // A caller that asks Paired() and Shadow() apart may see the pairing
+  // end between them (another thread applying a remap or a fold) and get
+  // 0: block 0, the file's header.
+  bool Get(uint64_t v, uint32_t* mask, uint32_t* shadow) const {
+    if (!Get(v, mask)) return false;
+    *shadow = Shadow(v);
+    UPFS_ASSERT(*shadow != 0);
+    return true;
+  }
   bool Paired(uint64_t v) const { return (Word(v) & kPaired) != 0; }
   // The shadow block of paired block v (meaningless if it is not paired).
   uint32_t Shadow(uint64_t v) const {
