@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <new>
+#include <thread>
 #include <vector>
 
 #include "engine/block_table.h"
@@ -162,6 +163,45 @@ TEST(ShadowIndex, AFirstPairingMakesAtMost16KiB) {
   x.Set(v + 1, 51, 1, 0);  // the same leaf
   g_counting = false;
   EXPECT_EQ(g_counted.load(), 0u);
+}
+
+// A reader that finds a block paired gets its shadow from the same call,
+// never 0, while the one writer pairs blocks for the first time, ends
+// pairings and pairs them again with other shadows. Asked apart, Paired()
+// and Shadow() may see a pairing end between them: FlipOnce once did,
+// took block 0 (the file's header) for the shadow and wrote granules
+// into it (the CI TSan stage's PoolPatch.ThreadsPatchingOneFileNeverTear-
+// OrReorder aborted at the AddrUnchecked(0) assertion).
+TEST(ShadowIndex, AReaderGetsTheShadowOfThePairingItSees) {
+  ShadowIndex x;
+  constexpr uint64_t kChurns = 1000000, kChurned = 7;
+  std::atomic<uint64_t> paired_up_to{0};
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (uint64_t i = 0; i < kChurns; ++i) {
+      if (i % 64 == 0) {  // a first pairing, of a block never paired
+        x.Set(kChurned + 1 + i / 64, uint32_t(100000 + i / 64), 1, 0);
+        paired_up_to.store(i / 64 + 1, std::memory_order_release);
+      }
+      x.Set(kChurned, uint32_t(1 + i % 50), uint32_t(i) | 1, 0);
+      x.Clear(kChurned, kChurned + 1);
+    }
+    done.store(true, std::memory_order_release);
+  });
+  uint64_t seen = 0, bad = 0;
+  while (!done.load(std::memory_order_acquire)) {
+    uint32_t mask = 0, shadow = 0;
+    if (x.Get(kChurned, &mask, &shadow)) {
+      ++seen;
+      bad += shadow == 0 || shadow > 50;
+    }
+    const uint64_t up_to = paired_up_to.load(std::memory_order_acquire);
+    if (up_to == 0) continue;
+    const uint64_t i = up_to - 1;
+    if (!x.Get(kChurned + 1 + i, &mask, &shadow) || shadow != 100000 + i) ++bad;
+  }
+  writer.join();
+  EXPECT_EQ(bad, 0u) << "of " << seen << " reads that found the churned block paired";
 }
 
 TEST(ShadowIndex, AgesAreTakenModuloTheStampsWidth) {
