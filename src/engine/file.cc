@@ -366,6 +366,11 @@ void File::MaybeCollectGarbage(ThreadCtx* c) {
   (void)CollectGarbage(false);  // best effort: the log just stays longer
 }
 
+bool File::ReadsMetShadows(uint32_t now) const {
+  const uint32_t asked = last_fold_request_.load(std::memory_order_relaxed);
+  return asked != 0 && ShadowIndex::Age(asked - 1, now) < 2 * kPairColdMs;
+}
+
 void File::NoteShadowRead() {
   if (read_only() || root_.consistency != Consistency::kStrict) return;
   const uint32_t now = ShadowIndex::Now() + 1;  // 0 stays "never"

@@ -294,6 +294,10 @@ class File {
   // A read met granules in a shadow: asks the GC to fold cold pairs, at
   // most once a second per File.
   void NoteShadowRead();
+  // Whether a reader asked for a fold lately (within two kPairColdMs of
+  // `now`): the GC then folds pairs cold for kPairColdMs, else only those
+  // idle for kPairIdleMs (file_internal.h).
+  bool ReadsMetShadows(uint32_t now) const;
   void TouchMtime();
   void MaybeCollectGarbage(ThreadCtx* c);
 

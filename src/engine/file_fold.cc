@@ -30,7 +30,8 @@ bool WorthFolding(const PatchIndex& p, uint64_t v) {
   return p.Count(v) * 4 >= kMaxPatchesPerBlock * 3 || p.Bytes(v) * 4 >= kPatchMaxBytes * 3;
 }
 
-// kPairColdMs (file_internal.h) old or more; a forced GC folds every pair.
+// min_age_ms old or more (kPairColdMs or kPairIdleMs, file_internal.h);
+// a forced GC folds every pair.
 bool ColdPair(const ShadowIndex& s, uint64_t v, uint32_t min_age_ms, uint32_t now) {
   return s.Paired(v) && ShadowIndex::Age(s.Stamp(v), now) >= min_age_ms;
 }
@@ -121,8 +122,8 @@ Status File::FoldBlocks(ThreadCtx* c, bool all_pairs, uint64_t* folded) {
   BlockTable* t;
   UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
   if (!t->patches().any() && !t->shadows().any()) return Status::OK();
-  const uint32_t min_age = all_pairs ? 0 : kPairColdMs;
   const uint32_t now = ShadowIndex::Now();
+  const uint32_t min_age = all_pairs ? 0 : ReadsMetShadows(now) ? kPairColdMs : kPairIdleMs;
   auto worth = [&](const BlockTable& t, uint64_t v) {
     return WorthFolding(t.patches(), v) || ColdPair(t.shadows(), v, min_age, now);
   };

@@ -34,6 +34,14 @@ class SpinGuard {
 // block again. Folding each pair at every GC undid itself under steady
 // small writes (each fold, 4 KiB, followed by the next write's re-pairing).
 inline constexpr uint32_t kPairColdMs = 1000;
+// Unless readers meet shadow granules, a GC folds only pairs no flip
+// touched for this long: a file that only takes small writes (a log, a
+// database's pages between checkpoints) would otherwise have each GC fold
+// the blocks a random write pattern had not come back to for a second,
+// and the next write to each pair it again, with a fresh shadow
+// (docs/design.md, "Folding pairs back"). The shadows a write-only file
+// holds meanwhile are space, bounded by its blocks.
+inline constexpr uint32_t kPairIdleMs = 30000;
 
 inline Status ReadOnlyRefusal() { return Status::Error(EBADF, "upfs file opened read-only"); }
 
