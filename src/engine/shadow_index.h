@@ -61,7 +61,7 @@ class ShadowIndex {
   uint32_t Shadow(uint64_t v) const {
     if (!any()) return 0;
     const Leaf* l = LeafOf(v);
-    return l ? l->shadow[v & kLeafMask].load(std::memory_order_acquire) : 0;
+    return l ? l->e[v & kLeafMask].shadow.load(std::memory_order_acquire) : 0;
   }
   // How many blocks are paired (each holds a shadow block).
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
@@ -84,9 +84,9 @@ class ShadowIndex {
     UPFS_ASSERT(stamp <= kStampMask);
     UPFS_ASSERT(shadow != 0);
     Leaf* l = LeafFor(v);
-    std::atomic<uint64_t>* w = &l->w[v & kLeafMask];
+    std::atomic<uint64_t>* w = &l->e[v & kLeafMask].w;
     if (!(w->load(std::memory_order_relaxed) & kPaired)) Count(+1);
-    std::atomic<uint32_t>* s = &l->shadow[v & kLeafMask];
+    std::atomic<uint32_t>* s = &l->e[v & kLeafMask].shadow;
     if (s->load(std::memory_order_relaxed) != shadow) s->store(shadow, std::memory_order_release);
     w->store(uint64_t{stamp} << kStampShift | kPaired | mask, std::memory_order_release);
   }
@@ -106,7 +106,7 @@ class ShadowIndex {
         continue;
       }
       for (const uint64_t end = std::min(v1, span_end); v < end; ++v) {
-        std::atomic<uint64_t>& w = l->w[v & kLeafMask];
+        std::atomic<uint64_t>& w = l->e[v & kLeafMask].w;
         if (w.load(std::memory_order_relaxed)) {
           w.store(0, std::memory_order_release);
           Count(-1);
@@ -131,7 +131,7 @@ class ShadowIndex {
         if (!l) continue;
         const uint64_t base = (t << (kMidBits + kLeafBits)) | (i << kLeafBits);
         for (uint64_t j = 0; j < kLeafSize; ++j) {
-          const uint64_t w = l->w[j].load(std::memory_order_acquire);
+          const uint64_t w = l->e[j].w.load(std::memory_order_acquire);
           if (w & kPaired) fn(base | j, uint32_t(w), uint32_t(w >> kStampShift));
         }
       }
@@ -149,8 +149,8 @@ class ShadowIndex {
   static constexpr uint32_t kStampShift = 33;
   static constexpr uint32_t kStampMask = 0x7fffffffu;
   // Three levels of 2^10, 2^9 and 2^9 entries over the 2^28 vblocks a
-  // flip can name: the first pairing of a table makes 18 KiB (its top of
-  // 8 KiB, one middle node of 4 KiB, one leaf of 6 KiB). Two levels with leaves of 2^14 made
+  // flip can name: the first pairing of a table makes 20 KiB (its top of
+  // 8 KiB, one middle node of 4 KiB, one leaf of 8 KiB). Two levels with leaves of 2^14 made
   // 256 KiB, zeroed by the kernel and again by the allocator, at every
   // replay of a file with one paired block: a pool file's unlink (its
   // release replays the log) after one overwrite of its header, as
@@ -161,9 +161,16 @@ class ShadowIndex {
   static constexpr uint64_t kLeafMask = kLeafSize - 1;
   static constexpr uint64_t kMidSize = uint64_t{1} << kMidBits;
   static constexpr uint64_t kTopSize = uint64_t{1} << kTopBits;
+  // A block's word and its shadow side by side: a writer's or reader's
+  // lookup of a random block is one cache miss, not two (the shadows in an
+  // array of their own cost overwrite-128 a second miss per write).
+  struct Entry {
+    std::atomic<uint64_t> w{0};
+    std::atomic<uint32_t> shadow{0};
+  };
+  static_assert(sizeof(Entry) == 16 && 64 % sizeof(Entry) == 0);
   struct Leaf {
-    std::atomic<uint64_t> w[kLeafSize] = {};
-    std::atomic<uint32_t> shadow[kLeafSize] = {};
+    Entry e[kLeafSize];
   };
   struct Mid {
     std::atomic<Leaf*> leaf[kMidSize] = {};
@@ -179,7 +186,7 @@ class ShadowIndex {
   uint64_t Word(uint64_t v) const {
     if (!any()) return 0;
     const Leaf* l = LeafOf(v);
-    return l ? l->w[v & kLeafMask].load(std::memory_order_acquire) : 0;
+    return l ? l->e[v & kLeafMask].w.load(std::memory_order_acquire) : 0;
   }
   Leaf* LeafFor(uint64_t v) {
     if (!top_) top_.reset(new std::atomic<Mid*>[kTopSize]());
