@@ -125,6 +125,9 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
   if (n >= kBlockSize || lo + n > kBlockSize || off + n > size || v > kGranuleMaxVblock)
     return Status::OK();
   const uint32_t hi = lo + uint32_t(n);
+  // Two lookups of a random block, each a cache miss in a big file: the
+  // pairing's starts before the mapping's, not after.
+  t->shadows().Prefetch(v);
   const uint32_t l = t->Get(v);
   if (l == 0 || t->patches().Count(v)) return Status::OK();
   // Two writers must not write the same homes at once: the claim of the

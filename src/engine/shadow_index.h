@@ -57,6 +57,12 @@ class ShadowIndex {
     return true;
   }
   bool Paired(uint64_t v) const { return (Word(v) & kPaired) != 0; }
+  // Starts loading block v's entry (a writer about to look it up, whose
+  // other lookups would otherwise wait for that miss in turn).
+  void Prefetch(uint64_t v) const {
+    if (!any()) return;
+    if (const Leaf* l = LeafOf(v)) __builtin_prefetch(&l->e[v & kLeafMask]);
+  }
   // The shadow block of paired block v (meaningless if it is not paired).
   uint32_t Shadow(uint64_t v) const {
     if (!any()) return 0;
