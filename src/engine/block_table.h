@@ -129,6 +129,10 @@ class BlockTable {
   // The paired blocks (granule flips) and their shadows.
   const ShadowIndex& shadows() const { return shadows_; }
   // The shadow block of virtual block v mapped to l, 0 if it has none.
+  // Two loads: against a concurrent applier it may say 0 for a block that
+  // was paired a moment ago, so it serves the table's writer and lists
+  // checked by a commit (blocks a write displaces), never a block to
+  // write into (ShadowIndex::Get(v, &mask, &shadow) gives that).
   uint32_t ShadowOf(uint64_t v, uint32_t l) const {
     return l && shadows_.Paired(v) ? shadows_.Shadow(v) : 0;
   }
