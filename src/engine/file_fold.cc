@@ -141,8 +141,8 @@ Status File::FoldBlocks(ThreadCtx* c, bool all_pairs, uint64_t* folded) {
       if (WorthFolding(t->patches(), v)) blocks.push_back(v);
     });
   }
-  t->shadows().ForEach([&](uint64_t v, uint32_t) {
-    if (ColdPair(t->shadows(), v, min_age, now)) blocks.push_back(v);
+  t->shadows().ForEachStamped([&](uint64_t v, uint32_t, uint32_t stamp) {
+    if (ShadowIndex::Age(stamp, now) >= min_age) blocks.push_back(v);
   });
   for (uint64_t v : blocks) {
     UPFS_RETURN_IF_ERROR(CatchUp(c, &t));

@@ -51,8 +51,11 @@ class ShadowIndex {
   // end between them (another thread applying a remap or a fold) and get
   // 0: block 0, the file's header.
   bool Get(uint64_t v, uint32_t* mask, uint32_t* shadow) const {
-    if (!Get(v, mask)) return false;
-    *shadow = Shadow(v);
+    const Entry* e = EntryOf(v);  // one walk for both loads
+    const uint64_t w = e ? e->w.load(std::memory_order_acquire) : 0;
+    *mask = uint32_t(w);
+    if (!(w & kPaired)) return false;
+    *shadow = e->shadow.load(std::memory_order_acquire);
     UPFS_ASSERT(*shadow != 0);
     return true;
   }
@@ -60,14 +63,12 @@ class ShadowIndex {
   // Starts loading block v's entry (a writer about to look it up, whose
   // other lookups would otherwise wait for that miss in turn).
   void Prefetch(uint64_t v) const {
-    if (!any()) return;
-    if (const Leaf* l = LeafOf(v)) __builtin_prefetch(&l->e[v & kLeafMask]);
+    if (const Entry* e = EntryOf(v)) __builtin_prefetch(e);
   }
   // The shadow block of paired block v (meaningless if it is not paired).
   uint32_t Shadow(uint64_t v) const {
-    if (!any()) return 0;
-    const Leaf* l = LeafOf(v);
-    return l ? l->e[v & kLeafMask].shadow.load(std::memory_order_acquire) : 0;
+    const Entry* e = EntryOf(v);
+    return e ? e->shadow.load(std::memory_order_acquire) : 0;
   }
   // How many blocks are paired (each holds a shadow block).
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
@@ -189,10 +190,15 @@ class ShadowIndex {
     const Mid* m = top_[TopOf(v)].load(std::memory_order_acquire);
     return m ? m->leaf[MidOf(v)].load(std::memory_order_acquire) : nullptr;
   }
-  uint64_t Word(uint64_t v) const {
-    if (!any()) return 0;
+  // Block v's entry, nullptr if its leaf was never made.
+  const Entry* EntryOf(uint64_t v) const {
+    if (!any()) return nullptr;
     const Leaf* l = LeafOf(v);
-    return l ? l->e[v & kLeafMask].w.load(std::memory_order_acquire) : 0;
+    return l ? &l->e[v & kLeafMask] : nullptr;
+  }
+  uint64_t Word(uint64_t v) const {
+    const Entry* e = EntryOf(v);
+    return e ? e->w.load(std::memory_order_acquire) : 0;
   }
   Leaf* LeafFor(uint64_t v) {
     if (!top_) top_.reset(new std::atomic<Mid*>[kTopSize]());
