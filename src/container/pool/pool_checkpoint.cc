@@ -107,6 +107,12 @@ Status Pool::PlaceImage(const std::vector<uint64_t>& image, std::vector<Run>* ru
   // and then as many as the free pieces make.
   if (st.ok() && image_runs->size() > kMaxCheckpointRuns)
     st = Status::Error(ENOSPC, "free space too fragmented for a checkpoint");
+  // The blocks may lie in space another process grew that this one has not
+  // mapped yet (a free run is looked for below the shared capacity): the
+  // copies below, and the header's, would fault there (they did, in
+  // PoolConcurrencyTest.ProcessesMoveTokensWhileOthersList).
+  for (const Run& r : *runs)
+    if (st.ok()) st = access_.CheckRange(r.lblock, r.count, "checkpoint image");
   if (!st.ok()) {
     for (const Run& r : *runs)
       for (uint32_t i = 0; i < r.count; ++i) FreeBlock(r.lblock + i);
