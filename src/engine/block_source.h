@@ -54,6 +54,11 @@ class BlockSource {
   // Appends runs totalling `n` blocks to *runs, as contiguous as possible.
   Status Alloc(ThreadBlocks* t, uint64_t n, std::vector<format::Run>* runs);
   Status AllocOne(ThreadBlocks* t, uint32_t* l);
+  // One block for a container's own structure, outside any chunk (a
+  // pool's namespace log, inode and checkpoint header blocks): the first
+  // free block of the first word with room from the small files' hint, so
+  // that such blocks pack together instead of each starting a chunk.
+  Status AllocSingle(uint32_t* l);
   // One run of exactly `n` blocks (a payload's overflow must be one): when
   // the free space is all in shorter pieces, from space grown past the end.
   Status AllocContiguous(ThreadBlocks* t, uint64_t n, format::Run* out);
@@ -100,9 +105,19 @@ class BlockSource {
   // The first word with room from the hint: whole (and the free words
   // after it) if it is free, else its first run of free blocks.
   bool ClaimRunInWord(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count);
+  // The first word with room from the small files' hint (the last, partial
+  // word last), or kNone: a candidate, the caller's CAS decides.
+  uint64_t WordWithRoom(uint64_t cap) const;
   // Whether at least n of the first `cap` blocks are free (a scan of the
   // bitmap that stops as soon as it has seen n).
   bool FreeAtLeast(uint64_t cap, uint64_t n) const;
+  // The first run of n free blocks below `cap`, claimed; false if the scan
+  // of the bitmap found none it could claim.
+  bool ClaimFreeRun(uint64_t cap, uint64_t n, uint64_t* first);
+  // Blocks [a, a + n), claimed if all of them are free (else none).
+  bool ClaimRange(uint64_t a, uint64_t n);
+  // AllocSingle's claim; false if no word has room (or the tries lost).
+  bool ClaimSingle(uint64_t cap, uint64_t* block);
   void ReturnRange(uint64_t l, uint64_t count);
   // Raises the bitmap's capacity to the space's, once it gave
   // the new blocks memory; on an error nothing is published.

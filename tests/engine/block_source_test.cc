@@ -107,6 +107,19 @@ void ExpectSummariesAgree(MemoryStorage& ms) {
   std::string why;
   EXPECT_TRUE(ms.bitmap().SummariesAgree(ms.bitmap().capacity(), &why)) << why;
 }
+// Takes every block of a 4,096-block PoolStorage but blocks 0 and 1 (the
+// container's), and returns them in order.
+std::vector<uint32_t> TakeEveryBlock(MemoryStorage& ms) {
+  ThreadBlocks t;
+  std::vector<FRun> all;
+  EXPECT_TRUE(ms.source().Alloc(&t, 4096 - 2, &all).ok());
+  ms.source().ReturnAll(&t);
+  std::vector<uint32_t> blocks;
+  for (const FRun& r : all)
+    for (uint32_t i = 0; i < r.count; ++i) blocks.push_back(r.lblock + i);
+  std::sort(blocks.begin(), blocks.end());
+  return blocks;
+}
 
 TEST(BlockSourcePartitions, BigFilesTakeWholeTwoMiBPartitionsEach) {
   MemoryStorage ms = PoolStorage(8192);
@@ -155,14 +168,8 @@ TEST(BlockSourcePartitions, ANewOpenContinuesAfterTheFilesLastBlock) {
 TEST(BlockSourcePartitions, FragmentedSpaceIsFoundWithoutGrowing) {
   MemoryStorage ms = PoolStorage(4096);
   BlockSource& src = ms.source();
-  ThreadBlocks t;
-  std::vector<FRun> all;
-  ASSERT_TRUE(src.Alloc(&t, 4096 - 2, &all).ok());  // everything but blocks 0 and 1
-  src.ReturnAll(&t);
+  const std::vector<uint32_t> blocks = TakeEveryBlock(ms);
   ExpectSummariesAgree(ms);
-  std::vector<uint32_t> blocks;
-  for (const FRun& r : all)
-    for (uint32_t i = 0; i < r.count; ++i) blocks.push_back(r.lblock + i);
   // Free one block in every 37th: single holes spread over the space.
   std::vector<uint32_t> holes;
   for (size_t i = 0; i < blocks.size(); i += 37) {
@@ -194,13 +201,7 @@ TEST(BlockSourcePartitions, FragmentedSpaceIsFoundWithoutGrowing) {
 TEST(BlockSourcePartitions, AContiguousRunComesFromPastTheEndWhenFreeSpaceIsInPieces) {
   MemoryStorage ms = PoolStorage(4096);
   BlockSource& src = ms.source();
-  ThreadBlocks t;
-  std::vector<FRun> all;
-  ASSERT_TRUE(src.Alloc(&t, 4096 - 2, &all).ok());
-  src.ReturnAll(&t);
-  std::vector<uint32_t> blocks;
-  for (const FRun& r : all)
-    for (uint32_t i = 0; i < r.count; ++i) blocks.push_back(r.lblock + i);
+  const std::vector<uint32_t> blocks = TakeEveryBlock(ms);
   for (size_t i = 0; i < blocks.size(); i += 2) ms.bitmap().Clear(blocks[i]);  // every other block
   const uint64_t cap = ms.bitmap().capacity();
   ThreadBlocks u;
@@ -217,6 +218,72 @@ TEST(BlockSourcePartitions, AContiguousRunComesFromPastTheEndWhenFreeSpaceIsInPi
   ExpectSummariesAgree(ms);
 }
 
+// The claims near the hint find only pieces, but a run that long is free
+// elsewhere: it is found before the space grows (a pool's checkpoint images
+// grew it by an eighth each time, to 244 MiB for 1.5 MiB of metadata).
+TEST(BlockSourcePartitions, AContiguousRunAmongPiecesIsFoundBeforeTheSpaceGrows) {
+  MemoryStorage ms = PoolStorage(4096);
+  BlockSource& src = ms.source();
+  for (uint32_t b : TakeEveryBlock(ms))
+    if (b % 2 == 0) ms.bitmap().Clear(b);  // every other block
+  // 40 free blocks in a row, across a word boundary, far from the hint.
+  const uint32_t a = 3000 - 20;
+  for (uint32_t b = a; b < a + 40; ++b) ms.bitmap().Clear(b);
+  ExpectSummariesAgree(ms);
+  const int grows = ms.space().grows;
+  ThreadBlocks u;
+  FRun run{};
+  ASSERT_TRUE(src.AllocContiguous(&u, 40, &run).ok());
+  EXPECT_EQ(ms.space().grows, grows) << "the space grew although a free run was there";
+  EXPECT_EQ(run.lblock, a);
+  EXPECT_EQ(run.count, 40u);
+  EXPECT_TRUE(AllTaken(ms, {run}, true));
+  src.ReturnAll(&u);
+  ExpectSummariesAgree(ms);
+  // The pieces the claims took and gave back are free again.
+  uint64_t taken = 0;
+  for (uint32_t b = 2; b < 4096; ++b) taken += ms.bitmap().Test(b);
+  EXPECT_EQ(taken, (4096 - 2) / 2 - 20 + 40) << "blocks leaked by the attempts, or the run not taken";
+}
+
+// Single blocks for a container's own structures pack into words that
+// have room: each used to take a chunk (a whole word, the rest given
+// back), one used block in every word the hint passed. Every free block,
+// behind the hint too, is taken before the space grows.
+TEST(BlockSourcePartitions, SingleBlocksPackTogetherAndFillEveryHoleBeforeGrowing) {
+  MemoryStorage ms = PoolStorage(4096);
+  BlockSource& src = ms.source();
+  std::vector<uint32_t> got;
+  for (int i = 0; i < 200; ++i) {
+    uint32_t l = 0;
+    ASSERT_TRUE(src.AllocSingle(&l).ok());
+    ASSERT_GE(l, src.reserved_blocks());
+    got.push_back(l);
+  }
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(std::adjacent_find(got.begin(), got.end()), got.end()) << "a block handed out twice";
+  EXPECT_LT(got.back() - got.front(), 200u + 64u) << "spread over " << got.back() - got.front() << " blocks";
+  for (size_t i = 0; i < got.size(); i += 2) ms.bitmap().Clear(got[i]);  // holes behind the hint
+  const uint64_t cap = ms.bitmap().capacity();
+  uint64_t free = 0;
+  for (uint64_t b = src.reserved_blocks(); b < cap; ++b) free += !ms.bitmap().Test(b);
+  const int grows = ms.space().grows;
+  for (uint64_t i = 0; i < free; ++i) {
+    uint32_t l = 0;
+    ASSERT_TRUE(src.AllocSingle(&l).ok());
+    ASSERT_LT(l, cap) << "past the end after " << i << " of " << free << " free blocks";
+  }
+  EXPECT_EQ(ms.space().grows, grows);
+  for (uint64_t b = src.reserved_blocks(); b < cap; ++b) ASSERT_TRUE(ms.bitmap().Test(b)) << b;
+  uint32_t l = 0;
+  ASSERT_TRUE(src.AllocSingle(&l).ok()) << "a full space grows for one more";
+  EXPECT_GE(l, cap);
+  EXPECT_GT(ms.space().grows, grows);
+  ExpectSummariesAgree(ms);
+}
+
+// Chunks, a container's single blocks and runs that must be one, claimed
+// and given back by threads at once.
 TEST(BlockSourcePartitions, ThreadsClaimingAndFreeingNeverShareABlock) {
   MemoryStorage ms = PoolStorage(16384);
   BlockSource& src = ms.source();
@@ -236,6 +303,14 @@ TEST(BlockSourcePartitions, ThreadsClaimingAndFreeingNeverShareABlock) {
           return;
         }
         mine.insert(mine.end(), r.begin(), r.end());
+        // A container's single blocks, and runs that must be one, beside.
+        uint32_t one = 0;
+        FRun run{};
+        if (step % 5 == 0 && !src.AllocSingle(&one).ok()) failed = true;
+        if (step % 5 == 0) mine.push_back(FRun{one, 1});
+        if (step % 101 == 0 && !src.AllocContiguous(&t, 70, &run).ok()) failed = true;
+        if (step % 101 == 0) mine.push_back(run);
+        if (failed) return;
         if (step % 3 == 0) src.DropChunk(&t);
         if (mine.size() > 40) {  // give the older half back to the bitmap
           for (size_t i = 0; i < mine.size() / 2; ++i) ms.bitmap().ClearRange(mine[i].lblock, mine[i].count);

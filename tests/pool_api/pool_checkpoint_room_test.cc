@@ -9,9 +9,14 @@
 // fail again (2,200 creates/s instead of 400,000), and the log grew
 // without bound. Now the image goes to fresh space at the pool's end.
 // The first test makes that fragmentation on purpose, the second as a
-// program does.
+// program does. The third: creates and unlinks without end in one
+// directory leave the pool as small as its live metadata needs (they grew
+// it to 244 MiB: each single block the pool took for itself started a
+// chunk, and each image that found no run nearby grew the pool by an
+// eighth).
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -103,6 +108,37 @@ TEST(PoolCheckpointRoom, AGrowingDirectoryKeepsTheLogBounded) {
   unlink(pool.c_str());
 }
 
+TEST(PoolCheckpointRoom, CreateAndUnlinkChurnKeepsThePoolSmall) {
+  const std::string pool = "/dev/shm/upfs-ckroom3-" + std::to_string(getpid()) + ".pool";
+  const std::string mnt = "/upfs-ckroom3-" + std::to_string(getpid());
+  unlink(pool.c_str());
+  ASSERT_EQ(upfs_mkfs(pool.c_str(), 0), 0) << upfs_last_error();
+  ASSERT_EQ(upfs_mount(pool.c_str(), mnt.c_str()), 0) << upfs_last_error();
+  ASSERT_EQ(upfs_mkdir((mnt + "/d").c_str(), 0755), 0);
+  // 25 batches of 4,096 (over a dozen checkpoints, each of an image of up
+  // to 4,096 names): the pool file reached 121 MiB so.
+  constexpr int kBatches = 25, kBatch = 4096;
+  for (int b = 0; b < kBatches; ++b) {
+    for (int i = 0; i < kBatch; ++i) {
+      const int fd = upfs_open((mnt + "/d/f" + std::to_string(i)).c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+      ASSERT_GE(fd, 0) << b << " " << i << " " << upfs_last_error();
+      ASSERT_EQ(upfs_close(fd), 0);
+    }
+    for (int i = 0; i < kBatch; ++i) ASSERT_EQ(upfs_unlink((mnt + "/d/f" + std::to_string(i)).c_str()), 0);
+  }
+  ASSERT_EQ(upfs_umount(mnt.c_str()), 0);
+  struct stat st;
+  ASSERT_EQ(stat(pool.c_str(), &st), 0);
+  // 34 MiB of fixed header, a few MiB of log, inodes and images, and the
+  // growth steps: 54 MiB measured.
+  EXPECT_LE(st.st_size, 64 << 20) << "the pool grew to " << (st.st_size >> 20) << " MiB";
+  upfs::PoolReport r;
+  ASSERT_TRUE(upfs::CheckPool(pool, &r).ok());
+  EXPECT_TRUE(r.problems.empty());
+  EXPECT_EQ(r.files, 0u);
+  EXPECT_EQ(r.leaked_blocks, 0);
+  unlink(pool.c_str());
+}
 
 // A process whose log position stayed behind while others checkpointed
 // may find that position's block freed and made something else: Reserve

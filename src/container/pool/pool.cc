@@ -280,13 +280,10 @@ Status Pool::LoadNamespace() {
 }
 
 Status Pool::AllocBlock(uint32_t* l) {
-  ThreadBlocks t;
-  Status st = source_->AllocOne(&t, l);
-  source_->ReturnAll(&t);
-  UPFS_RETURN_IF_ERROR(st);
+  UPFS_RETURN_IF_ERROR(source_->AllocSingle(l));
   // Mapped for the caller: the block may lie in space another process grew
   // (a long symbolic link's target is copied to it unchecked).
-  st = access_.CheckRange(*l, 1, "new block");
+  Status st = access_.CheckRange(*l, 1, "new block");
   if (!st.ok()) FreeBlock(*l);
   return st;
 }
