@@ -173,14 +173,15 @@ bool BlockSource::FreeAtLeast(uint64_t cap, uint64_t n) const {
 
 // First fit over the whole bitmap, a run of free bits followed across
 // words: linear in the capacity (a 1 GiB pool is 4,096 words), so only for
-// what would otherwise grow the space.
+// what would otherwise grow the space. The container's own blocks are
+// taken in the bitmap (every rebuild marks them): the scan starts past
+// their whole words only to skip them.
 bool BlockSource::ClaimFreeRun(uint64_t cap, uint64_t n, uint64_t* first) {
   if (n == 0 || n > cap) return false;
   std::atomic<uint64_t>* bits = bm_->bits();
   uint64_t start = 0, len = 0;
   for (uint64_t w = reserved_ / 64; w * 64 < cap; ++w) {
-    uint64_t free = ~bits[w].load(std::memory_order_relaxed) & ValidBits(cap, w);
-    if (w == reserved_ / 64) free &= ~Mask(0, reserved_ % 64);
+    const uint64_t free = ~bits[w].load(std::memory_order_relaxed) & ValidBits(cap, w);
     for (uint64_t b = 0; b < 64;) {
       const uint64_t rest = free >> b;
       if ((rest & 1) == 0) {
@@ -234,9 +235,7 @@ bool BlockSource::ClaimSingle(uint64_t cap, uint64_t* block) {
     const uint64_t w = WordWithRoom(cap);
     if (w == AllocationBitmap::kNone) return false;
     uint64_t v = bm_->bits()[w].load(std::memory_order_relaxed);
-    uint64_t free = ~v & ValidBits(cap, w);
-    if (w == reserved_ / 64) free &= ~Mask(0, reserved_ % 64);
-    if (w < reserved_ / 64) free = 0;
+    const uint64_t free = ~v & ValidBits(cap, w);
     if (free == 0) {
       if (w == whole) return false;
       continue;  // taken meanwhile

@@ -306,11 +306,13 @@ TEST(BlockSourcePartitions, ThreadsClaimingAndFreeingNeverShareABlock) {
         // A container's single blocks, and runs that must be one, beside.
         uint32_t one = 0;
         FRun run{};
-        if (step % 5 == 0 && !src.AllocSingle(&one).ok()) failed = true;
-        if (step % 5 == 0) mine.push_back(FRun{one, 1});
-        if (step % 101 == 0 && !src.AllocContiguous(&t, 70, &run).ok()) failed = true;
-        if (step % 101 == 0) mine.push_back(run);
-        if (failed) return;
+        if ((step % 5 == 0 && !src.AllocSingle(&one).ok()) ||
+            (step % 101 == 0 && !src.AllocContiguous(&t, 70, &run).ok())) {
+          failed = true;
+          return;
+        }
+        if (one) mine.push_back(FRun{one, 1});
+        if (run.count) mine.push_back(run);
         if (step % 3 == 0) src.DropChunk(&t);
         if (mine.size() > 40) {  // give the older half back to the bitmap
           for (size_t i = 0; i < mine.size() / 2; ++i) ms.bitmap().ClearRange(mine[i].lblock, mine[i].count);

@@ -116,7 +116,7 @@ TEST(PoolCheckpointRoom, CreateAndUnlinkChurnKeepsThePoolSmall) {
   ASSERT_EQ(upfs_mount(pool.c_str(), mnt.c_str()), 0) << upfs_last_error();
   ASSERT_EQ(upfs_mkdir((mnt + "/d").c_str(), 0755), 0);
   // 25 batches of 4,096 (over a dozen checkpoints, each of an image of up
-  // to 4,096 names): the pool file reached 121 MiB so.
+  // to 4,096 names): the pool file reached 116 MiB so.
   constexpr int kBatches = 25, kBatch = 4096;
   for (int b = 0; b < kBatches; ++b) {
     for (int i = 0; i < kBatch; ++i) {
