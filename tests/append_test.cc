@@ -114,5 +114,28 @@ TEST(Append, ASmallAppendPersistsItsBytesAndOneEntryLine) {
   }
 }
 
+// A write that makes a new tail block writes it only up to the size: the
+// bytes past it are zeroed when the size rises over them (AppendInPlace
+// tests in engine_test.cc), not by every first write of a small file.
+TEST(Append, ANewTailBlockIsWrittenOnlyUpToTheSize) {
+  TempDir d;
+  Opened f(d.File("p"));
+  const std::string first = PatchBytes(512, 1);
+  uint64_t bytes = 0;
+  {
+    PersistCounter counter;
+    f.Write(first, 0);
+    bytes = counter.bytes();
+  }
+  // 512 bytes are 8 lines; the entry's line; a zero-filled block was 64.
+  EXPECT_LE(bytes, 512 + 2 * kCacheLine);
+  EXPECT_GE(bytes, 512u);
+  // Later writes past the tail block and a growing truncate read zeros.
+  f.Write("Z", kBlockSize + 9);
+  ASSERT_TRUE(f.file->Truncate(2 * kBlockSize).ok());
+  EXPECT_EQ(f.ReadAll(), first + std::string(kBlockSize + 9 - 512, '\0') + "Z" +
+                             std::string(kBlockSize - 10, '\0'));
+}
+
 }  // namespace
 }  // namespace upfs

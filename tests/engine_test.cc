@@ -355,6 +355,16 @@ TEST(AppendInPlace, UncommittedBytesPastTheEndNeverShow) {
          return f->Write("Z", 1, 2 * kBlockSize + 7, false, &at);
        },
        2 * kBlockSize + 8},
+      // A small overwrite pairs the tail block without copying it (its
+      // first granule flip): the bytes past the size must not survive
+      // into the pair, whose tail ZeroTailForGap leaves alone.
+      {"truncate up after a first granule flip",
+       [&marker](upfs::File* f) {
+         uint64_t at;
+         Status st = f->Write(marker, 1, 0, false, &at);
+         return st.ok() ? f->Truncate(3 * kBlockSize + 5) : st;
+       },
+       3 * kBlockSize + 5},
   };
   for (size_t k = 0; k < cases.size(); ++k) {
     const Case& c = cases[k];

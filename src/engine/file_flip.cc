@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "engine/file.h"
+#include "engine/file_internal.h"
 #include "medium/pm.h"
 #include "util/assert.h"
 #include "util/optimistic_copy.h"
@@ -139,16 +140,24 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
   // The homes not live are those of the snapshot only if nothing touching
   // the block was committed since: a writer that held the claim before us
   // made some of them live.
-  UPFS_RETURN_IF_ERROR(CommittedSince(c, p, conflicted, [&](const Effect& e) { return e.TouchesBlocks(v, v + 1); }));
-  if (*conflicted) return Status::OK();
-  // Homes are ours to write only under the claim.
-  UPFS_ASSERT(claim->load(std::memory_order_relaxed) == c->tail_claim_id);
   const uint32_t valid = uint32_t(std::min<uint64_t>(size - (v << kBlockShift), kBlockSize));
-  const char* in = static_cast<const char*>(buf);
   uint32_t mask = 0, shadow = 0;
   const bool paired = t->shadows().Get(v, &mask, &shadow);
   // A first flip of a version 4 log copies the block into a fresh pair.
   const bool copy_to_pair = !paired && !root_.anywhere_shadows;
+  // The first anywhere flip of the tail block keeps the block, whose
+  // bytes past the size may hold anything (an append's, a copy on
+  // write's leftovers): it zeroes them, which needs the tail claim (an
+  // appender may be writing there), tried once: if held, copy on write.
+  ClaimGuard tail{this, c};
+  const bool zero_past_size = !paired && !copy_to_pair && valid < kBlockSize;
+  if (zero_past_size && !(tail.held = TryClaimTail(c))) return Status::OK();
+  UPFS_RETURN_IF_ERROR(CommittedSince(c, p, conflicted, [&](const Effect& e) { return e.TouchesBlocks(v, v + 1); }));
+  if (*conflicted) return Status::OK();
+  // Homes are ours to write only under the claim.
+  UPFS_ASSERT(claim->load(std::memory_order_relaxed) == c->tail_claim_id);
+  if (zero_past_size) ZeroPastSize(access_.AddrUnchecked(l), valid);
+  const char* in = static_cast<const char*>(buf);
   std::vector<Run> fresh;
   UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &fresh);
   uint32_t named = l;  // the block the entry names (format.h)

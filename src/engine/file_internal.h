@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "format/format.h"
+#include "medium/pm.h"
 #include "util/status.h"
 
 namespace upfs {
@@ -42,6 +43,19 @@ inline constexpr uint32_t kPairColdMs = 1000;
 // (docs/design.md, "Folding pairs back"). The shadows a write-only file
 // holds meanwhile are space, bounded by its blocks.
 inline constexpr uint32_t kPairIdleMs = 30000;
+
+// Zeroes the bytes of a block from `valid` on (the bytes past the size in
+// a tail block) with non-temporal stores, if any is not zero (reading them
+// costs less than writing them). True if it wrote: durable at the
+// caller's next fence.
+inline bool ZeroPastSize(char* block, uint64_t valid) {
+  const char* past = block + valid;
+  const uint64_t n = format::kBlockSize - valid;
+  bool zero = true;
+  for (uint64_t i = 0; zero && i < n; ++i) zero = past[i] == 0;
+  if (!zero) pm::ZeroNT(block + valid, n);
+  return !zero;
+}
 
 inline Status ReadOnlyRefusal() { return Status::Error(EBADF, "upfs file opened read-only"); }
 
