@@ -85,6 +85,12 @@ struct LogRoot {
   // Its stats leave a hint in `words` for stats without the engine
   // (engine/stat_hint.h): in a pool, where such stats read it.
   bool stat_hints = false;
+  // `head` may not be durable yet: a pool makes a file's first log block
+  // on first use and swaps it into the inode without writing the word
+  // back; each LogWriter writes it back before its first commit's fence
+  // (LogWriter::FlushHeadBeforeFirstCommit), so that no commit returns
+  // before the log holding it can be found after a crash.
+  bool head_persisted_by_commit = false;
 };
 
 }  // namespace upfs

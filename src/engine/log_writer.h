@@ -21,6 +21,7 @@
 #include "engine/log.h"
 #include "engine/log_root.h"
 #include "format/format.h"
+#include "medium/pm.h"
 #include "util/status.h"
 
 namespace upfs {
@@ -103,6 +104,20 @@ class LogWriter {
     }
   }
 
+  // Before a commit's last fence (see LogRoot::head_persisted_by_commit):
+  // writes the head word back if no commit of this writer has yet; true if
+  // it did (then HeadDurable after the fence). A second thread committing
+  // meanwhile writes it back too; one that sees head_durable_ set knows a
+  // fence after the write-back was made.
+  bool FlushHeadBeforeFirstCommit() {
+    if (!root_.head_persisted_by_commit || head_durable_.load(std::memory_order_acquire)) return false;
+    pm::Flush(root_.head, sizeof(*root_.head));
+    return true;
+  }
+  void HeadDurable(bool flushed) {
+    if (flushed) head_durable_.store(true, std::memory_order_release);
+  }
+
   static bool TakeFlag(std::atomic<bool>* f) {
     return f->load(std::memory_order_relaxed) && f->exchange(false, std::memory_order_relaxed);
   }
@@ -113,6 +128,7 @@ class LogWriter {
   std::atomic<bool> gc_wanted_{false};
   std::atomic<bool> gc_behind_{false};
   std::atomic<uint64_t> durable_{0};
+  std::atomic<bool> head_durable_{false};
 };
 
 // What one operation took for a commit: its fresh blocks (`fresh`, may be
