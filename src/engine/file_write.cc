@@ -199,9 +199,10 @@ Status File::ZeroTailForGap(ThreadCtx* c, BlockTable* t, const LogPos& p, bool* 
   uint64_t in_block = size & (kBlockSize - 1);
   uint32_t last = in_block ? t->Get(size >> kBlockShift) : 0;
   // A paired block keeps zeros past the size in its live homes (its first
-  // flip zeroed them under this claim, every flip keeps them, and no
-  // append writes there in place): nothing to zero, and its homes not
-  // live are the granule claim holder's to write.
+  // flip zeroed them: a version 5 one under this claim, a version 4 one
+  // in the fresh pair's image; every flip keeps them, and no append
+  // writes there in place): nothing to zero, and its homes not live are
+  // the granule claim holder's to write.
   if (!last || t->shadows().Paired(size >> kBlockShift)) return Status::OK();
   if (!*claimed) {
     ClaimTail(c);

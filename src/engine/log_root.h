@@ -88,7 +88,7 @@ struct LogRoot {
   // `head` may not be durable yet: a pool makes a file's first log block
   // on first use and swaps it into the inode without writing the word
   // back; each LogWriter writes it back before its first commit's fence
-  // (LogWriter::FlushHeadBeforeFirstCommit), so that no commit returns
+  // (LogWriter::CommitFence), so that no commit returns
   // before the log holding it can be found after a crash.
   bool head_persisted_by_commit = false;
 };

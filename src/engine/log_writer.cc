@@ -83,9 +83,7 @@ Status LogWriter::CommitChecked(LogBlock* b, LogPos* pos, uint64_t w0, const Pen
   // A granule flip has none: its granules were durable before the CAS.
   if (p.bytes_len) pm::Flush(p.bytes, p.bytes_len);
   pm::Flush(&b->slots[s], kGrowTailCheckedSlots * 8);
-  const bool head = FlushHeadBeforeFirstCommit();
-  pm::Fence();
-  HeadDurable(head);
+  CommitFence();
   Durable(pos->seq, s + kGrowTailCheckedSlots);
   pos->last = s;
   pos->slot = s + kGrowTailCheckedSlots;

@@ -50,7 +50,7 @@ struct PendingEntry {
 class LogWriter {
  public:
   LogWriter(BlockSpace* space, BlockSource* source, const LogRoot& root)
-      : access_(space), source_(source), root_(root) {}
+      : access_(space), source_(source), root_(root), head_durable_(!root.head_persisted_by_commit) {}
 
   // Encodes a change of the mapping of virtual blocks [vblock, vblock + n)
   // to `runs` and of the size, as a payload in *p (with overflow blocks
@@ -104,18 +104,16 @@ class LogWriter {
     }
   }
 
-  // Before a commit's last fence (see LogRoot::head_persisted_by_commit):
-  // writes the head word back if no commit of this writer has yet; true if
-  // it did (then HeadDurable after the fence). A second thread committing
-  // meanwhile writes it back too; one that sees head_durable_ set knows a
-  // fence after the write-back was made.
-  bool FlushHeadBeforeFirstCommit() {
-    if (!root_.head_persisted_by_commit || head_durable_.load(std::memory_order_acquire)) return false;
-    pm::Flush(root_.head, sizeof(*root_.head));
-    return true;
-  }
-  void HeadDurable(bool flushed) {
-    if (flushed) head_durable_.store(true, std::memory_order_release);
+  // A commit's last fence, after its entry's write-back. Until one has
+  // been made, the head word is written back before it too (see
+  // LogRoot::head_persisted_by_commit). A second thread committing
+  // meanwhile writes it back as well; one that sees head_durable_ set
+  // knows a fence after the write-back was made.
+  void CommitFence() {
+    const bool head = !head_durable_.load(std::memory_order_acquire);
+    if (head) pm::Flush(root_.head, sizeof(*root_.head));
+    pm::Fence();
+    if (head) head_durable_.store(true, std::memory_order_release);
   }
 
   static bool TakeFlag(std::atomic<bool>* f) {
@@ -128,7 +126,7 @@ class LogWriter {
   std::atomic<bool> gc_wanted_{false};
   std::atomic<bool> gc_behind_{false};
   std::atomic<uint64_t> durable_{0};
-  std::atomic<bool> head_durable_{false};
+  std::atomic<bool> head_durable_;  // set from the start unless the root says otherwise
 };
 
 // What one operation took for a commit: its fresh blocks (`fresh`, may be

@@ -42,9 +42,7 @@ Status LogWriter::Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t
     if (entry) {
       if (!pm::Cas64(&b->slots[s], expected, entry)) continue;
       pm::Flush(&b->slots[s], 8);
-      const bool head = FlushHeadBeforeFirstCommit();
-      pm::Fence();
-      HeadDurable(head);
+      CommitFence();
       Durable(pos->seq, s + 1);
       pos->last = s;
       pos->slot = s + 1;
@@ -88,9 +86,7 @@ Status LogWriter::Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t
       uint64_t exp2 = 0;
       if (!pm::Cas64(&b->slots[a], exp2, EncodeApply(s, crc))) continue;
       pm::Flush(&b->slots[s], size_t(a - s + 1) * 8);
-      const bool head = FlushHeadBeforeFirstCommit();
-      pm::Fence();
-      HeadDurable(head);
+      CommitFence();
       Durable(pos->seq, a + 1);
       pos->last = a;
       pos->slot = a + 1;

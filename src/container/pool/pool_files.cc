@@ -91,9 +91,8 @@ Status Pool::FileOfLocked(uint64_t ino, std::shared_ptr<File>* out, FileEntry** 
   bool empty = false;
   if (in->log_head.load(std::memory_order_acquire) == 0) {
     // The first log block, made on first use so that creating a file
-    // costs no block.
-    // The inode's line was written back (and so left this CPU's cache)
-    // when the file was made: its miss overlaps the log block's zeroing.
+    // costs no block. The inode's line was written back (and so left this
+    // CPU's cache) when the file was made: its miss overlaps the zeroing.
     __builtin_prefetch(&in->log_head, 1);
     uint32_t l;
     UPFS_RETURN_IF_ERROR(AllocBlock(&l));
