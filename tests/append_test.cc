@@ -137,5 +137,36 @@ TEST(Append, ANewTailBlockIsWrittenOnlyUpToTheSize) {
                              std::string(kBlockSize - 10, '\0'));
 }
 
+// A truncate that cuts a block writes its new last block only up to the
+// new size (its last line) too; when the size rises again over the rest,
+// by a growing truncate or a write past the end, it reads as zeros
+// (with the line's bytes past 100 filled with junk instead of zeros, the
+// growing truncate's ZeroTailForGap is what keeps them from showing).
+TEST(Append, ATruncatedTailBlockIsWrittenOnlyUpToTheSize) {
+  TempDir d;
+  Opened f(d.File("t"));
+  const std::string full(3 * kBlockSize, 'x');
+  for (int round = 0; round < 8; ++round) {
+    f.Write(full, 0);
+    uint64_t bytes = 0;
+    {
+      PersistCounter counter;
+      ASSERT_TRUE(f.file->Truncate(100).ok());
+      bytes = counter.bytes();
+    }
+    // 100 bytes are two lines; the entry's line or two; a whole block was 64.
+    EXPECT_LE(bytes, 4 * kCacheLine) << "round " << round;
+    if (round % 2) {
+      ASSERT_TRUE(f.file->Truncate(2 * kBlockSize).ok());
+    } else {
+      f.Write("Z", kBlockSize + 9);
+      ASSERT_TRUE(f.file->Truncate(2 * kBlockSize).ok());
+    }
+    std::string want = full.substr(0, 100) + std::string(2 * kBlockSize - 100, '\0');
+    if (!(round % 2)) want[kBlockSize + 9] = 'Z';
+    ASSERT_EQ(f.ReadAll(), want) << "round " << round;
+  }
+}
+
 }  // namespace
 }  // namespace upfs

@@ -44,15 +44,20 @@ Status File::Truncate(uint64_t len) {
     }
     uint32_t last = 0;
     if (len < size && (len & (kBlockSize - 1)) && (last = t->Get(len >> kBlockShift)) != 0) {
-      // The new last block keeps [0, len % 4096) and is zero beyond.
+      // The new last block keeps [0, len % 4096), written up to the end of
+      // its last line only: past the size, a tail block may hold anything
+      // (what the allocator left there), and it is zeroed under the tail
+      // claim before the size rises over it (ZeroTailForGap), as for a new
+      // tail block a write makes (CopyIntoNewBlocks).
       UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, 1, &c->runs));
       alignas(64) unsigned char tmp[kBlockSize];
-      uint64_t valid = len & (kBlockSize - 1);
+      const uint64_t valid = len & (kBlockSize - 1);
+      const uint64_t written = (valid + kCacheLine - 1) & ~uint64_t(kCacheLine - 1);
       CopyBlockBytes(*t, len >> kBlockShift, last, 0, valid, reinterpret_cast<char*>(tmp));
-      std::memset(tmp + valid, 0, kBlockSize - valid);
+      std::memset(tmp + valid, 0, written - valid);
       char* dst = nullptr;
       UPFS_RETURN_IF_ERROR(access_.Addr(c->runs[0].lblock, &dst));
-      pm::CopyNT(dst, tmp, kBlockSize);
+      pm::CopyNT(dst, tmp, written);
       pm::Fence();
       c->old.push_back(last);
       c->old.push_back(t->ShadowOf(len >> kBlockShift, last));
