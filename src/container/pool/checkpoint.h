@@ -47,6 +47,14 @@ class BaseImage {
   // load one after the other), so that a caller can also overlap them with
   // misses of its own. Call it before FindName.
   void Prefetch(const BaseDir& d, uint32_t crc) const;
+  // Where d's tags and slots lie, for a prefetch made before d is looked
+  // up again (NameHint): false unless the image is flat and tagged.
+  bool TableLines(const BaseDir& d, const char** tags, const char** slots) const {
+    if (!flat_ || !tagged_) return false;
+    *tags = WordPtr(d.table);
+    *slots = WordPtr(SlotAt(d, 0));
+    return true;
+  }
   // fn(name, entry) for every name of d.
   template <typename Fn>
   void ForEachName(const BaseDir& d, Fn fn) const {

@@ -133,6 +133,7 @@ Status PoolNamespace::Stat(uint64_t ino, struct stat* st, bool held) {
 
 Status PoolNamespace::StatPath(std::string_view path, bool follow, struct stat* st, std::string* escape,
                                uint64_t start) {
+  pool_->index()->PrefetchLikely(LastComponent(path));
   std::optional<EpochPin> pin;
   UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   for (int attempt = 0;; ++attempt) {

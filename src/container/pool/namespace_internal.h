@@ -8,10 +8,19 @@
 #include <time.h>
 
 #include <cstdint>
+#include <string_view>
 
 #include "container/pool/pool_format.h"
 
 namespace upfs::ns_internal {
+
+// The last component of a path ("" for none): the name a call on the path
+// most likely looks up last (NsIndex::PrefetchLikely).
+inline std::string_view LastComponent(std::string_view path) {
+  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+  const size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
 
 // Permission bits Permit asks for (those of "other" in a mode).
 inline constexpr int kWantRead = 4, kWantWrite = 2, kWantExec = 1;

@@ -121,6 +121,7 @@ void SetResolved(Resolved* out, uint64_t dir, std::string_view name, uint64_t in
 
 Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape,
                               uint64_t start) {
+  pool_->index()->PrefetchLikely(LastComponent(path));
   std::optional<EpochPin> pin;
   UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   std::shared_lock<SpinSharedMutex> g;

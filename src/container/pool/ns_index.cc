@@ -114,6 +114,44 @@ bool NsIndex::Find(uint64_t dir, std::string_view name, NsEntry* out) const {
   return FindIn(d, dir, name, out);
 }
 
+namespace {
+
+// Where the image table of the directory this thread last looked a name up
+// in lies, by address only: nothing is read through them, so they may go
+// stale (a newer checkpoint, another pool, a pool detached) unharmed.
+struct NameHint {
+  const NsIndex* index = nullptr;
+  const char* tags = nullptr;
+  const char* slots = nullptr;
+  uint64_t mask = 0;
+};
+thread_local NameHint t_name_hint;
+
+// The smallest table a hint is kept for (NoteNameHint).
+constexpr uint64_t kHintMinSlots = 2048;
+
+void NoteNameHint(const NsIndex* index, const BaseImage* base, const BaseDir* b) {
+  const char *tags = nullptr, *slots = nullptr;
+  // Only a big table's: a smaller one stays in the caches while it is
+  // used, and its lookups would pay the name's hash twice for nothing. A
+  // lookup elsewhere (a small directory, one only the delta has) clears
+  // the hint, so that a thread done with a big directory stops guessing it.
+  if (base && b->slots >= kHintMinSlots && !base->TableLines(*b, &tags, &slots)) tags = nullptr;
+  NameHint& hint = t_name_hint;
+  if (hint.tags == tags && hint.index == index) return;
+  hint = NameHint{index, tags, slots, tags ? b->slots - 1 : 0};
+}
+
+}  // namespace
+
+void NsIndex::PrefetchLikely(std::string_view name) const {
+  const NameHint& hint = t_name_hint;
+  if (hint.index != this || !hint.tags || name.empty()) return;
+  const uint64_t home = NameHash(name) & hint.mask;
+  __builtin_prefetch(hint.tags + home * 8);
+  __builtin_prefetch(hint.slots + home * format::pool::kNameSlotWords * 8);
+}
+
 bool NsIndex::FindIn(const DeltaDir* d, uint64_t dir, std::string_view name, NsEntry* out) const {
   const uint32_t h = NameHash(name);
   BaseDir b;
@@ -122,6 +160,7 @@ bool NsIndex::FindIn(const DeltaDir* d, uint64_t dir, std::string_view name, NsE
   // for the caches each is a miss, and the image's need not wait for the
   // delta's to end (the one of a name the delta holds is wasted).
   if (below_in_image) base_->Prefetch(b, h);
+  NoteNameHint(this, below_in_image ? base_.get() : nullptr, &b);
   if (d) {
     if (const NsEntry* e = d->names.Find(name, h)) {
       if (e->type == FileType::kFree) return false;
@@ -152,6 +191,7 @@ bool NsIndex::DirAndFind(uint64_t dir, std::string_view name, NsDirInfo* info, N
   *info = NsDirInfo{b.parent, b.subdirs, b.entries};
   const uint32_t h = NameHash(name);
   base_->Prefetch(b, h);
+  NoteNameHint(this, base_.get(), &b);
   *found = base_->FindName(b, name, h, out);
   return true;
 }

@@ -67,6 +67,12 @@ class NsIndex {
   bool Dir(uint64_t ino, NsDirInfo* out) const;
   bool IsDir(uint64_t ino) const { return Dir(ino, nullptr); }
   bool Find(uint64_t dir, std::string_view name, NsEntry* out) const;
+  // Starts loading the image lines a lookup of `name` reads first,
+  // guessing its directory: the one this thread last found a name in
+  // through the image. Called on entry to a path call, so that the loads
+  // overlap the walk to that directory. A wrong or stale guess costs a
+  // prefetch, never a read.
+  void PrefetchLikely(std::string_view name) const;
   // Dir(dir, info) and, if it is one, Find(dir, name, out) into *found,
   // with one lookup of the directory (a path walk's step).
   bool DirAndFind(uint64_t dir, std::string_view name, NsDirInfo* info, NsEntry* out, bool* found) const;
