@@ -137,6 +137,27 @@ TEST(Append, ANewTailBlockIsWrittenOnlyUpToTheSize) {
                              std::string(kBlockSize - 10, '\0'));
 }
 
+// An in-place append is applied to the table by its committer (not decoded
+// again by the next call's catch-up): what the file's own handle sees next,
+// size and bytes, is the append, in strict (checked) and sync mode alike.
+TEST(Append, TheNextCallSeesAnInPlaceAppendItsCommitterApplied) {
+  for (const Consistency mode : {Consistency::kStrict, Consistency::kSync}) {
+    TempDir d;
+    Opened f(d.File("own"), mode);
+    std::string model = PatchBytes(300, 3);
+    f.Write(model, 0);
+    for (int i = 0; i < 12; ++i) {
+      const std::string more = PatchBytes(33 + i, uint32_t(10 + i));
+      f.Write(more, model.size());
+      model += more;
+      FileStat st;
+      ASSERT_TRUE(f.file->Stat(&st).ok());
+      ASSERT_EQ(st.size, model.size()) << "append " << i;
+      ASSERT_EQ(f.ReadAll(), model) << "append " << i;
+    }
+  }
+}
+
 // A truncate that cuts a block writes its new last block only up to the
 // new size (its last line) too; when the size rises again over the rest,
 // by a growing truncate or a write past the end, it reads as zeros

@@ -256,8 +256,6 @@ class File {
   // with l), over out (which holds byte lo at out[0]).
   bool CopyGranules(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo, uint64_t hi,
                     char* out) const;
-  // Copies bytes [lo, hi) of block v's patches in t over out (which holds
-  // byte lo of the block at out[0]), in log order.
   // The entry just committed (first slot `at`, ending at `after`),
   // applied by its committer when the table stands right before it
   // (file.cc); `build` writes its effect.
@@ -265,6 +263,13 @@ class File {
                      FunctionRef<void(Effect*)> build);
   void ApplyOwnPatch(BlockTable* t, const LogPos& after, uint32_t rs, uint32_t words, uint64_t v,
                      uint32_t in, uint32_t n);
+  // The in-place append to `end` just committed (a grow-tail entry of
+  // `slots` slots; `tail_lblock`/`tail_from` as a checked one names
+  // them, else 0), applied by its committer (file_write.cc).
+  void ApplyOwnAppend(BlockTable* t, const LogPos& after, uint32_t slots, uint64_t end,
+                      uint32_t tail_lblock, uint32_t tail_from);
+  // Copies bytes [lo, hi) of block v's patches in t over out (which holds
+  // byte lo of the block at out[0]), in log order.
   void CopyPatches(const BlockTable& t, uint64_t v, uint64_t lo, uint64_t hi, char* out) const;
   // The whole block v (mapped to l) with its patches, into out.
   void ComposeBlock(const BlockTable& t, uint64_t v, uint32_t l, char* out) const;
