@@ -327,10 +327,10 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
 
 // An append is applied by its committer where it can be (ApplyOwnEntry),
 // with the effect DecodeEntry gives its entry: the next call's catch-up
-// decoded it and checksummed the appended bytes again (CatchUp and
+// decoded it, checked it against the table and applied it (CatchUp and
 // DecodeEntry were 12% of an append-100 loop's samples). CheckGrowTail's
-// conditions hold: the append found this size and tail block, and the
-// table stands right before its entry.
+// conditions hold: the append found this size and tail block under the
+// claim, and the table stands right before its entry.
 void File::ApplyOwnAppend(BlockTable* t, const LogPos& after, uint32_t slots, uint64_t end,
                           uint32_t tail_lblock, uint32_t tail_from) {
   const uint32_t at = after.last;  // the entry's first slot: the last entry before `after`
