@@ -60,6 +60,20 @@ struct Effect {
     flip_anywhere = false;
     flip_mask = 0;
   }
+  // Becomes the in-place append that raises the size to `end` inside its
+  // tail block (a grow-tail entry; a checked one also names that block,
+  // `lblock`, and where the size was in it, `from`: else both 0).
+  void SetGrowTail(uint64_t end, uint32_t lblock, uint32_t from) {
+    Clear();
+    new_size = end;
+    size_op = kMax;
+    grow_tail = true;
+    tail_lblock = lblock;
+    tail_from = from;
+    vblock = uint32_t((end - 1) >> format::kBlockShift);
+    nblocks = 1;
+    runs.push_back(format::Run{format::kKeepBlock, 1});
+  }
   // Becomes the granule flip of block v naming block `block` (set: its mask
   // is `mask`, anywhere: `block` is its shadow; else the granules in `mask`
   // change homes).
@@ -160,7 +174,7 @@ class BlockTable {
     caught_up_at_ = now;
   }
   // Before a committer applies its own entry, committed just before `now`
-  // (File::ApplyOwnFlip): a flip stamped with `now`, and entries committed
+  // (File::ApplyOwnLastEntry of a flip): a flip stamped with `now`, and entries committed
   // after it, which the next catch-up finds, were committed after it.
   void BeginOwnApply(uint32_t now) { flip_stamp_ = caught_up_at_ = now; }
   // For a table replayed afresh to replace `old` (after a compaction),

@@ -301,6 +301,13 @@ void File::ApplyOwnEntry(BlockTable* t, const LogPos& after, uint32_t at,
   apply_lock_.clear(std::memory_order_release);
 }
 
+void File::ApplyOwnLastEntry(BlockTable* t, const LogPos& after, uint32_t slots,
+                             FunctionRef<void(Effect*)> build) {
+  const uint32_t at = after.last;  // the entry's first slot: the last entry before `after`
+  if (at == LogPos::kNoSlot || at + slots != after.slot) return;
+  ApplyOwnEntry(t, after, at, build);
+}
+
 // ---------------------------------------------------------------------------
 // Reclamation
 

@@ -243,10 +243,6 @@ class File {
   // touching v was committed after *p (file_flip.cc).
   Status CommitFlip(ThreadCtx* c, LogPos* p, uint64_t v, uint32_t named, uint64_t word1,
                     bool* conflicted);
-  // The flip just committed, ending at `after`, applied by its committer
-  // when the table stands right before it (file_flip.cc).
-  void ApplyOwnFlip(BlockTable* t, const LogPos& after, uint32_t v, uint32_t named,
-                    uint32_t granules, bool set, bool anywhere);
   // Copies bytes [lo, hi) of block v (mapped to l) as a reader sees them
   // into out: the block, its patches, the granules its shadow holds.
   // Returns whether any of them came from a shadow.
@@ -261,13 +257,12 @@ class File {
   // (file.cc); `build` writes its effect.
   void ApplyOwnEntry(BlockTable* t, const LogPos& after, uint32_t at,
                      FunctionRef<void(Effect*)> build);
+  // The same for an entry of `slots` slots that is the last before
+  // `after` (a flip, an append: nobody else's entry between them).
+  void ApplyOwnLastEntry(BlockTable* t, const LogPos& after, uint32_t slots,
+                         FunctionRef<void(Effect*)> build);
   void ApplyOwnPatch(BlockTable* t, const LogPos& after, uint32_t rs, uint32_t words, uint64_t v,
                      uint32_t in, uint32_t n);
-  // The in-place append to `end` just committed (a grow-tail entry of
-  // `slots` slots; `tail_lblock`/`tail_from` as a checked one names
-  // them, else 0), applied by its committer (file_write.cc).
-  void ApplyOwnAppend(BlockTable* t, const LogPos& after, uint32_t slots, uint64_t end,
-                      uint32_t tail_lblock, uint32_t tail_from);
   // Copies bytes [lo, hi) of block v's patches in t over out (which holds
   // byte lo of the block at out[0]), in log order.
   void CopyPatches(const BlockTable& t, uint64_t v, uint64_t lo, uint64_t hi, char* out) const;

@@ -213,7 +213,10 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
     uint32_t old = l;
     ReleaseDisplaced(c, &old, 1);
   }
-  ApplyOwnFlip(t, p, uint32_t(v), named, granules, !paired, anywhere);
+  // Applied by its committer where it can be: an ApplyFlip and its
+  // decoding in the next catch-up were 8% of a toggle's samples.
+  ApplyOwnLastEntry(t, p, kGranuleFlipSlots,
+                    [&](Effect* eff) { eff->SetFlip(uint32_t(v), named, granules, !paired, anywhere); });
   *done = true;
   return Status::OK();
 }
@@ -226,16 +229,6 @@ Status File::CommitFlip(ThreadCtx* c, LogPos* p, uint64_t v, uint32_t named, uin
                              conflicted);
   c->pending.entry_word1 = 0;
   return st;
-}
-
-// The flip is applied by its committer where it can be (ApplyOwnEntry):
-// an ApplyFlip and its decoding in the next catch-up were 8% of a
-// toggle's samples.
-void File::ApplyOwnFlip(BlockTable* t, const LogPos& after, uint32_t v, uint32_t named,
-                        uint32_t granules, bool set, bool anywhere) {
-  const uint32_t at = after.last;  // the flip's first slot: the last entry before `after`
-  if (at == LogPos::kNoSlot || at + kGranuleFlipSlots != after.slot) return;
-  ApplyOwnEntry(t, after, at, [&](Effect* eff) { eff->SetFlip(v, named, granules, set, anywhere); });
 }
 
 }  // namespace upfs

@@ -314,38 +314,22 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   UPFS_RETURN_IF_ERROR(st);
   if (conflicted) return Status::OK();
   taken.Committed();
-  if (nb)
+  if (nb) {
     ReleaseDisplaced(c, c->old.data(), nb);
-  else if (checked)
-    ApplyOwnAppend(t, p, kGrowTailCheckedSlots, end, last, uint32_t(in_block));
-  else
-    ApplyOwnAppend(t, p, 1, end, 0, 0);
+  } else {
+    // Applied by its committer where it can be, with the effect
+    // DecodeEntry gives its entry: the next call's catch-up decoded it,
+    // checked it against the table and applied it (CatchUp and
+    // DecodeEntry were 12% of an append-100 loop's samples).
+    // CheckGrowTail's conditions hold: the append found this size and tail
+    // block under the claim, and the table stands right before its entry.
+    ApplyOwnLastEntry(t, p, checked ? kGrowTailCheckedSlots : 1, [&](Effect* eff) {
+      eff->SetGrowTail(end, checked ? last : 0, checked ? uint32_t(in_block) : 0);
+    });
+  }
   *at = size;
   *done = true;
   return Status::OK();
-}
-
-// An append is applied by its committer where it can be (ApplyOwnEntry),
-// with the effect DecodeEntry gives its entry: the next call's catch-up
-// decoded it, checked it against the table and applied it (CatchUp and
-// DecodeEntry were 12% of an append-100 loop's samples). CheckGrowTail's
-// conditions hold: the append found this size and tail block under the
-// claim, and the table stands right before its entry.
-void File::ApplyOwnAppend(BlockTable* t, const LogPos& after, uint32_t slots, uint64_t end,
-                          uint32_t tail_lblock, uint32_t tail_from) {
-  const uint32_t at = after.last;  // the entry's first slot: the last entry before `after`
-  if (at == LogPos::kNoSlot || at + slots != after.slot) return;
-  ApplyOwnEntry(t, after, at, [&](Effect* eff) {
-    eff->Clear();
-    eff->new_size = end;
-    eff->size_op = Effect::kMax;
-    eff->grow_tail = true;
-    eff->tail_lblock = tail_lblock;
-    eff->tail_from = tail_from;
-    eff->vblock = uint32_t((end - 1) >> kBlockShift);
-    eff->nblocks = 1;
-    eff->runs.push_back(Run{kKeepBlock, 1});
-  });
 }
 
 // Where a new chunk should start, if the write needs one: right after the

@@ -418,13 +418,7 @@ Status DecodeEntry(const BlockAccess& ba, const LogBlock* b, uint32_t b_lblock, 
     }
     case EntryKind::kGrowTail: {
       if (!GrowTailWellFormed(e)) return Status::Corrupt(where(), "malformed grow-tail entry");
-      eff->Clear();
-      eff->new_size = GrowTailSize(e);
-      eff->size_op = Effect::kMax;
-      eff->grow_tail = true;
-      eff->vblock = uint32_t((eff->new_size - 1) >> kBlockShift);
-      eff->nblocks = 1;
-      eff->runs.push_back(Run{kKeepBlock, 1});
+      eff->SetGrowTail(GrowTailSize(e), 0, 0);
       *has_effect = true;
       *next_slot = slot + 1;
       return Status::OK();
@@ -444,15 +438,7 @@ Status DecodeEntry(const BlockAccess& ba, const LogBlock* b, uint32_t b_lblock, 
       if (!ba.CheckRange(l, 1, "checked append's block").ok())
         return Status::Corrupt(where(), "checked append's block " + std::to_string(l) +
                                             " lies past the end of the file");
-      eff->Clear();
-      eff->new_size = GrowTailCheckedSize(e);
-      eff->size_op = Effect::kMax;
-      eff->grow_tail = true;
-      eff->tail_lblock = l;
-      eff->tail_from = GrowTailCheckedFrom(e);
-      eff->vblock = uint32_t((eff->new_size - 1) >> kBlockShift);
-      eff->nblocks = 1;
-      eff->runs.push_back(Run{kKeepBlock, 1});
+      eff->SetGrowTail(GrowTailCheckedSize(e), l, GrowTailCheckedFrom(e));
       *has_effect = true;
       *next_slot = slot + kGrowTailCheckedSlots;
       return Status::OK();

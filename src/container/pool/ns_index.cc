@@ -131,12 +131,12 @@ thread_local NameHint t_name_hint;
 constexpr uint64_t kHintMinSlots = 2048;
 
 void NoteNameHint(const NsIndex* index, const BaseImage* base, const BaseDir* b) {
-  const char *tags = nullptr, *slots = nullptr;
   // Only a big table's: a smaller one stays in the caches while it is
   // used, and its lookups would pay the name's hash twice for nothing. A
   // lookup elsewhere (a small directory, one only the delta has) clears
   // the hint, so that a thread done with a big directory stops guessing it.
-  if (base && b->slots >= kHintMinSlots && !base->TableLines(*b, &tags, &slots)) tags = nullptr;
+  const char *tags = nullptr, *slots = nullptr;
+  if (base && b->slots >= kHintMinSlots) base->TableLines(*b, &tags, &slots);  // false: tags stays null
   NameHint& hint = t_name_hint;
   if (hint.tags == tags && hint.index == index) return;
   hint = NameHint{index, tags, slots, tags ? b->slots - 1 : 0};
