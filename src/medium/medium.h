@@ -173,6 +173,11 @@ class Medium final : public BlockSpace {
   std::condition_variable work_cv_;
   bool settle_ = false;
   std::chrono::steady_clock::time_point last_growth_{};
+  // Background collapses take at most 1 / (1 + kCollapseRest) of the
+  // worker's time: after one of t, the next waits until kCollapseRest * t
+  // has passed.
+  static constexpr int kCollapseRest = 4;
+  std::chrono::steady_clock::time_point next_collapse_{};
   std::thread worker_;
   std::mutex join_mu_;  // serializes joins of worker_
   bool worker_running_ = false;
