@@ -113,6 +113,39 @@ void ComposeGranule(const char* live, const char* in, uint32_t lo, uint32_t hi, 
   if (valid < ge) std::memset(out + (std::max(valid, gs) - gs), 0, ge - std::max(valid, gs));
 }
 
+// Each granule of `granules` (a write of [lo, hi) of the block, bytes
+// `in`) goes to its home not live under `mask`, completed from the live
+// one where the write covers it only in part or it reaches past `valid`.
+// Whole granules in a row bound for the same home go in one copy: a copy
+// per granule cost about 80 ns a granule (random 1 KiB and 2 KiB
+// overwrites of a paired 64 MiB file took 1.35-1.5 us a write against
+// 0.7-0.85 for 128 bytes).
+void WriteGranules(char* const home[2], uint32_t mask, uint32_t granules, const char* in, uint32_t lo,
+                   uint32_t hi, uint32_t valid, char* img) {
+  const auto whole = [&](uint32_t g) {
+    const uint32_t gs = g * kGranuleSize;
+    return lo <= gs && gs + kGranuleSize <= hi && gs + kGranuleSize <= valid;
+  };
+  for (uint32_t g = 0; g < kGranulesPerBlock;) {
+    if (!(granules >> g & 1)) {
+      ++g;
+      continue;
+    }
+    const uint32_t live = mask >> g & 1;
+    char* dst = home[live ^ 1] + g * kGranuleSize;
+    if (!whole(g)) {
+      ComposeGranule(home[live], in, lo, hi, valid, g, img);
+      pm::CopyNT(dst, img, kGranuleSize);
+      ++g;
+      continue;
+    }
+    uint32_t end = g + 1;
+    while (end < kGranulesPerBlock && (granules >> end & 1) && (mask >> end & 1) == live && whole(end)) ++end;
+    pm::CopyNT(dst, in + (g * kGranuleSize - lo), (end - g) * kGranuleSize);
+    g = end;
+  }
+}
+
 }  // namespace
 
 Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
