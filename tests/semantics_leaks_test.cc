@@ -181,5 +181,50 @@ TEST_F(Semantics, AProcessThatKeepsNothingOpenKeepsNothingInDevShm) {
   EXPECT_EQ(Join(NewObjects(before_, ShmObjects())), "") << "after a read-only open and close";
 }
 
+// A test process killed before its TempDir's destructor leaves the
+// directory and the upfs files in it; the next TempDir removes it once its
+// owner is gone and it has been left alone for an hour, and keeps the
+// directories of live owners and recent ones.
+TEST_F(Semantics, ATestKilledMidWayLeavesADirectoryTheNextTestRemoves) {
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  const pid_t kid = ::fork();
+  ASSERT_GE(kid, 0);
+  if (kid == 0) {
+    ::close(out[0]);
+    auto* d = new TempDir();  // never destroyed: the process is killed
+    const int fd = upfs_open(d->File("f").c_str(), O_CREAT | O_RDWR, 0644);
+    const bool ok = fd >= 0 && upfs_pwrite(fd, "data", 4, 0) == 4 && upfs_close(fd) == 0;
+    const std::string msg = (ok ? "" : "!") + d->path();
+    (void)!::write(out[1], msg.data(), msg.size());
+    ::close(out[1]);
+    ::raise(SIGKILL);
+  }
+  ::close(out[1]);
+  char buf[256] = {};
+  const ssize_t n = ::read(out[0], buf, sizeof buf - 1);
+  ::close(out[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(kid, &status, 0), kid);
+  ASSERT_GT(n, 0);
+  const std::string left(buf, size_t(n));
+  ASSERT_NE(left[0], '!') << "the child could not write its file";
+  struct stat st;
+  ASSERT_EQ(::stat(left.c_str(), &st), 0) << "the killed child's directory is there";
+  TempDir::RemoveStale();
+  EXPECT_EQ(::stat(left.c_str(), &st), 0) << "a directory changed within the hour is kept";
+  // An hour and a bit ago, for the directory and for a live owner's twin.
+  const std::string mine = "/dev/shm/upfs-test-" + std::to_string(::getpid()) + "-stale-check";
+  ASSERT_EQ(::mkdir(mine.c_str(), 0700), 0);
+  const struct timespec old[2] = {{::time(nullptr) - 3700, 0}, {::time(nullptr) - 3700, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, left.c_str(), old, 0), 0);
+  ASSERT_EQ(::utimensat(AT_FDCWD, mine.c_str(), old, 0), 0);
+  TempDir::RemoveStale();
+  EXPECT_NE(::stat(left.c_str(), &st), 0) << "the dead owner's old directory is removed";
+  EXPECT_EQ(::stat(mine.c_str(), &st), 0) << "a live owner's directory is kept";
+  ::rmdir(mine.c_str());
+  upfs_test::RemoveTree(left);  // if the check above failed
+}
+
 }  // namespace
 }  // namespace upfs_semantics

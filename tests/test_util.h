@@ -8,12 +8,14 @@
 //                    0x hex). Every seeded test prints the seed it used.
 #pragma once
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -79,11 +81,36 @@ inline void RemoveTree(const std::string& path) {
 class TempDir {
  public:
   TempDir() {
-    char tmpl[] = "/dev/shm/upfs-test-XXXXXX";
-    char* p = ::mkdtemp(tmpl);
+    RemoveStale();
+    owner_ = ::getpid();
+    std::string tmpl = "/dev/shm/upfs-test-" + std::to_string(owner_) + "-XXXXXX";
+    char* p = ::mkdtemp(tmpl.data());
     if (p == nullptr) throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
     path_ = p;
-    owner_ = ::getpid();
+  }
+
+  // Directories of test processes that died before their TempDir was
+  // destroyed (an abort, a timeout's kill) are removed by the next test
+  // that makes one, so that a failed run does not leave them for good.
+  // Only a directory whose owner no longer exists and that nothing has
+  // changed for an hour (longer than any test runs): a process of another
+  // pid namespace sharing /dev/shm would look dead from here.
+  static void RemoveStale() {
+    DIR* d = ::opendir("/dev/shm");
+    if (d == nullptr) return;
+    std::vector<std::string> stale;
+    const time_t now = ::time(nullptr);
+    while (const struct dirent* e = ::readdir(d)) {
+      long pid = 0;
+      int used = 0;
+      if (std::sscanf(e->d_name, "upfs-test-%ld-%n", &pid, &used) != 1 || used == 0 || pid <= 0) continue;
+      if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;
+      const std::string path = std::string("/dev/shm/") + e->d_name;
+      struct stat st;
+      if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && now - st.st_mtime > 3600) stale.push_back(path);
+    }
+    ::closedir(d);
+    for (const std::string& path : stale) RemoveTree(path);
   }
   ~TempDir() {
     // A forked child that leaves through exit() must not remove the parent's
