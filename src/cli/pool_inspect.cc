@@ -67,7 +67,12 @@ int RunPoolInfo(const std::string& path) {
                                                        " (" + Plural(r.checkpoint_entries, "entry", "entries") + ")"
                                                  : std::string("no checkpoint yet")));
   Row("space:", WithCommas(r.capacity_blocks) + " blocks of 4 KiB (pool file " + HumanBytes(r.pool_bytes) + ")");
-  Row("  used:", Blocks(r.referenced_blocks) + " (files " + Blocks(r.file_blocks) + ")");
+  // The fixed header (superblock and volatile area: format.md, "Pools")
+  // apart, so that an empty pool does not read as 34 MiB of someone's data.
+  const uint64_t header = std::min<uint64_t>(format::pool::kDataStart, r.referenced_blocks);
+  const uint64_t names = r.referenced_blocks - header - std::min(r.file_blocks, r.referenced_blocks - header);
+  Row("  used:", Blocks(r.referenced_blocks) + ": pool header " + Blocks(header) + ", namespace " +
+                     Blocks(names) + ", files " + Blocks(r.file_blocks));
   Row("  free:", Blocks(r.capacity_blocks - std::min(r.capacity_blocks, r.referenced_blocks)));
   if (r.data_runs)
     Row("  file data:", Plural(r.data_blocks, "block", "blocks") + " in " + Plural(r.data_runs, "run", "runs") +
