@@ -114,35 +114,28 @@ void ComposeGranule(const char* live, const char* in, uint32_t lo, uint32_t hi, 
 }
 
 // Each granule of `granules` (a write of [lo, hi) of the block, bytes
-// `in`) goes to its home not live under `mask`, completed from the live
-// one where the write covers it only in part or it reaches past `valid`.
-// Whole granules in a row bound for the same home go in one copy: a copy
-// per granule cost about 80 ns a granule (random 1 KiB and 2 KiB
-// overwrites of a paired 64 MiB file took 1.35-1.5 us a write against
-// 0.7-0.85 for 128 bytes).
+// `in`) goes to its home not live under `mask`. A granule the write covers
+// only in part, or that reaches past `valid`, is completed from its live
+// home first; whole granules go straight from `in`, one copy for each run
+// of them bound for the same home (a copy per granule: random 1 KiB
+// overwrites of a paired 64 MiB file took a median 1,140-1,342 ns a
+// write, against 838-1,114 with runs; docs/design.md, "A toggle").
 void WriteGranules(char* const home[2], uint32_t mask, uint32_t granules, const char* in, uint32_t lo,
                    uint32_t hi, uint32_t valid, char* img) {
-  const auto whole = [&](uint32_t g) {
-    const uint32_t gs = g * kGranuleSize;
-    return lo <= gs && gs + kGranuleSize <= hi && gs + kGranuleSize <= valid;
-  };
-  for (uint32_t g = 0; g < kGranulesPerBlock;) {
-    if (!(granules >> g & 1)) {
-      ++g;
-      continue;
-    }
+  const uint32_t a = (lo + kGranuleSize - 1) / kGranuleSize * kGranuleSize;
+  const uint32_t b = std::min(hi, valid) / kGranuleSize * kGranuleSize;
+  const uint32_t whole = a < b ? GranuleRange(a, b) : 0;
+  for (uint32_t rest = granules & ~whole; rest != 0; rest &= rest - 1) {
+    const uint32_t g = uint32_t(__builtin_ctz(rest));
     const uint32_t live = mask >> g & 1;
-    char* dst = home[live ^ 1] + g * kGranuleSize;
-    if (!whole(g)) {
-      ComposeGranule(home[live], in, lo, hi, valid, g, img);
-      pm::CopyNT(dst, img, kGranuleSize);
-      ++g;
-      continue;
-    }
-    uint32_t end = g + 1;
-    while (end < kGranulesPerBlock && (granules >> end & 1) && (mask >> end & 1) == live && whole(end)) ++end;
-    pm::CopyNT(dst, in + (g * kGranuleSize - lo), (end - g) * kGranuleSize);
-    g = end;
+    ComposeGranule(home[live], in, lo, hi, valid, g, img);
+    pm::CopyNT(home[live ^ 1] + g * kGranuleSize, img, kGranuleSize);
+  }
+  for (const uint32_t live : {0u, 1u}) {
+    ForEachGranuleRun(whole & (live ? mask : ~mask), [&](uint32_t first, uint32_t end) {
+      pm::CopyNT(home[live ^ 1] + first * kGranuleSize, in + (first * kGranuleSize - lo),
+                 (end - first) * kGranuleSize);
+    });
   }
 }
 
@@ -208,22 +201,9 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
       shadow = named = fresh[0].lblock;
       UPFS_RETURN_IF_ERROR(access_.CheckRange(shadow, 1, "granule shadow"));  // maps it
     }
-    // Each written granule goes to its home not live, completed from the
-    // live one.
     granules = GranuleRange(lo, hi);
-    char* home[2] = {access_.AddrUnchecked(l), access_.AddrUnchecked(shadow)};
-    for (uint32_t g = 0; g < kGranulesPerBlock; ++g) {
-      if (!(granules >> g & 1)) continue;
-      const uint32_t live = mask >> g & 1;
-      char* dst = home[live ^ 1] + g * kGranuleSize;
-      const uint32_t gs = g * kGranuleSize;
-      if (lo <= gs && gs + kGranuleSize <= hi && gs + kGranuleSize <= valid)
-        pm::CopyNT(dst, in + (gs - lo), kGranuleSize);
-      else {
-        ComposeGranule(home[live], in, lo, hi, valid, g, img);
-        pm::CopyNT(dst, img, kGranuleSize);
-      }
-    }
+    char* const home[2] = {access_.AddrUnchecked(l), access_.AddrUnchecked(shadow)};
+    WriteGranules(home, mask, granules, in, lo, hi, valid, img);
   } else {
     // The block with the write, copied into a fresh pair whose shadow
     // holds nothing live yet (mask 0). Later writes to it copy only their

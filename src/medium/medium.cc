@@ -535,10 +535,10 @@ void Medium::WorkerLoop() {
       continue;
     }
     // Paced, unless someone waits for it (Settle): a collapse copies the
-    // extent's pages, and back to back they took the second core (on
-    // this VM, a sibling of the first) for seconds, so that a thread
-    // writing 128-byte pieces at random over a 1 GiB file ran 2-6 times
-    // slower while a file that had grown in small pages was collapsed.
+    // extent's pages, and back to back they kept the second of this VM's
+    // two CPUs busy for seconds, while a thread writing 128-byte pieces at
+    // random over a 1 GiB file ran 2-6 times slower (docs/design.md,
+    // "Background worker").
     if (!settle_ && Clock::now() < next_collapse_) {
       work_cv_.wait_until(lk, next_collapse_);
       continue;
