@@ -49,10 +49,11 @@ std::vector<uint64_t> FlipSlots(const std::string& path) {
   std::string all(lseek(fd, 0, SEEK_END), '\0');
   EXPECT_EQ(pread(fd, all.data(), all.size(), 0), ssize_t(all.size()));
   close(fd);
+  // Atomics have no copy assignment; their bytes are what the file holds.
   FileHeader h;
-  std::memcpy(&h, all.data(), sizeof(h));
+  std::memcpy(static_cast<void*>(&h), all.data(), sizeof(h));
   LogBlock b;
-  std::memcpy(&b, all.data() + h.log_head.load() * kBlockSize, sizeof(b));
+  std::memcpy(static_cast<void*>(&b), all.data() + h.log_head.load() * kBlockSize, sizeof(b));
   std::vector<uint64_t> out;
   for (uint32_t s = 0; s < kSlotsPerLogBlock; ++s) out.push_back(b.slots[s].load());
   return out;

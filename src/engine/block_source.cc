@@ -108,7 +108,8 @@ uint64_t BlockSource::WordWithRoom(uint64_t cap) const {
   return w == AllocationBitmap::kNone && cap % 64 ? whole : w;
 }
 
-bool BlockSource::ClaimRunInWord(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count) {
+bool BlockSource::ClaimRunInWord(uint64_t cap, uint64_t want, bool whole_words, uint64_t* first,
+                                 uint64_t* count) {
   const uint64_t whole = cap / 64;
   BitmapWords* bw = bm_->words();
   for (int tries = 0; tries < 64; ++tries) {
@@ -120,7 +121,7 @@ bool BlockSource::ClaimRunInWord(uint64_t cap, uint64_t want, uint64_t* first, u
       if (w == whole) return false;
       continue;  // taken meanwhile
     }
-    if (v == 0 && w < whole) {
+    if (whole_words && v == 0 && w < whole) {
       // A free word: taken whole, with the free words after it.
       if (TakeWordsAt(cap, w, want, first, count)) return true;
       continue;
@@ -130,6 +131,8 @@ bool BlockSource::ClaimRunInWord(uint64_t cap, uint64_t want, uint64_t* first, u
     if (!bm_->ClaimBits(w, v, v | Mask(uint64_t(lo), take))) continue;
     *first = w * 64 + uint64_t(lo);
     *count = take;
+    UPFS_ASSERT(*first >= reserved_ && *first + take <= cap);
+    // The hint stays on the word that had room (see ClaimSingle).
     if (whole) bw->alloc_hint.store(w % whole, std::memory_order_relaxed);
     return true;
   }
@@ -160,7 +163,7 @@ bool BlockSource::TryClaim(const ThreadBlocks& t, uint64_t cap, uint64_t want, u
   // With summaries, a free word before a partly used one (finding one is
   // cheap); without, the first word with room from the hint, as one scan.
   if (bm_->has_summaries() && ClaimEmptyWords(cap, want, first, count)) return true;
-  return ClaimRunInWord(cap, want, first, count);
+  return ClaimRunInWord(cap, want, /*whole_words=*/true, first, count);
 }
 
 bool BlockSource::FreeAtLeast(uint64_t cap, uint64_t n) const {
@@ -230,24 +233,8 @@ bool BlockSource::ClaimRange(uint64_t a, uint64_t n) {
 // among 23,730 free blocks (ClaimFreeRun scanned them all). The hint stays
 // on the word that has room, so that the next single block joins it.
 bool BlockSource::ClaimSingle(uint64_t cap, uint64_t* block) {
-  const uint64_t whole = cap / 64;
-  for (int tries = 0; tries < 64; ++tries) {
-    const uint64_t w = WordWithRoom(cap);
-    if (w == AllocationBitmap::kNone) return false;
-    uint64_t v = bm_->bits()[w].load(std::memory_order_relaxed);
-    const uint64_t free = ~v & ValidBits(cap, w);
-    if (free == 0) {
-      if (w == whole) return false;
-      continue;  // taken meanwhile
-    }
-    const uint64_t bit = uint64_t{1} << std::countr_zero(free);
-    if (!bm_->ClaimBits(w, v, v | bit)) continue;
-    if (whole) bm_->words()->alloc_hint.store(w % whole, std::memory_order_relaxed);
-    *block = w * 64 + uint64_t(std::countr_zero(bit));
-    UPFS_ASSERT(*block >= reserved_ && *block < cap);
-    return true;
-  }
-  return false;
+  uint64_t n;
+  return ClaimRunInWord(cap, 1, /*whole_words=*/false, block, &n);
 }
 
 Status BlockSource::AllocSingle(uint32_t* l) {

@@ -103,8 +103,10 @@ class BlockSource {
   bool ClaimPartitions(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count);
   bool ClaimEmptyWords(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count);
   // The first word with room from the hint: whole (and the free words
-  // after it) if it is free, else its first run of free blocks.
-  bool ClaimRunInWord(uint64_t cap, uint64_t want, uint64_t* first, uint64_t* count);
+  // after it) if it is free and `whole_words`, else its first run of free
+  // blocks, up to `want`.
+  bool ClaimRunInWord(uint64_t cap, uint64_t want, bool whole_words, uint64_t* first,
+                      uint64_t* count);
   // The first word with room from the small files' hint (the last, partial
   // word last), or kNone: a candidate, the caller's CAS decides.
   uint64_t WordWithRoom(uint64_t cap) const;
