@@ -277,7 +277,9 @@ Status BlockSource::ClaimChunk(ThreadBlocks* t, uint64_t want) {
         space_->GrowAhead((cap + 2 * headroom) << kBlockShift,
                           // On an error nothing is published: the allocator
                           // that needs the space grows it itself and gets it.
-                          [space = space_, bm = bm_] { (void)PublishCapacity(space, bm); });
+                          [space = space_, bm = bm_](uint64_t ready) {
+                            (void)PublishCapacity(space, bm, ready);
+                          });
       return Status::OK();
     }
     if (space_->GrowInFlight()) {
@@ -337,9 +339,10 @@ Status BlockSource::EnsureCapacity(uint64_t blocks) {
   return PublishCapacity(space_, bm_);
 }
 
-Status BlockSource::PublishCapacity(BlockSpace* space, AllocationBitmap* bm) {
+Status BlockSource::PublishCapacity(BlockSpace* space, AllocationBitmap* bm, uint64_t up_to) {
   // Block 0xffffffff would read as kKeepBlock in a payload run: never hand it out.
-  const uint64_t to = std::min<uint64_t>(space->capacity() >> kBlockShift, format::kMaxBlocks - 1);
+  const uint64_t to = std::min<uint64_t>(std::min(space->capacity(), up_to) >> kBlockShift,
+                                         format::kMaxBlocks - 1);
   const uint64_t from = bm->capacity();
   if (to <= from) return Status::OK();
   // The space's size may run ahead of its memory: a growth that failed

@@ -121,9 +121,11 @@ class BlockSource {
   // AllocSingle's claim; false if no word has room (or the tries lost).
   bool ClaimSingle(uint64_t cap, uint64_t* block);
   void ReturnRange(uint64_t l, uint64_t count);
-  // Raises the bitmap's capacity to the space's, once it gave
-  // the new blocks memory; on an error nothing is published.
-  static Status PublishCapacity(BlockSpace* space, AllocationBitmap* bm);
+  // Raises the bitmap's capacity to the space's (at most its first
+  // `up_to` bytes), once it gave the new blocks memory; on an error
+  // nothing is published.
+  static Status PublishCapacity(BlockSpace* space, AllocationBitmap* bm,
+                                uint64_t up_to = UINT64_MAX);
 
   BlockSpace* space_;
   AllocationBitmap* bm_;

@@ -32,9 +32,13 @@ class BlockSpace {
   // Grows the space to at least `bytes` and maps it. Safe to race with
   // other threads and processes.
   virtual Status Grow(uint64_t bytes) = 0;
-  // Asks for growth to at least `bytes` off the caller's path; `done` runs
-  // (on another thread) once the space is mapped. May do nothing.
-  virtual void GrowAhead(uint64_t bytes, std::function<void()> done) = 0;
+  // Asks for growth to at least `bytes` off the caller's path. `ready(b)`
+  // runs (on another thread) each time the first b bytes of the space are
+  // mapped and have their pages: during the growth, as its extents get
+  // their pages from the bottom, and at its end with the whole space.
+  // May do nothing.
+  using ReadyFn = std::function<void(uint64_t ready_bytes)>;
+  virtual void GrowAhead(uint64_t bytes, ReadyFn ready) = 0;
   // True while a GrowAhead request is being carried out.
   virtual bool GrowInFlight() const = 0;
   // Does a share of the growth in progress in the calling thread, which

@@ -301,7 +301,9 @@ Status Medium::EnsureMapped(uint64_t bytes) {
   return MapLocked(capacity());
 }
 
-Status Medium::Grow(uint64_t bytes) {
+Status Medium::Grow(uint64_t bytes) { return GrowStep(bytes, nullptr); }
+
+Status Medium::GrowStep(uint64_t bytes, const ReadyFn& ready) {
   if (read_only_) return Status::Error(EROFS, "medium opened read-only");
   if (bytes > kMaxMediumBytes) return Status::Error(EFBIG, "file would exceed upfs limit");
   std::lock_guard<std::mutex> g(grow_mu_);
@@ -336,13 +338,20 @@ Status Medium::Grow(uint64_t bytes) {
   RaiseCapacity(target);
   UPFS_RETURN_IF_ERROR(MapLocked(capacity()));
   if (huge) {
-    // Threads that wait for this growth take extents from the top
-    // (HelpGrow). A collapse drains per-CPU page lists, which needs every
-    // CPU: waiters that find nothing to take sleep rather than spin
+    // Threads that wait for this growth take extents too (HelpGrow), the
+    // lowest left, as this thread does, and each publishes the bottom of
+    // the step as far as it is done: an appender that outran the growth
+    // goes on as soon as the next extent has its pages. (With the step
+    // published at its end, a 4 KiB appender waited for each step whole:
+    // up to 13 ms at a step of a 117 MiB file, 44-73 ms of its 75-115.) A
+    // collapse drains per-CPU page lists, which needs every CPU: waiters
+    // that find nothing to take sleep rather than spin
     // (BlockSource::ClaimChunk).
+    step_ready_.store(ready ? &ready : nullptr, std::memory_order_relaxed);
     work_.Open(huge_from / kExtentSize, target / kExtentSize);
-    for (uint64_t x; work_.TakeLow(&x);) ProvisionExtent(x * kExtentSize);
+    for (uint64_t x; work_.Take(&x);) ProvisionAndPublish(x, ready ? &ready : nullptr);
     work_.Close([] { std::this_thread::sleep_for(std::chrono::microseconds(20)); });
+    step_ready_.store(nullptr, std::memory_order_relaxed);  // no helper is left to read it
     if (const int failed = work_.failure()) return Status::Error(failed, "grow " + path_);
     std::lock_guard<std::mutex> wg(work_mu_);
     // Nothing left to collapse there, unless an extent got small pages.
@@ -351,7 +360,7 @@ Status Medium::Grow(uint64_t bytes) {
   return Status::OK();
 }
 
-void Medium::ProvisionExtent(uint64_t e) {
+bool Medium::ProvisionExtent(uint64_t e) {
   char* b = base();
   if (const HugePageChoice::Choice c = g_huge_pages.Now(SteadyNs()); c != HugePageChoice::kSmall) {
     madvise(b + e, kCollapseSeed, MADV_POPULATE_WRITE);
@@ -359,34 +368,45 @@ void Medium::ProvisionExtent(uint64_t e) {
     const bool ok = madvise(b + e, kExtentSize, MADV_COLLAPSE) == 0;
     const int64_t t1 = SteadyNs();
     g_huge_pages.NoteCollapse(c, t1 - t0, ok, t1);
-    if (ok) return;
+    if (ok) return true;
   }
   const int64_t t0 = SteadyNs();
   if (const int rc = posix_fallocate(fd_, off_t(e), off_t(kExtentSize)); rc != 0) {
     work_.Fail(rc);
-    return;
+    return false;
   }
   madvise(b + e, kExtentSize, MADV_POPULATE_WRITE);
   g_huge_pages.NoteSmall(SteadyNs() - t0);
   work_.NoteSmallPages();
+  return true;
+}
+
+void Medium::ProvisionAndPublish(uint64_t x, const ReadyFn* ready) {
+  // A failed extent is never finished: nothing at or above it is published
+  // before the step ends (and then the growth reports the failure).
+  if (!ProvisionExtent(x * kExtentSize)) return;
+  const uint64_t done_to = work_.Finish(x);
+  if (ready && done_to) (*ready)(done_to * kExtentSize);
 }
 
 bool Medium::HelpGrow() {
   work_.Enter();
   uint64_t x;
-  const bool took = work_.TakeHigh(&x);
-  if (took) ProvisionExtent(x * kExtentSize);
+  const bool took = work_.Take(&x);
+  // Loaded after the take, whose acquire pairs with the step's Open: the
+  // growing thread clears it only after Close has waited for helpers.
+  if (took) ProvisionAndPublish(x, step_ready_.load(std::memory_order_relaxed));
   work_.Leave();
   return took;
 }
 
-void Medium::GrowAhead(uint64_t bytes, std::function<void()> done) {
+void Medium::GrowAhead(uint64_t bytes, ReadyFn ready) {
   if (read_only_) return;
   std::lock_guard<std::mutex> g(work_mu_);
   if (stopping_) return;
   if (bytes > grow_target_ && bytes > capacity()) {
     grow_target_ = bytes;
-    grow_done_ = std::move(done);
+    grow_ready_ = std::move(ready);
     growing_.store(true, std::memory_order_release);
   }
   StartWorkerLocked();
@@ -486,11 +506,11 @@ void Medium::WorkerLoop() {
     if (stopping_) break;
     if (grow_target_) {
       uint64_t target = grow_target_;
-      std::function<void()> done = std::move(grow_done_);
+      ReadyFn ready = std::move(grow_ready_);
       grow_target_ = 0;
-      grow_done_ = nullptr;
+      grow_ready_ = nullptr;
       lk.unlock();
-      if (Grow(target).ok() && done) done();
+      if (GrowStep(target, ready).ok() && ready) ready(capacity());
       lk.lock();
       last_growth_ = Clock::now();
       if (!grow_target_) growing_.store(false, std::memory_order_release);

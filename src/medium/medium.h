@@ -71,9 +71,10 @@ class Medium final : public BlockSpace {
 
   // Asks the background worker to grow the host file to at least `bytes`,
   // so that the kernel's work of growing a file (fallocate, page
-  // allocation) happens off the write path. `done` runs in the worker once
-  // the space is mapped.
-  void GrowAhead(uint64_t bytes, std::function<void()> done) override;
+  // allocation) happens off the write path. `ready` runs in the worker as
+  // the step's extents get their pages, bottom up, and once the space is
+  // mapped (BlockSpace::GrowAhead).
+  void GrowAhead(uint64_t bytes, ReadyFn ready) override;
   // Waits until background work (growth, and collapsing the mapped file
   // into huge pages, which otherwise starts only after growth has been
   // quiet for a second) is done.
@@ -102,8 +103,8 @@ class Medium final : public BlockSpace {
   void PopulateExtents(std::vector<uint64_t> extents);
   // True while the background worker has a growth request in hand.
   bool GrowInFlight() const override { return growing_.load(std::memory_order_acquire); }
-  // Gives pages to one extent of the growth step in progress, from its top
-  // (ExtentWork); false if none is left.
+  // Gives pages to one extent of the growth step in progress, the lowest
+  // left (ExtentWork), and publishes what is ready; false if none is left.
   bool HelpGrow() override;
   // Stops the background worker (waits for the step it is in).
   void JoinBackground() override;
@@ -150,8 +151,17 @@ class Medium final : public BlockSpace {
   // Gives the extent at offset e its pages: a huge page while collapsing
   // costs less than small pages (huge_page_choice.h), else small pages. Tmpfs,
   // the file already long enough and mapped; run by Grow and HelpGrow.
-  void ProvisionExtent(uint64_t e);
+  // False if it failed (ExtentWork::Fail has the error).
+  bool ProvisionExtent(uint64_t e);
+  // ProvisionExtent of extent number x of the step, then `ready` (if set)
+  // with the bottom of the step as far as it is finished, if that moved.
+  void ProvisionAndPublish(uint64_t x, const ReadyFn* ready);
+  // Grow, telling `ready` (if set) how far from the bottom the step's
+  // extents have their pages, each time that moves.
+  Status GrowStep(uint64_t bytes, const ReadyFn& ready);
   ExtentWork work_;  // the growth step whose extents are being provisioned
+  // The step's ready callback, for helpers; set only while a step is open.
+  std::atomic<const ReadyFn*> step_ready_{nullptr};
 
   int fd_;
   std::string path_;
@@ -183,7 +193,7 @@ class Medium final : public BlockSpace {
   bool worker_running_ = false;
   bool stopping_ = false;
   uint64_t grow_target_ = 0;
-  std::function<void()> grow_done_;
+  ReadyFn grow_ready_;
   std::atomic<bool> growing_{false};
   uint64_t collapsed_ = 0;  // extents below this offset were collapsed (or tried)
   uint64_t populated_ = 0;    // [0, populated_) was populated (or tried)

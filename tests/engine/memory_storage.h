@@ -54,7 +54,7 @@ class MemorySpace final : public BlockSpace {
     ++grows;
     return Status::OK();
   }
-  void GrowAhead(uint64_t, std::function<void()>) override {}  // growth on demand only
+  void GrowAhead(uint64_t, ReadyFn) override {}  // growth on demand only
   bool GrowInFlight() const override { return false; }
   bool HelpGrow() override { return false; }  // no background growth to share
   Status RefreshCapacity() override { return Status::OK(); }

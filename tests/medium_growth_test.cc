@@ -1,0 +1,125 @@
+// Medium::GrowAhead: a growth step is published from its bottom as its
+// extents get their pages, by the worker and by threads that help it
+// (HelpGrow), never past an extent without pages. (With the step published
+// at its end, a 4 KiB appender that outran it waited for the step whole.)
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "medium/medium.h"
+#include "test_util.h"
+
+namespace upfs {
+namespace {
+
+class Grown {
+ public:
+  Grown() : path_(dir_.File("growth")) {
+    const int fd = open(path_.c_str(), O_CREAT | O_RDWR, 0644);
+    EXPECT_GE(fd, 0);
+    Status st = Medium::Open(fd, path_, &m_, /*read_only=*/false);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  ~Grown() {
+    if (m_) m_->JoinBackground();
+    m_.reset();
+  }
+  Medium* m() { return m_.get(); }
+
+  // Called for each report of the step: records it, and checks that every
+  // page below it has memory (mincore: resident in the file's cache).
+  void Ready(uint64_t bytes) {
+    std::lock_guard<std::mutex> g(mu_);
+    reports_.push_back(bytes);
+    const uint64_t pages = bytes / kPageSize;
+    std::vector<unsigned char> v(pages);
+    if (mincore(m_->base(), bytes, v.data()) != 0) {
+      ++failed_;
+      return;
+    }
+    for (uint64_t p = 0; p < pages; ++p)
+      if (!(v[p] & 1)) {
+        ++without_pages_;
+        break;
+      }
+  }
+  std::vector<uint64_t> reports() {
+    std::lock_guard<std::mutex> g(mu_);
+    return reports_;
+  }
+  int without_pages() const { return without_pages_; }
+  int failed() const { return failed_; }
+
+ private:
+  upfs_test::TempDir dir_;
+  std::string path_;
+  std::unique_ptr<Medium> m_;
+  std::mutex mu_;
+  std::vector<uint64_t> reports_;
+  int without_pages_ = 0;
+  int failed_ = 0;
+};
+
+// Growth where the medium gives extents their pages one by one: tmpfs,
+// huge pages not switched off.
+bool ExtentsProvided(Medium* m) {
+  const char* huge = std::getenv("UPFS_HUGEPAGES");
+  return m->kind() == MediumKind::kTmpfs && !(huge && huge[0] == '0');
+}
+
+TEST(MediumGrowth, AStepIsPublishedFromItsBottomAsItsExtentsGetPages) {
+  Grown g;
+  ASSERT_TRUE(g.m());
+  if (!ExtentsProvided(g.m())) GTEST_SKIP() << "growth here is one fallocate, reported at its end";
+  ASSERT_TRUE(g.m()->Grow(8u << 20).ok());
+  const uint64_t want = 72u << 20;
+  g.m()->GrowAhead(want, [&](uint64_t b) { g.Ready(b); });
+  g.m()->Settle();
+  const std::vector<uint64_t> r = g.reports();
+  ASSERT_GE(r.size(), 2u) << "reported only at the end";
+  for (size_t i = 0; i + 1 < r.size(); ++i) {
+    EXPECT_EQ(r[i] % kExtentSize, 0u) << "report " << i;
+    EXPECT_LE(r[i], r[i + 1]) << "report " << i;
+  }
+  EXPECT_EQ(r.back(), g.m()->capacity());
+  EXPECT_GE(r.back(), want);
+  EXPECT_EQ(g.failed(), 0);
+  EXPECT_EQ(g.without_pages(), 0) << "a report reached past an extent without pages";
+}
+
+// A thread that waits for the growth gives extents their pages too, the
+// lowest left, and reports the bottom done as far as it reaches: every
+// report is still backed by pages, however the two interleave.
+TEST(MediumGrowth, AHelperReportsTheBottomItFinished) {
+  for (int round = 0; round < 4; ++round) {
+    Grown g;
+    ASSERT_TRUE(g.m());
+    if (!ExtentsProvided(g.m())) GTEST_SKIP() << "growth here is one fallocate, reported at its end";
+    ASSERT_TRUE(g.m()->Grow(8u << 20).ok());
+    const uint64_t want = 136u << 20;
+    g.m()->GrowAhead(want, [&](uint64_t b) { g.Ready(b); });
+    std::atomic<int> helped{0};
+    std::thread helper([&] {
+      while (g.m()->GrowInFlight())
+        if (g.m()->HelpGrow()) helped.fetch_add(1);
+    });
+    helper.join();
+    g.m()->Settle();
+    const std::vector<uint64_t> r = g.reports();
+    ASSERT_FALSE(r.empty());
+    EXPECT_GE(r.back(), want);
+    EXPECT_EQ(g.failed(), 0);
+    EXPECT_EQ(g.without_pages(), 0) << "round " << round << ": a report past an extent without pages";
+  }
+}
+
+}  // namespace
+}  // namespace upfs
