@@ -284,8 +284,10 @@ Status BlockSource::ClaimChunk(ThreadBlocks* t, uint64_t want) {
     }
     if (space_->GrowInFlight()) {
       // The background worker is already growing the file: help it (take
-      // extents of its step from the top) rather than start the same
-      // kernel work twice, and once nothing is left to take, wait for it.
+      // the lowest extent of its step left, which publishes the step's
+      // bottom as far as it is done) rather than start the same kernel
+      // work twice; go on as soon as the capacity moves, and once nothing
+      // is left to take, wait for that.
       // Sleep, not spin: the kernel work it waits for (page allocation,
       // huge-page collapse) needs this CPU for its per-CPU drains.
       while (space_->GrowInFlight() &&

@@ -33,10 +33,10 @@ class BlockSpace {
   // other threads and processes.
   virtual Status Grow(uint64_t bytes) = 0;
   // Asks for growth to at least `bytes` off the caller's path. `ready(b)`
-  // runs (on another thread) each time the first b bytes of the space are
-  // mapped and have their pages: during the growth, as its extents get
-  // their pages from the bottom, and at its end with the whole space.
-  // May do nothing.
+  // runs (on the worker, or in a thread in HelpGrow) each time the first
+  // b bytes of the space are mapped and have their pages: during the
+  // growth, as its extents get their pages from the bottom, and at its end
+  // with the whole space. May do nothing.
   using ReadyFn = std::function<void(uint64_t ready_bytes)>;
   virtual void GrowAhead(uint64_t bytes, ReadyFn ready) = 0;
   // True while a GrowAhead request is being carried out.
