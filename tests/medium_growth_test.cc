@@ -7,7 +7,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,8 +54,20 @@ class Grown {
     std::lock_guard<std::mutex> g(mu_);
     return reports_;
   }
-  int without_pages() const { return without_pages_; }
-  int failed() const { return failed_; }
+  int without_pages() {
+    std::lock_guard<std::mutex> g(mu_);
+    return without_pages_;
+  }
+  int failed() {
+    std::lock_guard<std::mutex> g(mu_);
+    return failed_;
+  }
+  // Grows the file to 8 MiB (past the first, small-page extent), then asks
+  // the worker to grow it to `want`, its reports going to Ready.
+  void StartStep(uint64_t want) {
+    ASSERT_TRUE(m_->Grow(8u << 20).ok());
+    m_->GrowAhead(want, [this](uint64_t b) { Ready(b); });
+  }
 
  private:
   upfs_test::TempDir dir_;
@@ -79,9 +90,8 @@ TEST(MediumGrowth, AStepIsPublishedFromItsBottomAsItsExtentsGetPages) {
   Grown g;
   ASSERT_TRUE(g.m());
   if (!ExtentsProvided(g.m())) GTEST_SKIP() << "growth here is one fallocate, reported at its end";
-  ASSERT_TRUE(g.m()->Grow(8u << 20).ok());
   const uint64_t want = 72u << 20;
-  g.m()->GrowAhead(want, [&](uint64_t b) { g.Ready(b); });
+  ASSERT_NO_FATAL_FAILURE(g.StartStep(want));
   g.m()->Settle();
   const std::vector<uint64_t> r = g.reports();
   ASSERT_GE(r.size(), 2u) << "reported only at the end";
@@ -103,13 +113,10 @@ TEST(MediumGrowth, AHelperReportsTheBottomItFinished) {
     Grown g;
     ASSERT_TRUE(g.m());
     if (!ExtentsProvided(g.m())) GTEST_SKIP() << "growth here is one fallocate, reported at its end";
-    ASSERT_TRUE(g.m()->Grow(8u << 20).ok());
     const uint64_t want = 136u << 20;
-    g.m()->GrowAhead(want, [&](uint64_t b) { g.Ready(b); });
-    std::atomic<int> helped{0};
+    ASSERT_NO_FATAL_FAILURE(g.StartStep(want));
     std::thread helper([&] {
-      while (g.m()->GrowInFlight())
-        if (g.m()->HelpGrow()) helped.fetch_add(1);
+      while (g.m()->GrowInFlight()) g.m()->HelpGrow();
     });
     helper.join();
     g.m()->Settle();

@@ -349,7 +349,7 @@ Status Medium::GrowStep(uint64_t bytes, const ReadyFn& ready) {
     // (BlockSource::ClaimChunk).
     step_ready_.store(ready ? &ready : nullptr, std::memory_order_relaxed);
     work_.Open(huge_from / kExtentSize, target / kExtentSize);
-    for (uint64_t x; work_.Take(&x);) ProvisionAndPublish(x, ready ? &ready : nullptr);
+    for (uint64_t x; work_.Take(&x);) ProvisionAndPublish(x);
     work_.Close([] { std::this_thread::sleep_for(std::chrono::microseconds(20)); });
     step_ready_.store(nullptr, std::memory_order_relaxed);  // no helper is left to read it
     if (const int failed = work_.failure()) return Status::Error(failed, "grow " + path_);
@@ -381,11 +381,15 @@ bool Medium::ProvisionExtent(uint64_t e) {
   return true;
 }
 
-void Medium::ProvisionAndPublish(uint64_t x, const ReadyFn* ready) {
+void Medium::ProvisionAndPublish(uint64_t x) {
   // A failed extent is never finished: nothing at or above it is published
   // before the step ends (and then the growth reports the failure).
   if (!ProvisionExtent(x * kExtentSize)) return;
   const uint64_t done_to = work_.Finish(x);
+  // Loaded after the take, whose acquire pairs with the step's Open (the
+  // growing thread stores it before); cleared only after Close has waited
+  // for helpers.
+  const ReadyFn* ready = step_ready_.load(std::memory_order_relaxed);
   if (ready && done_to) (*ready)(done_to * kExtentSize);
 }
 
@@ -393,9 +397,7 @@ bool Medium::HelpGrow() {
   work_.Enter();
   uint64_t x;
   const bool took = work_.Take(&x);
-  // Loaded after the take, whose acquire pairs with the step's Open: the
-  // growing thread clears it only after Close has waited for helpers.
-  if (took) ProvisionAndPublish(x, step_ready_.load(std::memory_order_relaxed));
+  if (took) ProvisionAndPublish(x);
   work_.Leave();
   return took;
 }

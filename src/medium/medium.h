@@ -71,9 +71,9 @@ class Medium final : public BlockSpace {
 
   // Asks the background worker to grow the host file to at least `bytes`,
   // so that the kernel's work of growing a file (fallocate, page
-  // allocation) happens off the write path. `ready` runs in the worker as
-  // the step's extents get their pages, bottom up, and once the space is
-  // mapped (BlockSpace::GrowAhead).
+  // allocation) happens off the write path. `ready` runs in the worker or
+  // a thread in HelpGrow as the step's extents get their pages, bottom up,
+  // and in the worker once the space is mapped (BlockSpace::GrowAhead).
   void GrowAhead(uint64_t bytes, ReadyFn ready) override;
   // Waits until background work (growth, and collapsing the mapped file
   // into huge pages, which otherwise starts only after growth has been
@@ -153,14 +153,16 @@ class Medium final : public BlockSpace {
   // the file already long enough and mapped; run by Grow and HelpGrow.
   // False if it failed (ExtentWork::Fail has the error).
   bool ProvisionExtent(uint64_t e);
-  // ProvisionExtent of extent number x of the step, then `ready` (if set)
-  // with the bottom of the step as far as it is finished, if that moved.
-  void ProvisionAndPublish(uint64_t x, const ReadyFn* ready);
+  // ProvisionExtent of extent number x of the step, then the step's ready
+  // callback (if any) with its bottom as far as it is finished, if that
+  // moved.
+  void ProvisionAndPublish(uint64_t x);
   // Grow, telling `ready` (if set) how far from the bottom the step's
   // extents have their pages, each time that moves.
   Status GrowStep(uint64_t bytes, const ReadyFn& ready);
   ExtentWork work_;  // the growth step whose extents are being provisioned
-  // The step's ready callback, for helpers; set only while a step is open.
+  // The open step's ready callback (GrowStep's), for every thread that
+  // finishes one of its extents; null when there is none.
   std::atomic<const ReadyFn*> step_ready_{nullptr};
 
   int fd_;
