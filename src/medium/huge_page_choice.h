@@ -17,7 +17,7 @@
 // a freed huge page is cheap to take again only briefly, and per-file
 // `upfs bench --quick` append-4k measured a median of 1.47x the kernel
 // against 1.23x over nine alternations (a probe that finds cold memory
-// costs one slow collapse, 5-7 ms, at most every kHugeOffFor).
+// costs one slow collapse, 5-8 ms, at most every kHugeOffFor).
 // Times are passed in (steady clock, ns) so that tests can drive it.
 #pragma once
 

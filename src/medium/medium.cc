@@ -343,7 +343,8 @@ Status Medium::GrowStep(uint64_t bytes, const ReadyFn& ready) {
     // the step as far as it is done: an appender that outran the growth
     // goes on as soon as the next extent has its pages. (With the step
     // published at its end, a 4 KiB appender waited for each step whole:
-    // up to 13 ms at a step of a 117 MiB file, 44-73 ms of its 75-115.) A
+    // up to 11.9 ms at a step of a 117 MiB file, 61-69 ms of a 96-107 ms
+    // pass; docs/design.md.) A
     // collapse drains per-CPU page lists, which needs every CPU: waiters
     // that find nothing to take sleep rather than spin
     // (BlockSource::ClaimChunk).
