@@ -238,6 +238,24 @@ class File {
   Status FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
                   bool* done, bool* conflicted);
   bool AllocPair(ThreadCtx* c, std::vector<format::Run>* out);
+  // A granule flip's block as FlipOnce found it under the block's claim.
+  struct FlipTarget {
+    uint64_t v;              // the block's number in the file
+    uint32_t l;              // the block it maps to
+    uint32_t lo, hi;         // the bytes [lo, hi) of it the write covers
+    uint32_t valid;          // the size's offset in it, kBlockSize if past it
+    uint32_t mask, shadow;   // its shadow pairing, if paired
+    bool paired;
+    bool copy_to_pair;       // a version 4 log's first flip: copy into a fresh pair
+  };
+  // Writes a flip's bytes (n of them, `in`) to the homes not live, taking
+  // the fresh block or pair it needs into *fresh; sets *named (the block
+  // the entry names) and *granules (those the entry makes live). *staged
+  // false: no fresh block could be had, nothing was written (the caller
+  // copies on write). file_flip.cc.
+  Status WriteFlipHomes(ThreadCtx* c, const BlockTable& t, const FlipTarget& f, const char* in, size_t n,
+                        std::vector<format::Run>* fresh, uint32_t* named, uint32_t* granules,
+                        bool* staged);
   // Commits the granule flip of block v naming `named` with this word 1,
   // after the data it makes live is durable; *conflicted if anything
   // touching v was committed after *p (file_flip.cc).

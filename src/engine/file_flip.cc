@@ -186,36 +186,11 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
   const char* in = static_cast<const char*>(buf);
   std::vector<Run> fresh;
   UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &fresh);
-  uint32_t named = l;  // the block the entry names (format.h)
-  uint32_t granules = 0;
-  alignas(64) char img[kBlockSize];
-  if (!copy_to_pair) {
-    if (!paired) {
-      // The block's first flip: a shadow from anywhere, holding nothing
-      // live yet (mask 0); the block stays where it is.
-      if (!source_->Alloc(&c->blocks, 1, &fresh).ok()) {
-        source_->FreeRuns(&c->blocks, fresh);
-        fresh.clear();
-        return Status::OK();  // copy on write, which says why if it fails too
-      }
-      shadow = named = fresh[0].lblock;
-      UPFS_RETURN_IF_ERROR(access_.CheckRange(shadow, 1, "granule shadow"));  // maps it
-    }
-    granules = GranuleRange(lo, hi);
-    char* const home[2] = {access_.AddrUnchecked(l), access_.AddrUnchecked(shadow)};
-    WriteGranules(home, mask, granules, in, lo, hi, valid, img);
-  } else {
-    // The block with the write, copied into a fresh pair whose shadow
-    // holds nothing live yet (mask 0). Later writes to it copy only their
-    // granules.
-    if (!AllocPair(c, &fresh)) return Status::OK();  // copy on write
-    named = fresh[0].lblock;
-    ComposeBlock(*t, v, l, img);
-    std::memcpy(img + lo, in, n);
-    std::memset(img + valid, 0, kBlockSize - valid);
-    UPFS_RETURN_IF_ERROR(access_.CheckRange(named, 2, "granule pair"));  // maps both
-    pm::CopyNT(access_.AddrUnchecked(named), img, kBlockSize);
-  }
+  uint32_t named, granules;
+  bool staged;
+  UPFS_RETURN_IF_ERROR(WriteFlipHomes(c, *t, FlipTarget{v, l, lo, hi, valid, mask, shadow, paired, copy_to_pair},
+                                      in, n, &fresh, &named, &granules, &staged));
+  if (!staged) return Status::OK();  // copy on write
   // The granules are durable before the entry that makes them live can be.
   pm::Fence();
   const bool anywhere = !paired && !copy_to_pair;
@@ -231,6 +206,46 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
   ApplyOwnLastEntry(t, p, kGranuleFlipSlots,
                     [&](Effect* eff) { eff->SetFlip(uint32_t(v), named, granules, !paired, anywhere); });
   *done = true;
+  return Status::OK();
+}
+
+Status File::WriteFlipHomes(ThreadCtx* c, const BlockTable& t, const FlipTarget& f, const char* in,
+                            size_t n, std::vector<Run>* fresh, uint32_t* named, uint32_t* granules,
+                            bool* staged) {
+  *staged = false;
+  *named = f.l;  // the block the entry names (format.h)
+  *granules = 0;
+  alignas(64) char img[kBlockSize];
+  if (f.copy_to_pair) {
+    // The block with the write, copied into a fresh pair whose shadow
+    // holds nothing live yet (mask 0). Later writes to it copy only their
+    // granules.
+    if (!AllocPair(c, fresh)) return Status::OK();
+    *named = (*fresh)[0].lblock;
+    ComposeBlock(t, f.v, f.l, img);
+    std::memcpy(img + f.lo, in, n);
+    std::memset(img + f.valid, 0, kBlockSize - f.valid);
+    UPFS_RETURN_IF_ERROR(access_.CheckRange(*named, 2, "granule pair"));  // maps both
+    pm::CopyNT(access_.AddrUnchecked(*named), img, kBlockSize);
+    *staged = true;
+    return Status::OK();
+  }
+  uint32_t shadow = f.shadow;
+  if (!f.paired) {
+    // The block's first flip: a shadow from anywhere, holding nothing
+    // live yet (mask 0); the block stays where it is.
+    if (!source_->Alloc(&c->blocks, 1, fresh).ok()) {
+      source_->FreeRuns(&c->blocks, *fresh);
+      fresh->clear();
+      return Status::OK();  // copy on write, which says why if it fails too
+    }
+    shadow = *named = (*fresh)[0].lblock;
+    UPFS_RETURN_IF_ERROR(access_.CheckRange(shadow, 1, "granule shadow"));  // maps it
+  }
+  *granules = GranuleRange(f.lo, f.hi);
+  char* const home[2] = {access_.AddrUnchecked(f.l), access_.AddrUnchecked(shadow)};
+  WriteGranules(home, f.mask, *granules, in, f.lo, f.hi, f.valid, img);
+  *staged = true;
   return Status::OK();
 }
 
