@@ -9,7 +9,8 @@
 #   3. asan  ASan+UBSan build in build-asan/ (clang-14):
 #            ctest -L 'unit|corruption|differential|semantics',
 #            UPFS_TEST_SCALE=0.2
-#   4. tsan  TSan build in build-tsan/ (clang-14):
+#   4. tsan  TSan build in build-tsan/ (clang-14) of the programs it runs
+#            (target concurrency_tests):
 #            ctest -L concurrency, UPFS_TEST_SCALE=0.2
 #   5. fuzz  libFuzzer build in build-fuzz/ (clang-14, ASan+UBSan):
 #            scripts/fuzz.sh FUZZ_SECONDS (each target that long; any
@@ -60,11 +61,13 @@ banner() {
   echo "==================== $* ($(date +%H:%M:%S), $(( $(date +%s) - START )) s in) ===================="
 }
 
-# build_tree DIR CMAKE_ARGS...: configure and build one tree.
+# build_tree DIR CMAKE_ARGS...: configure and build one tree (only target
+# BUILD_TARGET and what it needs, when that is set).
 build_tree() {
   local dir="$1"
   shift
-  cmake -S . -B "$dir" -G Ninja "$@" && cmake --build "$dir" -j"$JOBS"
+  cmake -S . -B "$dir" -G Ninja "$@" &&
+    cmake --build "$dir" -j"$JOBS" ${BUILD_TARGET:+--target "$BUILD_TARGET"}
 }
 
 # run_ctest DIR LOG CTEST_ARGS...: runs ctest in DIR (behind the command in
@@ -145,9 +148,11 @@ fi
 
 # -- 4. TSan ---------------------------------------------------------------------
 if stage_wanted tsan; then
-  banner "tsan: TSan build in build-tsan/ (clang-14)"
+  banner "tsan: TSan build in build-tsan/ (clang-14), the concurrency tests' programs"
   log="$LOGDIR/tsan.log"
-  if build_tree build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUPFS_SANITIZE=thread \
+  # Only the programs it runs: the ASan stage has built everything with
+  # clang already.
+  if BUILD_TARGET=concurrency_tests build_tree build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUPFS_SANITIZE=thread \
       -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DUPFS_BUILD_BENCH=OFF; then
     banner "tsan: ctest -L concurrency (UPFS_TEST_SCALE=0.2)"
     # TSan's shadow memory layout breaks under high mmap randomization on some
