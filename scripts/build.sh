@@ -5,11 +5,13 @@
 #
 # BUILD_DIR defaults to build; outputs land in BUILD_DIR/bin (upfs, tests,
 # upfs_microbench) and BUILD_DIR/lib (libupfs.so). JOBS (default 2) sets the
-# parallelism; BUILD_TYPE (default Release) the CMake build type.
+# parallelism; BUILD_TYPE (default Release) the CMake build type; TARGETS
+# (space-separated, default all) what to build.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 dir="${1:-build}"
 [ $# -gt 0 ] && shift
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" "$@"
-cmake --build "$dir" -j"${JOBS:-2}"
+# shellcheck disable=SC2086 # TARGETS is a list
+cmake --build "$dir" -j"${JOBS:-2}" ${TARGETS:+--target $TARGETS}

@@ -6,13 +6,15 @@
 #
 #   bash scripts/demo.sh
 #
-# Takes a few minutes on 2 cores (most of it the build). The benchmark's
-# JSON results are left in build/bench-quick.json and build/bench-pool-quick.json.
+# It builds what it runs and what a program uses upfs through: the CLI, the
+# library and the preload library, not the test programs (scripts/test.sh
+# builds those; two thirds of a whole build's time). The benchmark's JSON
+# results are left in build/bench-quick.json and build/bench-pool-quick.json.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/install-deps.sh
-bash scripts/build.sh build
+TARGETS="upfs_cli upfs upfs_preload" bash scripts/build.sh build
 echo
 echo "== upfs bench --quick (files on /dev/shm, removed afterwards) =="
 build/bin/upfs bench --quick --dir /dev/shm --json build/bench-quick.json
