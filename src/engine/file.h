@@ -248,12 +248,12 @@ class File {
     bool paired;
     bool copy_to_pair;       // a version 4 log's first flip: copy into a fresh pair
   };
-  // Writes a flip's bytes (n of them, `in`) to the homes not live, taking
-  // the fresh block or pair it needs into *fresh; sets *named (the block
-  // the entry names) and *granules (those the entry makes live). *staged
-  // false: no fresh block could be had, nothing was written (the caller
-  // copies on write). file_flip.cc.
-  Status WriteFlipHomes(ThreadCtx* c, const BlockTable& t, const FlipTarget& f, const char* in, size_t n,
+  // Writes a flip's bytes (`in`, f.hi - f.lo of them) to the homes not
+  // live, taking the fresh block or pair it needs into *fresh; sets *named
+  // (the block the entry names) and *granules (those the entry makes
+  // live). *staged false: no fresh block could be had, nothing was written
+  // (the caller copies on write). file_flip.cc.
+  Status WriteFlipHomes(ThreadCtx* c, const BlockTable& t, const FlipTarget& f, const char* in,
                         std::vector<format::Run>* fresh, uint32_t* named, uint32_t* granules,
                         bool* staged);
   // Commits the granule flip of block v naming `named` with this word 1,

@@ -189,7 +189,7 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
   uint32_t named, granules;
   bool staged;
   UPFS_RETURN_IF_ERROR(WriteFlipHomes(c, *t, FlipTarget{v, l, lo, hi, valid, mask, shadow, paired, copy_to_pair},
-                                      in, n, &fresh, &named, &granules, &staged));
+                                      in, &fresh, &named, &granules, &staged));
   if (!staged) return Status::OK();  // copy on write
   // The granules are durable before the entry that makes them live can be.
   pm::Fence();
@@ -210,8 +210,7 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
 }
 
 Status File::WriteFlipHomes(ThreadCtx* c, const BlockTable& t, const FlipTarget& f, const char* in,
-                            size_t n, std::vector<Run>* fresh, uint32_t* named, uint32_t* granules,
-                            bool* staged) {
+                            std::vector<Run>* fresh, uint32_t* named, uint32_t* granules, bool* staged) {
   *staged = false;
   *named = f.l;  // the block the entry names (format.h)
   *granules = 0;
@@ -223,7 +222,7 @@ Status File::WriteFlipHomes(ThreadCtx* c, const BlockTable& t, const FlipTarget&
     if (!AllocPair(c, fresh)) return Status::OK();
     *named = (*fresh)[0].lblock;
     ComposeBlock(t, f.v, f.l, img);
-    std::memcpy(img + f.lo, in, n);
+    std::memcpy(img + f.lo, in, f.hi - f.lo);
     std::memset(img + f.valid, 0, kBlockSize - f.valid);
     UPFS_RETURN_IF_ERROR(access_.CheckRange(*named, 2, "granule pair"));  // maps both
     pm::CopyNT(access_.AddrUnchecked(*named), img, kBlockSize);
