@@ -61,13 +61,13 @@ banner() {
   echo "==================== $* ($(date +%H:%M:%S), $(( $(date +%s) - START )) s in) ===================="
 }
 
-# build_tree DIR CMAKE_ARGS...: configure and build one tree (only target
-# BUILD_TARGET and what it needs, when that is set).
+# build_tree DIR TARGETS CMAKE_ARGS...: configure and build one tree with
+# scripts/build.sh, TARGETS ("" for every target) and what they need. The
+# arguments' CMAKE_BUILD_TYPE comes after build.sh's and wins.
 build_tree() {
-  local dir="$1"
-  shift
-  cmake -S . -B "$dir" -G Ninja "$@" &&
-    cmake --build "$dir" -j"$JOBS" ${BUILD_TARGET:+--target "$BUILD_TARGET"}
+  local dir="$1" targets="$2"
+  shift 2
+  TARGETS="$targets" JOBS="$JOBS" bash scripts/build.sh "$dir" "$@"
 }
 
 # run_ctest DIR LOG CTEST_ARGS...: runs ctest in DIR (behind the command in
@@ -114,7 +114,7 @@ fi
 if stage_wanted main; then
   banner "main: RelWithDebInfo build in build/"
   log="$LOGDIR/main.log"
-  if build_tree build -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
+  if build_tree build "" -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
     banner "main: ctest (all labels)"
     before=$(shm_objects)
     if run_ctest build "$log"; then record main ok "$log"; else record main FAILED "$log"; fi
@@ -128,7 +128,7 @@ fi
 if stage_wanted asan; then
   banner "asan: ASan+UBSan build in build-asan/ (clang-14)"
   log="$LOGDIR/asan.log"
-  if build_tree build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUPFS_SANITIZE=address \
+  if build_tree build-asan "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUPFS_SANITIZE=address \
       -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DUPFS_BUILD_BENCH=OFF; then
     banner "asan: ctest -L 'unit|corruption|differential|semantics' (UPFS_TEST_SCALE=0.2)"
     before=$(shm_objects)
@@ -152,7 +152,7 @@ if stage_wanted tsan; then
   log="$LOGDIR/tsan.log"
   # Only the programs it runs: the ASan stage has built everything with
   # clang already.
-  if BUILD_TARGET=concurrency_tests build_tree build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUPFS_SANITIZE=thread \
+  if build_tree build-tsan concurrency_tests -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUPFS_SANITIZE=thread \
       -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DUPFS_BUILD_BENCH=OFF; then
     banner "tsan: ctest -L concurrency (UPFS_TEST_SCALE=0.2)"
     # TSan's shadow memory layout breaks under high mmap randomization on some
