@@ -348,6 +348,105 @@ TEST(BaseImageDamage, SlotInodeNumbersNearTwoToThe64AreLookedUpSafely) {
   }
 }
 
+// The image's table of directories: every directory is found with its
+// row, every other number is not, however the directories' inode numbers
+// are spread (evenly, with gaps, in clusters, growing fast, with one far
+// away), in both formats.
+TEST_P(NsIndexLayers, ImageFindsEveryDirectoryHoweverItsNumbersSpread) {
+  std::vector<std::pair<std::string, std::vector<uint64_t>>> layouts;
+  auto add = [&](std::string name, auto fn, uint64_t n) {
+    std::vector<uint64_t> inos;
+    for (uint64_t k = 0; k < n; ++k) inos.push_back(fn(k));
+    layouts.emplace_back(std::move(name), std::move(inos));
+  };
+  add("dense", [](uint64_t k) { return 2 + k; }, 1000);
+  add("every seventh", [](uint64_t k) { return 2 + 7 * k; }, 1000);
+  add("quadratic", [](uint64_t k) { return 2 + k * k; }, 1000);
+  add("cubic", [](uint64_t k) { return 2 + k * k * k; }, 600);
+  add("two clusters", [](uint64_t k) { return k < 300 ? 2 + k : (uint64_t{1} << 31) + k; }, 600);
+  add("one far away", [](uint64_t k) { return k < 500 ? 2 + k : uint64_t{4000000000}; }, 501);
+  add("one", [](uint64_t) { return uint64_t{2}; }, 1);
+  for (const auto& [layout, inos] : layouts) {
+    SCOPED_TRACE(layout);
+    NsIndex idx;
+    idx.Rebase(1, nullptr);
+    for (uint64_t ino : inos) {
+      NsRecord r;
+      r.type = RecordType::kMkdir;
+      r.ftype = FileType::kDirectory;
+      r.ino = ino;
+      r.dir1 = 1;
+      const std::string name = "d" + std::to_string(ino);
+      r.name1 = name;
+      ASSERT_TRUE(idx.Apply(r).ok()) << ino;
+    }
+    upfs_engine_test::MemorySpace space(format::kBlockSize, uint64_t{64} << 20);
+    format::pool::CheckpointHeader h{};
+    std::unique_ptr<BaseImage> base = WriteImage(idx, &space, &h, GetParam());
+    std::set<uint64_t> present(inos.begin(), inos.end());
+    present.insert(1);
+    for (uint64_t ino : present) {
+      BaseDir d;
+      ASSERT_TRUE(base->FindDir(ino, &d)) << ino;
+      EXPECT_EQ(d.ino, ino);
+      EXPECT_EQ(d.parent, 1u);
+      EXPECT_EQ(d.subdirs, ino == 1 ? inos.size() : 0u);
+    }
+    std::set<uint64_t> absent = {0, *present.rbegin() + 1, UINT32_MAX, ~uint64_t{0}};
+    for (uint64_t ino : present)
+      for (uint64_t near : {ino - 1, ino + 1})
+        if (!present.count(near)) absent.insert(near);
+    for (uint64_t ino : absent) {
+      BaseDir d;
+      EXPECT_FALSE(base->FindDir(ino, &d)) << ino;
+    }
+  }
+}
+
+// A thread keeps the rows it found (FindDir's cache): an image opened after
+// another, with the same directory numbers in other rows (other parents,
+// other counts), answers with its own rows, on the same thread, whichever
+// was looked up last; and an image opened again in the same object too.
+TEST_P(NsIndexLayers, ImageRowsCachedByAThreadAnswerOnlyForTheirImage) {
+  upfs_engine_test::MemorySpace space(format::kBlockSize, uint64_t{64} << 20);
+  auto build = [&](uint64_t parent_of_ten, format::pool::CheckpointHeader* h) {
+    NsIndex idx;
+    idx.Rebase(1, nullptr);
+    auto mkdir = [&](uint64_t ino, uint64_t dir) {
+      NsRecord r;
+      r.type = RecordType::kMkdir;
+      r.ftype = FileType::kDirectory;
+      r.ino = ino;
+      r.dir1 = dir;
+      const std::string name = "d" + std::to_string(ino);
+      r.name1 = name;
+      ASSERT_TRUE(idx.Apply(r).ok()) << ino;
+    };
+    mkdir(2, 1);
+    mkdir(3, 1);
+    for (uint64_t ino = 10; ino < 200; ++ino) mkdir(ino, ino == 10 ? parent_of_ten : 1);
+    return WriteImage(idx, &space, h, GetParam());
+  };
+  format::pool::CheckpointHeader ha{}, hb{};
+  std::unique_ptr<BaseImage> a = build(2, &ha), b = build(3, &hb);
+  for (int round = 0; round < 3; ++round) {
+    BaseDir d;
+    ASSERT_TRUE(a->FindDir(10, &d));
+    EXPECT_EQ(d.parent, 2u);
+    ASSERT_TRUE(b->FindDir(10, &d));
+    EXPECT_EQ(d.parent, 3u);
+    ASSERT_TRUE(a->FindDir(2, &d));
+    EXPECT_EQ(d.subdirs, 1u);
+    ASSERT_TRUE(b->FindDir(2, &d));
+    EXPECT_EQ(d.subdirs, 0u);
+  }
+  // The object a viewed, opened again on b's header: b's rows.
+  ASSERT_TRUE(a->Open(BlockAccess(&space), hb, 0, true).ok());
+  BaseDir d;
+  ASSERT_TRUE(a->FindDir(10, &d));
+  EXPECT_EQ(d.parent, 3u);
+}
+
 }  // namespace
 }  // namespace upfs
 

@@ -1,7 +1,9 @@
 #include "container/pool/checkpoint.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <memory>
 
 #include "util/assert.h"
 #include "util/crc32c.h"
@@ -148,7 +150,39 @@ Status ReadCheckpointHeader(const BlockAccess& ba, uint64_t l, uint32_t pool_ver
   return Status::OK();
 }
 
+namespace {
+
+// A thread's rows of the directories it last found, direct-mapped by inode
+// number. The table of directories is sorted by number and searched by
+// bisection: with 100,000 directories 17 probes, the last few of them
+// misses once the table (6 MiB) is out of the caches, for every step of a
+// path through a directory. An entry answers only for the image it was
+// found in (its id): an image is never changed once opened, and a newer
+// one has another id. Allocated on a thread's first lookup (7 KiB), so
+// that the threads of a program that never use a pool pay nothing.
+struct CachedDirRow {
+  uint64_t image = 0;
+  BaseDir row;  // row.ino is the key
+};
+constexpr int kDirRowCacheBits = 7;
+struct DirRowCache {
+  CachedDirRow rows[1 << kDirRowCacheBits];
+};
+thread_local std::unique_ptr<DirRowCache> t_dir_rows;
+
+CachedDirRow& DirRowSlot(uint64_t ino) {
+  if (!t_dir_rows) t_dir_rows = std::make_unique<DirRowCache>();
+  return t_dir_rows->rows[(ino * 0x9E3779B97F4A7C15ull) >> (64 - kDirRowCacheBits)];
+}
+
+std::atomic<uint64_t> g_next_image_id{1};
+
+}  // namespace
+
 Status BaseImage::Open(const BlockAccess& ba, const CheckpointHeader& h, uint64_t header_block, bool verify) {
+  // A new id first: rows cached for what this object viewed before (an
+  // earlier Open) must not answer for this image.
+  id_ = g_next_image_id.fetch_add(1, std::memory_order_relaxed);
   h_ = &h;
   tagged_ = h.magic == kCheckpointMagic;
   space_ = ba.space();
@@ -195,11 +229,20 @@ bool BaseImage::RowAt(uint64_t i, BaseDir* out) const {
 }
 
 bool BaseImage::FindDir(uint64_t ino, BaseDir* out) const {
+  CachedDirRow& c = DirRowSlot(ino);
+  if (c.image == id_ && c.row.ino == ino) {
+    *out = c.row;
+    return true;
+  }
   uint64_t lo = 0, hi = h_->dirs;
   while (lo < hi) {
     const uint64_t mid = (lo + hi) / 2;
     const uint64_t v = Word(mid * kDirRowWords);
-    if (v == ino) return RowAt(mid, out);
+    if (v == ino) {
+      if (!RowAt(mid, out)) return false;
+      c = CachedDirRow{id_, *out};
+      return true;
+    }
     if (v < ino) lo = mid + 1;
     else hi = mid;
   }

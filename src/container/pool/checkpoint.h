@@ -39,6 +39,8 @@ class BaseImage {
   uint64_t header_block() const { return header_block_; }
   const format::pool::CheckpointHeader& header() const { return *h_; }
 
+  // The row of directory `ino`: from this thread's cache of rows it found
+  // in this image, else by a binary search of the directory table.
   bool FindDir(uint64_t ino, BaseDir* out) const;
   // `crc`: NameHash(name).
   bool FindName(const BaseDir& d, std::string_view name, uint32_t crc, NsEntry* out) const;
@@ -125,6 +127,9 @@ class BaseImage {
   uint64_t image_words_ = 0;  // the header's, read once
   const BlockSpace* space_ = nullptr;  // the pool's (for FindName's prefetch)
   bool tagged_ = false;
+  // Unique to each Open in the process (never reused, unlike an address):
+  // what a thread's cached rows were found in (FindDir).
+  uint64_t id_ = 0;
 };
 
 // Builds an image: directories are added in order of inode number, each
