@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "posix/api_internal.h"
+#include "posix/path_shape.h"
 #include "posix/descriptor_table.h"
 #include "posix/op_guard.h"
 #include "posix/pool_api.h"
@@ -185,31 +186,6 @@ bool SplitAtMount(const MountTable& t, const std::string& abs, PoolPath* out) {
   }
   return false;
 }
-
-// Whether an absolute path has a "." or ".." component or "//" in it,
-// which SplitAtMount handles. A name that only starts with a dot (".git",
-// "...") is an ordinary component: taking the slow split for it cost every
-// call under a hidden directory ~100-200 ns (the benchmark's mount
-// directory, "/.upfs-bench-PID", measured 2x a stat's time). One byte loop:
-// two std::string::find calls were 9% of a stat's samples, and a memchr per
-// slash still 4%.
-bool NeedsSplit(std::string_view p) {
-  const char* s = p.data();
-  const char* const end = s + p.size();
-  for (; s + 1 < end; ++s) {  // a slash at the end has nothing after it
-    if (*s != '/') continue;
-    if (s[1] == '/') return true;
-    if (s[1] != '.') continue;
-    const char* after = s + 2;  // past "/."
-    if (after < end && *after == '.') ++after;
-    if (after == end || *after == '/') return true;
-  }
-  return false;
-}
-
-}  // namespace
-
-namespace {
 
 // InPool's search, inside the guard it took.
 bool FindMount(int dirfd, const char* path, bool from_fd, PoolPath* out) {
