@@ -7,6 +7,7 @@
 
 #include "util/assert.h"
 #include "util/crc32c.h"
+#include "util/thread_held.h"
 
 namespace upfs {
 
@@ -158,8 +159,9 @@ namespace {
 // misses once the table (6 MiB) is out of the caches, for every step of a
 // path through a directory. An entry answers only for the image it was
 // found in (its id): an image is never changed once opened, and a newer
-// one has another id. Allocated on a thread's first lookup (7 KiB), so
-// that the threads of a program that never use a pool pay nothing.
+// one has another id. Made on a thread's first lookup (7 KiB) and freed
+// when the thread ends (ThreadHeld), so that the threads of a program that
+// never use a pool pay nothing.
 struct CachedDirRow {
   uint64_t image = 0;
   BaseDir row;  // row.ino is the key
@@ -168,11 +170,14 @@ constexpr int kDirRowCacheBits = 7;
 struct DirRowCache {
   CachedDirRow rows[1 << kDirRowCacheBits];
 };
-thread_local std::unique_ptr<DirRowCache> t_dir_rows;
+struct DirRowHolder {
+  std::unique_ptr<DirRowCache> owned = std::make_unique<DirRowCache>();
+  DirRowCache* cache = owned.get();
+};
 
 CachedDirRow& DirRowSlot(uint64_t ino) {
-  if (!t_dir_rows) t_dir_rows = std::make_unique<DirRowCache>();
-  return t_dir_rows->rows[(ino * 0x9E3779B97F4A7C15ull) >> (64 - kDirRowCacheBits)];
+  DirRowCache* c = ThreadHeld<DirRowHolder, &DirRowHolder::cache>();
+  return c->rows[(ino * 0x9E3779B97F4A7C15ull) >> (64 - kDirRowCacheBits)];
 }
 
 std::atomic<uint64_t> g_next_image_id{1};
