@@ -348,10 +348,23 @@ TEST(BaseImageDamage, SlotInodeNumbersNearTwoToThe64AreLookedUpSafely) {
   }
 }
 
+// Applies the record of a mkdir of directory `ino`, named "d<ino>", in `dir`.
+Status ApplyMkdir(NsIndex* idx, uint64_t ino, uint64_t dir) {
+  NsRecord r;
+  r.type = RecordType::kMkdir;
+  r.ftype = FileType::kDirectory;
+  r.ino = ino;
+  r.dir1 = dir;
+  const std::string name = "d" + std::to_string(ino);
+  r.name1 = name;
+  return idx->Apply(r);
+}
+
 // The image's table of directories: every directory is found with its
 // row, every other number is not, however the directories' inode numbers
 // are spread (evenly, with gaps, in clusters, growing fast, with one far
-// away), in both formats.
+// away: FindDir's thread cache is direct-mapped by a hash of the number,
+// so the spreads also collide in it differently), in both formats.
 TEST_P(NsIndexLayers, ImageFindsEveryDirectoryHoweverItsNumbersSpread) {
   std::vector<std::pair<std::string, std::vector<uint64_t>>> layouts;
   auto add = [&](std::string name, auto fn, uint64_t n) {
@@ -370,16 +383,7 @@ TEST_P(NsIndexLayers, ImageFindsEveryDirectoryHoweverItsNumbersSpread) {
     SCOPED_TRACE(layout);
     NsIndex idx;
     idx.Rebase(1, nullptr);
-    for (uint64_t ino : inos) {
-      NsRecord r;
-      r.type = RecordType::kMkdir;
-      r.ftype = FileType::kDirectory;
-      r.ino = ino;
-      r.dir1 = 1;
-      const std::string name = "d" + std::to_string(ino);
-      r.name1 = name;
-      ASSERT_TRUE(idx.Apply(r).ok()) << ino;
-    }
+    for (uint64_t ino : inos) ASSERT_TRUE(ApplyMkdir(&idx, ino, 1).ok()) << ino;
     upfs_engine_test::MemorySpace space(format::kBlockSize, uint64_t{64} << 20);
     format::pool::CheckpointHeader h{};
     std::unique_ptr<BaseImage> base = WriteImage(idx, &space, &h, GetParam());
@@ -412,16 +416,7 @@ TEST_P(NsIndexLayers, ImageRowsCachedByAThreadAnswerOnlyForTheirImage) {
   auto build = [&](uint64_t parent_of_ten, format::pool::CheckpointHeader* h) {
     NsIndex idx;
     idx.Rebase(1, nullptr);
-    auto mkdir = [&](uint64_t ino, uint64_t dir) {
-      NsRecord r;
-      r.type = RecordType::kMkdir;
-      r.ftype = FileType::kDirectory;
-      r.ino = ino;
-      r.dir1 = dir;
-      const std::string name = "d" + std::to_string(ino);
-      r.name1 = name;
-      ASSERT_TRUE(idx.Apply(r).ok()) << ino;
-    };
+    auto mkdir = [&](uint64_t ino, uint64_t dir) { ASSERT_TRUE(ApplyMkdir(&idx, ino, dir).ok()) << ino; };
     mkdir(2, 1);
     mkdir(3, 1);
     for (uint64_t ino = 10; ino < 200; ++ino) mkdir(ino, ino == 10 ? parent_of_ten : 1);
