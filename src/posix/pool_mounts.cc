@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "posix/api_internal.h"
-#include "posix/path_shape.h"
 #include "posix/descriptor_table.h"
 #include "posix/op_guard.h"
+#include "posix/path_shape.h"
 #include "posix/pool_api.h"
 #include "posix/pool_node.h"
 #include "util/assert.h"
