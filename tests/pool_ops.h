@@ -22,6 +22,7 @@ struct NsOp {
     kWrite, kAppend, kTruncate,
     kUnlinkOpen,  // holds the file, unlinks it, writes to it, lets go (the release)
     kCheckpoint,  // writes a checkpoint of the namespace (the tree does not change)
+    kNoFreeBlocks,  // from here on the pool has no free block for its namespace (a full pool)
   } kind;
   std::string a, b;  // paths; b: the second path, or a symbolic link's target
   uint64_t off = 0, len = 0;
@@ -36,7 +37,7 @@ struct NsOp {
   std::string Describe() const {
     static const char* names[] = {"create", "mkdir", "symlink", "link", "unlink", "rmdir", "rename",
                                   "exchange", "chmod", "write", "append", "truncate", "unlink-open",
-                                  "checkpoint"};
+                                  "checkpoint", "no-free-blocks"};
     auto brief = [](const std::string& s) { return s.size() > 40 ? s.substr(0, 37) + "..." : s; };
     std::string d = std::string(names[kind]) + " " + brief(a);
     if (!b.empty()) d += " " + brief(b);
@@ -71,6 +72,7 @@ inline int ApplyModel(TreeModel* t, const NsOp& op) {
     case NsOp::kTruncate: return t->Truncate(op.a, op.len);
     case NsOp::kUnlinkOpen: return t->Unlink(op.a);  // the write lands in an unlinked file
     case NsOp::kCheckpoint: return 0;
+    case NsOp::kNoFreeBlocks: return 0;
   }
   return EINVAL;
 }
@@ -102,6 +104,7 @@ inline NsOp Write(std::string p, uint64_t off, uint64_t len, uint32_t seed) {
 inline NsOp Append(std::string p, uint64_t len, uint32_t seed) { return Make(NsOp::kAppend, std::move(p), "", 0, len, seed); }
 inline NsOp Truncate(std::string p, uint64_t len) { return Make(NsOp::kTruncate, std::move(p), "", 0, len); }
 inline NsOp Checkpoint() { return Make(NsOp::kCheckpoint, ""); }
+inline NsOp NoFreeBlocks() { return Make(NsOp::kNoFreeBlocks, ""); }
 inline NsOp UnlinkOpen(std::string p, uint64_t off, uint64_t len, uint32_t seed) {
   return Make(NsOp::kUnlinkOpen, std::move(p), "", off, len, seed);
 }

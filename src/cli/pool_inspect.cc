@@ -42,9 +42,12 @@ int RunPoolInfo(const std::string& path) {
   }
   Row("pool:", path);
   // What the version means for the builds that may share the pool
-  // (docs/format.md, "Pools, format version 6").
+  // (docs/format.md, "Pools, format version 7").
   Row("format:", "version " + std::to_string(r.version) +
-                     (r.version >= format::pool::kFirstAnywhereShadowPoolVersion
+                     (r.version >= format::pool::kFirstLogReservePoolVersion
+                          ? " (tagged checkpoint images, checked appends and granule flips with anywhere "
+                            "shadows in files' logs, a namespace log reserve)"
+                      : r.version >= format::pool::kFirstAnywhereShadowPoolVersion
                           ? " (tagged checkpoint images, checked appends and granule flips with anywhere "
                             "shadows in files' logs)"
                       : r.version >= format::pool::kFirstGranulePoolVersion
@@ -65,7 +68,10 @@ int RunPoolInfo(const std::string& path) {
                             Plural(r.log_records, "record", "records") + "; " +
                             (r.checkpoint_number ? "checkpoint " + std::to_string(r.checkpoint_number) +
                                                        " (" + Plural(r.checkpoint_entries, "entry", "entries") + ")"
-                                                 : std::string("no checkpoint yet")));
+                                                 : std::string("no checkpoint yet")) +
+                            (r.version >= format::pool::kFirstLogReservePoolVersion
+                                 ? "; " + Plural(r.log_reserve_blocks, "block", "blocks") + " in reserve"
+                                 : std::string()));
   Row("space:", WithCommas(r.capacity_blocks) + " blocks of 4 KiB (pool file " + HumanBytes(r.pool_bytes) + ")");
   // The fixed header (superblock and volatile area: format.md, "Pools")
   // apart, so that an empty pool does not read as 34 MiB of someone's data.

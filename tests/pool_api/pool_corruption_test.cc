@@ -246,10 +246,37 @@ TEST_F(PoolCorruptionTest, SuperblockPointersToTheWrongStructure) {
   if (!o.mounted) { EXPECT_TRUE(o.unchanged); }
 }
 
+TEST_F(PoolCorruptionTest, SuperblockLogReserve) {
+  // Out of range: refused at every attach, before anything is read.
+  for (uint64_t v : {uint64_t{5}, uint64_t(layout_.blocks), uint64_t{1} << 32, ~uint64_t{0}}) {
+    SCOPED_TRACE("reserve word = " + std::to_string(v));
+    ASSERT_TRUE(CopySparse(base_, work_));
+    SetWord(work_, offsetof(Superblock, nslog_reserve) + 8, v);
+    ExpectRefused(Try(), kSb);
+  }
+  // Naming a block in use (the log's last one): a clean pool's mount does
+  // not look (a removal in a full pool would take it), fsck does; recovery
+  // refuses it.
+  const std::vector<std::string> twice = {"reserve block " + std::to_string(layout_.log_blocks.back())};
+  ASSERT_TRUE(CopySparse(base_, work_));
+  SetWord(work_, offsetof(Superblock, nslog_reserve), layout_.log_blocks.back());
+  ExpectDetected(Try(), twice);
+  UseCrashed();
+  SetWord(work_, offsetof(Superblock, nslog_reserve), crashed_layout_.log_blocks.back());
+  ExpectRefused(Try(), {"reserve block " + std::to_string(crashed_layout_.log_blocks.back())});
+  // No reserve at all: the pool works, and gets one again as its log grows.
+  ASSERT_TRUE(CopySparse(base_, work_));
+  for (uint32_t i = 0; i < upfs::format::pool::kLogReserveBlocks; ++i)
+    SetWord(work_, offsetof(Superblock, nslog_reserve) + 8 * i, 0);
+  Outcome o = Try();
+  EXPECT_TRUE(o.mounted) << o.mount_error;
+  EXPECT_TRUE(o.check_ok) << o.check;
+}
+
 TEST_F(PoolCorruptionTest, SuperblockUnusedSpaceAndSoftWords) {
   // Reserved word, padding of the pointer line and of the block: unused.
   Set32(work_, offsetof(Superblock, reserved0), 0xdeadbeef);
-  SetWord(work_, offsetof(Superblock, pad1) + 8, 0x1234);
+  SetWord(work_, offsetof(Superblock, pad1), 0x1234);
   SetWord(work_, 3000, ~uint64_t{0});
   ExpectHarmless(Try());
   // `clean` 0 or garbage: recovery rebuilds the volatile area.

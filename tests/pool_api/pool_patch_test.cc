@@ -51,6 +51,11 @@ class PoolPatch : public pool_conc::PoolConcurrencyTest {
     ASSERT_EQ(pread(fd, &sb, sizeof(sb), 0), ssize_t(sizeof(sb)));
     sb.version = version;
     sb.sb_crc = fp::SuperblockCrc(sb);
+    // Older builds keep no log reserve; the next attach recovers (clean 0)
+    // and so frees the blocks this build's mkfs set aside.
+    if (version < fp::kFirstLogReservePoolVersion)
+      for (auto& w : sb.nslog_reserve) w.store(0);
+    sb.clean.store(0);
     ASSERT_EQ(pwrite(fd, &sb, sizeof(sb), 0), ssize_t(sizeof(sb)));
     close(fd);
     Mount();

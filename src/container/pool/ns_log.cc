@@ -330,14 +330,14 @@ Status NsLog::ReadNew(const std::function<Status(const NsRecord&)>& fn) {
   return st;
 }
 
-Status NsLog::MoveToNextBlock(NsPos* p) {
+Status NsLog::MoveToNextBlock(NsPos* p, bool removal) {
   LogBlock* b = Block(p->lblock);
   // The successor first: if there is no room for one, the block stays open
   // and its last slots still take what fits there (removals, Reserve).
   uint64_t next = b->next.load(std::memory_order_acquire);
   uint32_t fresh = 0;
   if (NextBlock(next) == 0) {
-    UPFS_RETURN_IF_ERROR(alloc_(&fresh));
+    UPFS_RETURN_IF_ERROR(alloc_(&fresh, removal));
     if (Status st = InitBlock(ba_, fresh, p->seq + 1); !st.ok()) {
       free_(fresh);
       return st;
@@ -413,7 +413,7 @@ Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r, FunctionR
     // The reservation, its payload and the commit entry after it must fit
     // in the block.
     if (p.slot + n + 2 > end) {
-      UPFS_RETURN_IF_ERROR(MoveToNextBlock(&p));
+      UPFS_RETURN_IF_ERROR(MoveToNextBlock(&p, rec.type == RecordType::kUnlink));
       continue;
     }
     LogBlock* b = Block(p.lblock);

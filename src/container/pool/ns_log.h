@@ -72,7 +72,10 @@ inline constexpr uint32_t kMaxCommitsInFlight = kMaxSlots;
 
 class NsLog {
  public:
-  using AllocBlock = std::function<Status(uint32_t*)>;
+  // Gives the log a block for its next one. `removal`: the record waiting
+  // for it is a removal, which may take the pool's reserve when nothing
+  // else is free (format::pool::Superblock::nslog_reserve).
+  using AllocBlock = std::function<Status(uint32_t*, bool removal)>;
   using FreeBlock = std::function<void(uint32_t)>;
 
   // Starts reading at the chain's head `head` (the superblock's word).
@@ -191,7 +194,7 @@ class NsLog {
   uint64_t CommitsAfter(uint64_t limit) const;
   // Closes the block (filling what is left of it) and moves to its
   // successor, linking a new one if needed.
-  Status MoveToNextBlock(NsPos* p);
+  Status MoveToNextBlock(NsPos* p, bool removal);
 
   // Publishes pos_ to PosHint's readers (index lock held exclusively: one
   // writer at a time).

@@ -97,6 +97,10 @@ Status CheckSuperblockImage(const Superblock& sb, uint64_t file_bytes, const std
     return Status::Corrupt("superblock", path + ": root inode out of range");
   if (!in_pool(sb.nslog_head.load()) || !in_pool(sb.inode_chain.load()) || (sb.checkpoint.load() != 0 && !in_pool(sb.checkpoint.load())))
     return Status::Corrupt("superblock", path + ": a root pointer is out of range");
+  if (sb.version >= kFirstLogReservePoolVersion)
+    for (const auto& w : sb.nslog_reserve)
+      if (w.load() != 0 && !in_pool(w.load()))
+        return Status::Corrupt("superblock", path + ": a namespace log reserve block is out of range");
   return Status::OK();
 }
 
@@ -148,8 +152,8 @@ Status Pool::Create(const std::string& path, uint64_t size_hint) {
   if (Status st = m->Provide(0, uint64_t(kBitmapBlock) * kBlockSize); !st.ok()) return fail(st);
   if (Status st = m->Grow(bytes); !st.ok()) return fail(st);
   BlockAccess ba(m.get());
-  // Blocks kDataStart (the root's inode block) and kDataStart + 1 (the
-  // namespace log's first block).
+  // Blocks kDataStart (the root's inode block), kDataStart + 1 (the
+  // namespace log's first block) and the log's reserve after it.
   const uint32_t inode_block = kDataStart, log_block = kDataStart + 1;
   char* p;
   if (Status st = ba.Addr(inode_block, &p); !st.ok()) return fail(st);
@@ -182,6 +186,9 @@ Status Pool::Create(const std::string& path, uint64_t size_hint) {
   sb->sb_crc = SuperblockCrc(*sb);
   sb->nslog_head.store(log_block);
   sb->inode_chain.store(inode_block);
+  // The blocks after the log's first start its reserve (the first attach's
+  // recovery marks them in use).
+  for (uint32_t i = 0; i < kLogReserveBlocks; ++i) sb->nslog_reserve[i].store(log_block + 1 + i);
   sb->clean.store(0);  // the first attach builds the volatile area
   // The magic last, after everything it vouches for is durable.
   pm::Fence();
@@ -263,7 +270,7 @@ Status Pool::InitVolatile(bool first) {
 }
 
 Status Pool::LoadNamespace() {
-  auto alloc = [this](uint32_t* l) { return AllocBlock(l); };
+  auto alloc = [this](uint32_t* l, bool removal) { return AllocLogBlock(l, removal); };
   auto free = [this](uint32_t l) { FreeBlock(l); };
   const uint64_t ck = super()->checkpoint.load(std::memory_order_acquire);
   seen_checkpoint_.store(ck, std::memory_order_release);
@@ -280,6 +287,8 @@ Status Pool::LoadNamespace() {
 }
 
 Status Pool::AllocBlock(uint32_t* l) {
+  if (refuse_blocks_for_test_.load(std::memory_order_relaxed))
+    return Status::Error(ENOSPC, "no free block (refused for a test)");
   UPFS_RETURN_IF_ERROR(source_->AllocSingle(l));
   // Mapped for the caller: the block may lie in space another process grew
   // (a long symbolic link's target is copied to it unchecked).
@@ -446,6 +455,7 @@ Status Pool::Recover() {
     UPFS_RETURN_IF_ERROR(marker.status());
     l = NextBlock(next);
   }
+  UPFS_RETURN_IF_ERROR(MarkLogReserve(&marker));
   std::unordered_set<uint64_t> linked;
   std::vector<uint32_t> cut;  // file logs whose last commit a crash cut short
   index_.ForEachDir([&](uint64_t dir, const NsDirInfo&) {

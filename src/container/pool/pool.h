@@ -138,6 +138,13 @@ class Pool {
   // One block for namespace structures (log and inode blocks), and back.
   Status AllocBlock(uint32_t* l);
   void FreeBlock(uint32_t l);
+  // The namespace log's next block (NsLog::AllocBlock): when none is free,
+  // a removal's record takes one of the log's reserve blocks; a block had
+  // the ordinary way refills the reserve (pool_log_reserve.cc).
+  Status AllocLogBlock(uint32_t* l, bool removal);
+  // From now on AllocBlock finds no free block, as in a full pool (for the
+  // crash explorer's removals in a full pool; this process only).
+  void RefuseBlocksForTest() { refuse_blocks_for_test_.store(true, std::memory_order_relaxed); }
   // Gives back inode `ino` and every block its file holds: the last name
   // is gone and no descriptor of any process has it open.
   Status ReleaseInode(uint64_t ino);
@@ -198,6 +205,13 @@ class Pool {
   // crash cut short is added to *cut (its head), to be cleared once the
   // whole pool proved sound.
   Status MarkFileBlocks(format::pool::Inode* in, BlockMarker* m, std::vector<uint32_t>* cut);
+  // The namespace log's reserve (Superblock::nslog_reserve), kept from pool
+  // version 7 on: refilled from free blocks while there are any, marked in
+  // use at recovery.
+  bool KeepsLogReserve() const;
+  void RefillLogReserve();
+  Status MarkLogReserve(BlockMarker* m) const;
+  Status CheckReserveBlock(uint64_t l) const;
   std::unique_ptr<Medium> medium_;
   BlockAccess access_;
   uint64_t dev_;
@@ -232,6 +246,7 @@ class Pool {
   uint32_t process_slot_ = kMaxSlots;
   // Set once ReloadIndexLocked failed (index lock held; read with it).
   std::atomic<bool> index_lost_{false};
+  std::atomic<bool> refuse_blocks_for_test_{false};
   std::string lost_why_;
   Status IndexLost() const;
   // The checkpoint this process last saw (its header block, 0 = none).

@@ -77,7 +77,7 @@ class Checker {
 
 Status Checker::ReadNamespace() {
   NsLog log;
-  auto no_alloc = [](uint32_t*) { return Status::Error(EROFS, "read-only check"); };
+  auto no_alloc = [](uint32_t*, bool) { return Status::Error(EROFS, "read-only check"); };
   if (const uint64_t ck = sb_->checkpoint.load(); ck != 0) {
     const CheckpointHeader* h;
     UPFS_RETURN_IF_ERROR(ReadCheckpointHeader(ba_, ck, sb_->version, &h));
@@ -116,6 +116,16 @@ Status Checker::ReadNamespace() {
     marker_.Mark(l, "namespace log");
     l = NextBlock(reinterpret_cast<const LogBlock*>(ba_.AddrUnchecked(l))->next.load());
   }
+  if (sb_->version >= kFirstLogReservePoolVersion)
+    for (const auto& w : sb_->nslog_reserve) {
+      const uint64_t l = w.load();
+      if (l >= kDataStart && l < r_->capacity_blocks) {
+        marker_.Mark(l, "namespace log reserve");
+        ++r_->log_reserve_blocks;
+      }
+      else if (l != 0)
+        Problem("namespace log reserve block " + std::to_string(l) + " out of range");
+    }
   return Status::OK();
 }
 

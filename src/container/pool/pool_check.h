@@ -28,6 +28,7 @@ struct PoolReport {
   uint64_t orphans = 0;      // inodes in use with no name: freed at the next recovery
   uint64_t log_blocks = 0;   // of the namespace log
   uint64_t log_records = 0;
+  uint64_t log_reserve_blocks = 0;  // set aside for removals in a full pool (version 7)
   uint64_t checkpoint_number = 0;  // 0: none yet
   uint64_t checkpoint_entries = 0;
   uint64_t referenced_blocks = 0;  // every block a structure references

@@ -39,14 +39,18 @@ namespace upfs::format::pool {
 // files' small writes never become patches. Version 6 added anywhere
 // shadows in files' logs (format.h, granule flips): a block's first flip
 // takes one shadow block from anywhere instead of copying the block into
-// an adjacent pair; older pools keep pairs.
-inline constexpr uint32_t kPoolVersion = 6;
+// an adjacent pair; older pools keep pairs. Version 7 added the namespace
+// log's reserve blocks (Superblock::nslog_reserve): an older pool has none,
+// since a build that did not know them would free them at its recovery and
+// a later build would then find them in use twice.
+inline constexpr uint32_t kPoolVersion = 7;
 inline constexpr uint32_t kOldestPoolVersion = 1;
 inline constexpr uint32_t kFirstPatchPoolVersion = 2;
 inline constexpr uint32_t kFirstTaggedPoolVersion = 3;
 inline constexpr uint32_t kFirstCheckedAppendPoolVersion = 4;
 inline constexpr uint32_t kFirstGranulePoolVersion = 5;
 inline constexpr uint32_t kFirstAnywhereShadowPoolVersion = 6;
+inline constexpr uint32_t kFirstLogReservePoolVersion = 7;
 // The per-file magic with family byte 0x02: a pool is never taken for a
 // per-file upfs file, nor the other way round.
 inline constexpr unsigned char kPoolMagic[8] = {'U', 'P', 'F', 'S', 0x02, '\r', '\n', 0x1a};
@@ -69,6 +73,9 @@ static_assert(kSummaryBlocks == 277);
 static_assert(kSummaryBlock + kSummaryBlocks <= kDataStart);
 static_assert(kDataStart == 8704);
 
+// Blocks the namespace log keeps in reserve for removals in a full pool.
+inline constexpr uint32_t kLogReserveBlocks = 4;
+
 // ---------------------------------------------------------------------------
 // Superblock: logical block 0.
 // Cache line 0 is immutable after mkfs; sb_crc covers bytes [0, 56).
@@ -89,7 +96,11 @@ struct Superblock {
   std::atomic<uint64_t> nslog_head;   // first block of the namespace log
   std::atomic<uint64_t> inode_chain;  // newest inode block (chain through InodeBlockHeader::next)
   std::atomic<uint64_t> checkpoint;   // the newest checkpoint's header block, 0 = none
-  unsigned char pad1[kCacheLine - 24];
+  // Free blocks set aside for the namespace log's next blocks when nothing
+  // else is free, taken only by removals (unlink, rmdir), so that a full
+  // pool can be emptied (docs/design.md, "A full pool"); 0 = none.
+  std::atomic<uint64_t> nslog_reserve[kLogReserveBlocks];
+  unsigned char pad1[kCacheLine - 24 - 8 * kLogReserveBlocks];
 
   // Cache line 2: 1 when the volatile area was left consistent by the last
   // process to detach; 0 while processes are attached, and after a crash.
@@ -103,6 +114,7 @@ static_assert(offsetof(Superblock, max_blocks) == 32);
 static_assert(offsetof(Superblock, root_ino) == 48);
 static_assert(offsetof(Superblock, sb_crc) == 56);
 static_assert(offsetof(Superblock, nslog_head) == kCacheLine);
+static_assert(offsetof(Superblock, nslog_reserve) == kCacheLine + 24);
 static_assert(offsetof(Superblock, clean) == 2 * kCacheLine);
 // The checksum a superblock's sb_crc must hold (mkfs writes it, attach,
 // fsck and the tools that label pools check or rewrite it).
