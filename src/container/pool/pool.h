@@ -144,7 +144,7 @@ class Pool {
   Status AllocLogBlock(uint32_t* l, bool removal);
   // From now on AllocBlock finds no free block, as in a full pool (for the
   // crash explorer's removals in a full pool; this process only).
-  void RefuseBlocksForTest() { refuse_blocks_for_test_.store(true, std::memory_order_relaxed); }
+  void RefuseBlocksForTest(bool refuse = true) { refuse_blocks_for_test_.store(refuse, std::memory_order_relaxed); }
   // Gives back inode `ino` and every block its file holds: the last name
   // is gone and no descriptor of any process has it open.
   Status ReleaseInode(uint64_t ino);
