@@ -15,6 +15,7 @@
 #include "container/pool/ns_index.h"
 #include "container/pool/pool_check.h"
 #include "container/pool/pool_format.h"
+#include "label_version.h"
 #include "pool_test_fixture.h"
 #include "posix/pool_mounts.h"
 #include "util/crc32c.h"
@@ -65,9 +66,7 @@ TEST_F(PoolTest, CheckpointImagesKeepThePoolVersionsFormat) {
     fp::Superblock sb;
     ASSERT_EQ(pread(fd, &sb, sizeof(sb), 0), ssize_t(sizeof(sb)));
     ASSERT_EQ(sb.version, fp::kPoolVersion);
-    sb.version = version;
-    sb.sb_crc = fp::SuperblockCrc(sb);
-    ASSERT_EQ(pwrite(fd, &sb, sizeof(sb), 0), ssize_t(sizeof(sb)));
+    ASSERT_TRUE(upfs_test::RelabelPoolVersion(pool_, version));
     ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
     // Names held in a tagged slot (up to 16 bytes) and placed apart.
     auto name = [](int i) {

@@ -7,13 +7,13 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <memory>
 #include <string>
 
 #include "container/pool/namespace.h"
 #include "container/pool/pool.h"
 #include "container/pool/pool_check.h"
+#include "label_version.h"
 
 namespace {
 
@@ -35,20 +35,6 @@ class PoolLogReserve : public ::testing::Test {
     unlink(path_.c_str());
   }
   void Attach() { ASSERT_TRUE(Pool::Attach(path_, &pool_).ok()); }
-  // Labels the new, never attached pool `version`, as the build of that
-  // version would have made it (no reserve before version 7).
-  void Relabel(uint32_t version) {
-    FILE* f = fopen(path_.c_str(), "r+b");
-    ASSERT_NE(f, nullptr);
-    fp::Superblock sb;
-    ASSERT_EQ(fread(&sb, sizeof(sb), 1, f), 1u);
-    sb.version = version;
-    sb.sb_crc = fp::SuperblockCrc(sb);
-    for (auto& w : sb.nslog_reserve) w.store(0);
-    ASSERT_EQ(fseek(f, 0, SEEK_SET), 0);
-    ASSERT_EQ(fwrite(&sb, sizeof(sb), 1, f), 1u);
-    fclose(f);
-  }
   static std::string Name(int i) { return "/n" + std::to_string(1000 + i); }
   Status Create(int i) {
     PoolNamespace ns(pool_.get(), &who_);
@@ -126,7 +112,7 @@ TEST_F(PoolLogReserve, RemovalsStopAtTheRemovalSlotsWhenItIsUsedUp) {
 }
 
 TEST_F(PoolLogReserve, OlderPoolsKeepNone) {
-  Relabel(fp::kFirstLogReservePoolVersion - 1);
+  ASSERT_TRUE(upfs_test::RelabelPoolVersion(path_, fp::kFirstLogReservePoolVersion - 1));
   Attach();
   for (int i = 0; i < 110; ++i) ASSERT_TRUE(Create(i).ok()) << i;
   pool_->RefuseBlocksForTest();

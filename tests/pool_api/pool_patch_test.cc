@@ -21,6 +21,7 @@
 #include "engine/file_internal.h"
 #include "format/format.h"
 #include "medium/persist_counter.h"
+#include "label_version.h"
 #include "patch_test_util.h"
 #include "pool_concurrency_util.h"
 #include "test_util.h"
@@ -43,21 +44,8 @@ class PoolPatch : public pool_conc::PoolConcurrencyTest {
   // The pool, still empty, labelled `version` as the build of that
   // version would have made it.
   void Relabel(uint32_t version) {
-    namespace fp = upfs::format::pool;
     Umount();
-    const int fd = open(pool_.c_str(), O_RDWR);
-    ASSERT_GE(fd, 0);
-    fp::Superblock sb;
-    ASSERT_EQ(pread(fd, &sb, sizeof(sb), 0), ssize_t(sizeof(sb)));
-    sb.version = version;
-    sb.sb_crc = fp::SuperblockCrc(sb);
-    // Older builds keep no log reserve; the next attach recovers (clean 0)
-    // and so frees the blocks this build's mkfs set aside.
-    if (version < fp::kFirstLogReservePoolVersion)
-      for (auto& w : sb.nslog_reserve) w.store(0);
-    sb.clean.store(0);
-    ASSERT_EQ(pwrite(fd, &sb, sizeof(sb), 0), ssize_t(sizeof(sb)));
-    close(fd);
+    ASSERT_TRUE(upfs_test::RelabelPoolVersion(pool_, version));
     Mount();
   }
   // Small writes of every size, truncations and remounts against a model,
