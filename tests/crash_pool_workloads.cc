@@ -1,0 +1,184 @@
+#include "crash_pool_workloads.h"
+
+#include <cstdio>
+#include <memory>
+#include <utility>
+
+namespace upfs::crashtest {
+
+namespace {
+
+NsOp Raced(NsOp a, NsOp b, int fence) {
+  a.race = std::make_shared<NsOp>(std::move(b));
+  a.race_fence = fence;
+  return a;
+}
+// Held at its `store`-th 8-byte store (where no fence is) instead.
+NsOp RacedAtStore(NsOp a, NsOp b, int store) {
+  a.race = std::make_shared<NsOp>(std::move(b));
+  a.race_store = store;
+  return a;
+}
+
+}  // namespace
+
+std::vector<Workload> MakeWorkloads() {
+  std::vector<Workload> w;
+  const std::string long_target(200, 't');   // past the inode's 128 bytes: a block of its own
+  const std::string long_name(255, 'n');     // the longest record payload
+  w.push_back({"ns-create",
+               {},
+               {Mkdir("/a"), Mkdir("/b", 0700), Create("/a/f"), Create("/b/g", 0600), Mkdir("/a/d"),
+                Symlink("/a/s", "f"), Symlink("/b/long", long_target), Create("/a/" + long_name),
+                Chmod("/a/f", 0604), Chmod("/a", 0711), Chmod("/", 0775)}});
+  w.push_back({"ns-rename",
+               {Mkdir("/a"), Mkdir("/b"), Create("/a/f"), Create("/a/g"), Create("/b/h"), Mkdir("/a/d"),
+                Create("/a/d/x"), Mkdir("/b/e"), Mkdir("/a/m")},
+               {Rename("/a/f", "/a/f2"),          // within a directory
+                Rename("/a/f2", "/b/f3"),         // across directories
+                Rename("/a/g", "/b/h"),           // over an existing file: its inode is freed
+                Rename("/a/d", "/b/d2"),          // a directory with content, across
+                Rename("/b/d2", "/b/e"),          // a directory over an empty one
+                Exchange("/b/f3", "/a/m"),        // a file and a directory, across
+                Exchange("/b/e", "/a/f3"),        // two directories, across (swapped back)
+                Rename("/b/h", "/a/" + long_name)}});
+  w.push_back({"ns-link-unlink",
+               {Mkdir("/a"), Mkdir("/b"), Create("/a/f"), Create("/a/g"), Symlink("/a/s", "g")},
+               {Link("/a/f", "/b/f1"), Link("/a/f", "/a/f2"), Link("/a/s", "/b/s2"), Unlink("/a/f"),
+                Unlink("/b/f1"), Unlink("/a/f2"), Unlink("/a/s"), Mkdir("/a/d"), Rmdir("/a/d"),
+                Unlink("/b/s2"), Rmdir("/b"), Rename("/a/g", "/a/g2")}});
+  w.push_back({"mixed-data",
+               {Mkdir("/d"), Create("/d/f")},
+               {Write("/d/f", 0, 4096, 1), Write("/d/f", 100, 50, 2), Append("/d/f", 5000, 3),
+                Create("/d/g"), Write("/d/g", 0, 10000, 4),
+                Rename("/d/f", "/d/g"),           // over a file with data: its blocks are freed
+                Link("/d/g", "/h"), Truncate("/h", 3000), Unlink("/d/g"), Write("/h", 8192, 100, 5),
+                Rename("/h", "/d/h"), Unlink("/d/h"),  // the last link of a file with data
+                Create("/d/k"), Write("/d/k", 0, 300000, 6), Chmod("/d/k", 0600)}});
+  // Sub-block patches in a pool file's log: alone, over each other, at a
+  // block's end, nine on one block (the ninth folds it), a truncate into a
+  // patched block, and a patched file renamed over and unlinked.
+  w.push_back({"pool-patches",
+               {Create("/p"), Write("/p", 0, 12288, 1), Create("/q"), Write("/q", 0, 5000, 2)},
+               {Write("/p", 100, 128, 3), Write("/p", 150, 7, 4), Write("/p", 4090, 6, 5),
+                Write("/p", 8192, 512, 6), Write("/p", 8200, 40, 7), Write("/p", 8300, 40, 8),
+                Write("/p", 8400, 40, 9), Write("/p", 8500, 40, 10), Write("/p", 8600, 40, 11),
+                Write("/p", 8700, 40, 12), Write("/p", 8800, 40, 13), Write("/p", 8900, 40, 14),
+                Truncate("/p", 8250), Write("/q", 10, 20, 15), Rename("/q", "/p"), Unlink("/p")}});
+  // Appends inside a pool file's tail block (checked appends, one
+  // persisted round each), between namespace operations, one filling the
+  // block, and one over bytes a truncate gave back.
+  w.push_back({"pool-appends",
+               {Create("/a"), Write("/a", 0, 100, 1)},
+               {Append("/a", 100, 2), Create("/b"), Append("/a", 200, 3), Append("/a", 3696, 4),
+                Append("/a", 50, 5), Truncate("/a", 4000), Append("/a", 60, 6), Rename("/a", "/c"),
+                Append("/c", 10, 7)}});
+  w.push_back({"unlink-open",
+               {Create("/f"), Write("/f", 0, 20000, 1), Create("/keep"), Write("/keep", 0, 5000, 2)},
+               {UnlinkOpen("/f", 0, 4096, 3),     // released by the last holder, after the write
+                Create("/g"),                     // takes the freed inode again
+                Write("/g", 0, 100, 4), Write("/keep", 4000, 2000, 5)}});
+  {
+    // Namespace log rollover (510 slots a block: a create of a 4-byte name
+    // takes 8) and inode block rollover (15 inodes a block).
+    Workload r{"ns-rollover", {}, {}};
+    for (int i = 0; i < 72; ++i) {
+      char n[16];
+      std::snprintf(n, sizeof(n), "/n%03d", i);
+      r.ops.push_back(i % 9 == 8 ? Mkdir(n) : Create(n));
+    }
+    r.explore_from = 56;
+    w.push_back(r);
+  }
+  {
+    // Each of these creates is raced by another at its reservation's fence,
+    // across the end of the first namespace log block: a racer may close
+    // the block under a held reservation, which must then be made again
+    // in the next block.
+    Workload r{"ns-rollover-races", {}, {}};
+    for (int i = 0; i < 40; ++i) {
+      char n[16], m[16];
+      std::snprintf(n, sizeof(n), "/n%03d", i);
+      std::snprintf(m, sizeof(m), "/r%03d", i);
+      r.ops.push_back(Raced(Create(n), i % 3 == 2 ? Mkdir(m) : Create(m), 1));
+    }
+    r.explore_from = 26;
+    w.push_back(r);
+  }
+  {
+    // Removals in a full pool: the second block of the log has room for
+    // ten unlinks of these names (8 slots each) when the pool runs out of
+    // free blocks; the eleventh takes the log's next block from the
+    // reserve (pool_log_reserve.cc), whose word is cleared durably before
+    // the block is made and linked.
+    Workload r{"full-pool-removals", {}, {}};
+    for (int i = 0; i < 110; ++i) {
+      char n[16];
+      std::snprintf(n, sizeof(n), "/n%03d", i);
+      r.setup.push_back(Create(n));
+    }
+    r.setup.push_back(NoFreeBlocks());
+    for (int i = 0; i < 14; ++i) {
+      char n[16];
+      std::snprintf(n, sizeof(n), "/n%03d", i);
+      r.ops.push_back(Unlink(n));
+    }
+    r.explore_from = 8;
+    w.push_back(r);
+  }
+  w.push_back({"ns-deep",
+               {Mkdir("/a"), Mkdir("/a/b"), Mkdir("/a/b/c"), Create("/a/b/c/f"), Write("/a/b/c/f", 0, 7000, 1),
+                Mkdir("/z"), Symlink("/a/b/l", long_target)},
+               {Rename("/a/b", "/z/b"),           // a subtree moves under another parent
+                Write("/z/b/c/f", 6000, 3000, 2), Symlink("/z/l", "b/c/f"), Rmdir("/a"),
+                Unlink("/z/b/l"),                 // a long target's block is freed
+                Symlink("/z/b/l2", long_target + "2"), Rename("/z/b/c", "/c"), Exchange("/c", "/z"),
+                Chmod("/c/b", 0500)}});
+  w.push_back({"pool-growth",
+               {Create("/big"), Create("/small"), Write("/small", 0, 1000, 1)},
+               {Write("/big", 0, 3 << 20, 2),    // past the pool's first 2 MiB of data: it grows
+                Create("/after"), Write("/after", 0, 4096, 3), Unlink("/big"), Create("/x"),
+                Write("/x", 0, 70000, 4), Rename("/x", "/small")}});
+  {
+    // Checkpoints: the index as an image in the pool plus the records
+    // after it. The first is written after a full log block; the second
+    // retires that block (the log is kept from the previous checkpoint's
+    // position) and the first image; the third frees what the second
+    // retired, and the writes after it reuse those blocks. Hard links
+    // exercise the image's multi-link table.
+    Workload c{"checkpoint", {Mkdir("/d"), Create("/d/f"), Write("/d/f", 0, 5000, 1), Link("/d/f", "/l1")}, {}};
+    for (int i = 0; i < 64; ++i) {
+      char n[16];
+      std::snprintf(n, sizeof(n), "/d/n%03d", i);
+      c.setup.push_back(Create(n));
+    }
+    c.ops = {Checkpoint(), Create("/x"), Link("/d/f", "/l2"), Rename("/d/n000", "/y"), Unlink("/l1"),
+             Checkpoint(), Mkdir("/e"), Rename("/d", "/e/d"), Unlink("/e/d/n001"), Checkpoint(),
+             Create("/big"), Write("/big", 0, 200000, 2), Symlink("/s", std::string(300, 's')),
+             Unlink("/l2"), Rmdir("/e/d") /* ENOTEMPTY */, Checkpoint(), Chmod("/e", 0700)};
+    w.push_back(c);
+  }
+  {
+    // Races: a second thread commits while the first is held after its
+    // inode and its reserved payload are made durable (fence 1), so the
+    // first must skip the other's slots or commit after it; or after the
+    // first committed but before its commit is durable (fence 2, after the
+    // index lock is released), so the second's fence must cover the
+    // first's record too (a create in the directory the first makes: its
+    // record must never survive without the mkdir's); and one that must fail: the directory goes while
+    // a mkdir in it is under way.
+    Workload r{"ns-races",
+               {Mkdir("/a"), Mkdir("/b"), Create("/a/x"), Create("/a/y")},
+               {Raced(Create("/a/p"), Create("/a/q"), 1), Raced(Create("/a/r"), Mkdir("/a/s"), 1),
+                Raced(Rename("/a/x", "/a/x2"), Create("/a/t"), 1),
+                Raced(Mkdir("/a/u"), Unlink("/a/y"), 2),
+                Raced(Mkdir("/a/v"), Create("/a/v/f"), 2), Raced(Mkdir("/b/z"), Rmdir("/b"), 1),
+                Raced(Write("/a/p", 0, 5000, 7), Rename("/a/p", "/a/p2"), 1),
+                RacedAtStore(Create("/a/sa"), Create("/a/sb"), 1), RacedAtStore(Create("/a/sc"), Create("/a/sd"), 2),
+                RacedAtStore(Create("/a/se"), Create("/a/sf"), 3), RacedAtStore(Mkdir("/a/sg"), Create("/a/sh"), 4)}};
+    w.push_back(r);
+  }
+  return w;
+}
+
+}  // namespace upfs::crashtest

@@ -1,0 +1,25 @@
+// The crash-state explorer's workloads for pools (crash_explorer_pool.cc):
+// namespace operations alone and mixed with file writes, log and inode
+// block rollover, checkpoints, races held at a fence or a store, and
+// removals in a full pool.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "pool_ops.h"
+
+namespace upfs::crashtest {
+
+struct Workload {
+  std::string name;
+  std::vector<NsOp> setup;  // run before recording
+  std::vector<NsOp> ops;    // recorded and explored
+  size_t explore_from = 0;  // ops before this index run recorded but unexplored
+  bool long_only = false;   // only with --long
+};
+
+std::vector<Workload> MakeWorkloads();
+
+}  // namespace upfs::crashtest
