@@ -168,11 +168,11 @@ TEST(FullMedium, APoolThatRunsOutOfSpaceSaysEnospcAndKeepsWhatItHas) {
 TEST(FullMedium, AFullPoolCanAlwaysBeEmptied) {
   // With the data region full, removals that free no block (empty files)
   // still commit: 200 of them in a row cross at least one log block, whose
-  // successor comes from the log's reserve (docs/design.md, "A full pool":
-  // 258 such removals of short names are guaranteed). mkdir+rmdir pairs
-  // still succeed (an inode goes and comes back) until the log can grow no
-  // more. Removals must still commit then, and what they free lets
-  // everything else go on.
+  // successor comes from the log's reserve (docs/design.md, "The
+  // namespace log": 258 such removals of short names are guaranteed).
+  // mkdir+rmdir pairs still succeed (an inode goes and comes back) until
+  // the log can grow no more. Removals must still commit then, and what
+  // they free lets everything else go on.
   InSmallShm("60m", [] {
     const std::string pool = "/dev/shm/pool", mnt = "/full-medium-pool";
     if (upfs_mkfs(pool.c_str(), 0) != 0) return std::string("mkfs: ") + std::strerror(errno);

@@ -111,6 +111,21 @@ TEST_F(PoolLogReserve, RemovalsStopAtTheRemovalSlotsWhenItIsUsedUp) {
   Check();
 }
 
+TEST_F(PoolLogReserve, ADamagedWordIsRefusedAndKept) {
+  Attach();
+  for (int i = 0; i < 110; ++i) ASSERT_TRUE(Create(i).ok()) << i;
+  // A word naming a block of the pool's header, damaged while attached.
+  pool_->mutable_super()->nslog_reserve[0].store(5);
+  pool_->RefuseBlocksForTest();
+  int removed = 0;
+  Status st;
+  for (; removed < 110 && (st = Unlink(removed)).ok(); ++removed) {}
+  EXPECT_EQ(removed, 10);  // the second block's own room, as without a reserve
+  EXPECT_EQ(st.err(), EUCLEAN) << st.ToString();
+  EXPECT_NE(st.message().find("reserve block 5"), std::string::npos) << st.ToString();
+  EXPECT_EQ(pool_->super()->nslog_reserve[0].load(), 5u) << "a damaged word was cleared (silent repair)";
+}
+
 TEST_F(PoolLogReserve, OlderPoolsKeepNone) {
   ASSERT_TRUE(upfs_test::RelabelPoolVersion(path_, fp::kFirstLogReservePoolVersion - 1));
   Attach();

@@ -98,7 +98,7 @@ struct Superblock {
   std::atomic<uint64_t> checkpoint;   // the newest checkpoint's header block, 0 = none
   // Free blocks set aside for the namespace log's next blocks when nothing
   // else is free, taken only by removals (unlink, rmdir), so that a full
-  // pool can be emptied (docs/design.md, "A full pool"); 0 = none.
+  // pool can be emptied (docs/design.md, "The namespace log"); 0 = none.
   std::atomic<uint64_t> nslog_reserve[kLogReserveBlocks];
   unsigned char pad1[kCacheLine - 24 - 8 * kLogReserveBlocks];
 

@@ -1,5 +1,6 @@
 // The namespace log's reserve: a few free blocks set aside so that
-// removals still commit in a full pool (docs/design.md, "A full pool").
+// removals still commit in a full pool (docs/design.md, "The namespace
+// log": "A full pool can be emptied").
 #include <cerrno>
 
 #include "container/pool/pool.h"
@@ -12,7 +13,9 @@ using namespace format::pool;
 bool Pool::KeepsLogReserve() const { return super()->version >= kFirstLogReservePoolVersion; }
 
 Status Pool::CheckReserveBlock(uint64_t l) const {
-  if (l < kDataStart) return Status::Corrupt("superblock", "namespace log reserve block " + std::to_string(l) + " in the pool's header");
+  if (l < kDataStart)
+    return Status::Corrupt("superblock",
+                           "namespace log reserve block " + std::to_string(l) + " in the pool's header");
   return access_.CheckRange(l, 1, "namespace log reserve block");
 }
 
@@ -27,12 +30,13 @@ Status Pool::AllocLogBlock(uint32_t* l, bool removal) {
   for (auto& w : mutable_super()->nslog_reserve) {
     uint64_t b = w.load(std::memory_order_acquire);
     while (b != 0) {
+      // Checked before it is taken: a damaged word stays for fsck to see.
+      UPFS_RETURN_IF_ERROR(CheckReserveBlock(b));
       if (!pm::Cas64(&w, b, 0)) continue;  // b reloaded: taken or replaced meanwhile
       // Out of the reserve durably before the block can become the log's:
       // recovery must never find it in both (a block referenced twice is
       // damage).
       pm::PersistWord(&w);
-      UPFS_RETURN_IF_ERROR(CheckReserveBlock(b));
       *l = uint32_t(b);
       return Status::OK();
     }
