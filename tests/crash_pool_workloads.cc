@@ -73,6 +73,19 @@ std::vector<Workload> MakeWorkloads() {
                {Append("/a", 100, 2), Create("/b"), Append("/a", 200, 3), Append("/a", 3696, 4),
                 Append("/a", 50, 5), Truncate("/a", 4000), Append("/a", 60, 6), Rename("/a", "/c"),
                 Append("/c", 10, 7)}});
+  // A released file's log kept for the next new file's (pool_files.cc):
+  // its lines with entries rewritten and fenced before the new inode's log
+  // head names the block; one log too long to keep (freed instead).
+  {
+    Workload r{"recycled-logs",
+               {Create("/a"), Write("/a", 0, 512, 1), Write("/a", 512, 512, 2), Create("/b"),
+                Write("/b", 0, 100, 3), Create("/long")},
+               {Unlink("/a"), Create("/c"), Write("/c", 0, 300, 4), Unlink("/b"), Create("/d"),
+                Write("/d", 0, 40, 5), Rename("/d", "/c"), Create("/e"), Write("/e", 0, 4096, 6),
+                Write("/e", 10, 20, 7), Unlink("/long"), Create("/f"), Write("/f", 0, 10, 8)}};
+    for (int i = 0; i < 40; ++i) r.setup.push_back(Append("/long", 8, 10 + i));
+    w.push_back(r);
+  }
   w.push_back({"unlink-open",
                {Create("/f"), Write("/f", 0, 20000, 1), Create("/keep"), Write("/keep", 0, 5000, 2)},
                {UnlinkOpen("/f", 0, 4096, 3),     // released by the last holder, after the write

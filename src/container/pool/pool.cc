@@ -287,12 +287,14 @@ Status Pool::LoadNamespace() {
 }
 
 Status Pool::AllocBlock(uint32_t* l) {
-  if (refuse_blocks_for_test_.load(std::memory_order_relaxed))
-    return Status::Error(ENOSPC, "no free block (refused for a test)");
-  UPFS_RETURN_IF_ERROR(source_->AllocSingle(l));
+  Status st = refuse_blocks_for_test_.load(std::memory_order_relaxed)
+                  ? Status::Error(ENOSPC, "no free block (refused for a test)")
+                  : source_->AllocSingle(l);
+  // Blocks kept for new files' logs are the last free ones.
+  if (!st.ok() && (st.err() != ENOSPC || !TakeRecycledBlock(l))) return st;
   // Mapped for the caller: the block may lie in space another process grew
   // (a long symbolic link's target is copied to it unchecked).
-  Status st = access_.CheckRange(*l, 1, "new block");
+  st = access_.CheckRange(*l, 1, "new block");
   if (!st.ok()) FreeBlock(*l);
   return st;
 }
@@ -517,10 +519,10 @@ Status Pool::ReleaseInode(uint64_t ino) {
   UPFS_RETURN_IF_ERROR(InodeAt(ino, &in));
   // Collected first, freed after: a damaged log frees nothing.
   std::vector<uint32_t> blocks;
+  ReplayResult res;
   if (const uint64_t t = in->target_block.load(std::memory_order_acquire); t != 0) blocks.push_back(uint32_t(t));
   if (const uint64_t head = in->log_head.load(std::memory_order_acquire); head != 0) {
     BlockTable table;
-    ReplayResult res;
     UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), &table, &res, TailRule::kLive));
     blocks.insert(blocks.end(), res.log_blocks.begin(), res.log_blocks.end());
     for (const Run& r : res.overflow)
@@ -530,13 +532,15 @@ Status Pool::ReleaseInode(uint64_t ino) {
   pm::Store64(&in->log_head, 0);
   pm::Store64(&in->target_block, 0);
   UPFS_RETURN_IF_ERROR(inodes_.Free(ino));
-  for (uint32_t l : blocks) bitmap_->Clear(l);
+  for (uint32_t l : blocks)
+    if (res.log_blocks.empty() || l != res.log_blocks.front() || !RecycleFileLog(res)) bitmap_->Clear(l);
   return Status::OK();
 }
 
 Pool::~Pool() {
   files_.clear();
   if (!joined_) return;
+  FreeRecycledLogs();
   // A long delta costs the next process to attach its replay: leave a
   // checkpoint instead (at most one interval of records, written once).
   if (index_.delta_records() >= kCheckpointAtDetachRecords) (void)Checkpoint();

@@ -142,8 +142,9 @@ class Pool {
   // a removal's record takes one of the log's reserve blocks; a block had
   // the ordinary way refills the reserve (pool_log_reserve.cc).
   Status AllocLogBlock(uint32_t* l, bool removal);
-  // From now on AllocBlock finds no free block, as in a full pool (for the
-  // crash explorer's removals in a full pool; this process only).
+  // From now on AllocBlock finds no free block but those kept for new
+  // files' logs, as in a full pool (for the crash explorer's removals in a
+  // full pool; this process only).
   void RefuseBlocksForTest(bool refuse = true) { refuse_blocks_for_test_.store(refuse, std::memory_order_relaxed); }
   // Gives back inode `ino` and every block its file holds: the last name
   // is gone and no descriptor of any process has it open.
@@ -164,6 +165,8 @@ class Pool {
   bool StatFromHint(uint64_t ino, uint64_t ident, FileStat* out);
   // Entries of the map FileOf keeps, live or not yet swept (for tests).
   size_t FileEntriesForTest();
+  // Released files' log blocks kept for new files' logs (for tests).
+  size_t RecycledLogsForTest();
 
   // The descriptors and directory streams of this pool in this process:
   // AddUser(+1) as one is made, AddUser(-1) as it goes.
@@ -233,6 +236,25 @@ class Pool {
   };
   std::unordered_map<uint64_t, FileEntry> files_;
   Status FileOfLocked(uint64_t ino, std::shared_ptr<File>* out, FileEntry** entry);  // files_mu_ held
+  // A file's first log block, durable and empty: a recycled one if this
+  // process kept any, else a new one (pool_files.cc, "Recycled logs").
+  Status NewFileLogBlock(uint32_t* l);
+  // Keeps the log of a file being released for a new file's, if it is one
+  // block with few lines written: true if it did (then the caller must not
+  // free that block). `res` is the replay of the released file's log.
+  bool RecycleFileLog(const ReplayResult& res);
+  // A kept block, when the pool has no free block (AllocBlock's last resort).
+  bool TakeRecycledBlock(uint32_t* l);
+  // Frees every kept block (detach: before the pool may be marked clean).
+  void FreeRecycledLogs();
+  struct RecycledLog {
+    uint32_t block;
+    uint32_t dirty_lines;  // lines [0, dirty_lines) may hold entries; the rest are zero
+  };
+  std::mutex recycled_mu_;
+  // Taken in the bitmap and referenced by nothing, as a thread's chunk is:
+  // lost to a process that dies until the next recovery rebuilds the bitmap.
+  std::vector<RecycledLog> recycled_;
   void MapAhead(File* f);
   // files_ is swept of the entries of closed files when it reaches this
   // size (then twice what is left, at least kFileSweepMin): amortized O(1)

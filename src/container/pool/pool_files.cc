@@ -18,6 +18,7 @@
 #include "engine/stat_hint.h"
 #include "medium/medium.h"
 #include "medium/pm.h"
+#include "util/assert.h"
 
 namespace upfs {
 
@@ -43,27 +44,109 @@ class PoolFileLease final : public StorageLease {
   uint64_t ino_;
 };
 
-Status InitFileLogBlock(BlockAccess* ba, uint32_t l) {
-  char* p;
-  UPFS_RETURN_IF_ERROR(ba->Addr(l, &p));
-  // The header's line from an image, the rest zeroed in place: no 4 KiB
-  // image to clear and read for every new file.
+// Released files' logs kept per process for new files' (RecycleFileLog):
+// enough for a burst of removals followed by creates; in a full pool, each
+// attached process holds this many blocks back from files' data.
+constexpr size_t kRecycledLogsMax = 32;
+// A log with more lines written than this is not kept: rewriting them
+// would cost about what zeroing a new block does.
+constexpr uint32_t kRecycleMaxLines = 8;
+
+// The header line of a file's first log block and the rest of its first
+// `lines` lines zero, written back and fenced: with the block's other
+// lines zero, an empty file log, durable on return.
+void WriteEmptyLog(char* p, uint32_t lines) {
   // (Words at their offsets: a LogBlock is a whole block, not 64 bytes.)
+  alignas(64) static const unsigned char kZeros[kRecycleMaxLines * 64] = {};
   alignas(64) unsigned char line[64] = {};
   const uint64_t next = format::NextWord(0), seq = 1;
   static_assert(offsetof(LogBlock, next) + 8 <= sizeof(line) && offsetof(LogBlock, seq) + 8 <= sizeof(line));
   std::memcpy(line + offsetof(LogBlock, next), &next, 8);
   std::memcpy(line + offsetof(LogBlock, seq), &seq, 8);
-  pm::CopyNT(p, line, sizeof(line));
-  pm::ZeroNT(p + sizeof(line), kBlockSize - sizeof(line));
+  UPFS_ASSERT(lines >= 1 && lines <= kRecycleMaxLines);
+  pm::CopyFlush(p, line, sizeof(line));
+  if (lines > 1) pm::CopyFlush(p + 64, kZeros, (lines - 1) * 64);
   pm::Fence();
-  // Non-temporal stores leave nothing in the cache, and the File made next
-  // reads this line first (its replay, then its first commit's slot):
-  // fetched now, while the inode's log head is swapped and the File built.
+  // The write-back took the line out of this CPU's cache (measured: the
+  // File's replay then missed on it), and the File made next reads it
+  // first (its replay, then its first commit's slot): fetched now, while
+  // the inode's log head is swapped and the File built.
   __builtin_prefetch(p, 1);
+}
+
+// Makes new block l an empty file log, durable on return: its header
+// line, the rest zeroed in place with non-temporal stores (no 4 KiB image
+// to clear and read for every new file).
+Status InitFileLogBlock(BlockAccess* ba, uint32_t l) {
+  char* p;
+  UPFS_RETURN_IF_ERROR(ba->Addr(l, &p));
+  pm::ZeroNT(p + 64, kBlockSize - 64);
+  WriteEmptyLog(p, 1);
   return Status::OK();
 }
 }  // namespace
+
+Status Pool::NewFileLogBlock(uint32_t* l) {
+  RecycledLog r{};
+  {
+    std::lock_guard<std::mutex> g(recycled_mu_);
+    if (!recycled_.empty()) {
+      r = recycled_.back();
+      recycled_.pop_back();
+    }
+  }
+  if (r.block == 0) {
+    UPFS_RETURN_IF_ERROR(AllocBlock(l));
+    Status st = InitFileLogBlock(&access_, *l);
+    if (!st.ok()) FreeBlock(*l);
+    return st;
+  }
+  char* p;
+  if (Status st = access_.Addr(r.block, &p); !st.ok()) {
+    FreeBlock(r.block);
+    return st;
+  }
+#if defined(UPFS_ASSERTIONS)
+  // What the released file's replay found: nothing written past its end.
+  for (uint64_t i = uint64_t(r.dirty_lines) * 64; i < kBlockSize; ++i) UPFS_ASSERT(p[i] == 0);
+#endif
+  WriteEmptyLog(p, r.dirty_lines);
+  *l = r.block;
+  return Status::OK();
+}
+
+bool Pool::RecycleFileLog(const ReplayResult& res) {
+  // The released file's log ends in its one block at res.tail: entries
+  // (and payloads) in the slots before it, zero after (a log is zeroed
+  // before it is a log, and written only at its tail).
+  if (res.log_blocks.size() != 1 || res.tail.lblock != res.log_blocks[0]) return false;
+  const uint64_t bytes = offsetof(LogBlock, slots) + uint64_t(res.tail.slot) * 8;
+  const uint32_t lines = uint32_t((bytes + 63) / 64);
+  if (lines > kRecycleMaxLines) return false;
+  std::lock_guard<std::mutex> g(recycled_mu_);
+  if (recycled_.size() >= kRecycledLogsMax) return false;
+  recycled_.push_back(RecycledLog{res.log_blocks[0], lines});
+  return true;
+}
+
+bool Pool::TakeRecycledBlock(uint32_t* l) {
+  std::lock_guard<std::mutex> g(recycled_mu_);
+  if (recycled_.empty()) return false;
+  *l = recycled_.back().block;
+  recycled_.pop_back();
+  return true;
+}
+
+void Pool::FreeRecycledLogs() {
+  std::lock_guard<std::mutex> g(recycled_mu_);
+  for (const RecycledLog& r : recycled_) FreeBlock(r.block);
+  recycled_.clear();
+}
+
+size_t Pool::RecycledLogsForTest() {
+  std::lock_guard<std::mutex> g(recycled_mu_);
+  return recycled_.size();
+}
 
 Status Pool::FileOf(uint64_t ino, std::shared_ptr<File>* out, bool for_use) {
   bool map_ahead = false;
@@ -95,12 +178,10 @@ Status Pool::FileOfLocked(uint64_t ino, std::shared_ptr<File>* out, FileEntry** 
     // CPU's cache) when the file was made: its miss overlaps the zeroing.
     __builtin_prefetch(&in->log_head, 1);
     uint32_t l;
-    UPFS_RETURN_IF_ERROR(AllocBlock(&l));
-    Status st = InitFileLogBlock(&access_, l);
+    UPFS_RETURN_IF_ERROR(NewFileLogBlock(&l));
     uint64_t expected = 0;
-    if (!st.ok() || !pm::Cas64(&in->log_head, expected, l)) {
+    if (!pm::Cas64(&in->log_head, expected, l)) {
       FreeBlock(l);
-      UPFS_RETURN_IF_ERROR(st);
     } else {
       // Not written back here: the File's first commit does it before its
       // fence (LogRoot::head_persisted_by_commit), a fence and a write-back
