@@ -1,7 +1,8 @@
 // Released files' log blocks kept for new files' logs (pool_files.cc,
-// docs/design.md "A file's first log block"): the next new file's log is
-// the block the last release kept, rewritten only where the old log had
-// entries; a log too long to be worth it is freed; the blocks kept are
+// docs/design.md "A file's first log block, recycled"): the next file
+// created has the block the last release kept as its log from birth,
+// rewritten only where the old log had entries; a create that fails gives
+// it back; a log too long to be worth it is freed; the blocks kept are
 // given back at detach, and a process that dies holding them leaks
 // nothing the next recovery does not take back; in a pool with no free
 // block they are the last ones namespace structures get.
@@ -99,6 +100,23 @@ TEST_F(PoolRecycledLog, AReleasedFilesLogIsTheNextFilesLog) {
   DetachAndCheck();
 }
 
+TEST_F(PoolRecycledLog, ACreateThatLosesItsNameGivesTheKeptLogBack) {
+  MakeWritten("/a", 1, 512, 'a');
+  MakeWritten("/b", 1, 512, 'b');
+  Remove("/a");
+  Remove("/b");
+  ASSERT_EQ(pool_->RecycledLogsForTest(), 2u);
+  const upfs::Resolved stale = At("/x");  // absent now
+  MakeWritten("/x", 1, 10, 'x');           // takes one kept log
+  uint64_t ino = 0;
+  bool created = false;
+  uint32_t gen = 0;
+  upfs::Status st = Ns().Create(stale, 0644, upfs::format::Consistency::kStrict, &ino, &created, &gen);
+  EXPECT_EQ(st.err(), EEXIST) << st.ToString();
+  EXPECT_EQ(pool_->RecycledLogsForTest(), 0u) << "the losing create did not take the other";
+  DetachAndCheck();  // ... and gave it back: nothing leaked
+}
+
 TEST_F(PoolRecycledLog, AFileWrittenInManyCommitsIsNotKept) {
   // 200 appends of 8 bytes, a commit each: past a few lines of entries,
   // rewriting them would cost what zeroing a new block does, and the
@@ -148,20 +166,16 @@ TEST_F(PoolRecycledLog, KeptBlocksAreTheLastOnesNamespaceStructuresGet) {
   const size_t kept = pool_->RecycledLogsForTest();
   ASSERT_GT(kept, 0u);
   pool_->RefuseBlocksForTest();
-  // Empty files need inodes (15 to a block) and log records, no file log:
-  // past the inode blocks there are, their blocks come from the kept ones.
+  // Directories need inodes (15 to a block) and log records, no file log
+  // (a new file would take a kept block as its log): past the inode
+  // blocks there are, their blocks come from the kept ones.
   int made = 0;
   for (int i = 0; i < 60; ++i) {
-    uint64_t ino = 0;
-    bool created = false;
-    uint32_t gen = 0;
-    upfs::Status st = Ns().Create(At("/e" + std::to_string(i)), 0644, upfs::format::Consistency::kStrict,
-                                  &ino, &created, &gen);
+    upfs::Status st = Ns().Mkdir(At("/e" + std::to_string(i)), 0755);
     if (!st.ok()) {
       EXPECT_EQ(st.err(), ENOSPC) << st.ToString();
       break;
     }
-    Ns().DropHold(ino, gen);
     ++made;
   }
   EXPECT_LT(pool_->RecycledLogsForTest(), kept) << "no kept block was taken (" << made << " files made)";

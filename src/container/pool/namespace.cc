@@ -212,6 +212,13 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
   // A creator that keeps the file open holds it from birth: no window in
   // which another process could remove and free it first.
   if (held_gen) image.open_count.store(1, std::memory_order_relaxed);
+  // A released file's log this process kept is the new file's from birth:
+  // its lines are persisted by the record's reservation fence, before the
+  // inode naming it can be reached, and the file's first write neither
+  // makes a log nor swaps one in (Pool::FileOf: a fence, and the CAS that
+  // missed on the inode's line the create had written back).
+  uint32_t log = 0;
+  if (pool_->TakeRecycledLogUnfenced(&log)) image.log_head.store(log, std::memory_order_relaxed);
   uint64_t n;
   bool committed;
   if (Status st = CommitNewInode(RecordType::kCreate, FileType::kRegular, at, mode & ~who_->umask, &image, &n,
@@ -222,7 +229,10 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
     // the log (the index failed to apply it: the file is the log's).
     Inode* in;
     if (n && held_gen && pool_->InodeAt(n, &in).ok()) in->open_count.fetch_sub(1, std::memory_order_seq_cst);
-    if (n && !committed) pool_->inodes()->Free(n);
+    if (!committed) {
+      if (n) pool_->inodes()->Free(n);
+      if (log) pool_->FreeBlock(log);
+    }
     return st;
   }
   *ino = n;

@@ -53,9 +53,9 @@ constexpr size_t kRecycledLogsMax = 32;
 constexpr uint32_t kRecycleMaxLines = 8;
 
 // The header line of a file's first log block and the rest of its first
-// `lines` lines zero, written back and fenced: with the block's other
-// lines zero, an empty file log, durable on return.
-void WriteEmptyLog(char* p, uint32_t lines) {
+// `lines` lines zero, written back: with the block's other lines zero, an
+// empty file log once a fence has ordered them.
+void WriteEmptyLogLines(char* p, uint32_t lines) {
   // (Words at their offsets: a LogBlock is a whole block, not 64 bytes.)
   alignas(64) static const unsigned char kZeros[kRecycleMaxLines * 64] = {};
   alignas(64) unsigned char line[64] = {};
@@ -66,52 +66,55 @@ void WriteEmptyLog(char* p, uint32_t lines) {
   UPFS_ASSERT(lines >= 1 && lines <= kRecycleMaxLines);
   pm::CopyFlush(p, line, sizeof(line));
   if (lines > 1) pm::CopyFlush(p + 64, kZeros, (lines - 1) * 64);
-  pm::Fence();
-  // The write-back took the line out of this CPU's cache (measured: the
-  // File's replay then missed on it), and the File made next reads it
-  // first (its replay, then its first commit's slot): fetched now, while
-  // the inode's log head is swapped and the File built.
-  __builtin_prefetch(p, 1);
 }
 
-// Makes new block l an empty file log, durable on return: its header
-// line, the rest zeroed in place with non-temporal stores (no 4 KiB image
-// to clear and read for every new file).
-Status InitFileLogBlock(BlockAccess* ba, uint32_t l) {
-  char* p;
-  UPFS_RETURN_IF_ERROR(ba->Addr(l, &p));
-  pm::ZeroNT(p + 64, kBlockSize - 64);
-  WriteEmptyLog(p, 1);
-  return Status::OK();
-}
 }  // namespace
 
-Status Pool::NewFileLogBlock(uint32_t* l) {
+bool Pool::TakeRecycledLog(uint32_t* l, char** p) {
   RecycledLog r{};
   {
     std::lock_guard<std::mutex> g(recycled_mu_);
-    if (!recycled_.empty()) {
-      r = recycled_.back();
-      recycled_.pop_back();
-    }
+    if (recycled_.empty()) return false;
+    r = recycled_.back();
+    recycled_.pop_back();
   }
-  if (r.block == 0) {
-    UPFS_RETURN_IF_ERROR(AllocBlock(l));
-    Status st = InitFileLogBlock(&access_, *l);
-    if (!st.ok()) FreeBlock(*l);
-    return st;
-  }
-  char* p;
-  if (Status st = access_.Addr(r.block, &p); !st.ok()) {
+  if (!access_.Addr(r.block, p).ok()) {
     FreeBlock(r.block);
-    return st;
+    return false;
   }
 #if defined(UPFS_ASSERTIONS)
   // What the released file's replay found: nothing written past its end.
-  for (uint64_t i = uint64_t(r.dirty_lines) * 64; i < kBlockSize; ++i) UPFS_ASSERT(p[i] == 0);
+  for (uint64_t i = uint64_t(r.dirty_lines) * 64; i < kBlockSize; ++i) UPFS_ASSERT((*p)[i] == 0);
 #endif
-  WriteEmptyLog(p, r.dirty_lines);
+  WriteEmptyLogLines(*p, r.dirty_lines);
   *l = r.block;
+  return true;
+}
+
+bool Pool::TakeRecycledLogUnfenced(uint32_t* l) {
+  char* p;
+  return TakeRecycledLog(l, &p);
+}
+
+Status Pool::NewFileLogBlock(uint32_t* l) {
+  char* p;
+  if (!TakeRecycledLog(l, &p)) {
+    UPFS_RETURN_IF_ERROR(AllocBlock(l));
+    if (Status st = access_.Addr(*l, &p); !st.ok()) {
+      FreeBlock(*l);
+      return st;
+    }
+    // A new block: zeroed in place with non-temporal stores (no 4 KiB
+    // image to clear and read for every new file), its header line after.
+    pm::ZeroNT(p + 64, kBlockSize - 64);
+    WriteEmptyLogLines(p, 1);
+  }
+  pm::Fence();
+  // The write-back took the line out of this CPU's cache (on this CPU a
+  // write-back evicts: the File's replay missed on it), and the File made
+  // next reads it first (its replay, then its first commit's slot):
+  // fetched now, while the inode's log head is swapped and the File built.
+  __builtin_prefetch(p, 1);
   return Status::OK();
 }
 
