@@ -242,8 +242,9 @@ class Pool {
   };
   std::unordered_map<uint64_t, FileEntry> files_;
   Status FileOfLocked(uint64_t ino, std::shared_ptr<File>* out, FileEntry** entry);  // files_mu_ held
-  // A file's first log block, durable and empty: a recycled one if this
-  // process kept any, else a new one (pool_files.cc, "Recycled logs").
+  // A file's first log block, durable and empty: a kept one if this
+  // process has any, else a new one (docs/design.md, "A file's first log
+  // block, recycled").
   Status NewFileLogBlock(uint32_t* l);
   // Keeps the log of a file being released for a new file's, if it is one
   // block with few lines written: true if it did (then the caller must not

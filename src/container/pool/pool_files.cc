@@ -1,7 +1,8 @@
 // A pool's files in one process: the engine File of each regular file
 // (made on first use, shared by every descriptor of it, its first log
-// block made then too), the blocks a closed File could not free yet, and
-// its pages mapped ahead of its first reads.
+// block made then too unless its create took one), the log blocks of
+// released files kept for new files' logs, the blocks a closed File could
+// not free yet, and its pages mapped ahead of its first reads.
 //
 // Mapping ahead: a process that attaches a pool maps the pool file but
 // none of its pages. In small pages, a first sequential read of a pool
