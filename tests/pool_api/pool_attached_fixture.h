@@ -31,6 +31,13 @@ class AttachedPoolTest : public ::testing::Test {
     unlink(path_.c_str());
   }
   upfs::PoolNamespace Ns() { return upfs::PoolNamespace(pool_.get(), &who_); }
+  // `path` resolved (following a last symbolic link), checked to succeed.
+  upfs::Resolved At(const std::string& path) {
+    upfs::Resolved r;
+    upfs::Status st = Ns().Resolve(path, true, &r);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return r;
+  }
   const char* tag_;
   std::string path_;
   std::unique_ptr<upfs::Pool> pool_;

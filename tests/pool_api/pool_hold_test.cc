@@ -172,12 +172,6 @@ TEST_F(PoolHold, RenamesAndLinkRemovalsRacingOpens) {
 class PoolHoldSteps : public pool_test::AttachedPoolTest {
  protected:
   PoolHoldSteps() : AttachedPoolTest("holdsteps") {}
-  upfs::Resolved At(const char* path) {
-    upfs::Resolved r;
-    upfs::Status st = Ns().Resolve(path, true, &r);
-    EXPECT_TRUE(st.ok()) << st.ToString();
-    return r;
-  }
   // Creates `path` as an open would (born held), then lets go as a close.
   uint64_t MakeAndClose(const char* path) {
     uint64_t ino = 0;

@@ -28,12 +28,6 @@ namespace fp = upfs::format::pool;
 class PoolRecycledLog : public pool_test::AttachedPoolTest {
  protected:
   PoolRecycledLog() : AttachedPoolTest("recycledlog") {}
-  upfs::Resolved At(const std::string& path) {
-    upfs::Resolved r;
-    upfs::Status st = Ns().Resolve(path, true, &r);
-    EXPECT_TRUE(st.ok()) << st.ToString();
-    return r;
-  }
   // Creates `path` as an open would, writes `writes` pieces of `piece`
   // bytes (each one commit to the file's log) and lets go as a close.
   uint64_t MakeWritten(const std::string& path, int writes, size_t piece, char fill) {

@@ -218,7 +218,7 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
   // makes a log nor swaps one in (Pool::FileOf: a fence, and the CAS that
   // missed on the inode's line the create had written back).
   uint32_t log = 0;
-  if (pool_->TakeRecycledLogUnfenced(&log)) image.log_head.store(log, std::memory_order_relaxed);
+  if (pool_->TakeRecycledLog(&log)) image.log_head.store(log, std::memory_order_relaxed);
   uint64_t n;
   bool committed;
   if (Status st = CommitNewInode(RecordType::kCreate, FileType::kRegular, at, mode & ~who_->umask, &image, &n,

@@ -532,8 +532,9 @@ Status Pool::ReleaseInode(uint64_t ino) {
   pm::Store64(&in->log_head, 0);
   pm::Store64(&in->target_block, 0);
   UPFS_RETURN_IF_ERROR(inodes_.Free(ino));
+  const bool kept = RecycleFileLog(res);  // its one log block, if so
   for (uint32_t l : blocks)
-    if (res.log_blocks.empty() || l != res.log_blocks.front() || !RecycleFileLog(res)) bitmap_->Clear(l);
+    if (!kept || l != res.log_blocks[0]) bitmap_->Clear(l);
   return Status::OK();
 }
 

@@ -164,11 +164,11 @@ class Pool {
   // is pinned.
   bool StatFromHint(uint64_t ino, uint64_t ident, FileStat* out);
   // A released file's log block this process kept (RecycleFileLog) made an
-  // empty file log again, for a file being created: its lines are written
-  // back but not fenced (the create's record reservation fences them
-  // before the inode that names the block can be reached). False if none
-  // is kept. The caller frees it (FreeBlock) if the create fails.
-  bool TakeRecycledLogUnfenced(uint32_t* l);
+  // empty file log again: its lines are written back but not fenced (a
+  // create's record reservation fences them before the inode that names
+  // the block can be reached). False if none is kept. The caller frees it
+  // (FreeBlock) if the create fails. *addr, if asked: the block's address.
+  bool TakeRecycledLog(uint32_t* l, char** addr = nullptr);
   // Entries of the map FileOf keeps, live or not yet swept (for tests).
   size_t FileEntriesForTest();
   // Released files' log blocks kept for new files' logs (for tests).
@@ -250,8 +250,6 @@ class Pool {
   // block with few lines written: true if it did (then the caller must not
   // free that block). `res` is the replay of the released file's log.
   bool RecycleFileLog(const ReplayResult& res);
-  // TakeRecycledLogUnfenced, and the block's address.
-  bool TakeRecycledLog(uint32_t* l, char** p);
   // A kept block, when the pool has no free block (AllocBlock's last resort).
   bool TakeRecycledBlock(uint32_t* l);
   // Frees every kept block (detach: before the pool may be marked clean).
@@ -260,6 +258,7 @@ class Pool {
     uint32_t block;
     uint32_t dirty_lines;  // lines [0, dirty_lines) may hold entries; the rest are zero
   };
+  bool PopRecycled(RecycledLog* r);
   std::mutex recycled_mu_;
   // Taken in the bitmap and referenced by nothing, as a thread's chunk is:
   // lost to a process that dies until the next recovery rebuilds the bitmap.
