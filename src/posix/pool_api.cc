@@ -83,9 +83,12 @@ Status Noting(Status st, const PoolPath& p, const std::string& escape, int which
   return st;
 }
 
-Status ResolveIn(PoolNamespace& ns, const PoolPath& p, bool follow, Resolved* r, int which = 0) {
+// With `held`: and a hold on what p names when the lookup can take it
+// (PoolNamespace::ResolveHeld).
+Status ResolveIn(PoolNamespace& ns, const PoolPath& p, bool follow, Resolved* r, int which = 0,
+                 uint32_t* gen = nullptr, bool* held = nullptr) {
   std::string escape;
-  return Noting(ns.Resolve(p.inner, follow, r, &escape, p.start), p, escape, which);
+  return Noting(ns.ResolveHeld(p.inner, follow, r, gen, held, &escape, p.start), p, escape, which);
 }
 
 // Resolves, and again while the namespace changes under the call (ESTALE).
@@ -238,10 +241,11 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
   const bool creat = flags & O_CREAT, excl = creat && (flags & O_EXCL);
   for (int attempt = 0; attempt < 100; ++attempt) {
     Resolved r;
-    Status st = ResolveIn(ns, p, !(flags & O_NOFOLLOW) && !excl, &r);
-    if (!st.ok()) return Fail(st);
-    bool created = false;
+    bool created = false, held = false;
     uint32_t gen = 0;
+    const bool follow = !(flags & O_NOFOLLOW) && !excl;
+    Status st = ResolveIn(ns, p, follow, &r, 0, excl ? nullptr : &gen, excl ? nullptr : &held);
+    if (!st.ok()) return Fail(st);
     if (r.ino == 0) {
       if (!creat) return FailErrno(ENOENT, "no such file or directory");
       if (!p.inner.empty() && p.inner.back() == '/') return FailErrno(EISDIR, "is a directory");
@@ -253,7 +257,7 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
       return FailErrno(EEXIST, "file exists");
     }
     if (!created) {
-      st = ns.TakeHold(r.ino, &gen, &r);
+      if (!held) st = ns.TakeHold(r.ino, &gen, &r);
       if (st.err() == ENOENT) continue;  // removed meanwhile: resolve again
       if (!st.ok()) return Fail(st);
       // Type and permissions checked under the hold, on the file the name

@@ -32,9 +32,10 @@ class AttachedPoolTest : public ::testing::Test {
   }
   upfs::PoolNamespace Ns() { return upfs::PoolNamespace(pool_.get(), &who_); }
   // `path` resolved (following a last symbolic link), checked to succeed.
-  upfs::Resolved At(const std::string& path) {
+  upfs::Resolved At(const std::string& path) { return ResolvedIn(Ns(), path); }
+  static upfs::Resolved ResolvedIn(upfs::PoolNamespace ns, const std::string& path) {
     upfs::Resolved r;
-    upfs::Status st = Ns().Resolve(path, true, &r);
+    upfs::Status st = ns.Resolve(path, true, &r);
     EXPECT_TRUE(st.ok()) << st.ToString();
     return r;
   }

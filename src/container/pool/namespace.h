@@ -55,6 +55,17 @@ class PoolNamespace {
   // root.
   Status Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape = nullptr,
                  uint64_t start = 0);
+  // Resolve, and if the path names an inode, a hold on it as TakeHold's
+  // (*held_gen its generation), taken under the lookup's own hold of the
+  // index lock when nothing was committed meanwhile: then the lookup's
+  // answer is the check TakeHold makes again. *held false with out->ino
+  // != 0: that did not hold, and the caller takes the hold (TakeHold).
+  Status ResolveHeld(std::string_view path, bool follow, Resolved* out, uint32_t* held_gen, bool* held,
+                     std::string* escape = nullptr, uint64_t start = 0);
+  // Tests only: fn(arg) runs in ResolveHeld between the lookup and the
+  // hold (the index lock held shared), where a test makes a change from
+  // another attachment of the pool. nullptr: nothing runs.
+  static void BetweenLookupAndHoldForTest(void (*fn)(void*), void* arg);
   // The same, for a caller that is pinned and holds the index lock shared
   // (Pool::LockLatest).
   Status ResolveLocked(std::string_view path, bool follow, Resolved* out, std::string* escape = nullptr,

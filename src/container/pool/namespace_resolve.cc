@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "container/pool/namespace.h"
@@ -119,15 +120,55 @@ void SetResolved(Resolved* out, uint64_t dir, std::string_view name, uint64_t in
 
 }  // namespace
 
+namespace {
+std::atomic<void (*)(void*)> g_before_hold_for_test{nullptr};
+std::atomic<void*> g_before_hold_arg{nullptr};
+}  // namespace
+
+void PoolNamespace::BetweenLookupAndHoldForTest(void (*fn)(void*), void* arg) {
+  g_before_hold_arg.store(arg, std::memory_order_relaxed);
+  g_before_hold_for_test.store(fn, std::memory_order_release);
+}
+
 Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape,
                               uint64_t start) {
+  return ResolveHeld(path, follow, out, nullptr, nullptr, escape, start);
+}
+
+Status PoolNamespace::ResolveHeld(std::string_view path, bool follow, Resolved* out, uint32_t* held_gen,
+                                  bool* held, std::string* escape, uint64_t start) {
+  if (held) *held = false;
   pool_->index()->PrefetchLikely(LastComponent(path));
   std::optional<EpochPin> pin;
   UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
-  std::shared_lock<SpinSharedMutex> g;
-  UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
-  UPFS_RETURN_IF_ERROR(ResolveLocked(path, follow, out, escape, start));
-  out->seen = pool_->log()->view();
+  Inode* counted = nullptr;
+  {
+    std::shared_lock<SpinSharedMutex> g;
+    UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
+    UPFS_RETURN_IF_ERROR(ResolveLocked(path, follow, out, escape, start));
+    out->seen = pool_->log()->view();
+    if (!held || out->ino == 0 || !pool_->InodeAt(out->ino, &counted).ok()) return Status::OK();
+    if (auto* fn = g_before_hold_for_test.load(std::memory_order_acquire)) fn(g_before_hold_arg.load());
+    // TakeHold's protocol, its second look made by this one: the count
+    // first (sequentially consistent, as a remover's commit, its unlinked
+    // bit and its read of the count are), then nothing committed since the
+    // lookup, so that the name led to this inode after the hold was there
+    // (no remover can free it unseen, nor free it and make it again for
+    // another file); then the inode's unlinked bit and type, as TakeHold.
+    counted->open_count.fetch_add(1, std::memory_order_seq_cst);
+    if (pool_->IndexCurrent()) {
+      const uint64_t id = counted->ident.load(std::memory_order_seq_cst);
+      if (!(id & kIdentUnlinked) && IdentKind(id) == out->type) {
+        *held_gen = IdentGen(id);
+        *held = true;
+        return Status::OK();
+      }
+    }
+  }
+  // Something moved meanwhile: the count given back (the last holder of a
+  // file whose last name went releases it) outside the lock; the caller
+  // takes the hold the long way, or finds the name gone.
+  if (counted->open_count.fetch_sub(1, std::memory_order_seq_cst) == 1) MaybeRelease(out->ino);
   return Status::OK();
 }
 

@@ -351,7 +351,7 @@ Status Pool::IndexLost() const {
 
 Status Pool::LockLatest(std::shared_lock<SpinSharedMutex>* g) {
   std::shared_lock<SpinSharedMutex> s(index_mu_);
-  if (!log_.AnyNew() && !CheckpointUnseen() && !index_lost_.load(std::memory_order_relaxed)) {
+  if (IndexCurrent()) {
     *g = std::move(s);
     return Status::OK();
   }

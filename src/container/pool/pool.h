@@ -111,6 +111,11 @@ class Pool {
   // committed before the call (catching up first if the log moved). The
   // caller is pinned. One lock round trip when nothing is new.
   Status LockLatest(std::shared_lock<SpinSharedMutex>* g);
+  // Whether the index holds every record committed before this call and
+  // can be read (index lock held shared or exclusive, pinned).
+  bool IndexCurrent() const {
+    return !log_.AnyNew() && !CheckpointUnseen() && !index_lost_.load(std::memory_order_relaxed);
+  }
   // Whether a checkpoint newer than the one this process's index stands on
   // has been published (then log blocks before this process's position may
   // have been retired before the caller pinned: catch up first).
