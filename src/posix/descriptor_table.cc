@@ -23,8 +23,7 @@ using internal::kFdPageBits;
 using internal::kFdPages;
 
 Description::~Description() {
-  file.reset();  // before the pool's hold on the inode goes
-  pool.reset();
+  file.reset();  // before the pool's hold on the inode goes (its node is destroyed after this)
   if (flock_fd < 0 && ofd_fd < 0) return;
   HostFileContainer().ReleaseFlock(HostIdentity{dev, ino}, flock_fd);
   if (ofd_fd >= 0) close(ofd_fd);

@@ -37,9 +37,11 @@ struct Description {
   // The shared state's attribute sequence when this description last
   // checked the host file for S_ISUID/S_ISGID (ClearPrivileges).
   std::atomic<uint64_t> privileges_seen{~uint64_t{0}};
-  // Pool descriptions only: the engine File is opened on first data call
-  // (EnsureEngine), so that create and open cost no log block.
-  std::shared_ptr<PoolNode> pool;
+  // Pool descriptions only: their node, made in one allocation with the
+  // description and destroyed after it (pool_api.cc, NewDescriptor). The
+  // engine File is opened on first data call (EnsureEngine), so that
+  // create and open cost no log block.
+  PoolNode* pool = nullptr;
   std::atomic<bool> engine_ready{true};
   std::mutex engine_mu;
   ~Description();  // releases its flock lock object and its OFD descriptor

@@ -126,7 +126,7 @@ bool IsPoolDescriptor(const OpenFile* of) { return of->d->pool != nullptr; }
 Status EnsureEngine(OpenFile* of) {
   Description* d = of->d.get();
   if (d->engine_ready.load(std::memory_order_acquire)) return Status::OK();
-  PoolNode* n = d->pool.get();
+  PoolNode* n = d->pool;
   if (n->type == FileType::kDirectory) return Status::Error(EISDIR, "is a directory");
   std::lock_guard<std::mutex> g(d->engine_mu);
   if (!d->file) UPFS_RETURN_IF_ERROR(n->pool->FileOf(n->ino, &d->file, /*for_use=*/true));
@@ -135,7 +135,7 @@ Status EnsureEngine(OpenFile* of) {
 }
 
 Status ClearPoolPrivileges(OpenFile* of) {
-  PoolNode* n = of->d->pool.get();
+  PoolNode* n = of->d->pool;
   format::pool::Inode* in;
   UPFS_RETURN_IF_ERROR(n->pool->InodeAt(n->ino, &in));
   const uint64_t mode = in->mode.load(std::memory_order_relaxed);
@@ -155,7 +155,7 @@ int PoolClose(int fd, OpenFile* of) {
 }
 
 int PoolFstat(OpenFile* of, struct stat* out) {
-  PoolNode* n = of->d->pool.get();
+  PoolNode* n = of->d->pool;
   Status st = PoolNamespace(n->pool, n->who).Stat(n->ino, out, /*held=*/true);
   return st.ok() ? 0 : Fail(st);
 }
@@ -189,7 +189,14 @@ class CountedUse {
 // Makes a descriptor for inode r.ino (the caller's hold taken: gen; the
 // use counted: handed over to the descriptor).
 int NewDescriptor(const PoolPath& p, const Resolved& r, uint32_t gen, int flags, CountedUse* use) {
-  auto node = std::make_shared<PoolNode>();
+  // The description and its node in one allocation, the node destroyed
+  // last: the description's engine File goes before the node's hold.
+  struct PoolDescription {
+    PoolNode node;
+    Description d;
+  };
+  auto both = std::make_shared<PoolDescription>();
+  PoolNode* node = &both->node;
   node->pool = p.mount->pool.get();
   node->who = &p.mount->effective;
   node->ino = r.ino;
@@ -197,13 +204,14 @@ int NewDescriptor(const PoolPath& p, const Resolved& r, uint32_t gen, int flags,
   node->type = r.type;
   use->HandOver();  // ~PoolNode gives it back
   const int fd = TakeNumber();
-  if (fd < 0) return FailErrno(EMFILE, "too many pool descriptors");  // node drops the hold
+  if (fd < 0) return FailErrno(EMFILE, "too many pool descriptors");  // freed with both: the hold dropped
   auto* of = new OpenFile();
   of->fd = fd;
-  of->d = std::make_shared<Description>();
+  Description* d = &both->d;
+  of->d = std::shared_ptr<Description>(std::move(both), d);
   of->d->flags = (flags & O_ACCMODE) | (flags & O_APPEND);
   of->d->engine_ready.store(false, std::memory_order_relaxed);
-  of->d->pool = std::move(node);
+  of->d->pool = node;
   std::atomic<OpenFile*>* slot = FdSlot(fd, true);
   slot->store(of, std::memory_order_release);
   return fd;
@@ -357,7 +365,7 @@ int OnDescriptor(int fd, Fn fn) {
   OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of || !of->d->pool) return -2;
-  PoolNode* n = of->d->pool.get();
+  PoolNode* n = of->d->pool;
   PoolNamespace ns(n->pool, n->who);
   Status s = fn(ns, n->ino);
   return s.ok() ? 0 : Fail(s);

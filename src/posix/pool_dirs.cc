@@ -39,7 +39,7 @@ unsigned char DirentType(format::pool::FileType t) {
 PoolNode* DirNode(int fd) {
   OpenFile* of = Lookup(fd);
   if (!of || !of->d->pool || of->d->pool->type != format::pool::FileType::kDirectory) return nullptr;
-  return of->d->pool.get();
+  return of->d->pool;
 }
 
 Status StartScan(PoolNode* n) {
