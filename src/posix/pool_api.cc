@@ -338,10 +338,11 @@ int UnderHold(PoolNamespace& ns, const PoolPath& p, bool follow, Fn fn) {
   // (PoolNamespace::TakeHold).
   for (int attempt = 0; attempt < 100; ++attempt) {
     Resolved r;
-    if (Status s = ResolveIn(ns, p, follow, &r); !s.ok()) return Fail(s);
+    uint32_t gen = 0;
+    bool held = false;
+    if (Status s = ResolveIn(ns, p, follow, &r, 0, &gen, &held); !s.ok()) return Fail(s);
     if (r.ino == 0) return FailErrno(ENOENT, "no such file or directory");
-    uint32_t gen;
-    Status s = ns.TakeHold(r.ino, &gen, &r);
+    Status s = held ? Status::OK() : ns.TakeHold(r.ino, &gen, &r);
     if (s.err() == ENOENT) continue;  // the name moved on: resolve again
     if (!s.ok()) return Fail(s);
     s = fn(ns, r);
