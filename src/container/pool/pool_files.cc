@@ -72,10 +72,13 @@ void WriteEmptyLogLines(char* p, uint32_t lines) {
 }  // namespace
 
 bool Pool::PopRecycled(RecycledLog* r) {
+  // A push racing this load is missed: that create makes a new log.
+  if (recycled_count_.load(std::memory_order_relaxed) == 0) return false;
   std::lock_guard<std::mutex> g(recycled_mu_);
   if (recycled_.empty()) return false;
   *r = recycled_.back();
   recycled_.pop_back();
+  recycled_count_.store(uint32_t(recycled_.size()), std::memory_order_relaxed);
   return true;
 }
 
@@ -132,6 +135,7 @@ bool Pool::RecycleFileLog(const ReplayResult& res) {
   std::lock_guard<std::mutex> g(recycled_mu_);
   if (recycled_.size() >= kRecycledLogsMax) return false;
   recycled_.push_back(RecycledLog{res.log_blocks[0], lines});
+  recycled_count_.store(uint32_t(recycled_.size()), std::memory_order_relaxed);
   return true;
 }
 
@@ -146,6 +150,7 @@ void Pool::FreeRecycledLogs() {
   std::lock_guard<std::mutex> g(recycled_mu_);
   for (const RecycledLog& r : recycled_) FreeBlock(r.block);
   recycled_.clear();
+  recycled_count_.store(0, std::memory_order_relaxed);
 }
 
 size_t Pool::RecycledLogsForTest() {
