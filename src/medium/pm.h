@@ -104,8 +104,13 @@ inline void Store64(std::atomic<uint64_t>* dst, uint64_t value) {
 }
 
 // An 8-byte compare-and-swap on media; the commit point of every log entry.
+// Sequentially consistent: commits are read against other words (a pool
+// remover's commit and then an inode's hold count, against a holder's
+// count and then the log's tail: docs/design.md, "Holds") in
+// store-buffering patterns, which acquire/release does not order. On x86
+// it is the same locked instruction.
 inline bool Cas64(std::atomic<uint64_t>* dst, uint64_t& expected, uint64_t desired) {
-  bool ok = dst->compare_exchange_strong(expected, desired, std::memory_order_acq_rel,
+  bool ok = dst->compare_exchange_strong(expected, desired, std::memory_order_seq_cst,
                                          std::memory_order_acquire);
   if (ok) {
     if (Recorder* r = ActiveRecorder()) r->OnStore(dst, desired);

@@ -191,18 +191,21 @@ bool NsLog::AnyNew() const {
   // call is met before the first empty slot. A few reservations at most
   // (one per commit in flight, and dead ones until the next catch-up);
   // past kLookPast, or anything unexpected, the catch-up decides.
+  // Sequentially consistent loads: a hold's count is incremented and then
+  // this asked, against a remover's commit and then its read of the
+  // count (docs/design.md, "Holds"); on x86 a plain load either way.
   constexpr int kLookPast = 4;
   const LogBlock* b = Block(pos_.lblock);
   uint32_t s = pos_.slot;
   for (int i = 0; i <= kLookPast && s < kSlotsPerLogBlock; ++i) {
-    const uint64_t e = b->slots[s].load(std::memory_order_acquire);
+    const uint64_t e = b->slots[s].load(std::memory_order_seq_cst);
     if (e == 0) return false;
     if (KindOf(e) != EntryKind::kReserve || !ReserveWellFormed(e)) return true;
     s += NsEntrySlots(e);
     if (s > kSlotsPerLogBlock) return true;  // damage: the catch-up reports it
   }
   if (s < kSlotsPerLogBlock) return true;
-  return NextBlock(b->next.load(std::memory_order_acquire)) != 0;
+  return NextBlock(b->next.load(std::memory_order_seq_cst)) != 0;
 }
 
 Status NsLog::DecodeAt(const LogBlock* b, uint32_t apply_slot, uint64_t apply, NsRecord* rec) const {
