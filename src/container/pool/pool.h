@@ -268,9 +268,9 @@ class Pool {
   // Taken in the bitmap and referenced by nothing, as a thread's chunk is:
   // lost to a process that dies until the next recovery rebuilds the bitmap.
   std::vector<RecycledLog> recycled_;
-  // recycled_.size(), written under recycled_mu_ and read without it: a
-  // process that only creates (or threads creating together) takes the
-  // mutex for nothing, each create writing its line, only when it is 0.
+  // recycled_.size(), written under recycled_mu_ and read without it, so
+  // that a create finds the list empty without taking the mutex (whose
+  // line every create wrote, in every thread).
   std::atomic<uint32_t> recycled_count_{0};
   void MapAhead(File* f);
   // files_ is swept of the entries of closed files when it reaches this
