@@ -39,6 +39,25 @@ class AttachedPoolTest : public ::testing::Test {
     EXPECT_TRUE(st.ok()) << st.ToString();
     return r;
   }
+  // Creates `path` as an open would (born held), then lets go as a close;
+  // its inode.
+  uint64_t CreateAndClose(const std::string& path) { return CreatedAndClosedIn(Ns(), At(path)); }
+  static uint64_t CreatedAndClosedIn(upfs::PoolNamespace ns, const upfs::Resolved& at) {
+    uint64_t ino = 0;
+    bool created = false;
+    uint32_t gen = 0;
+    upfs::Status st = ns.Create(at, 0644, upfs::format::Consistency::kStrict, &ino, &created, &gen);
+    EXPECT_TRUE(st.ok() && created) << st.ToString();
+    ns.DropHold(ino, gen);
+    return ino;
+  }
+  upfs::format::pool::Inode* InodeOf(uint64_t ino) {
+    upfs::format::pool::Inode* in = nullptr;
+    upfs::Status st = pool_->InodeAt(ino, &in);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return in;
+  }
+  upfs::format::pool::FileType Kind(uint64_t ino) { return upfs::format::pool::IdentKind(InodeOf(ino)->ident.load()); }
   const char* tag_;
   std::string path_;
   std::unique_ptr<upfs::Pool> pool_;

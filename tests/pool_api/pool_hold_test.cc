@@ -172,21 +172,6 @@ TEST_F(PoolHold, RenamesAndLinkRemovalsRacingOpens) {
 class PoolHoldSteps : public pool_test::AttachedPoolTest {
  protected:
   PoolHoldSteps() : AttachedPoolTest("holdsteps") {}
-  // Creates `path` as an open would (born held), then lets go as a close.
-  uint64_t MakeAndClose(const char* path) {
-    uint64_t ino = 0;
-    bool created = false;
-    uint32_t gen = 0;
-    upfs::Status st = Ns().Create(At(path), 0644, upfs::format::Consistency::kStrict, &ino, &created, &gen);
-    EXPECT_TRUE(st.ok() && created) << st.ToString();
-    Ns().DropHold(ino, gen);
-    return ino;
-  }
-  upfs::format::pool::FileType Kind(uint64_t ino) {
-    upfs::format::pool::Inode* in = nullptr;
-    EXPECT_TRUE(pool_->InodeAt(ino, &in).ok());
-    return upfs::format::pool::IdentKind(in->ident.load());
-  }
   // A hold through resolution r, given back at once if it was taken.
   upfs::Status HoldAndLetGo(const upfs::Resolved& r) {
     uint32_t gen = 0;
@@ -197,19 +182,19 @@ class PoolHoldSteps : public pool_test::AttachedPoolTest {
 };
 
 TEST_F(PoolHoldSteps, AHoldByANameThatMovedOnFails) {
-  const uint64_t a = MakeAndClose("/a");
+  const uint64_t a = CreateAndClose("/a");
   const upfs::Resolved ra = At("/a");
   ASSERT_EQ(ra.ino, a);
   ASSERT_TRUE(Ns().Remove(ra, false).ok());
   ASSERT_EQ(Kind(a), upfs::format::pool::FileType::kFree);
-  const uint64_t b = MakeAndClose("/b");
+  const uint64_t b = CreateAndClose("/b");
   if (b != a) GTEST_SKIP() << "the free stack did not hand the same inode back";
   // The inode has a name ("b"), not the one resolved: the hold must fail.
   EXPECT_EQ(HoldAndLetGo(ra).err(), ENOENT) << "a hold through \"a\" was taken on \"b\"'s inode";
 }
 
 TEST_F(PoolHoldSteps, AHoldByANameMadeAgainAsADirectoryFails) {
-  const uint64_t a = MakeAndClose("/a");
+  const uint64_t a = CreateAndClose("/a");
   const upfs::Resolved ra = At("/a");
   ASSERT_TRUE(Ns().Remove(ra, false).ok());
   ASSERT_TRUE(Ns().Mkdir(At("/a"), 0755).ok());
@@ -220,7 +205,7 @@ TEST_F(PoolHoldSteps, AHoldByANameMadeAgainAsADirectoryFails) {
 }
 
 TEST_F(PoolHoldSteps, AStaleHoldAcrossTheInodesNextLifeIsNotLost) {
-  const uint64_t a = MakeAndClose("/a");
+  const uint64_t a = CreateAndClose("/a");
   ASSERT_TRUE(Ns().Remove(At("/a"), false).ok());
   ASSERT_EQ(Kind(a), upfs::format::pool::FileType::kFree);
   upfs::format::pool::Inode* in = nullptr;

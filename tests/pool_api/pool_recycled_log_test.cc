@@ -54,8 +54,7 @@ class PoolRecycledLog : public pool_test::AttachedPoolTest {
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
   uint64_t LogHead(uint64_t ino) {
-    fp::Inode* in = nullptr;
-    EXPECT_TRUE(pool_->InodeAt(ino, &in).ok());
+    fp::Inode* in = InodeOf(ino);
     return in ? in->log_head.load() : 0;
   }
   std::string ReadAll(uint64_t ino, size_t n) {

@@ -17,7 +17,6 @@
 namespace {
 
 using upfs::format::pool::FileType;
-using upfs::format::pool::IdentKind;
 
 class PoolResolveHeld : public pool_test::AttachedPoolTest {
  protected:
@@ -33,26 +32,11 @@ class PoolResolveHeld : public pool_test::AttachedPoolTest {
   }
   upfs::PoolNamespace Other() { return upfs::PoolNamespace(other_.get(), &who_); }
   upfs::Resolved OtherAt(const std::string& path) { return ResolvedIn(Other(), path); }
-  // Makes `path` through `ns` as an open would (born held), then closes it.
-  static uint64_t MakeAndClose(upfs::PoolNamespace ns, const upfs::Resolved& at) {
-    uint64_t ino = 0;
-    bool created = false;
-    uint32_t gen = 0;
-    upfs::Status st = ns.Create(at, 0644, upfs::format::Consistency::kStrict, &ino, &created, &gen);
-    EXPECT_TRUE(st.ok() && created) << st.ToString();
-    ns.DropHold(ino, gen);
-    return ino;
-  }
-  upfs::format::pool::Inode* InodeOf(uint64_t ino) {
-    upfs::format::pool::Inode* in = nullptr;
-    EXPECT_TRUE(pool_->InodeAt(ino, &in).ok());
-    return in;
-  }
   // The other attachment's change, run by the hook.
   static void RemoveAAndMakeB(void* self) {
     auto* t = static_cast<PoolResolveHeld*>(self);
     ASSERT_TRUE(t->Other().Remove(t->OtherAt("/a"), false).ok());
-    t->remade_ = MakeAndClose(t->Other(), t->OtherAt("/b"));
+    t->remade_ = CreatedAndClosedIn(t->Other(), t->OtherAt("/b"));
   }
   static void RemoveA(void* self) {
     auto* t = static_cast<PoolResolveHeld*>(self);
@@ -61,7 +45,7 @@ class PoolResolveHeld : public pool_test::AttachedPoolTest {
   // Makes "/a", then ResolveHeld("/a") with `change` made between its
   // lookup and its hold; returns a's inode.
   uint64_t ResolveAAcross(void (*change)(void*), upfs::Resolved* r, uint32_t* gen, bool* held) {
-    const uint64_t a = MakeAndClose(Ns(), At("/a"));
+    const uint64_t a = CreateAndClose("/a");
     upfs::PoolNamespace::BetweenLookupAndHoldForTest(change, this);
     EXPECT_TRUE(Ns().ResolveHeld("/a", true, r, gen, held).ok());
     upfs::PoolNamespace::BetweenLookupAndHoldForTest(nullptr, nullptr);
@@ -74,7 +58,7 @@ class PoolResolveHeld : public pool_test::AttachedPoolTest {
 };
 
 TEST_F(PoolResolveHeld, WithNoChangeTheHoldIsTakenAndKeepsTheFile) {
-  const uint64_t a = MakeAndClose(Ns(), At("/a"));
+  const uint64_t a = CreateAndClose("/a");
   upfs::Resolved r;
   uint32_t gen = 0;
   bool held = false;
@@ -84,9 +68,9 @@ TEST_F(PoolResolveHeld, WithNoChangeTheHoldIsTakenAndKeepsTheFile) {
   EXPECT_EQ(InodeOf(a)->open_count.load(), 1u);
   // The name goes (from the other attachment): the hold keeps the file.
   ASSERT_TRUE(Other().Remove(OtherAt("/a"), false).ok());
-  EXPECT_EQ(IdentKind(InodeOf(a)->ident.load()), FileType::kRegular);
+  EXPECT_EQ(Kind(a), FileType::kRegular);
   Ns().DropHold(a, gen);  // the last holder frees it
-  EXPECT_EQ(IdentKind(InodeOf(a)->ident.load()), FileType::kFree);
+  EXPECT_EQ(Kind(a), FileType::kFree);
 }
 
 TEST_F(PoolResolveHeld, AMissingNameTakesNoHold) {
@@ -112,7 +96,7 @@ TEST_F(PoolResolveHeld, ANameRemovedAndItsInodeMadeAgainIsNotHeld) {
   // The caller's long way (TakeHold) finds the name gone.
   EXPECT_EQ(Ns().TakeHold(r.ino, &gen, &r).err(), ENOENT);
   ASSERT_TRUE(Ns().Remove(At("/b"), false).ok());
-  EXPECT_EQ(IdentKind(InodeOf(a)->ident.load()), FileType::kFree);
+  EXPECT_EQ(Kind(a), FileType::kFree);
 }
 
 // The lookup found "a"; before the hold, "a" went and its inode was freed
@@ -124,7 +108,7 @@ TEST_F(PoolResolveHeld, ANameRemovedBeforeTheHoldIsNotHeld) {
   const uint64_t a = ResolveAAcross(&RemoveA, &r, &gen, &held);
   EXPECT_FALSE(held);
   EXPECT_EQ(InodeOf(a)->open_count.load(), 0u);
-  EXPECT_EQ(IdentKind(InodeOf(a)->ident.load()), FileType::kFree);
+  EXPECT_EQ(Kind(a), FileType::kFree);
 }
 
 }  // namespace
