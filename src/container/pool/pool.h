@@ -169,9 +169,10 @@ class Pool {
   // is pinned.
   bool StatFromHint(uint64_t ino, uint64_t ident, FileStat* out);
   // A released file's log block this process kept (RecycleFileLog) made an
-  // empty file log again: its lines are written back but not fenced (a
-  // create's record reservation fences them before the inode that names
-  // the block can be reached). False if none is kept. The caller frees it
+  // empty file log again: its lines are written back but not fenced (the
+  // create's fence for its inode persists them before the inode that names
+  // the block can be reached); nothing is written if the released file left
+  // them so. False if none is kept. The caller frees it
   // (FreeBlock) if the create fails. *addr, if asked: the block's address.
   bool TakeRecycledLog(uint32_t* l, char** addr = nullptr);
   // Entries of the map FileOf keeps, live or not yet swept (for tests).

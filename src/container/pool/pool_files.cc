@@ -69,6 +69,19 @@ void WriteEmptyLogLines(char* p, uint32_t lines) {
   if (lines > 1) pm::CopyFlush(p + 64, kZeros, (lines - 1) * 64);
 }
 
+// Whether a kept log's lines already are what WriteEmptyLogLines writes:
+// the released file never wrote to it (a file created and removed unused).
+// They were made durable so when this block last became an empty log, and
+// a log's slots are written once, so nothing is left to write or wait for.
+bool IsEmptyLog(const char* p, uint32_t lines) {
+  if (lines != 1) return false;
+  const auto* b = reinterpret_cast<const LogBlock*>(p);
+  if (b->next.load(std::memory_order_relaxed) != format::NextWord(0) || b->seq != 1) return false;
+  for (uint32_t s = 0; s < LineFirstSlot(1); ++s)
+    if (b->slots[s].load(std::memory_order_relaxed) != 0) return false;
+  return true;
+}
+
 }  // namespace
 
 bool Pool::PopRecycled(RecycledLog* r) {
@@ -94,7 +107,7 @@ bool Pool::TakeRecycledLog(uint32_t* l, char** addr) {
   // What the released file's replay found: nothing written past its end.
   for (uint64_t i = uint64_t(r.dirty_lines) * 64; i < kBlockSize; ++i) UPFS_ASSERT(p[i] == 0);
 #endif
-  WriteEmptyLogLines(p, r.dirty_lines);
+  if (!IsEmptyLog(p, r.dirty_lines)) WriteEmptyLogLines(p, r.dirty_lines);
   *l = r.block;
   if (addr) *addr = p;
   return true;
