@@ -63,6 +63,7 @@
 #include "medium/pm.h"
 #include "pm_sparse_model.h"
 #include "crash_pool_workloads.h"
+#include "label_version.h"
 #include "pool_ops.h"
 #include "pool_tree.h"
 
@@ -186,6 +187,8 @@ class Explorer {
     const std::string path = dir_ + "/" + w.name + ".pool";
     unlink(path.c_str());
     Status st = Pool::Create(path, 2 << 20);
+    if (st.ok() && w.pool_version != 0 && !upfs_test::RelabelPoolVersion(path, w.pool_version))
+      st = Status::Error(EIO, "cannot label the pool version " + std::to_string(w.pool_version));
     std::unique_ptr<Pool> pool;
     if (st.ok()) st = Pool::Attach(path, &pool);
     if (!st.ok()) {

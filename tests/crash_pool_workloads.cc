@@ -191,6 +191,18 @@ std::vector<Workload> MakeWorkloads() {
                 RacedAtStore(Create("/a/se"), Create("/a/sf"), 3), RacedAtStore(Mkdir("/a/sg"), Create("/a/sh"), 4)}};
     w.push_back(r);
   }
+  // Version 7 pools commit with two persistence waits and a payload line
+  // left open for the kApply (LosableLine, SettleFilledOpenLine): the
+  // workloads whose records and races exercise that, on such a pool.
+  for (const char* name : {"ns-rename", "ns-races"}) {
+    for (const Workload& x : std::vector<Workload>(w)) {
+      if (x.name != name) continue;
+      Workload v7 = x;
+      v7.name += "-v7";
+      v7.pool_version = 7;
+      w.push_back(std::move(v7));
+    }
+  }
   return w;
 }
 

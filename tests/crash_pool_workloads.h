@@ -18,6 +18,9 @@ struct Workload {
   std::vector<NsOp> ops;    // recorded and explored
   size_t explore_from = 0;  // ops before this index run recorded but unexplored
   bool long_only = false;   // only with --long
+  // The pool's format version (0: this build's): an older one, as its
+  // builds made it, keeps the protocol they recover (docs/format.md).
+  uint32_t pool_version = 0;
 };
 
 std::vector<Workload> MakeWorkloads();

@@ -42,9 +42,12 @@ int RunPoolInfo(const std::string& path) {
   }
   Row("pool:", path);
   // What the version means for the builds that may share the pool
-  // (docs/format.md, "Pools, format version 7").
+  // (docs/format.md, "Pools, format version 8").
   Row("format:", "version " + std::to_string(r.version) +
-                     (r.version >= format::pool::kFirstLogReservePoolVersion
+                     (r.version >= format::pool::kFirstOneWaitPoolVersion
+                          ? " (tagged checkpoint images, checked appends and granule flips with anywhere "
+                            "shadows in files' logs, a namespace log reserve, one-wait namespace commits)"
+                      : r.version >= format::pool::kFirstLogReservePoolVersion
                           ? " (tagged checkpoint images, checked appends and granule flips with anywhere "
                             "shadows in files' logs, a namespace log reserve)"
                       : r.version >= format::pool::kFirstAnywhereShadowPoolVersion

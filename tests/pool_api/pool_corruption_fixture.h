@@ -25,6 +25,7 @@
 #include "container/pool/pool_check.h"
 #include "container/pool/pool_format.h"
 #include "format/format.h"
+#include "label_version.h"
 #include "upfs/upfs.h"
 #include "util/crc32c.h"
 #include "pool_durable_hash.h"
@@ -319,6 +320,9 @@ class PoolCorruptionTest : public ::testing::Test {
 
   static bool BuildBase() {
     if (upfs_mkfs(base_.c_str(), 0) != 0) return false;
+    // An older version's pool, as its builds made it (the first attach
+    // recovers the relabelled pool).
+    if (pool_version_ != 0 && !upfs_test::RelabelPoolVersion(base_, pool_version_)) return false;
     // Session 1: the namespace, and churn enough for a checkpoint at detach.
     if (upfs_mount(base_.c_str(), mnt_.c_str()) != 0) return false;
     bool ok = upfs_mkdir(M("d1").c_str(), 0755) == 0 && upfs_mkdir(M("d1/d2").c_str(), 0750) == 0 &&
@@ -462,6 +466,9 @@ class PoolCorruptionTest : public ::testing::Test {
   void UseCrashed() { ASSERT_TRUE(CopySparse(crashed_, work_)); }
 
   static inline std::string base_, crashed_, mnt_;
+  // The format version of the pools built (0: this build's); a suite that
+  // sets it in its SetUpTestSuite resets it in its TearDownTestSuite.
+  static inline uint32_t pool_version_ = 0;
   static inline bool built_ = false;
   static inline Layout layout_, crashed_layout_;
   std::string work_;

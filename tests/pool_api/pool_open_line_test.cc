@@ -22,7 +22,9 @@
 #include "container/pool/ns_log.h"
 #include "container/pool/pool.h"
 #include "container/pool/pool_check.h"
+#include "container/pool/namespace_internal.h"
 #include "engine/epoch_pin.h"
+#include "label_version.h"
 #include "pm_sparse_model.h"
 #include "pool_api/pool_commit_steps.h"
 #include "upfs/upfs.h"
@@ -31,7 +33,10 @@ namespace upfs {
 
 struct PoolNamespaceTestAccess {
   static Status Commit(PoolNamespace& ns, const NsRecord& rec, FunctionRef<void()> with_payload) {
-    return ns.Commit(rec, [] { return Status::OK(); }, with_payload);
+    const auto hook = [&](CommitFlushes*) { with_payload(); };
+    FunctionRef<void(CommitFlushes*)> h;
+    if (with_payload) h = hook;
+    return ns.Commit(rec, [] { return Status::OK(); }, h);
   }
 };
 
@@ -40,18 +45,25 @@ namespace {
 using format::pool::FileType;
 using format::pool::RecordType;
 
+// Version 7 leaves the payload's last line open for the kApply; version 8
+// writes the whole payload back with it, its lines before MakeDurable's
+// range too (NsLog::FlushSegment): the racer's own write-back ran before
+// the payload was stored, in both.
+constexpr uint32_t kVersions[] = {7, format::pool::kPoolVersion};
+
 // A pool with three files, attached in this process; `first` and
 // `second` unlink two of them, `first`'s kApply planned in its payload's
 // last line, `second`'s record long enough to run past that line.
 class OpenLineScenario {
  public:
-  void SetUp() {
+  void SetUp(uint32_t version) {
     const std::string tag = std::to_string(getpid());
     pool_ = "/dev/shm/upfs-openline-" + tag + ".pool";
     image_ = pool_ + ".image";
     const std::string mnt = "/upfs-openline-" + tag;
     unlink(pool_.c_str());
     ASSERT_EQ(upfs_mkfs(pool_.c_str(), 0), 0) << upfs_last_error();
+    if (version != format::pool::kPoolVersion) ASSERT_TRUE(upfs_test::RelabelPoolVersion(pool_, version));
     ASSERT_EQ(upfs_mount(pool_.c_str(), mnt.c_str()), 0) << upfs_last_error();
     for (const std::string& n : {shorts_[0], shorts_[1], racer_}) {
       const int fd = upfs_open((mnt + "/" + n).c_str(), O_CREAT | O_WRONLY, 0644);
@@ -60,13 +72,14 @@ class OpenLineScenario {
     }
     ASSERT_EQ(upfs_umount(mnt.c_str()), 0) << upfs_last_error();
     ASSERT_TRUE(Pool::Attach(pool_, &p_).ok());
+    ASSERT_EQ(p_->log()->one_wait(), version >= format::pool::kFirstOneWaitPoolVersion);
     ns_ = std::make_unique<PoolNamespace>(p_.get(), &who_);
     // The first record's kReserve goes to the log's tail, slot s; with a
     // payload of n words its kApply is planned at s + n + 1.
     const uint32_t s = p_->log()->PosHint().slot;
     for (int i = 0; i < 2 && pick_ < 0; ++i) {
       uint64_t w[format::pool::kMaxRecordWords];
-      const uint32_t n = EncodeRecord(UnlinkOf(shorts_[i]), w);
+      const uint32_t n = EncodeRecord(UnlinkOf(shorts_[i]), w, p_->log()->one_wait());
       if (SlotLine(s + n + 1) == SlotLine(s + n)) pick_ = i;
     }
     ASSERT_GE(pick_, 0) << "slot " << s;
@@ -138,19 +151,24 @@ class OpenLineScenario {
 // (without that write-back: "recovery of the crash image: namespace log:
 // record checksum mismatch").
 TEST(PoolOpenLine, ACommitPastARacersRecordWritesItsOpenLineBack) {
+  for (const uint32_t version : kVersions) {
+  SCOPED_TRACE("pool version " + std::to_string(version));
   OpenLineScenario sc;
-  ASSERT_NO_FATAL_FAILURE(sc.SetUp());
+  ASSERT_NO_FATAL_FAILURE(sc.SetUp(version));
   const Status st = PoolNamespaceTestAccess::Commit(sc.ns(), sc.first, [&] { sc.CommitRacer(); });
   ASSERT_TRUE(st.ok()) << st.ToString();
   sc.CrashAndRecover();
+  }
 }
 
 // The same race with the line seen open before the lock (the racer fills
 // it after that look): the commit's own steps, without the settle, so
 // that TryCommit's write-back under the lock is what keeps the line.
 TEST(PoolOpenLine, TryCommitWritesBackAnOpenLineFilledAfterTheLastLook) {
+  for (const uint32_t version : kVersions) {
+  SCOPED_TRACE("pool version " + std::to_string(version));
   OpenLineScenario sc;
-  ASSERT_NO_FATAL_FAILURE(sc.SetUp());
+  ASSERT_NO_FATAL_FAILURE(sc.SetUp(version));
   {
     Pool& p = sc.pool();
     uint32_t slot;
@@ -161,6 +179,7 @@ TEST(PoolOpenLine, TryCommitWritesBackAnOpenLineFilledAfterTheLastLook) {
     ASSERT_NO_FATAL_FAILURE(CommitReserved(p, r, sc.first));
   }
   sc.CrashAndRecover();
+  }
 }
 
 }  // namespace

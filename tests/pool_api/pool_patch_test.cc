@@ -41,10 +41,13 @@ class PoolPatch : public pool_conc::PoolConcurrencyTest {
     Umount();
     Mount();
   }
-  // The pool, still empty, labelled `version` as the build of that
-  // version would have made it.
+  // A new, empty pool labelled `version` as the build of that version
+  // would have made it (made again: records this build logged are not in
+  // that version's format).
   void Relabel(uint32_t version) {
     Umount();
+    ASSERT_EQ(unlink(pool_.c_str()), 0);
+    ASSERT_EQ(upfs_mkfs(pool_.c_str(), 0), 0) << upfs_last_error();
     ASSERT_TRUE(upfs_test::RelabelPoolVersion(pool_, version));
     Mount();
   }

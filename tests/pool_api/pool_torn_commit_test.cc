@@ -1,4 +1,5 @@
-// A commit a crash cut short. The namespace log's writer leaves a record's
+// A commit a crash cut short, in a version 7 pool (two persistence waits a
+// commit; version 8's one wait: pool_one_wait_test). The namespace log's writer leaves a record's
 // last payload line to be written back together with its kApply
 // (docs/design.md, "A commit's last line"), and the media promise 8-byte
 // failure atomicity, not a whole line: a power failure can persist the
@@ -32,13 +33,22 @@ struct Written {
 
 class PoolTornCommitTest : public PoolCorruptionTest {
  protected:
+  static void SetUpTestSuite() {
+    pool_version_ = 7;
+    PoolCorruptionTest::SetUpTestSuite();
+  }
+  static void TearDownTestSuite() {
+    PoolCorruptionTest::TearDownTestSuite();
+    pool_version_ = 0;
+  }
   // Commits `rec` at `*tail` of work_ as the writer does (kReserve, payload,
   // kApply with the payload's CRC right after it), first padding with empty
   // dead reservations until `fits` holds for the kReserve's slot; moves
   // *tail past it.
   Written Commit(const NsRecord& rec, LogSlot* tail, const std::function<bool(const Written&)>& fits) {
     uint64_t w[kMaxRecordWords];
-    const uint32_t n = upfs::EncodeRecord(rec, w);
+    const bool tagged = pool_version_ == 0 || pool_version_ >= kFirstOneWaitPoolVersion;
+    const uint32_t n = upfs::EncodeRecord(rec, w, tagged);
     Written r;
     r.words.assign(w, w + n);
     for (;; ++tail->slot) {
@@ -241,6 +251,75 @@ TEST_F(PoolTornCommitTest, ACutFarFromTheTailIsDamage) {
   const uint32_t n = ReserveCount(Word(work_, LogSlot{at.block, rs}.Off()));
   SetWord(work_, LogSlot{at.block, rs + n}.Off(), 0);  // its last word: a name's
   ExpectRefused(Try(), kLog);
+}
+
+// Version 8 (one persistence wait a commit): the whole payload is written
+// back with the kApply, so any of its lines may be lost, and every word of
+// a valid payload is nonzero (words 3 and 4 tagged), so that a zero
+// anywhere in it is a lost word, where version 7 would call it damage.
+class PoolOneWaitTornTest : public PoolTornCommitTest {
+ protected:
+  static void SetUpTestSuite() {
+    pool_version_ = 0;
+    PoolCorruptionTest::SetUpTestSuite();
+  }
+  static void TearDownTestSuite() { PoolCorruptionTest::TearDownTestSuite(); }
+  NsRecord RenameOverBig() const {
+    NsRecord rename = Create("a");
+    rename.type = RecordType::kRename;
+    rename.dir2 = rename.dir1;
+    rename.name2 = "b";
+    rename.victim = layout_.ino_big;
+    return rename;
+  }
+  static bool Anywhere(const Written&) { return true; }
+};
+
+TEST_F(PoolOneWaitTornTest, ALostWordInAnyLineCutsTheCommitShort) {
+  const NsRecord long_name = Create("a-name-long-enough-that-its-payload-spans-more-than-one-line");
+  for (const NsRecord& rec : {long_name, RenameOverBig()}) {
+    UseCrashed();
+    LogSlot tail = crashed_layout_.tail;
+    const size_t words = Commit(rec, &tail, Anywhere).words.size();
+    for (uint32_t i = 0; i < words; ++i) {
+      SCOPED_TRACE("payload word " + std::to_string(i) + " of " + std::string(rec.name1) + " lost");
+      UseCrashed();
+      tail = crashed_layout_.tail;
+      const Written r = Commit(rec, &tail, Anywhere);
+      ASSERT_NE(r.words[i], 0u) << "a valid version 8 payload has no zero word";
+      SetWord(work_, r.Off(i), 0);
+      ExpectCutShort(r, {std::string(rec.type == RecordType::kRename ? rec.name2 : rec.name1)});
+    }
+  }
+}
+
+TEST_F(PoolOneWaitTornTest, OnlyALostWordCutsACommitShort) {
+  // A flipped bit anywhere in the last record, a word stored without its
+  // tag, and a lost word in a pool detached cleanly are damage.
+  UseCrashed();
+  LogSlot tail = crashed_layout_.tail;
+  Written r = Commit(RenameOverBig(), &tail, Anywhere);
+  FlipBit(work_, r.Off(4), 7);
+  ExpectRefused(Try(), kLog);
+
+  UseCrashed();
+  tail = crashed_layout_.tail;
+  r = Commit(Create("untagged"), &tail, Anywhere);
+  std::vector<uint64_t> w = r.words;
+  w[3] &= ~upfs::format::pool::kRecordWordTag;  // as version 7 wrote it, its CRC right
+  ASSERT_TRUE(PWrite(work_, w.data(), w.size() * 8, r.Off(0)));
+  SetWord(work_, r.apply.Off(), EncodeApply(r.reserve.slot, upfs::Crc32c(w.data(), w.size() * 8)));
+  Outcome o = Try();
+  ExpectRefused(o, kLog);
+  EXPECT_TRUE(Names(o.mount_error, {"tag"})) << o.mount_error;
+
+  tail = layout_.tail;
+  ASSERT_TRUE(CopySparse(base_, work_));
+  r = Commit(Create("torn-name"), &tail, Anywhere);
+  SetWord(work_, r.Off(1), 0);
+  o = Try();
+  ExpectRefused(o, kLog);
+  EXPECT_TRUE(Names(o.mount_error, {"checksum"})) << o.mount_error;
 }
 
 }  // namespace

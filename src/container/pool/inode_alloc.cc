@@ -103,7 +103,7 @@ Status InodeAllocator::Take(FileType kind, Inode* image, uint64_t* ino, Inode** 
 
 void InodeAllocator::WriteImage(Inode* in, const Inode& image) {
   // No fence of its own: the inode is only reachable once a record naming
-  // it commits, and the record's reservation fences first (NsLog::Reserve).
+  // it commits, and the create fences first (PoolNamespace::CommitNewInode).
   // Every byte but the open count: an open that resolved a name of the
   // inode's previous life may be adding and taking back a hold on it right
   // now (PoolNamespace::TakeHold), and a copy over the count would lose

@@ -39,8 +39,9 @@ class InodeAllocator {
   Status Take(format::pool::FileType kind, format::pool::Inode* image, uint64_t* ino,
               format::pool::Inode** in);
   // Writes every byte of `image` but the open count into `in` and flushes
-  // it, not fenced: the namespace log reservation's fence that follows
-  // makes it durable.
+  // it, not fenced: the create's fence that follows makes it durable (the
+  // record's reservation fence, or in a version 8 pool its own one:
+  // PoolNamespace::CommitNewInode).
   static void WriteImage(format::pool::Inode* in, const format::pool::Inode& image);
   // Gives back inode `ino` (nothing references it any more).
   Status Free(uint64_t ino);

@@ -39,12 +39,17 @@ Status Stale() { return Status::Error(ESTALE, "the namespace changed under the c
 }  // namespace
 
 Status PoolNamespace::Commit(const NsRecord& rec, FunctionRef<Status()> validate,
-                             FunctionRef<void()> with_payload, bool* committed_out) {
+                             FunctionRef<void(CommitFlushes*)> with_payload, bool* committed_out) {
   if (committed_out) *committed_out = false;
   uint32_t slot;
   UPFS_RETURN_IF_ERROR(pool_->NamespaceSlot(&slot));
   EpochPin pin(pool_->epochs(), slot);  // the log's blocks stay while it is read
   NsLog* log = pool_->log();
+  CommitFlushes later;
+  CommitFlushes* const defer = log->one_wait() ? &later : nullptr;
+  const auto payload = [&] { with_payload(defer); };
+  FunctionRef<void()> with_reservation;
+  if (with_payload) with_reservation = payload;
   NsLog::Reservation r;
   bool reserved = false;
   bool caught_up = false;
@@ -59,13 +64,13 @@ Status PoolNamespace::Commit(const NsRecord& rec, FunctionRef<Status()> validate
         std::unique_lock<SpinSharedMutex> g(pool_->index_mu());
         UPFS_RETURN_IF_ERROR(pool_->CatchUpLocked());
       }
-      Status rs = log->Reserve(rec, log->PosHint(), &r, with_payload);
+      Status rs = log->Reserve(rec, log->PosHint(), &r, with_reservation);
       if (rs.err() == ESTALE && !caught_up) {
         caught_up = true;
         continue;
       }
       UPFS_RETURN_IF_ERROR(rs);
-      with_payload = {};  // persisted by that reservation's fence
+      with_reservation = {};  // run once: its lines are written back by then, or in `later`
     }
     reserved = true;
     // A fence the commit would make under the lock is made before it when
@@ -92,6 +97,7 @@ Status PoolNamespace::Commit(const NsRecord& rec, FunctionRef<Status()> validate
       if (!applied.ok()) (void)pool_->ReloadIndexLocked();
       const bool due = pool_->CheckpointDue();
       g.unlock();
+      later.FlushAll();
       log->MakeDurable(pending);
       pool_->MaybeCheckpoint(due);
       return applied;
@@ -124,7 +130,7 @@ Status PoolNamespace::NewInode(FileType kind, uint64_t dir, mode_t mode, uint64_
   return pool_->inodes()->Take(kind, image, ino, in);
 }
 
-void PoolNamespace::TouchDir(uint64_t dir) {
+void PoolNamespace::TouchDir(uint64_t dir, CommitFlushes* later) {
   Inode* in;
   if (!pool_->InodeAt(dir, &in).ok()) return;
   const uint64_t now = Now();
@@ -137,8 +143,8 @@ void PoolNamespace::TouchDir(uint64_t dir) {
   // Persisted by the commit's fence that follows.
   pm::Store64(&in->times.mtime_ns, now);
   pm::Store64(&in->ctime_ns, now);
-  pm::Flush(&in->ctime_ns, 8);
-  pm::Flush(&in->times.mtime_ns, 8);
+  FlushLine(&in->ctime_ns, later);
+  FlushLine(&in->times.mtime_ns, later);
 }
 
 // Called after the commit that changed the inode's names (or, for link
@@ -149,13 +155,13 @@ void PoolNamespace::TouchDir(uint64_t dir) {
 // between that create and this store, still a change time the new file
 // could have. So a stale touch is harmless, and no hold is taken for it
 // (a hold would cost every unlink two more atomic operations).
-void PoolNamespace::TouchCtime(uint64_t ino, bool durable) {
+void PoolNamespace::TouchCtime(uint64_t ino, bool durable, CommitFlushes* later) {
   Inode* in;
   if (!pool_->InodeAt(ino, &in).ok()) return;
   const uint64_t now = Now();
   if (in->ctime_ns.load(std::memory_order_relaxed) == now) return;  // as TouchDir
   pm::Store64(&in->ctime_ns, now);
-  if (durable) pm::Flush(&in->ctime_ns, 8);
+  if (durable) FlushLine(&in->ctime_ns, later);
 }
 
 Status PoolNamespace::CheckSticky(uint64_t dir, uint64_t ino) const {
@@ -186,9 +192,17 @@ Status PoolNamespace::CommitNewInode(RecordType type, FileType kind, const Resol
   Inode* in;
   UPFS_RETURN_IF_ERROR(NewInode(kind, at.dir, mode, ino, image, &in));
   const NsRecord rec{type, kind, *ino, at.dir, 0, 0, at.name, {}};
-  const auto with_record = [&] {
+  const auto with_record = [&](CommitFlushes* later) {
+    // The new inode (and what it names: a symbolic link's target, a kept
+    // log's lines) is durable before the record can be, in every version:
+    // a power failure persists any word of a line on its own, and no word
+    // of an image can tell that it was lost (a later chmod or write changes
+    // what a check could compare). A version 8 pool's payload is not in
+    // this fence, and its one fence follows the kApply (docs/design.md,
+    // "One wait a commit").
     InodeAllocator::WriteImage(in, *image);
-    TouchDir(at.dir);
+    if (later) pm::Fence();
+    TouchDir(at.dir, later);
   };
   Status st = Commit(rec, [&]() { return NameStillFree(at); }, with_record, committed);
   // Failed, the image is written (again, if the reservation wrote it: the
@@ -213,10 +227,11 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
   // which another process could remove and free it first.
   if (held_gen) image.open_count.store(1, std::memory_order_relaxed);
   // A released file's log this process kept is the new file's from birth:
-  // its lines are persisted by the record's reservation fence, before the
-  // inode naming it can be reached, and the file's first write neither
-  // makes a log nor swaps one in (Pool::FileOf: a fence, and the CAS that
-  // missed on the inode's line the create had written back).
+  // its lines are persisted by the fence that persists the inode (the
+  // record's reservation fence, or CommitNewInode's), before the inode
+  // naming it can be reached, and the file's first write neither makes a
+  // log nor swaps one in (Pool::FileOf: a fence, and the CAS that missed on
+  // the inode's line the create had written back).
   uint32_t log = 0;
   if (pool_->TakeRecycledLog(&log)) image.log_head.store(log, std::memory_order_relaxed);
   uint64_t n;
@@ -272,7 +287,7 @@ Status PoolNamespace::Symlink(const Resolved& at, std::string_view target) {
   } else {
     UPFS_RETURN_IF_ERROR(pool_->AllocBlock(&block));
     char* p = pool_->medium()->base() + (uint64_t(block) << kBlockShift);
-    pm::CopyNT(p, target.data(), target.size());  // fenced by the reservation, as the inode
+    pm::CopyNT(p, target.data(), target.size());  // fenced with the inode (CommitNewInode)
     image.target_block.store(block, std::memory_order_relaxed);
   }
   uint64_t n;
@@ -295,9 +310,9 @@ Status PoolNamespace::Link(const Resolved& from, const Resolved& to) {
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(to.dir, &din));
   UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
   NsRecord rec{RecordType::kLink, from.type, from.ino, to.dir, 0, 0, to.name, {}};
-  const auto with_record = [&] {
-    TouchDir(to.dir);
-    TouchCtime(from.ino);
+  const auto with_record = [&](CommitFlushes* later) {
+    TouchDir(to.dir, later);
+    TouchCtime(from.ino, /*durable=*/true, later);
   };
   return Commit(rec, [&]() -> Status {
     const NsIndex* idx = pool_->index();
@@ -320,7 +335,7 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
   UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
   UPFS_RETURN_IF_ERROR(CheckSticky(at.dir, at.ino));
   NsRecord rec{RecordType::kUnlink, at.type, at.ino, at.dir, 0, 0, at.name, {}};
-  const auto with_record = [&] { TouchDir(at.dir); };
+  const auto with_record = [&](CommitFlushes* later) { TouchDir(at.dir, later); };
   bool last = false;  // the name going is the inode's last
   UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
     const NsIndex* idx = pool_->index();
@@ -335,7 +350,7 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
     last = dir || idx->Nlink(at.ino, at.type) == 1;
     return Status::OK();
   }, with_record));
-  if (!dir) TouchCtime(at.ino, /*durable=*/!last);
+  if (!dir) TouchCtime(at.ino, /*durable=*/!last, nullptr);
   if (last) SetUnlinked(at.ino);
   MaybeRelease(at.ino);
   return Status::OK();
@@ -390,10 +405,10 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
   }
   NsRecord rec{exchange ? RecordType::kExchange : RecordType::kRename, from.type, from.ino,
                from.dir, to.dir, to.ino, from.name, to.name};
-  const auto with_record = [&] {
-    TouchDir(from.dir);
-    if (to.dir != from.dir) TouchDir(to.dir);
-    TouchCtime(from.ino);
+  const auto with_record = [&](CommitFlushes* later) {
+    TouchDir(from.dir, later);
+    if (to.dir != from.dir) TouchDir(to.dir, later);
+    TouchCtime(from.ino, /*durable=*/true, later);
   };
   bool victim_last = false;  // the name replaced was its inode's last
   UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
@@ -416,7 +431,7 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
     return Status::OK();
   }, with_record));
   if (!exchange && to.ino != 0) {
-    TouchCtime(to.ino, /*durable=*/!victim_last);
+    TouchCtime(to.ino, /*durable=*/!victim_last, nullptr);
     if (victim_last) SetUnlinked(to.ino);
     MaybeRelease(to.ino);
   }

@@ -19,6 +19,8 @@
 
 namespace upfs {
 
+class CommitFlushes;  // namespace_internal.h
+
 // Who is asking: effective ids for every check, real ids for access().
 struct Credentials {
   uid_t uid = 0;
@@ -130,12 +132,16 @@ class PoolNamespace {
   Status StatFile(uint64_t ino, struct stat* st, bool held, const Resolved* named = nullptr,
                   uint64_t ident = 0);
   // Commits rec once validate() holds at the log's tail. `with_payload`:
-  // writes to make durable with the record's payload (NsLog::Reserve), run
-  // once, before the first reservation's fence. *committed (if given):
-  // whether the record committed, even if the call then fails (the index
-  // could not apply it: damage); what the record names is then the log's.
-  Status Commit(const NsRecord& rec, FunctionRef<Status()> validate, FunctionRef<void()> with_payload = {},
-                bool* committed = nullptr);
+  // writes to make durable with the record (NsLog::Reserve), run once,
+  // when the first reservation is taken. It stores, and writes back each
+  // line it stored through FlushLine: at once in a pool before version 8
+  // (the reservation's fence follows), else after the index lock, under
+  // MakeDurable's one fence (docs/design.md, "One wait a commit").
+  // *committed (if given): whether the record committed, even if the call
+  // then fails (the index could not apply it: damage); what the record
+  // names is then the log's.
+  Status Commit(const NsRecord& rec, FunctionRef<Status()> validate,
+                FunctionRef<void(CommitFlushes*)> with_payload = {}, bool* committed = nullptr);
   // Whether the index is where it was when `r` was resolved (index lock held).
   bool SameView(const Resolved& r) const;
   Status NameStillFree(const Resolved& at) const;
@@ -150,11 +156,14 @@ class PoolNamespace {
   // the log, though the call failed).
   Status CommitNewInode(format::pool::RecordType type, format::pool::FileType kind, const Resolved& at,
                         mode_t mode, format::pool::Inode* image, uint64_t* ino, bool* committed);
-  void TouchDir(uint64_t dir);
-  // Sets ino's ctime; `durable`: flushed for the next fence (an inode
-  // losing its last name needs no durable ctime, and a flush would evict
-  // the line that setting its unlinked bit is about to change).
-  void TouchCtime(uint64_t ino, bool durable = true);
+  // Sets a directory's mtime and ctime, written back through `later`
+  // (FlushLine).
+  void TouchDir(uint64_t dir, CommitFlushes* later);
+  // Sets ino's ctime; `durable`: written back through `later` (FlushLine)
+  // for the next fence (an inode losing its last name needs no durable
+  // ctime, and a flush would evict the line that setting its unlinked bit
+  // is about to change).
+  void TouchCtime(uint64_t ino, bool durable, CommitFlushes* later);
   Status CheckSticky(uint64_t dir, uint64_t ino) const;
   // After a name went: frees the inode if it has no name and no holder.
   void MaybeRelease(uint64_t ino);

@@ -11,6 +11,40 @@
 #include <string_view>
 
 #include "container/pool/pool_format.h"
+#include "medium/pm.h"
+#include "util/assert.h"
+
+namespace upfs {
+
+// The lines a commit's with_payload stored, in a version 8 pool, to be
+// written back after the index lock (PoolNamespace::Commit): a flush
+// before a locked instruction makes that instruction wait for it.
+class CommitFlushes {
+ public:
+  void Add(const void* line) {
+    UPFS_ASSERT(n_ < kMax);
+    if (n_ == kMax) return pm::Flush(line, 8);  // sooner, and still before the fence
+    lines_[n_++] = line;
+  }
+  void FlushAll() const {
+    for (uint32_t i = 0; i < n_; ++i) pm::Flush(lines_[i], 8);
+  }
+
+ private:
+  static constexpr uint32_t kMax = 8;  // a rename touches two directories and an inode
+  const void* lines_[kMax];
+  uint32_t n_ = 0;
+};
+
+// Writes the line of `word` back now (later == nullptr) or with the commit.
+inline void FlushLine(const void* word, CommitFlushes* later) {
+  if (later)
+    later->Add(word);
+  else
+    pm::Flush(word, 8);
+}
+
+}  // namespace upfs
 
 namespace upfs::ns_internal {
 

@@ -45,7 +45,7 @@ Status CheckNsBlock(const BlockAccess& ba, uint32_t l, uint64_t seq, const char*
 
 }  // namespace
 
-uint32_t EncodeRecord(const NsRecord& rec, uint64_t* out) {
+uint32_t EncodeRecord(const NsRecord& rec, uint64_t* out, bool tagged) {
   UPFS_ASSERT(rec.name1.size() <= kMaxNameLen && rec.name2.size() <= kMaxNameLen);
   const uint32_t w1 = NameWords(rec.name1.size()), w2 = NameWords(rec.name2.size());
   const uint32_t n = kRecordHeaderWords + w1 + w2;
@@ -56,6 +56,11 @@ uint32_t EncodeRecord(const NsRecord& rec, uint64_t* out) {
   out[2] = rec.dir1;
   out[3] = rec.dir2;
   out[4] = rec.victim;
+  if (tagged) {
+    UPFS_ASSERT(!(rec.dir2 & kRecordWordTag) && !(rec.victim & kRecordWordTag));
+    out[3] |= kRecordWordTag;
+    out[4] |= kRecordWordTag;
+  }
   auto* names = reinterpret_cast<char*>(out + kRecordHeaderWords);
   // An empty name's data() may be null, which memcpy must never see.
   if (!rec.name1.empty()) std::memcpy(names, rec.name1.data(), rec.name1.size());
@@ -63,7 +68,7 @@ uint32_t EncodeRecord(const NsRecord& rec, uint64_t* out) {
   return n;
 }
 
-Status DecodeRecord(const uint64_t* words, uint32_t n, NsRecord* rec) {
+Status DecodeRecord(const uint64_t* words, uint32_t n, NsRecord* rec, bool tagged) {
   if (n < kRecordHeaderWords) return Status::Corrupt("namespace log", "record too short");
   const uint64_t w0 = words[0];
   const uint64_t type = w0 & 0xff, ftype = (w0 >> 8) & 0xff;
@@ -78,6 +83,12 @@ Status DecodeRecord(const uint64_t* words, uint32_t n, NsRecord* rec) {
   rec->dir1 = words[2];
   rec->dir2 = words[3];
   rec->victim = words[4];
+  if (tagged) {
+    if (!(rec->dir2 & kRecordWordTag) || !(rec->victim & kRecordWordTag))
+      return Status::Corrupt("namespace log", "record word without its tag");
+    rec->dir2 &= ~kRecordWordTag;
+    rec->victim &= ~kRecordWordTag;
+  }
   const auto* names = reinterpret_cast<const char*>(words + kRecordHeaderWords);
   rec->name1 = std::string_view(names, len1);
   rec->name2 = std::string_view(names + NameWords(len1) * 8, len2);
@@ -219,7 +230,7 @@ Status NsLog::DecodeAt(const LogBlock* b, uint32_t apply_slot, uint64_t apply, N
   const auto* words = reinterpret_cast<const uint64_t*>(&b->slots[rs + 1]);
   if (Crc32c(words, n * 8) != ApplyCrc(apply))
     return Status::Corrupt("namespace log", "record checksum mismatch");
-  return DecodeRecord(words, n, rec);
+  return DecodeRecord(words, n, rec, one_wait_);
 }
 
 bool NsLog::TornCommit(const LogBlock* b, uint64_t apply) const {
@@ -231,20 +242,29 @@ bool NsLog::TornCommit(const LogBlock* b, uint64_t apply) const {
   if (KindOf(reserve) != EntryKind::kReserve || n == 0 || rs + 1 + n > pos_.slot) return false;
   const auto* words = reinterpret_cast<const uint64_t*>(&b->slots[rs + 1]);
   if (Crc32c(words, n * 8) == ApplyCrc(apply)) return false;  // whole, so damaged elsewhere
-  // Only the payload's last line is written back with the kApply (Reserve),
-  // so only there can a crash leave the kApply without payload words.
-  const uint32_t last = rs + n;
-  if (SlotLine(last) != SlotLine(pos_.slot)) return false;
-  // A word that did not reach the media reads zero (a slot is zero until
-  // it is written, once). Reserve leaves in that line only words that are
-  // zero or never zero, so a lost one shows as a zero where a valid record
-  // has none; damage (a flipped bit) does not.
   bool lost = false;
-  for (uint32_t s = std::max(rs + 1, LineFirstSlot(SlotLine(last))); s <= last; ++s)
-    lost = lost || (words[s - rs - 1] == 0 && PayloadWordNeverZero(words[0], s - rs - 1));
-  if (!lost) return false;
-  // Nothing committed after it returned (its MakeDurable would have written
-  // that line back first), and a thread has one commit in flight at most.
+  if (one_wait_) {
+    // Version 8: the payload is written back with the kApply, any line of
+    // it may be lost, and no word of a valid one is zero.
+    for (uint32_t i = 0; i < n; ++i) lost = lost || words[i] == 0;
+  } else {
+    // Only the payload's last line is written back with the kApply (Reserve),
+    // so only there can a crash leave the kApply without payload words.
+    const uint32_t last = rs + n;
+    if (SlotLine(last) != SlotLine(pos_.slot)) return false;
+    // A word that did not reach the media reads zero (a slot is zero until
+    // it is written, once). Reserve leaves in that line only words that are
+    // zero or never zero, so a lost one shows as a zero where a valid record
+    // has none; damage (a flipped bit) does not.
+    for (uint32_t s = std::max(rs + 1, LineFirstSlot(SlotLine(last))); s <= last; ++s)
+      lost = lost || (words[s - rs - 1] == 0 && PayloadWordNeverZero(words[0], s - rs - 1));
+  }
+  return lost && NothingReturnedAfter();
+}
+
+bool NsLog::NothingReturnedAfter() const {
+  // A commit that returned made every record before it durable first
+  // (MakeDurable), and a thread has one commit in flight at most.
   return CommitsAfter(kMaxCommitsInFlight) <= kMaxCommitsInFlight;
 }
 
@@ -399,7 +419,7 @@ bool LosableLine(const uint64_t* words, uint32_t n, uint32_t rs, uint32_t apply)
 
 Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r, FunctionRef<void()> with_payload) {
   alignas(64) uint64_t words[kMaxRecordWords];
-  const uint32_t n = EncodeRecord(rec, words);
+  const uint32_t n = EncodeRecord(rec, words, one_wait_);
   NsPos p = from;
   // The caller is pinned, so a block still in the log stays so while this
   // runs; one that left it before (freed, and perhaps made an inode or data
@@ -436,6 +456,13 @@ Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r, FunctionR
       // partial ones, which non-temporal stores wrote back far more slowly
       // here (docs/design.md, "The namespace log").
       pm::StoreWords(&b->slots[p.slot + 1], words, n);
+      if (one_wait_) {
+        // Version 8: written back with the kApply, under MakeDurable's one
+        // fence (docs/design.md, "One wait a commit"); a flush here would
+        // make the locked instructions before that fence wait for it.
+        *r = Reservation{p.lblock, p.slot, n, Crc32c(words, n * 8), p.seq, Reservation::kNoOpenLine};
+        return Status::OK();
+      }
       // Every line of it is written back now but the one the kApply is to
       // share (the slot after the payload, unless that starts a line):
       // MakeDurable writes that one back with the kApply, so a commit's
@@ -503,12 +530,36 @@ void NsLog::SettleFilledOpenLine(Reservation* r) {
   r->open_line = Reservation::kNoOpenLine;
 }
 
+void NsLog::FlushSegment(LogBlock* b, uint32_t first, uint32_t end) const {
+  if (end > first) pm::Flush(&b->slots[first], (end - first) * 8);
+  if (!one_wait_) return;
+  // Version 8: each record committed in the segment is written back whole,
+  // its payload too (which may lie before `first`), before the fence that
+  // makes its kApply durable for sure: a returned commit then never
+  // follows a record recovery would find cut short.
+  for (uint32_t s = first; s < end;) {
+    const uint64_t e = b->slots[s].load(std::memory_order_acquire);
+    if (KindOf(e) == EntryKind::kReserve && ReserveWellFormed(e)) {
+      s += 1 + ReserveCount(e);
+      continue;
+    }
+    if (KindOf(e) == EntryKind::kApply && ApplyWellFormed(e) && ApplySlot(e) < s) {
+      const uint32_t rs = ApplySlot(e);
+      const uint64_t reserve = b->slots[rs].load(std::memory_order_acquire);
+      const uint32_t n = ReserveCount(reserve);
+      if (KindOf(reserve) == EntryKind::kReserve && rs + 1 + n <= s) {
+        if (rs < first) pm::Flush(&b->slots[rs], (std::min(rs + 1 + n, first) - rs) * 8);
+      }
+    }
+    s += 1;
+  }
+}
+
 void NsLog::MakeDurable(const Pending& p) {
   NsPos f = p.from;
   while (f.lblock != p.to.lblock) {
     LogBlock* fb = Block(f.lblock);
-    if (f.slot < kSlotsPerLogBlock)
-      pm::Flush(&fb->slots[f.slot], (kSlotsPerLogBlock - f.slot) * 8);
+    if (f.slot < kSlotsPerLogBlock) FlushSegment(fb, f.slot, kSlotsPerLogBlock);
     pm::Flush(&fb->next, 8);
     const uint32_t nb = NextBlock(fb->next.load(std::memory_order_acquire));
     if (nb == 0) break;
@@ -516,7 +567,7 @@ void NsLog::MakeDurable(const Pending& p) {
   }
   const uint32_t first = f.lblock == p.to.lblock ? f.slot : 0;
   UPFS_ASSERT(p.to.slot > first);
-  pm::Flush(&Block(p.to.lblock)->slots[first], (p.to.slot - first) * 8);
+  FlushSegment(Block(p.to.lblock), first, p.to.slot);
   pm::Fence();
   std::lock_guard<SpinMutex> g(durable_mu_);
   if (durable_.seq < p.to.seq || (durable_.seq == p.to.seq && durable_.slot < p.to.slot)) durable_ = p.to;

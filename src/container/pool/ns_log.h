@@ -85,6 +85,8 @@ class NsLog {
   // Moves to `pos` (a reload from a checkpoint).
   Status MoveTo(NsPos pos);
   const NsPos& pos() const { return pos_; }
+  // Whether Init or InitAt ran (its block access is set for good).
+  bool bound() const { return ba_ != nullptr; }
   // Names the state of the index this process built from the log: a new
   // number with every committed record passed or made here and with every
   // move to another position (a reload), never with a reservation
@@ -168,6 +170,12 @@ class NsLog {
   // the caller's epoch pin keeps the range's blocks.
   void MakeDurable(const Pending& p);
 
+  // Version 8 pools (format::pool::kFirstOneWaitPoolVersion): records
+  // tagged, and committed with one persistence wait (docs/design.md, "One
+  // wait a commit"). Set once, before the log is read.
+  void SetOneWait(bool on) { one_wait_ = on; }
+  bool one_wait() const { return one_wait_; }
+
   // Recovery, with nobody else attached: reads to the tail and zeroes, durably,
   // every word past it (in its block and in any block linked after it).
   // Nothing there was committed; a crash can leave there a payload whose
@@ -190,6 +198,12 @@ class NsLog {
   // Whether the record at the position, whose kApply `apply` failed to
   // decode, is a commit a crash cut short (see AcceptTornTail).
   bool TornCommit(const format::LogBlock* b, uint64_t apply) const;
+  // Whether no commit after the position can have returned: few enough
+  // follow it to all be in flight when the crash came.
+  bool NothingReturnedAfter() const;
+  // Writes back slots [first, end) of block b and, in version 8, what each
+  // record committed there needs durable with it (MakeDurable).
+  void FlushSegment(format::LogBlock* b, uint32_t first, uint32_t end) const;
   // Records committed after the position, counted up to `limit` + 1.
   uint64_t CommitsAfter(uint64_t limit) const;
   // Closes the block (filling what is left of it) and moves to its
@@ -210,6 +224,7 @@ class NsLog {
   NsPos pos_;
   uint64_t view_ = 0;
   bool accept_torn_tail_ = false;
+  bool one_wait_ = false;
   std::optional<NsPos> torn_tail_;
   std::atomic<uint32_t> hint_version_{0};  // odd while PublishPos writes
   std::atomic<uint64_t> hint_place_{0};    // lblock:32 | slot:32
@@ -221,9 +236,10 @@ class NsLog {
 };
 
 // Encodes rec's payload words into `out` (kMaxRecordWords words); returns
-// the word count.
-uint32_t EncodeRecord(const NsRecord& rec, uint64_t* out);
+// the word count. `tagged`: as a version 8 pool keeps them (every word
+// nonzero).
+uint32_t EncodeRecord(const NsRecord& rec, uint64_t* out, bool tagged);
 // Decodes and checks a payload of `n` words (names point into `words`).
-Status DecodeRecord(const uint64_t* words, uint32_t n, NsRecord* rec);
+Status DecodeRecord(const uint64_t* words, uint32_t n, NsRecord* rec, bool tagged);
 
 }  // namespace upfs

@@ -270,6 +270,9 @@ Status Pool::InitVolatile(bool first) {
 }
 
 Status Pool::LoadNamespace() {
+  // Once, before the log is first read (a reload only moves it, while
+  // other threads read the setting without the index lock).
+  if (!log_.bound()) log_.SetOneWait(super()->version >= kFirstOneWaitPoolVersion);
   auto alloc = [this](uint32_t* l, bool removal) { return AllocLogBlock(l, removal); };
   auto free = [this](uint32_t l) { FreeBlock(l); };
   const uint64_t ck = super()->checkpoint.load(std::memory_order_acquire);

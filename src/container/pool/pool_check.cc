@@ -77,6 +77,7 @@ class Checker {
 
 Status Checker::ReadNamespace() {
   NsLog log;
+  log.SetOneWait(sb_->version >= kFirstOneWaitPoolVersion);
   auto no_alloc = [](uint32_t*, bool) { return Status::Error(EROFS, "read-only check"); };
   if (const uint64_t ck = sb_->checkpoint.load(); ck != 0) {
     const CheckpointHeader* h;

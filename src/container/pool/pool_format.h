@@ -42,8 +42,13 @@ namespace upfs::format::pool {
 // an adjacent pair; older pools keep pairs. Version 7 added the namespace
 // log's reserve blocks (Superblock::nslog_reserve): an older pool has none,
 // since a build that did not know them would free them at its recovery and
-// a later build would then find them in use twice.
-inline constexpr uint32_t kPoolVersion = 7;
+// a later build would then find them in use twice. Version 8 commits a
+// namespace record that makes no inode with one persistence wait, not two
+// (docs/design.md, "One wait a commit"): its payload words are all nonzero
+// (words 3 and 4 carry kRecordWordTag), so that recovery tells a word a
+// crash lost, in any line of the payload, from damage; an older pool keeps
+// the two-wait protocol its builds recover.
+inline constexpr uint32_t kPoolVersion = 8;
 inline constexpr uint32_t kOldestPoolVersion = 1;
 inline constexpr uint32_t kFirstPatchPoolVersion = 2;
 inline constexpr uint32_t kFirstTaggedPoolVersion = 3;
@@ -51,6 +56,7 @@ inline constexpr uint32_t kFirstCheckedAppendPoolVersion = 4;
 inline constexpr uint32_t kFirstGranulePoolVersion = 5;
 inline constexpr uint32_t kFirstAnywhereShadowPoolVersion = 6;
 inline constexpr uint32_t kFirstLogReservePoolVersion = 7;
+inline constexpr uint32_t kFirstOneWaitPoolVersion = 8;
 // The per-file magic with family byte 0x02: a pool is never taken for a
 // per-file upfs file, nor the other way round.
 inline constexpr unsigned char kPoolMagic[8] = {'U', 'P', 'F', 'S', 0x02, '\r', '\n', 0x1a};
@@ -147,10 +153,14 @@ enum class RecordType : uint8_t {
 //   word 4: victim    (kRename: the inode name2 named, 0 = none;
 //                      kExchange: the inode name2 named)
 //   words 5..: name1 then name2, each padded with zeros to 8 bytes
+// In version 8 pools words 3 and 4 carry kRecordWordTag over their value,
+// so that no payload word of a valid record is zero.
 inline constexpr uint32_t kRecordHeaderWords = 5;
 inline constexpr uint32_t kMaxNameLen = 255;
 inline constexpr uint32_t kMaxRecordWords = kRecordHeaderWords + 2 * ((kMaxNameLen + 7) / 8);
 static_assert(kMaxRecordWords + 2 <= kSlotsPerLogBlock);
+
+inline constexpr uint64_t kRecordWordTag = uint64_t{1} << 63;
 
 // Whether payload word `i` of a valid record whose word 0 is `w0` is never
 // zero: word 0, ino and dir1 always; dir2 in a rename or an exchange; the
