@@ -149,15 +149,17 @@ class OpenLineScenario {
 // Through PoolNamespace::Commit: the racer has filled the open line before
 // the commit takes the index lock, so SettleFilledOpenLine writes it back
 // (without that write-back: "recovery of the crash image: namespace log:
-// record checksum mismatch").
+// record checksum mismatch"). Version 8: MakeDurable writes the payload
+// back (without NsLog::FlushSegment's write-back before its range, the
+// record is taken for a commit cut short and the returned unlink is lost).
 TEST(PoolOpenLine, ACommitPastARacersRecordWritesItsOpenLineBack) {
   for (const uint32_t version : kVersions) {
-  SCOPED_TRACE("pool version " + std::to_string(version));
-  OpenLineScenario sc;
-  ASSERT_NO_FATAL_FAILURE(sc.SetUp(version));
-  const Status st = PoolNamespaceTestAccess::Commit(sc.ns(), sc.first, [&] { sc.CommitRacer(); });
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  sc.CrashAndRecover();
+    SCOPED_TRACE("pool version " + std::to_string(version));
+    OpenLineScenario sc;
+    ASSERT_NO_FATAL_FAILURE(sc.SetUp(version));
+    const Status st = PoolNamespaceTestAccess::Commit(sc.ns(), sc.first, [&] { sc.CommitRacer(); });
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    sc.CrashAndRecover();
   }
 }
 
@@ -166,19 +168,19 @@ TEST(PoolOpenLine, ACommitPastARacersRecordWritesItsOpenLineBack) {
 // that TryCommit's write-back under the lock is what keeps the line.
 TEST(PoolOpenLine, TryCommitWritesBackAnOpenLineFilledAfterTheLastLook) {
   for (const uint32_t version : kVersions) {
-  SCOPED_TRACE("pool version " + std::to_string(version));
-  OpenLineScenario sc;
-  ASSERT_NO_FATAL_FAILURE(sc.SetUp(version));
-  {
-    Pool& p = sc.pool();
-    uint32_t slot;
-    ASSERT_TRUE(p.NamespaceSlot(&slot).ok());
-    EpochPin pin(p.epochs(), slot);  // ends before the pool does
-    NsLog::Reservation r;
-    ASSERT_TRUE(p.log()->Reserve(sc.first, p.log()->PosHint(), &r, [&] { sc.CommitRacer(); }).ok());
-    ASSERT_NO_FATAL_FAILURE(CommitReserved(p, r, sc.first));
-  }
-  sc.CrashAndRecover();
+    SCOPED_TRACE("pool version " + std::to_string(version));
+    OpenLineScenario sc;
+    ASSERT_NO_FATAL_FAILURE(sc.SetUp(version));
+    {
+      Pool& p = sc.pool();
+      uint32_t slot;
+      ASSERT_TRUE(p.NamespaceSlot(&slot).ok());
+      EpochPin pin(p.epochs(), slot);  // ends before the pool does
+      NsLog::Reservation r;
+      ASSERT_TRUE(p.log()->Reserve(sc.first, p.log()->PosHint(), &r, [&] { sc.CommitRacer(); }).ok());
+      ASSERT_NO_FATAL_FAILURE(CommitReserved(p, r, sc.first));
+    }
+    sc.CrashAndRecover();
   }
 }
 
