@@ -20,18 +20,19 @@ NsOp RacedAtStore(NsOp a, NsOp b, int store) {
   return a;
 }
 
-}  // namespace
+// A symbolic link target past the inode's 128 bytes (a block of its own),
+// and the longest name (the longest record payload).
+const std::string kLongTarget(200, 't');
+const std::string kLongName(255, 'n');
 
-std::vector<Workload> MakeWorkloads() {
-  std::vector<Workload> w;
-  const std::string long_target(200, 't');   // past the inode's 128 bytes: a block of its own
-  const std::string long_name(255, 'n');     // the longest record payload
-  w.push_back({"ns-create",
+// Namespace operations alone: creates, renames, links and removals.
+void AddNamespaceWorkloads(std::vector<Workload>* w) {
+  w->push_back({"ns-create",
                {},
                {Mkdir("/a"), Mkdir("/b", 0700), Create("/a/f"), Create("/b/g", 0600), Mkdir("/a/d"),
-                Symlink("/a/s", "f"), Symlink("/b/long", long_target), Create("/a/" + long_name),
+                Symlink("/a/s", "f"), Symlink("/b/long", kLongTarget), Create("/a/" + kLongName),
                 Chmod("/a/f", 0604), Chmod("/a", 0711), Chmod("/", 0775)}});
-  w.push_back({"ns-rename",
+  w->push_back({"ns-rename",
                {Mkdir("/a"), Mkdir("/b"), Create("/a/f"), Create("/a/g"), Create("/b/h"), Mkdir("/a/d"),
                 Create("/a/d/x"), Mkdir("/b/e"), Mkdir("/a/m")},
                {Rename("/a/f", "/a/f2"),          // within a directory
@@ -41,13 +42,17 @@ std::vector<Workload> MakeWorkloads() {
                 Rename("/b/d2", "/b/e"),          // a directory over an empty one
                 Exchange("/b/f3", "/a/m"),        // a file and a directory, across
                 Exchange("/b/e", "/a/f3"),        // two directories, across (swapped back)
-                Rename("/b/h", "/a/" + long_name)}});
-  w.push_back({"ns-link-unlink",
+                Rename("/b/h", "/a/" + kLongName)}});
+  w->push_back({"ns-link-unlink",
                {Mkdir("/a"), Mkdir("/b"), Create("/a/f"), Create("/a/g"), Symlink("/a/s", "g")},
                {Link("/a/f", "/b/f1"), Link("/a/f", "/a/f2"), Link("/a/s", "/b/s2"), Unlink("/a/f"),
                 Unlink("/b/f1"), Unlink("/a/f2"), Unlink("/a/s"), Mkdir("/a/d"), Rmdir("/a/d"),
                 Unlink("/b/s2"), Rmdir("/b"), Rename("/a/g", "/a/g2")}});
-  w.push_back({"mixed-data",
+}
+
+// Namespace operations mixed with writes to pool files.
+void AddDataWorkloads(std::vector<Workload>* w) {
+  w->push_back({"mixed-data",
                {Mkdir("/d"), Create("/d/f")},
                {Write("/d/f", 0, 4096, 1), Write("/d/f", 100, 50, 2), Append("/d/f", 5000, 3),
                 Create("/d/g"), Write("/d/g", 0, 10000, 4),
@@ -58,7 +63,7 @@ std::vector<Workload> MakeWorkloads() {
   // Sub-block patches in a pool file's log: alone, over each other, at a
   // block's end, nine on one block (the ninth folds it), a truncate into a
   // patched block, and a patched file renamed over and unlinked.
-  w.push_back({"pool-patches",
+  w->push_back({"pool-patches",
                {Create("/p"), Write("/p", 0, 12288, 1), Create("/q"), Write("/q", 0, 5000, 2)},
                {Write("/p", 100, 128, 3), Write("/p", 150, 7, 4), Write("/p", 4090, 6, 5),
                 Write("/p", 8192, 512, 6), Write("/p", 8200, 40, 7), Write("/p", 8300, 40, 8),
@@ -68,7 +73,7 @@ std::vector<Workload> MakeWorkloads() {
   // Appends inside a pool file's tail block (checked appends, one
   // persisted round each), between namespace operations, one filling the
   // block, and one over bytes a truncate gave back.
-  w.push_back({"pool-appends",
+  w->push_back({"pool-appends",
                {Create("/a"), Write("/a", 0, 100, 1)},
                {Append("/a", 100, 2), Create("/b"), Append("/a", 200, 3), Append("/a", 3696, 4),
                 Append("/a", 50, 5), Truncate("/a", 4000), Append("/a", 60, 6), Rename("/a", "/c"),
@@ -84,13 +89,17 @@ std::vector<Workload> MakeWorkloads() {
                 Write("/d", 0, 40, 5), Rename("/d", "/c"), Create("/e"), Write("/e", 0, 4096, 6),
                 Write("/e", 10, 20, 7), Unlink("/long"), Create("/f"), Write("/f", 0, 10, 8)}};
     for (int i = 0; i < 40; ++i) r.setup.push_back(Append("/long", 8, 10 + i));
-    w.push_back(r);
+    w->push_back(r);
   }
-  w.push_back({"unlink-open",
+  w->push_back({"unlink-open",
                {Create("/f"), Write("/f", 0, 20000, 1), Create("/keep"), Write("/keep", 0, 5000, 2)},
                {UnlinkOpen("/f", 0, 4096, 3),     // released by the last holder, after the write
                 Create("/g"),                     // takes the freed inode again
                 Write("/g", 0, 100, 4), Write("/keep", 4000, 2000, 5)}});
+}
+
+// The namespace log's own events: block rollover, with racers, and a full pool.
+void AddLogWorkloads(std::vector<Workload>* w) {
   {
     // Namespace log rollover (510 slots a block: a create of a 4-byte name
     // takes 8) and inode block rollover (15 inodes a block).
@@ -101,7 +110,7 @@ std::vector<Workload> MakeWorkloads() {
       r.ops.push_back(i % 9 == 8 ? Mkdir(n) : Create(n));
     }
     r.explore_from = 56;
-    w.push_back(r);
+    w->push_back(r);
   }
   {
     // Each of these creates is raced by another at its reservation's fence,
@@ -116,7 +125,7 @@ std::vector<Workload> MakeWorkloads() {
       r.ops.push_back(Raced(Create(n), i % 3 == 2 ? Mkdir(m) : Create(m), 1));
     }
     r.explore_from = 26;
-    w.push_back(r);
+    w->push_back(r);
   }
   {
     // Removals in a full pool: the second block of the log has room for
@@ -137,17 +146,21 @@ std::vector<Workload> MakeWorkloads() {
       r.ops.push_back(Unlink(n));
     }
     r.explore_from = 8;
-    w.push_back(r);
+    w->push_back(r);
   }
-  w.push_back({"ns-deep",
+}
+
+// Deep trees, pool growth and checkpoints.
+void AddTreeWorkloads(std::vector<Workload>* w) {
+  w->push_back({"ns-deep",
                {Mkdir("/a"), Mkdir("/a/b"), Mkdir("/a/b/c"), Create("/a/b/c/f"), Write("/a/b/c/f", 0, 7000, 1),
-                Mkdir("/z"), Symlink("/a/b/l", long_target)},
+                Mkdir("/z"), Symlink("/a/b/l", kLongTarget)},
                {Rename("/a/b", "/z/b"),           // a subtree moves under another parent
                 Write("/z/b/c/f", 6000, 3000, 2), Symlink("/z/l", "b/c/f"), Rmdir("/a"),
                 Unlink("/z/b/l"),                 // a long target's block is freed
-                Symlink("/z/b/l2", long_target + "2"), Rename("/z/b/c", "/c"), Exchange("/c", "/z"),
+                Symlink("/z/b/l2", kLongTarget + "2"), Rename("/z/b/c", "/c"), Exchange("/c", "/z"),
                 Chmod("/c/b", 0500)}});
-  w.push_back({"pool-growth",
+  w->push_back({"pool-growth",
                {Create("/big"), Create("/small"), Write("/small", 0, 1000, 1)},
                {Write("/big", 0, 3 << 20, 2),    // past the pool's first 2 MiB of data: it grows
                 Create("/after"), Write("/after", 0, 4096, 3), Unlink("/big"), Create("/x"),
@@ -169,8 +182,12 @@ std::vector<Workload> MakeWorkloads() {
              Checkpoint(), Mkdir("/e"), Rename("/d", "/e/d"), Unlink("/e/d/n001"), Checkpoint(),
              Create("/big"), Write("/big", 0, 200000, 2), Symlink("/s", std::string(300, 's')),
              Unlink("/l2"), Rmdir("/e/d") /* ENOTEMPTY */, Checkpoint(), Chmod("/e", 0700)};
-    w.push_back(c);
+    w->push_back(c);
   }
+}
+
+// Commits raced by a second thread at chosen fences and stores.
+void AddRaceWorkloads(std::vector<Workload>* w) {
   {
     // Races: a second thread commits while the first is held after its
     // inode and its reserved payload are made durable (fence 1), so the
@@ -189,20 +206,36 @@ std::vector<Workload> MakeWorkloads() {
                 Raced(Write("/a/p", 0, 5000, 7), Rename("/a/p", "/a/p2"), 1),
                 RacedAtStore(Create("/a/sa"), Create("/a/sb"), 1), RacedAtStore(Create("/a/sc"), Create("/a/sd"), 2),
                 RacedAtStore(Create("/a/se"), Create("/a/sf"), 3), RacedAtStore(Mkdir("/a/sg"), Create("/a/sh"), 4)}};
-    w.push_back(r);
+    w->push_back(r);
   }
+}
+
+// Copies of some of the above on pools of older format versions.
+void AddOlderVersionWorkloads(std::vector<Workload>* w) {
   // Version 7 pools commit with two persistence waits and a payload line
   // left open for the kApply (LosableLine, SettleFilledOpenLine): the
   // workloads whose records and races exercise that, on such a pool.
   for (const char* name : {"ns-rename", "ns-races"}) {
-    for (const Workload& x : std::vector<Workload>(w)) {
+    for (const Workload& x : std::vector<Workload>(*w)) {
       if (x.name != name) continue;
       Workload v7 = x;
       v7.name += "-v7";
       v7.pool_version = 7;
-      w.push_back(std::move(v7));
+      w->push_back(std::move(v7));
     }
   }
+}
+
+}  // namespace
+
+std::vector<Workload> MakeWorkloads() {
+  std::vector<Workload> w;
+  AddNamespaceWorkloads(&w);
+  AddDataWorkloads(&w);
+  AddLogWorkloads(&w);
+  AddTreeWorkloads(&w);
+  AddRaceWorkloads(&w);
+  AddOlderVersionWorkloads(&w);
   return w;
 }
 
