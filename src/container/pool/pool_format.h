@@ -1,5 +1,5 @@
-// On-media format of a upfs pool, version kPoolVersion (6; versions 1 to
-// 5 are read and written too, see below), the pool container's own (it
+// On-media format of a upfs pool, version kPoolVersion (8; versions 1 to
+// 7 are read and written too, see below), the pool container's own (it
 // embeds the engine's log root words): one host file holding a whole
 // namespace. docs/format.md ("Pools") is the prose version of this header;
 // keep them in step.
