@@ -456,14 +456,13 @@ Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r, FunctionR
       // partial ones, which non-temporal stores wrote back far more slowly
       // here (docs/design.md, "The namespace log").
       pm::StoreWords(&b->slots[p.slot + 1], words, n);
-      if (one_wait_) {
-        // Version 8: written back with the kApply, under MakeDurable's one
-        // fence (docs/design.md, "One wait a commit"); a flush here would
-        // make the locked instructions before that fence wait for it.
-        *r = Reservation{p.lblock, p.slot, n, Crc32c(words, n * 8), p.seq, Reservation::kNoOpenLine};
-        return Status::OK();
-      }
-      // Every line of it is written back now but the one the kApply is to
+      const uint32_t apply = p.slot + n + 1;
+      UPFS_ASSERT(apply < end);
+      // Version 8 writes nothing back here: the whole payload goes with
+      // the kApply, under MakeDurable's one fence (docs/design.md, "One
+      // wait a commit"), and a flush here would make the locked
+      // instructions before that fence wait for it. Before version 8,
+      // every line of it is written back now but the one the kApply is to
       // share (the slot after the payload, unless that starts a line):
       // MakeDurable writes that one back with the kApply, so a commit's
       // log writes persist in one round, not two ("A commit's last line"
@@ -471,12 +470,13 @@ Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r, FunctionR
       // line's words, which recovery reads as a commit cut short
       // (TornCommit); TryCommit writes the line back first if the kApply
       // lands in another line.
-      const uint32_t apply = p.slot + n + 1;
-      UPFS_ASSERT(apply < end);
-      const bool share = SlotLine(apply) == SlotLine(apply - 1) && LosableLine(words, n, p.slot, apply);
-      const uint32_t upto = share ? LineFirstSlot(SlotLine(apply)) : apply;
-      if (upto > p.slot) pm::Flush(&b->slots[p.slot], (upto - p.slot) * 8);
-      pm::Fence();
+      bool share = false;
+      if (!one_wait_) {
+        share = SlotLine(apply) == SlotLine(apply - 1) && LosableLine(words, n, p.slot, apply);
+        const uint32_t upto = share ? LineFirstSlot(SlotLine(apply)) : apply;
+        if (upto > p.slot) pm::Flush(&b->slots[p.slot], (upto - p.slot) * 8);
+        pm::Fence();
+      }
       *r = Reservation{p.lblock, p.slot, n, Crc32c(words, n * 8), p.seq,
                        share ? SlotLine(apply) : Reservation::kNoOpenLine};
       return Status::OK();
@@ -543,13 +543,13 @@ void NsLog::FlushSegment(LogBlock* b, uint32_t first, uint32_t end) const {
       s += 1 + ReserveCount(e);
       continue;
     }
-    if (KindOf(e) == EntryKind::kApply && ApplyWellFormed(e) && ApplySlot(e) < s) {
-      const uint32_t rs = ApplySlot(e);
+    // A kApply whose reservation starts before the segment: the part of
+    // it there (the rest is in the segment's own flush).
+    const uint32_t rs = ApplySlot(e);
+    if (KindOf(e) == EntryKind::kApply && ApplyWellFormed(e) && rs < first) {
       const uint64_t reserve = b->slots[rs].load(std::memory_order_acquire);
-      const uint32_t n = ReserveCount(reserve);
-      if (KindOf(reserve) == EntryKind::kReserve && rs + 1 + n <= s) {
-        if (rs < first) pm::Flush(&b->slots[rs], (std::min(rs + 1 + n, first) - rs) * 8);
-      }
+      if (KindOf(reserve) == EntryKind::kReserve)
+        pm::Flush(&b->slots[rs], (std::min(rs + 1 + ReserveCount(reserve), first) - rs) * 8);
     }
     s += 1;
   }
