@@ -53,19 +53,27 @@ constexpr size_t kRecycledLogsMax = 32;
 // would cost about what zeroing a new block does.
 constexpr uint32_t kRecycleMaxLines = 8;
 
-// The header line of a file's first log block and the rest of its first
-// `lines` lines zero, written back: with the block's other lines zero, an
-// empty file log once a fence has ordered them.
+// The first line of an empty file log: its block's header (a chain of
+// one block, sequence 1) and zero slots.
+struct EmptyLogLine {
+  alignas(64) unsigned char bytes[64] = {};
+  EmptyLogLine() {
+    // (Words at their offsets: a LogBlock is a whole block, not 64 bytes.)
+    const uint64_t next = format::NextWord(0), seq = 1;
+    static_assert(offsetof(LogBlock, next) + 8 <= sizeof(bytes) && offsetof(LogBlock, seq) + 8 <= sizeof(bytes));
+    std::memcpy(bytes + offsetof(LogBlock, next), &next, 8);
+    std::memcpy(bytes + offsetof(LogBlock, seq), &seq, 8);
+  }
+};
+const EmptyLogLine kEmptyLogLine;
+
+// That line and the rest of a file's first `lines` lines zero, written
+// back: with the block's other lines zero, an empty file log once a fence
+// has ordered them.
 void WriteEmptyLogLines(char* p, uint32_t lines) {
-  // (Words at their offsets: a LogBlock is a whole block, not 64 bytes.)
   alignas(64) static const unsigned char kZeros[kRecycleMaxLines * 64] = {};
-  alignas(64) unsigned char line[64] = {};
-  const uint64_t next = format::NextWord(0), seq = 1;
-  static_assert(offsetof(LogBlock, next) + 8 <= sizeof(line) && offsetof(LogBlock, seq) + 8 <= sizeof(line));
-  std::memcpy(line + offsetof(LogBlock, next), &next, 8);
-  std::memcpy(line + offsetof(LogBlock, seq), &seq, 8);
   UPFS_ASSERT(lines >= 1 && lines <= kRecycleMaxLines);
-  pm::CopyFlush(p, line, sizeof(line));
+  pm::CopyFlush(p, kEmptyLogLine.bytes, sizeof(kEmptyLogLine.bytes));
   if (lines > 1) pm::CopyFlush(p + 64, kZeros, (lines - 1) * 64);
 }
 
@@ -74,12 +82,7 @@ void WriteEmptyLogLines(char* p, uint32_t lines) {
 // They were made durable so when this block last became an empty log, and
 // a log's slots are written once, so nothing is left to write or wait for.
 bool IsEmptyLog(const char* p, uint32_t lines) {
-  if (lines != 1) return false;
-  const auto* b = reinterpret_cast<const LogBlock*>(p);
-  if (b->next.load(std::memory_order_relaxed) != format::NextWord(0) || b->seq != 1) return false;
-  for (uint32_t s = 0; s < LineFirstSlot(1); ++s)
-    if (b->slots[s].load(std::memory_order_relaxed) != 0) return false;
-  return true;
+  return lines == 1 && std::memcmp(p, kEmptyLogLine.bytes, sizeof(kEmptyLogLine.bytes)) == 0;
 }
 
 }  // namespace
