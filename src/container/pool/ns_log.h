@@ -85,8 +85,6 @@ class NsLog {
   // Moves to `pos` (a reload from a checkpoint).
   Status MoveTo(NsPos pos);
   const NsPos& pos() const { return pos_; }
-  // Whether Init or InitAt ran (its block access is set for good).
-  bool bound() const { return ba_ != nullptr; }
   // Names the state of the index this process built from the log: a new
   // number with every committed record passed or made here and with every
   // move to another position (a reload), never with a reservation

@@ -255,6 +255,7 @@ Status Pool::InitVolatile(bool first) {
   epochs_->KeepReleasedSlots();
   source_ = std::make_unique<BlockSource>(medium_.get(), bitmap_.get(), epochs_.get(), kDataStart);
   inodes_.Init(&access_, mutable_super(), words, [this](uint32_t* l) { return AllocBlock(l); });
+  log_.SetOneWait(super()->version >= kFirstOneWaitPoolVersion);  // before any thread reads the log
   const bool valid = words->magic == kVolatileMagic && words->pool_id == super()->pool_id;
   const bool recover = first && (!valid || super()->clean.load() != 1);
   if (!recover && !valid) return Status::Corrupt("volatile area", path_ + ": in use but not initialized");
@@ -270,9 +271,6 @@ Status Pool::InitVolatile(bool first) {
 }
 
 Status Pool::LoadNamespace() {
-  // Once, before the log is first read (a reload only moves it, while
-  // other threads read the setting without the index lock).
-  if (!log_.bound()) log_.SetOneWait(super()->version >= kFirstOneWaitPoolVersion);
   auto alloc = [this](uint32_t* l, bool removal) { return AllocLogBlock(l, removal); };
   auto free = [this](uint32_t l) { FreeBlock(l); };
   const uint64_t ck = super()->checkpoint.load(std::memory_order_acquire);
