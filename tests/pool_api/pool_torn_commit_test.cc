@@ -78,6 +78,15 @@ class PoolTornCommitTest : public PoolCorruptionTest {
     rec.name1 = name;
     return rec;
   }
+  // "a" renamed to "b" in the root, over the big file (a nonzero victim).
+  NsRecord RenameOverBig() const {
+    NsRecord rename = Create("a");
+    rename.type = RecordType::kRename;
+    rename.dir2 = rename.dir1;
+    rename.name2 = "b";
+    rename.victim = layout_.ino_big;
+    return rename;
+  }
   // Mounts work_ and says whether `rel` exists there.
   bool Exists(const std::string& rel) {
     EXPECT_EQ(upfs_mount(work_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
@@ -174,16 +183,11 @@ TEST_F(PoolTornCommitTest, DamageInTheLastRecordIsNotACutCommit) {
     bool zero;                                      // zero it, else flip a bit
   };
   NsRecord long_name = Create("a-name-long-enough-that-its-payload-spans-more-than-one-line");
-  NsRecord rename = Create("a");
-  rename.type = RecordType::kRename;
-  rename.dir2 = rename.dir1;
-  rename.name2 = "b";
-  rename.victim = layout_.ino_big;
   const std::vector<Case> cases = {
       {"a flipped bit in the kApply's line", Create("torn-name"), SharesLine,
        [](const Written& w) { return uint32_t(w.words.size()) - 1; }, false},
       {"a zero in an earlier line", long_name, SharesLine, [](const Written&) { return 5u; }, true},
-      {"a zero where a rename's victim may be zero", rename,
+      {"a zero where a rename's victim may be zero", RenameOverBig(),
        [](const Written& w) {
          return SharesLine(w) && upfs::SlotLine(w.reserve.slot + 1 + 4) == upfs::SlotLine(w.apply.slot);
        },
@@ -264,14 +268,6 @@ class PoolOneWaitTornTest : public PoolTornCommitTest {
     PoolCorruptionTest::SetUpTestSuite();
   }
   static void TearDownTestSuite() { PoolCorruptionTest::TearDownTestSuite(); }
-  NsRecord RenameOverBig() const {
-    NsRecord rename = Create("a");
-    rename.type = RecordType::kRename;
-    rename.dir2 = rename.dir1;
-    rename.name2 = "b";
-    rename.victim = layout_.ino_big;
-    return rename;
-  }
   static bool Anywhere(const Written&) { return true; }
 };
 
