@@ -214,22 +214,25 @@ bool FindMount(int dirfd, const char* path, bool from_fd, PoolPath* out) {
     abs = joined;
   }
   const MountTable& t = Table();
-  if (NeedsSplit(abs)) return SplitAtMount(t, std::string(abs), out);
-  // The common case, a plain absolute path, is matched as it is.
+  // The common case first: a mount directory (lexically normal) that
+  // begins the path as written. What follows it, "." and ".." and "//"
+  // included, is the pool resolver's, as SplitAtMount would leave it; a
+  // path that reaches a mount only once normalized is split. (Scanning
+  // every path for "." and "//" first was 6% of a stat's instructions.)
+  // The deepest mount wins, as in the kernel.
+  Mount* best = nullptr;
   for (Mount* m : t.all) {
     const std::string_view d = m->dir;
-    if (!abs.starts_with(d)) continue;
-    if (abs.size() == d.size()) {
-      SetPath(out, m, "/");
-      return true;
-    }
-    if (abs[d.size()] == '/') {
-      if (abs.data() == path) SetPath(out, m, abs.substr(d.size()));
-      else SetOwnedPath(out, m, std::string(abs.substr(d.size())));  // `joined` ends with this call
-      return true;
-    }
+    if (abs.starts_with(d) && (abs.size() == d.size() || abs[d.size()] == '/') &&
+        (!best || d.size() > best->dir.size()))
+      best = m;
   }
-  return false;
+  if (!best) return NeedsSplit(abs) && SplitAtMount(t, std::string(abs), out);
+  const size_t d = best->dir.size();
+  if (abs.size() == d) SetPath(out, best, "/");
+  else if (abs.data() == path) SetPath(out, best, abs.substr(d));
+  else SetOwnedPath(out, best, std::string(abs.substr(d)));  // `joined` ends with this call
+  return true;
 }
 
 }  // namespace

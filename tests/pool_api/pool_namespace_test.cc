@@ -237,8 +237,9 @@ TEST_F(PoolTest, DotAndDotDotAreResolvedNotShortened) {
 }
 
 // A path that reaches the mount directory through "//", "." or ".." is in
-// the pool as the kernel would see it; only lexically plain paths take the
-// quick prefix match (InPool), which these must not.
+// the pool as the kernel would see it: those that do not begin with the
+// mount directory as written are split (InPool's SplitAtMount), those
+// that do leave the rest to the pool's resolver.
 TEST_F(PoolTest, PathsReachingTheMountThroughDotsAndSlashes) {
   ASSERT_EQ(upfs_mkdir(P("a").c_str(), 0755), 0);
   ASSERT_EQ(Create("a/marker"), 0);
@@ -272,6 +273,31 @@ TEST_F(PoolTest, PathsReachingTheMountThroughDotsAndSlashes) {
   EXPECT_EQ(st.st_ino, dir.st_ino);
   EXPECT_EQ(upfs_stat(P("a/marker/").c_str(), &st), -1);  // a file named as a directory
   EXPECT_EQ(errno, ENOTDIR);
+}
+
+// A pool mounted inside another's mount directory takes the paths below
+// its own, as a kernel mount over a directory does; its neighbours and
+// the outer pool's own paths stay in the outer pool.
+TEST_F(PoolTest, TheDeepestMountTakesThePath) {
+  ASSERT_EQ(upfs_mkdir(P("inner").c_str(), 0755), 0);
+  ASSERT_EQ(Create("inner/outer-file"), 0);
+  ASSERT_EQ(Create("innerx"), 0);
+  const std::string inner_pool = pool_ + ".inner";
+  unlink(inner_pool.c_str());
+  ASSERT_EQ(upfs_mkfs(inner_pool.c_str(), 0), 0) << upfs_last_error();
+  ASSERT_EQ(upfs_mount(inner_pool.c_str(), P("inner").c_str()), 0) << upfs_last_error();
+  ASSERT_EQ(Create("inner/inner-file"), 0);
+  struct stat st;
+  for (const std::string& rel : {"inner/inner-file", "inner//inner-file", "inner/./inner-file"})
+    EXPECT_EQ(upfs_stat(P(rel).c_str(), &st), 0) << rel << ": " << strerror(errno);
+  EXPECT_EQ(List("inner"), (std::vector<std::string>{".", "..", "inner-file"}));
+  EXPECT_EQ(upfs_stat(P("inner/outer-file").c_str(), &st), -1);  // covered, as in the kernel
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(upfs_stat(P("innerx").c_str(), &st), 0) << strerror(errno);
+  ASSERT_EQ(upfs_umount(P("inner").c_str()), 0);
+  EXPECT_EQ(upfs_stat(P("inner/outer-file").c_str(), &st), 0) << "uncovered again";
+  EXPECT_EQ(upfs_stat(P("inner/inner-file").c_str(), &st), -1);
+  unlink(inner_pool.c_str());
 }
 
 TEST_F(PoolTest, HardAndSymbolicLinks) {
