@@ -318,6 +318,9 @@ class File {
   bool ReadsMetShadows(uint32_t now) const;
   void TouchMtime();
   void MaybeCollectGarbage(ThreadCtx* c);
+  // Hands this File's GC to the process's worker; false if there is none
+  // (UPFS_BACKGROUND_GC=0) or it could not start.
+  bool RequestBackgroundGc();
 
   // Declared first, destroyed last: the container's hold on the storage.
   std::unique_ptr<StorageLease> lease_;
@@ -345,6 +348,9 @@ class File {
   std::atomic<uint64_t> last_mtime_stored_{0};  // the mtime this process last stored
   // ShadowIndex::Now() + 1 of the last fold request by a reader (0: none).
   std::atomic<uint32_t> last_fold_request_{0};
+  // Whether the GC worker was ever asked to run for this File (only then
+  // may it hold it in a list when the File goes).
+  std::atomic<bool> handed_to_gc_{false};
 };
 
 }  // namespace upfs
