@@ -254,6 +254,9 @@ Status BlockSource::AllocSingle(uint32_t* l) {
 }
 
 Status BlockSource::ClaimChunk(ThreadBlocks* t, uint64_t want) {
+  if (t->prefer == 0 && t->chunk_next == t->chunk_end && want <= kWordBlocks &&
+      t->file_blocks < kWordBlocks && TakeParked(t, want))
+    return Status::OK();
   want = std::max(want, kChunkBlocks);
   for (int attempt = 0; attempt < 1000; ++attempt) {
     uint64_t cap = bm_->words()->capacity_blocks.load(std::memory_order_acquire);
@@ -299,7 +302,9 @@ Status BlockSource::ClaimChunk(ThreadBlocks* t, uint64_t want) {
       }
       continue;
     }
-    // Full: grow the space now and publish the new capacity.
+    // Full: what is parked first, else grow the space now and publish
+    // the new capacity.
+    if (ReturnParked()) continue;
     UPFS_RETURN_IF_ERROR(EnsureCapacity(cap + want));
   }
   return Status::Error(ENOSPC, "no free blocks after growing the file");
@@ -445,6 +450,51 @@ void BlockSource::ReturnAll(ThreadBlocks* t) {
   t->free.clear();
   if (t->chunk_next < t->chunk_end) ReturnRange(t->chunk_next, t->chunk_end - t->chunk_next);
   t->chunk_next = t->chunk_end = 0;
+}
+
+void BlockSource::Park(ThreadBlocks* t) {
+  if (t->chunk_next < t->chunk_end) {
+    UPFS_ASSERT(t->chunk_next != 0 && t->chunk_end <= format::kMaxBlocks);
+    const uint64_t v = (t->chunk_next << 32) | (t->chunk_end - t->chunk_next);
+    for (std::atomic<uint64_t>& slot : parked_) {
+      uint64_t empty = 0;
+      if (slot.load(std::memory_order_relaxed) == 0 &&
+          slot.compare_exchange_strong(empty, v, std::memory_order_acq_rel)) {
+        t->chunk_next = t->chunk_end = 0;
+        break;
+      }
+    }
+  }
+  ReturnAll(t);  // the single blocks, and the chunk if no slot was free
+}
+
+bool BlockSource::TakeParked(ThreadBlocks* t, uint64_t n) {
+  for (std::atomic<uint64_t>& slot : parked_) {
+    uint64_t v = slot.load(std::memory_order_relaxed);
+    if (v == 0 || (v & 0xffffffffu) < n) continue;
+    if (!slot.compare_exchange_strong(v, 0, std::memory_order_acq_rel)) continue;
+    t->chunk_next = v >> 32;
+    t->chunk_end = t->chunk_next + (v & 0xffffffffu);
+    return true;
+  }
+  return false;
+}
+
+bool BlockSource::ReturnParked() {
+  bool any = false;
+  for (std::atomic<uint64_t>& slot : parked_) {
+    if (const uint64_t v = slot.exchange(0, std::memory_order_acq_rel)) {
+      ReturnRange(v >> 32, v & 0xffffffffu);
+      any = true;
+    }
+  }
+  return any;
+}
+
+bool BlockSource::AnyParked() const {
+  for (const std::atomic<uint64_t>& slot : parked_)
+    if (slot.load(std::memory_order_relaxed) != 0) return true;
+  return false;
 }
 
 }  // namespace upfs

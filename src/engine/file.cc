@@ -78,7 +78,10 @@ File::~File() {
     if (source_) {
       source_->DrainLimbo(&c->blocks, true);
       if (!c->blocks.limbo.empty() && lease_) lease_->KeepRetired(&c->blocks.limbo);
-      source_->ReturnAll(&c->blocks);
+      // A pool's source outlives its files: the chunk's rest waits there
+      // for the next new file (BlockSource::Park).
+      if (space_outlives_file_) source_->Park(&c->blocks);
+      else source_->ReturnAll(&c->blocks);
       source_->epochs()->ReleaseSlot(c->slot);
     }
     delete c;

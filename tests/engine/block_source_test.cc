@@ -165,6 +165,72 @@ TEST(BlockSourcePartitions, ANewOpenContinuesAfterTheFilesLastBlock) {
   for (auto* t : {&first, &other, &second}) src.ReturnAll(t);
 }
 
+// A closed file's chunk rest, parked, is the next new small file's first
+// claim, never a claim that continues a file or a big file's; beyond
+// kParkedChunks it goes back to the bitmap, and ReturnParked gives back
+// the rest.
+TEST(BlockSourcePartitions, AClosedFilesChunkWaitsForTheNextNewFile) {
+  MemoryStorage ms = PoolStorage(4096);
+  BlockSource& src = ms.source();
+  ThreadBlocks closed;
+  std::vector<FRun> r1;
+  ASSERT_TRUE(src.Alloc(&closed, 1, &r1).ok());
+  const uint32_t rest = r1[0].lblock + 1;
+  src.Park(&closed);
+  EXPECT_EQ(closed.chunk_next, closed.chunk_end) << "the thread holds nothing after it";
+  EXPECT_TRUE(ms.bitmap().Test(rest)) << "kept claimed while parked";
+  ThreadBlocks fresh;
+  std::vector<FRun> r2;
+  ASSERT_TRUE(src.Alloc(&fresh, 2, &r2).ok());
+  ASSERT_EQ(r2.size(), 1u);
+  EXPECT_EQ(r2[0].lblock, rest) << "the parked rest, not a new claim";
+  src.Park(&fresh);  // [rest + 2, ...) parked again
+  ThreadBlocks reopened, big;
+  reopened.prefer = r2[0].lblock + 2 + 1000;  // continues a file elsewhere
+  big.file_blocks = 1000;
+  std::vector<FRun> r3, r4;
+  ASSERT_TRUE(src.Alloc(&reopened, 1, &r3).ok());
+  ASSERT_TRUE(src.Alloc(&big, 1, &r4).ok());
+  EXPECT_NE(r3[0].lblock, rest + 2);
+  EXPECT_NE(r4[0].lblock, rest + 2);
+  EXPECT_TRUE(src.ReturnParked());
+  EXPECT_FALSE(ms.bitmap().Test(rest + 2)) << "given back";
+  EXPECT_FALSE(src.ReturnParked()) << "nothing left";
+  src.ReturnAll(&reopened);
+  src.ReturnAll(&big);
+  // Nine closed files, eight slots: the ninth rest goes back at once.
+  ThreadBlocks nine[9];
+  std::vector<uint32_t> rests;
+  for (ThreadBlocks& t : nine) {  // open at once: a chunk each
+    std::vector<FRun> r;
+    ASSERT_TRUE(src.Alloc(&t, 1, &r).ok());
+    rests.push_back(uint32_t(t.chunk_next));
+  }
+  for (ThreadBlocks& t : nine) src.Park(&t);
+  EXPECT_FALSE(ms.bitmap().Test(rests.back())) << "no slot was free";
+  for (int i = 0; i < 8; ++i) EXPECT_TRUE(ms.bitmap().Test(rests[i])) << i;
+  EXPECT_TRUE(src.ReturnParked());
+  for (uint32_t l : rests) EXPECT_FALSE(ms.bitmap().Test(l));
+  ExpectSummariesAgree(ms);
+}
+
+// A space that cannot grow hands out what is parked before it says ENOSPC.
+TEST(BlockSourcePartitions, AFullSpaceTakesBackWhatIsParked) {
+  MemoryStorage ms(4096, 4096, format::Consistency::kStrict, /*summaries=*/true);
+  BlockSource& src = ms.source();
+  ThreadBlocks closed, filler;
+  std::vector<FRun> r1, all;
+  ASSERT_TRUE(src.Alloc(&closed, 1, &r1).ok());
+  src.Park(&closed);
+  filler.file_blocks = 1000;  // a big file: it takes nothing parked
+  ASSERT_TRUE(src.Alloc(&filler, 4096 - 2 - 1, &all).ok()) << "every block but the one in use";
+  EXPECT_EQ(ms.space().grows, 0);
+  EXPECT_FALSE(src.ReturnParked()) << "the full space took it back";
+  std::vector<FRun> none;
+  EXPECT_EQ(src.Alloc(&filler, 1, &none).err(), ENOSPC);
+  src.ReturnAll(&filler);
+}
+
 TEST(BlockSourcePartitions, FragmentedSpaceIsFoundWithoutGrowing) {
   MemoryStorage ms = PoolStorage(4096);
   BlockSource& src = ms.source();

@@ -541,6 +541,9 @@ Status Pool::ReleaseInode(uint64_t ino) {
 
 Pool::~Pool() {
   files_.clear();
+  // The closed files' chunk rests (BlockSource::Park) go back first: what
+  // follows may mark the pool clean, and its bitmap must then be exact.
+  if (source_) source_->ReturnParked();
   if (!joined_) return;
   FreeRecycledLogs();
   // A long delta costs the next process to attach its replay: leave a
