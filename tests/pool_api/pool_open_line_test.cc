@@ -63,7 +63,9 @@ class OpenLineScenario {
     const std::string mnt = "/upfs-openline-" + tag;
     unlink(pool_.c_str());
     ASSERT_EQ(upfs_mkfs(pool_.c_str(), 0), 0) << upfs_last_error();
-    if (version != format::pool::kPoolVersion) ASSERT_TRUE(upfs_test::RelabelPoolVersion(pool_, version));
+    if (version != format::pool::kPoolVersion) {
+      ASSERT_TRUE(upfs_test::RelabelPoolVersion(pool_, version));
+    }
     ASSERT_EQ(upfs_mount(pool_.c_str(), mnt.c_str()), 0) << upfs_last_error();
     for (const std::string& n : {shorts_[0], shorts_[1], racer_}) {
       const int fd = upfs_open((mnt + "/" + n).c_str(), O_CREAT | O_WRONLY, 0644);
