@@ -452,10 +452,17 @@ void BlockSource::ReturnAll(ThreadBlocks* t) {
   t->chunk_next = t->chunk_end = 0;
 }
 
-void BlockSource::Park(ThreadBlocks* t) {
-  if (t->chunk_next < t->chunk_end) {
+namespace {
+// A parked chunk's word: (first block << 32) | count.
+uint64_t ParkedWord(uint64_t first, uint64_t count) { return (first << 32) | count; }
+uint64_t ParkedFirst(uint64_t v) { return v >> 32; }
+uint64_t ParkedCount(uint64_t v) { return v & 0xffffffffu; }
+}  // namespace
+
+void BlockSource::ReturnAtClose(ThreadBlocks* t) {
+  if (parks_ && t->chunk_next < t->chunk_end) {
     UPFS_ASSERT(t->chunk_next != 0 && t->chunk_end <= format::kMaxBlocks);
-    const uint64_t v = (t->chunk_next << 32) | (t->chunk_end - t->chunk_next);
+    const uint64_t v = ParkedWord(t->chunk_next, t->chunk_end - t->chunk_next);
     for (std::atomic<uint64_t>& slot : parked_) {
       uint64_t empty = 0;
       if (slot.load(std::memory_order_relaxed) == 0 &&
@@ -465,16 +472,16 @@ void BlockSource::Park(ThreadBlocks* t) {
       }
     }
   }
-  ReturnAll(t);  // the single blocks, and the chunk if no slot was free
+  ReturnAll(t);  // the single blocks, and the chunk if it was not parked
 }
 
 bool BlockSource::TakeParked(ThreadBlocks* t, uint64_t n) {
   for (std::atomic<uint64_t>& slot : parked_) {
     uint64_t v = slot.load(std::memory_order_relaxed);
-    if (v == 0 || (v & 0xffffffffu) < n) continue;
+    if (v == 0 || ParkedCount(v) < n) continue;
     if (!slot.compare_exchange_strong(v, 0, std::memory_order_acq_rel)) continue;
-    t->chunk_next = v >> 32;
-    t->chunk_end = t->chunk_next + (v & 0xffffffffu);
+    t->chunk_next = ParkedFirst(v);
+    t->chunk_end = t->chunk_next + ParkedCount(v);
     return true;
   }
   return false;
@@ -484,7 +491,7 @@ bool BlockSource::ReturnParked() {
   bool any = false;
   for (std::atomic<uint64_t>& slot : parked_) {
     if (const uint64_t v = slot.exchange(0, std::memory_order_acq_rel)) {
-      ReturnRange(v >> 32, v & 0xffffffffu);
+      ReturnRange(ParkedFirst(v), ParkedCount(v));
       any = true;
     }
   }

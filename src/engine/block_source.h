@@ -84,15 +84,17 @@ class BlockSource {
   void DropChunk(ThreadBlocks* t);
   // Returns everything the thread holds but its limbo to the shared bitmap.
   void ReturnAll(ThreadBlocks* t);
-  // ReturnAll for a closing File whose container outlives it (a pool): the
-  // rest of its chunk, if any and while fewer than kParkedChunks are, is
-  // kept claimed for the next new File's first claim instead (a small
-  // file's life claimed a chunk from the shared bitmap and gave it back:
-  // 768 of the ~23,000 instructions of creating, writing, closing and
-  // removing one). The owner returns what is parked before it goes
-  // (ReturnParked); a crash leaves it to recovery's rebuild of the bitmap,
-  // as a live File's chunk.
-  void Park(ThreadBlocks* t);
+  // A closing File's thread state back: ReturnAll, except that in a source
+  // whose owner asked for it (ParkClosedChunks: a pool, which outlives its
+  // files) the rest of the chunk, while fewer than kParkedChunks are, is
+  // kept claimed for the next new File's first claim (a small file's life
+  // claimed a chunk from the shared bitmap and gave it back: 768 of the
+  // ~23,000 instructions of creating, writing, closing and removing one).
+  // The owner returns what is parked before it goes (ReturnParked); a
+  // crash leaves it to recovery's rebuild of the bitmap, as a live File's
+  // chunk.
+  void ReturnAtClose(ThreadBlocks* t);
+  void ParkClosedChunks() { parks_ = true; }
   // Every parked chunk back to the shared bitmap; whether there was one.
   bool ReturnParked();
   ~BlockSource() { UPFS_ASSERT(!AnyParked()); }
@@ -153,6 +155,7 @@ class BlockSource {
   // Parked chunks, each (first block << 32) | count, 0 when empty (block 0
   // is the container's header, never in a chunk).
   static constexpr uint32_t kParkedChunks = 8;
+  bool parks_ = false;  // set before any File uses the source
   std::array<std::atomic<uint64_t>, kParkedChunks> parked_{};
 };
 

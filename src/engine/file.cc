@@ -78,10 +78,7 @@ File::~File() {
     if (source_) {
       source_->DrainLimbo(&c->blocks, true);
       if (!c->blocks.limbo.empty() && lease_) lease_->KeepRetired(&c->blocks.limbo);
-      // A pool's source outlives its files: the chunk's rest waits there
-      // for the next new file (BlockSource::Park).
-      if (space_outlives_file_) source_->Park(&c->blocks);
-      else source_->ReturnAll(&c->blocks);
+      source_->ReturnAtClose(&c->blocks);
       source_->epochs()->ReleaseSlot(c->slot);
     }
     delete c;

@@ -176,7 +176,8 @@ TEST(BlockSourcePartitions, AClosedFilesChunkWaitsForTheNextNewFile) {
   std::vector<FRun> r1;
   ASSERT_TRUE(src.Alloc(&closed, 1, &r1).ok());
   const uint32_t rest = r1[0].lblock + 1;
-  src.Park(&closed);
+  src.ParkClosedChunks();
+  src.ReturnAtClose(&closed);
   EXPECT_EQ(closed.chunk_next, closed.chunk_end) << "the thread holds nothing after it";
   EXPECT_TRUE(ms.bitmap().Test(rest)) << "kept claimed while parked";
   ThreadBlocks fresh;
@@ -184,7 +185,7 @@ TEST(BlockSourcePartitions, AClosedFilesChunkWaitsForTheNextNewFile) {
   ASSERT_TRUE(src.Alloc(&fresh, 2, &r2).ok());
   ASSERT_EQ(r2.size(), 1u);
   EXPECT_EQ(r2[0].lblock, rest) << "the parked rest, not a new claim";
-  src.Park(&fresh);  // [rest + 2, ...) parked again
+  src.ReturnAtClose(&fresh);  // [rest + 2, ...) parked again
   ThreadBlocks reopened, big;
   reopened.prefer = r2[0].lblock + 2 + 1000;  // continues a file elsewhere
   big.file_blocks = 1000;
@@ -206,7 +207,7 @@ TEST(BlockSourcePartitions, AClosedFilesChunkWaitsForTheNextNewFile) {
     ASSERT_TRUE(src.Alloc(&t, 1, &r).ok());
     rests.push_back(uint32_t(t.chunk_next));
   }
-  for (ThreadBlocks& t : nine) src.Park(&t);
+  for (ThreadBlocks& t : nine) src.ReturnAtClose(&t);
   EXPECT_FALSE(ms.bitmap().Test(rests.back())) << "no slot was free";
   for (int i = 0; i < 8; ++i) EXPECT_TRUE(ms.bitmap().Test(rests[i])) << i;
   EXPECT_TRUE(src.ReturnParked());
@@ -214,14 +215,32 @@ TEST(BlockSourcePartitions, AClosedFilesChunkWaitsForTheNextNewFile) {
   ExpectSummariesAgree(ms);
 }
 
+// A source whose owner did not ask for parking (a per-file file's, which
+// goes with its file) gives a closed File's chunk rest back at once.
+TEST(BlockSourcePartitions, WithoutParkingAClosedFilesChunkGoesBack) {
+  MemoryStorage ms = PoolStorage(4096);
+  BlockSource& src = ms.source();
+  ThreadBlocks closed, fresh;
+  std::vector<FRun> r1, r2;
+  ASSERT_TRUE(src.Alloc(&closed, 1, &r1).ok());
+  const uint32_t rest = r1[0].lblock + 1;
+  src.ReturnAtClose(&closed);
+  EXPECT_FALSE(ms.bitmap().Test(rest)) << "given back";
+  EXPECT_FALSE(src.ReturnParked()) << "nothing parked";
+  ASSERT_TRUE(src.Alloc(&fresh, 1, &r2).ok());
+  src.ReturnAll(&fresh);
+  ExpectSummariesAgree(ms);
+}
+
 // A space that cannot grow hands out what is parked before it says ENOSPC.
 TEST(BlockSourcePartitions, AFullSpaceTakesBackWhatIsParked) {
   MemoryStorage ms(4096, 4096, format::Consistency::kStrict, /*summaries=*/true);
   BlockSource& src = ms.source();
+  src.ParkClosedChunks();
   ThreadBlocks closed, filler;
   std::vector<FRun> r1, all;
   ASSERT_TRUE(src.Alloc(&closed, 1, &r1).ok());
-  src.Park(&closed);
+  src.ReturnAtClose(&closed);
   filler.file_blocks = 1000;  // a big file: it takes nothing parked
   ASSERT_TRUE(src.Alloc(&filler, 4096 - 2 - 1, &all).ok()) << "every block but the one in use";
   EXPECT_EQ(ms.space().grows, 0);

@@ -254,6 +254,7 @@ Status Pool::InitVolatile(bool first) {
   epochs_ = std::make_unique<EpochDomain>(&words->epochs, slots, slot_locks_.get());
   epochs_->KeepReleasedSlots();
   source_ = std::make_unique<BlockSource>(medium_.get(), bitmap_.get(), epochs_.get(), kDataStart);
+  source_->ParkClosedChunks();  // returned in ~Pool
   inodes_.Init(&access_, mutable_super(), words, [this](uint32_t* l) { return AllocBlock(l); });
   log_.SetOneWait(super()->version >= kFirstOneWaitPoolVersion);  // before any thread reads the log
   const bool valid = words->magic == kVolatileMagic && words->pool_id == super()->pool_id;
@@ -541,7 +542,7 @@ Status Pool::ReleaseInode(uint64_t ino) {
 
 Pool::~Pool() {
   files_.clear();
-  // The closed files' chunk rests (BlockSource::Park) go back first: what
+  // The closed files' chunk rests (BlockSource::ReturnAtClose) go back first: what
   // follows may mark the pool clean, and its bitmap must then be exact.
   if (source_) source_->ReturnParked();
   if (!joined_) return;
