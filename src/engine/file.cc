@@ -81,7 +81,7 @@ File::~File() {
       source_->ReturnAtClose(&c->blocks);
       source_->epochs()->ReleaseSlot(c->slot);
     }
-    delete c;
+    if (c != &first_ctx_) delete c;
   });
   // lease_ goes last: the container's lifecycle of what it lent.
 }
@@ -162,21 +162,28 @@ Status File::Ctx(ThreadCtx** out) {
   if (tid >= kMaxThreads) return Status::Error(EAGAIN, "too many threads using upfs");
   ThreadCtx* c = ctx_.Get(tid);
   if (!c) {
-    auto fresh = std::make_unique<ThreadCtx>();
-    if (read_only()) {
-      c = fresh.release();  // no slot: a read-only File pins nothing
-      ctx_.Set(tid, c);
-      *out = c;
-      return Status::OK();
-    }
-    EpochDomain* d = source_->epochs();
-    UPFS_RETURN_IF_ERROR(d->ClaimSlot(&fresh->slot));
-    fresh->tail_claim_id =
-        (uint64_t(d->slot(fresh->slot)->owner_pid.load(std::memory_order_relaxed)) << 32) |
-        (uint64_t(fresh->slot) + 1);
-    c = fresh.release();
+    UPFS_RETURN_IF_ERROR(NewCtx(&c));
     ctx_.Set(tid, c);
   }
+  *out = c;
+  return Status::OK();
+}
+
+Status File::NewCtx(ThreadCtx** out) {
+  const bool first = !first_ctx_taken_.exchange(true, std::memory_order_acq_rel);
+  std::unique_ptr<ThreadCtx> heap;
+  ThreadCtx* c = first ? &first_ctx_ : (heap = std::make_unique<ThreadCtx>()).get();
+  if (!read_only()) {  // a read-only File pins nothing: no slot
+    EpochDomain* d = source_->epochs();
+    if (Status s = d->ClaimSlot(&c->slot); !s.ok()) {
+      c->slot = kMaxSlots;
+      if (first) first_ctx_taken_.store(false, std::memory_order_release);
+      return s;
+    }
+    c->tail_claim_id =
+        (uint64_t(d->slot(c->slot)->owner_pid.load(std::memory_order_relaxed)) << 32) | (uint64_t(c->slot) + 1);
+  }
+  heap.release();
   *out = c;
   return Status::OK();
 }

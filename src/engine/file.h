@@ -173,6 +173,8 @@ class File {
   Status Begin(Operation* op);
   EpochDomain* epochs() const { return source_ ? source_->epochs() : nullptr; }
   Status Ctx(ThreadCtx** out);
+  // A context for a thread that has none yet (Ctx's slow path).
+  Status NewCtx(ThreadCtx** out);
   template <typename Fn>
   Status WithTable(Fn fn);
   Status StatLocked(BlockTable* t, FileStat* st);
@@ -344,6 +346,12 @@ class File {
   std::mutex tables_mu_;
 
   PerThread<ThreadCtx, kMaxThreads> ctx_;
+  // The first thread's context, inside the File: most Files of a pool are
+  // used by one thread from open to close, and its context's allocation
+  // was one of twenty a small file's life made. Taken once (the flag); the
+  // other threads' contexts come from the heap.
+  ThreadCtx first_ctx_;
+  std::atomic<bool> first_ctx_taken_{false};
   std::atomic<uint64_t> last_mtime_tick_{0};
   std::atomic<uint64_t> last_mtime_stored_{0};  // the mtime this process last stored
   // ShadowIndex::Now() + 1 of the last fold request by a reader (0: none).
