@@ -145,6 +145,7 @@ Status LogWriter::BuildPayload(ThreadBlocks* t, PendingEntry* p, uint32_t vblock
   // The previous payload of this thread was committed or dropped.
   UPFS_ASSERT(p->overflow.empty());
   p->payload.clear();
+  if (runs.size() <= kMaxInlineRuns) p->payload.reserve(2 + runs.size());  // one allocation, not three
   p->payload.push_back(new_size);
   if (runs.size() <= kMaxInlineRuns) {
     p->payload.push_back(EncodePayloadWord1(vblock, uint16_t(runs.size()), flags));

@@ -521,6 +521,7 @@ Status Pool::ReleaseInode(uint64_t ino) {
   UPFS_RETURN_IF_ERROR(InodeAt(ino, &in));
   // Collected first, freed after: a damaged log frees nothing.
   std::vector<uint32_t> blocks;
+  blocks.reserve(16);  // a small file's: one allocation, not one per doubling
   ReplayResult res;
   if (const uint64_t t = in->target_block.load(std::memory_order_acquire); t != 0) blocks.push_back(uint32_t(t));
   if (const uint64_t head = in->log_head.load(std::memory_order_acquire); head != 0) {
