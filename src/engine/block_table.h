@@ -263,10 +263,22 @@ class BlockTable {
   };
   Status ApplyPatch(const Effect& e);
   Status ApplyFlip(const Effect& e);
+  // The bytes of an array of `cap` entries, and where its group bits start.
+  static uint64_t ArrayBytes(uint64_t cap, uint64_t* entries);
   static Array* NewArray(uint64_t cap);
   static void FreeArray(Array* a);
+  // The table's first array, in first_array_ (zeroed).
+  Array* FirstArray();
   void EnsureCapacity(uint64_t n);
 
+  // Every table starts with kFirstCap entries inside itself: most tables
+  // are a small file's (a pool file's life made two, each with its array
+  // on the heap, one of twenty allocations of creating, writing and
+  // removing a small file). Its bytes: the header and 64 entries, and one
+  // word of group bits.
+  static constexpr uint64_t kFirstCap = 64;
+  static constexpr uint64_t kFirstArrayBytes = 296;
+  alignas(8) unsigned char first_array_[kFirstArrayBytes];
   std::atomic<Array*> arr_;
   std::vector<Array*> retired_;  // older arrays may still be read; freed at destruction
   PatchIndex patches_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <string>
 
@@ -23,10 +24,15 @@ using namespace format;
 // of every open. Large ones are mapped, so untouched parts take no memory.
 constexpr uint64_t kHeapArrayMaxBytes = 64 * 1024;
 
+uint64_t BlockTable::ArrayBytes(uint64_t cap, uint64_t* entries) {
+  *entries = (sizeof(Array) + cap * sizeof(uint32_t) + 7) / 8 * 8;
+  const uint64_t group_words = (cap / kGroup + 64) / 64;
+  return *entries + group_words * 8;
+}
+
 BlockTable::Array* BlockTable::NewArray(uint64_t cap) {
-  uint64_t entries = (sizeof(Array) + cap * sizeof(uint32_t) + 7) / 8 * 8;
-  uint64_t group_words = (cap / kGroup + 64) / 64;
-  uint64_t bytes = entries + group_words * 8;
+  uint64_t entries;
+  const uint64_t bytes = ArrayBytes(cap, &entries);
   void* p;
   if (bytes <= kHeapArrayMaxBytes) {
     p = calloc(1, bytes);
@@ -50,13 +56,29 @@ void BlockTable::FreeArray(Array* a) {
     munmap(a, a->bytes);
 }
 
+BlockTable::Array* BlockTable::FirstArray() {
+  uint64_t entries;
+  [[maybe_unused]] const uint64_t bytes = ArrayBytes(kFirstCap, &entries);
+  UPFS_ASSERT(bytes == kFirstArrayBytes);
+  std::memset(first_array_, 0, sizeof(first_array_));
+  auto* a = reinterpret_cast<Array*>(first_array_);
+  a->cap = kFirstCap;
+  a->bytes = kFirstArrayBytes;
+  a->groups_offset = entries;
+  return a;
+}
+
 // Small to start with (a table per open file, and one per replay of a
-// released file): it doubles as blocks are mapped.
-BlockTable::BlockTable() : arr_(NewArray(64)) {}
+// released file), and inside the table: it doubles, on the heap, as blocks
+// are mapped.
+BlockTable::BlockTable() : arr_(FirstArray()) {}
 
 BlockTable::~BlockTable() {
-  FreeArray(arr_.load());
-  for (Array* a : retired_) FreeArray(a);
+  auto free_unless_first = [this](Array* a) {
+    if (reinterpret_cast<unsigned char*>(a) != first_array_) FreeArray(a);
+  };
+  free_unless_first(arr_.load());
+  for (Array* a : retired_) free_unless_first(a);
 }
 
 void BlockTable::EnsureCapacity(uint64_t n) {
