@@ -109,8 +109,8 @@ class PathCursor {
   std::string owned_;
 };
 
-// *out = Resolved{dir, name, ino, type}, into the string out->name
-// already has (no temporary, no allocation for a short name).
+// *out = Resolved{dir, name, ino, type}, without a temporary Resolved
+// (its name's bytes copied twice).
 void SetResolved(Resolved* out, uint64_t dir, std::string_view name, uint64_t ino, FileType type) {
   out->dir = dir;
   out->name.assign(name);
