@@ -14,8 +14,11 @@ Status File::AuditAllocation(uint64_t* leaked, uint64_t* unmarked) {
   *leaked = *unmarked = 0;
   if (read_only()) return Status::Error(EBADF, "a read-only File has no allocation state");
   // The process's GC worker is a thread inside a call too: a read that met
-  // a pair's shadow may have asked it for a GC.
-  GcWorker::Get().Wait(this);
+  // a pair's shadow may have asked it for a GC, and a GC that retired
+  // blocks has it retry their release every millisecond with its own
+  // context of this File, which the walk below reads: held off until the
+  // audit is done (TSan caught the race in Fold's tests, 2026-12-03).
+  const std::unique_lock<std::mutex> worker_idle = GcWorker::Get().Quiesce(this);
   ThreadCtx* c;
   UPFS_RETURN_IF_ERROR(Ctx(&c));
   EpochPin pin(epochs(), c->slot);

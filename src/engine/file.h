@@ -148,8 +148,9 @@ class File {
   // references and this process's threads hold: *leaked counts blocks taken
   // but neither (lost until the next rebuild), *unmarked blocks referenced
   // but free (damage to the allocation state). Waits for the file's GC in
-  // this process's worker; exact when no other thread of this process is
-  // inside a call and no other process uses the file (engine/audit.cc).
+  // this process's worker and holds the worker off while it counts; exact
+  // when no other thread of this process is inside a call and no other
+  // process uses the file (engine/audit.cc).
   Status AuditAllocation(uint64_t* leaked, uint64_t* unmarked);
 
   format::Consistency consistency() const { return root_.consistency; }

@@ -71,6 +71,12 @@ void GcWorker::Wait(File* f) {
   done_.wait(l, [&] { return !QueuedLocked(f); });
 }
 
+std::unique_lock<std::mutex> GcWorker::Quiesce(File* f) {
+  std::unique_lock<std::mutex> l(mu_);
+  done_.wait(l, [&] { return !QueuedLocked(f); });
+  return l;  // a run starts only under mu_
+}
+
 void GcWorker::Forget(File* f) {
   std::unique_lock<std::mutex> l(mu_);
   queue_.erase(std::remove(queue_.begin(), queue_.end(), f), queue_.end());

@@ -47,6 +47,11 @@ class GcWorker {
   bool Request(File* f);
   // Until no GC of f is queued or running.
   void Wait(File* f);
+  // The same, and then no run of any file starts while the returned lock
+  // is held: for an audit that reads the thread context the worker uses
+  // for f, whose blocks a draining retry (every millisecond, after Wait
+  // has returned) would otherwise change under it.
+  std::unique_lock<std::mutex> Quiesce(File* f);
   // Drops f's queued GC and waits for a running one: before f goes.
   void Forget(File* f);
   // Drops every queued GC and waits for a running one (if there is a worker).
