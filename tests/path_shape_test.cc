@@ -73,3 +73,20 @@ TEST(PathShape, LooksOnlyInsideTheView) {
 
 }  // namespace
 }  // namespace upfs
+
+namespace upfs {
+namespace {
+
+// WithoutNoOpComponents: "//" and "." go, but a last "." and a trailing
+// slash stay (they change what rmdir and a lookup accept), and ".." stays.
+TEST(PathShape, NoOpComponentsDropped) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"/", "/"},           {"//", "/"},            {"/a", "/a"},         {"/a//b", "/a/b"},
+      {"/./a/./b", "/a/b"}, {"/a/.", "/a/."},       {"/a/./", "/a/./"},   {"/a/", "/a/"},
+      {"/a//", "/a/"},      {"/a/../b", "/a/../b"}, {"//.//a", "/a"},     {"/.a/..b/.", "/.a/..b/."},
+  };
+  for (const auto& [in, want] : cases) EXPECT_EQ(WithoutNoOpComponents(in), want) << in;
+}
+
+}  // namespace
+}  // namespace upfs

@@ -44,4 +44,20 @@ bool NeedsSplit(std::string_view p) {
   return false;
 }
 
+std::string WithoutNoOpComponents(std::string_view p) {
+  std::string out;
+  out.reserve(p.size());
+  size_t i = 0;
+  while (i < p.size()) {
+    size_t j = p.find('/', i);
+    if (j == std::string_view::npos) j = p.size();
+    const std::string_view c = p.substr(i, j - i);
+    const bool last = p.find_first_not_of('/', j) == std::string_view::npos;
+    if (!c.empty() && (c != "." || last)) (out += '/') += c;
+    i = j + 1;
+  }
+  if (out.empty() || p.back() == '/') out += '/';
+  return out;
+}
+
 }  // namespace upfs

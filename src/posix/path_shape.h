@@ -2,6 +2,7 @@
 // whether it needs lexical splitting at the mount it enters.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 namespace upfs {
@@ -14,5 +15,11 @@ namespace upfs {
 // time). Every path call of a program with a pool mounted asks this,
 // pool path or not.
 bool NeedsSplit(std::string_view p);
+
+// An absolute path without its empty ("//") and "." components, which
+// mean nothing whatever the names are, but for a last "." (rmdir of "d/."
+// is EINVAL, of "d/" is not) and a trailing slash (both require a
+// directory). ".." stays: what it climbs out of depends on symbolic links.
+std::string WithoutNoOpComponents(std::string_view p);
 
 }  // namespace upfs

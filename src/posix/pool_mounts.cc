@@ -30,6 +30,9 @@ namespace {
 // were ~3% of a stat's samples).
 struct MountTable {
   std::vector<Mount*> all;
+  // Whether a mount directory lies below another's: only then can a path
+  // that a mount begins as written belong to a deeper one.
+  bool nested = false;
 };
 std::shared_mutex g_mounts_mu;
 std::vector<std::unique_ptr<Mount>> g_mounts;  // mounts are never moved while mounted
@@ -40,6 +43,10 @@ std::atomic<int> g_mount_count{0};
 void PublishTableLocked() {
   auto* t = new MountTable;
   for (auto& m : g_mounts) t->all.push_back(m.get());
+  for (const Mount* a : t->all)
+    for (const Mount* b : t->all)
+      if (b->dir.size() > a->dir.size() && b->dir.starts_with(a->dir) && b->dir[a->dir.size()] == '/')
+        t->nested = true;
   const MountTable* old = g_table.exchange(t, std::memory_order_acq_rel);
   g_mount_count.store(int(g_mounts.size()), std::memory_order_release);
   if (old) RetireAfterOps([old] { delete old; });
@@ -141,6 +148,18 @@ Mount* MountAt(const MountTable& t, std::string_view dir) {
   return nullptr;
 }
 
+// The deepest mount whose directory begins `abs` as written, or null.
+Mount* DeepestPrefix(const MountTable& t, std::string_view abs) {
+  Mount* best = nullptr;
+  for (Mount* m : t.all) {
+    const std::string_view d = m->dir;
+    if (abs.starts_with(d) && (abs.size() == d.size() || abs[d.size()] == '/') &&
+        (!best || d.size() > best->dir.size()))
+      best = m;
+  }
+  return best;
+}
+
 // `inner` must outlive the call (the caller's path).
 void SetPath(PoolPath* out, Mount* m, std::string_view inner, uint64_t start = 0) {
   out->mount = m;
@@ -187,6 +206,24 @@ bool SplitAtMount(const MountTable& t, const std::string& abs, PoolPath* out) {
   return false;
 }
 
+// A path a mount took whose rest reaches a mount below it once "//" and
+// "." are dropped ("/outer//inner/f", "/outer/./inner/f"), or as it is
+// after SplitAtMount (which stops at the first mount it meets), goes to
+// that mount, as the kernel's walk would enter it. Only with nested
+// mounts. A ".." in the rest stays the outer pool's to resolve:
+// "/outer/d/../inner/f" is the outer pool's "inner/f", where the kernel,
+// whose walk meets the mount point, would be in the inner pool.
+bool EnterNested(const MountTable& t, PoolPath* out) {
+  if (!t.nested) return true;
+  const std::string whole =
+      out->mount->dir + (NeedsSplit(out->inner) ? WithoutNoOpComponents(out->inner) : std::string(out->inner));
+  Mount* deeper = DeepestPrefix(t, whole);
+  if (deeper == out->mount || out->start != 0) return true;
+  const size_t d = deeper->dir.size();
+  SetOwnedPath(out, deeper, whole.size() == d ? std::string("/") : whole.substr(d));
+  return true;
+}
+
 // InPool's search, inside the guard it took.
 bool FindMount(int dirfd, const char* path, bool from_fd, PoolPath* out) {
   if (from_fd) {
@@ -220,15 +257,13 @@ bool FindMount(int dirfd, const char* path, bool from_fd, PoolPath* out) {
   // path that reaches a mount only once normalized is split. (Scanning
   // every path for "." and "//" first was 6% of a stat's instructions.)
   // The deepest mount wins, as in the kernel.
-  Mount* best = nullptr;
-  for (Mount* m : t.all) {
-    const std::string_view d = m->dir;
-    if (abs.starts_with(d) && (abs.size() == d.size() || abs[d.size()] == '/') &&
-        (!best || d.size() > best->dir.size()))
-      best = m;
-  }
-  if (!best) return NeedsSplit(abs) && SplitAtMount(t, std::string(abs), out);
+  Mount* best = DeepestPrefix(t, abs);
+  if (!best) return NeedsSplit(abs) && SplitAtMount(t, std::string(abs), out) && EnterNested(t, out);
   const size_t d = best->dir.size();
+  if (t.nested && NeedsSplit(abs.substr(d))) {
+    SetOwnedPath(out, best, std::string(abs.substr(d)));
+    return EnterNested(t, out);
+  }
   if (abs.size() == d) SetPath(out, best, "/");
   else if (abs.data() == path) SetPath(out, best, abs.substr(d));
   else SetOwnedPath(out, best, std::string(abs.substr(d)));  // `joined` ends with this call

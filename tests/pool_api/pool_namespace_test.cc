@@ -284,12 +284,30 @@ TEST_F(PoolTest, TheDeepestMountTakesThePath) {
   ASSERT_EQ(Create("innerx"), 0);
   const std::string inner_pool = pool_ + ".inner";
   unlink(inner_pool.c_str());
+  // Whatever fails below, the inner pool goes (its mount first).
+  struct InnerGone {
+    std::string mount, pool;
+    ~InnerGone() {
+      upfs_umount(mount.c_str());
+      unlink(pool.c_str());
+    }
+  } inner_gone{P("inner"), inner_pool};
   ASSERT_EQ(upfs_mkfs(inner_pool.c_str(), 0), 0) << upfs_last_error();
   ASSERT_EQ(upfs_mount(inner_pool.c_str(), P("inner").c_str()), 0) << upfs_last_error();
   ASSERT_EQ(Create("inner/inner-file"), 0);
   struct stat st;
-  for (const std::string& rel : {"inner/inner-file", "inner//inner-file", "inner/./inner-file"})
-    EXPECT_EQ(upfs_stat(P(rel).c_str(), &st), 0) << rel << ": " << strerror(errno);
+  // Also where the inner mount is reached only once "//" or "." are
+  // dropped, and where the outer one is too (a path no mount begins as
+  // written: split, then entered), as the kernel's walk would.
+  const std::string outer_split = "/." + mnt_;
+  for (const std::string& path :
+       {P("inner/inner-file"), P("inner//inner-file"), P("inner/./inner-file"), P("/inner/inner-file"),
+        P("./inner/inner-file"), P(".//./inner//inner-file"), outer_split + "//inner/inner-file",
+        "/" + outer_split + "/./inner/./inner-file"})
+    EXPECT_EQ(upfs_stat(path.c_str(), &st), 0) << path << ": " << strerror(errno);
+  ASSERT_EQ(Create("/inner/made-through-a-double-slash"), 0);
+  EXPECT_EQ(List("inner"), (std::vector<std::string>{".", "..", "inner-file", "made-through-a-double-slash"}));
+  ASSERT_EQ(upfs_unlink(P("./inner/made-through-a-double-slash").c_str()), 0) << strerror(errno);
   EXPECT_EQ(List("inner"), (std::vector<std::string>{".", "..", "inner-file"}));
   EXPECT_EQ(upfs_stat(P("inner/outer-file").c_str(), &st), -1);  // covered, as in the kernel
   EXPECT_EQ(errno, ENOENT);
@@ -297,7 +315,6 @@ TEST_F(PoolTest, TheDeepestMountTakesThePath) {
   ASSERT_EQ(upfs_umount(P("inner").c_str()), 0);
   EXPECT_EQ(upfs_stat(P("inner/outer-file").c_str(), &st), 0) << "uncovered again";
   EXPECT_EQ(upfs_stat(P("inner/inner-file").c_str(), &st), -1);
-  unlink(inner_pool.c_str());
 }
 
 TEST_F(PoolTest, HardAndSymbolicLinks) {
