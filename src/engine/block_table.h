@@ -273,7 +273,7 @@ class BlockTable {
 
   // Every table starts with kFirstCap entries inside itself: most tables
   // are a small file's (a pool file's life made two, each with its array
-  // on the heap, one of twenty allocations of creating, writing and
+  // on the heap, two of the 22 allocations of creating, writing and
   // removing a small file). Its bytes: the header and 64 entries, and one
   // word of group bits.
   static constexpr uint64_t kFirstCap = 64;

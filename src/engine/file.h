@@ -349,7 +349,7 @@ class File {
   PerThread<ThreadCtx, kMaxThreads> ctx_;
   // The first thread's context, inside the File: most Files of a pool are
   // used by one thread from open to close, and its context's allocation
-  // was one of twenty a small file's life made. Taken once (the flag); the
+  // was one of the 22 a small file's life made. Taken once (the flag); the
   // other threads' contexts come from the heap.
   ThreadCtx first_ctx_;
   std::atomic<bool> first_ctx_taken_{false};

@@ -35,9 +35,9 @@ struct Credentials {
 
 // A path's last component, held inline (a name is at most kMaxNameLen
 // bytes, which resolution checks before it keeps one): every lookup keeps
-// the name it ends at, and a std::string's assign and destruction were
-// ~9% of a stat's instructions (callgrind, a stat of a file in a
-// directory of the pool).
+// the name it ends at, and a std::string's assign and destruction cost
+// 83 of a stat's 1,790 instructions (callgrind, a stat of a file in a
+// directory of the pool: 1,707 with this).
 class ComponentName {
  public:
   ComponentName() = default;
