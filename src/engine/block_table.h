@@ -263,8 +263,9 @@ class BlockTable {
   };
   Status ApplyPatch(const Effect& e);
   Status ApplyFlip(const Effect& e);
-  // The bytes of an array of `cap` entries, and where its group bits start.
-  static uint64_t ArrayBytes(uint64_t cap, uint64_t* entries);
+  // Where an array of `cap` entries has its group bits, and its bytes.
+  static constexpr uint64_t EntriesBytes(uint64_t cap) { return (sizeof(Array) + cap * sizeof(uint32_t) + 7) / 8 * 8; }
+  static constexpr uint64_t ArrayBytes(uint64_t cap) { return EntriesBytes(cap) + (cap / kGroup + 64) / 64 * 8; }
   static Array* NewArray(uint64_t cap);
   static void FreeArray(Array* a);
   // The table's first array, in first_array_ (zeroed).

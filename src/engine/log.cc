@@ -24,15 +24,8 @@ using namespace format;
 // of every open. Large ones are mapped, so untouched parts take no memory.
 constexpr uint64_t kHeapArrayMaxBytes = 64 * 1024;
 
-uint64_t BlockTable::ArrayBytes(uint64_t cap, uint64_t* entries) {
-  *entries = (sizeof(Array) + cap * sizeof(uint32_t) + 7) / 8 * 8;
-  const uint64_t group_words = (cap / kGroup + 64) / 64;
-  return *entries + group_words * 8;
-}
-
 BlockTable::Array* BlockTable::NewArray(uint64_t cap) {
-  uint64_t entries;
-  const uint64_t bytes = ArrayBytes(cap, &entries);
+  const uint64_t bytes = ArrayBytes(cap);
   void* p;
   if (bytes <= kHeapArrayMaxBytes) {
     p = calloc(1, bytes);
@@ -45,7 +38,7 @@ BlockTable::Array* BlockTable::NewArray(uint64_t cap) {
   auto* a = static_cast<Array*>(p);
   a->cap = cap;
   a->bytes = bytes;
-  a->groups_offset = entries;
+  a->groups_offset = EntriesBytes(cap);
   return a;
 }
 
@@ -57,14 +50,12 @@ void BlockTable::FreeArray(Array* a) {
 }
 
 BlockTable::Array* BlockTable::FirstArray() {
-  uint64_t entries;
-  [[maybe_unused]] const uint64_t bytes = ArrayBytes(kFirstCap, &entries);
-  UPFS_ASSERT(bytes == kFirstArrayBytes);
+  static_assert(ArrayBytes(kFirstCap) == kFirstArrayBytes);
   std::memset(first_array_, 0, sizeof(first_array_));
   auto* a = reinterpret_cast<Array*>(first_array_);
   a->cap = kFirstCap;
   a->bytes = kFirstArrayBytes;
-  a->groups_offset = entries;
+  a->groups_offset = EntriesBytes(kFirstCap);
   return a;
 }
 

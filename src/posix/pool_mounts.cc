@@ -218,7 +218,7 @@ bool EnterNested(const MountTable& t, PoolPath* out) {
   const std::string whole =
       out->mount->dir + (NeedsSplit(out->inner) ? WithoutNoOpComponents(out->inner) : std::string(out->inner));
   Mount* deeper = DeepestPrefix(t, whole);
-  if (deeper == out->mount || out->start != 0) return true;
+  if (deeper == out->mount) return true;
   const size_t d = deeper->dir.size();
   SetOwnedPath(out, deeper, whole.size() == d ? std::string("/") : whole.substr(d));
   return true;
