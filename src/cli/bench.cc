@@ -92,7 +92,9 @@ const char kBenchHelp[] =
     "  pool-mkdir-rmdir       make a directory and remove it\n"
     "  pool-readdir-10k       list a directory of 10,000 entries\n"
     "  pool-create-512        create, write 512 bytes, fsync, close, remove\n"
-    "  pool-create-2t         2 threads creating files in one directory (batches)\n"
+    "  pool-create-2t         2 threads creating files in one directory (batches),\n"
+    "                         and one thread's batches between theirs: the\n"
+    "                         two threads' rate against one thread's\n"
     "  pool-stat-100k         stat a random file of 100,000 in a directory\n"
     "  pool-read-seq-4k-cold, pool-read-rand-4k, pool-overwrite-rand-4k,\n"
     "  pool-append-4k         the file workloads, on a file in the pool (the\n"
@@ -400,6 +402,8 @@ Status Bench::Run() {
         UPFS_RETURN_IF_ERROR(RunRound(wi, *w, &sides_[side], round, &ops));
         if (side == 0) UPFS_RETURN_IF_ERROR(SettleUpfs());
         (side == 0 ? r.upfs_ops : r.kernel_ops).push_back(ops);
+        if (w->kind == Kind::kNsCreate2t)
+          (side == 0 ? r.upfs_one_thread : r.kernel_one_thread).push_back(sides_[side].one_thread_ops);
       }
     }
     UPFS_RETURN_IF_ERROR(CountAmplification(wi, *w, &r));
@@ -411,6 +415,11 @@ Status Bench::Run() {
         for (double v : side == 0 ? r.upfs_ops : r.kernel_ops) {
           std::fprintf(stderr, " %10.0f", v);
         }
+        std::fprintf(stderr, "\n");
+        const std::vector<double>& one = side == 0 ? r.upfs_one_thread : r.kernel_one_thread;
+        if (one.empty()) continue;
+        std::fprintf(stderr, "%-18s %-6s", "  one thread", side == 0 ? "upfs" : "kernel");
+        for (double v : one) std::fprintf(stderr, " %10.0f", v);
         std::fprintf(stderr, "\n");
       }
     }

@@ -285,6 +285,9 @@ struct Result {
   // Bytes written back to media per byte the program wrote (upfs side;
   // workloads that write), from one untimed counting pass.
   std::optional<double> pm_bytes_per_byte;
+  // pool-create-2t: one thread's creates a second, per round, measured
+  // between the two threads' batches (Bench::RunCreate2t).
+  std::vector<double> upfs_one_thread, kernel_one_thread;
 };
 
 // Everything one side needs: the shared prefilled file (created lazily) and
@@ -297,6 +300,7 @@ struct SideState {
   File append;
   std::string ns_dir;    // the namespace rounds' directory
   uint64_t renamed = 0;  // renames so far in ns_dir (which name each file has)
+  double one_thread_ops = 0;  // the last pool-create-2t round's one-thread rate
 };
 
 // A status line on a terminal, erased before the table is printed.

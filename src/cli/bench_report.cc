@@ -15,6 +15,15 @@
 
 namespace upfs::cli::bench {
 
+// Two threads' rate against one thread's in the same rounds: the median of
+// the rounds' ratios (0 if the workload measured none).
+double Scaling(const std::vector<double>& two, const std::vector<double>& one) {
+  std::vector<double> ratios;
+  for (size_t i = 0; i < two.size() && i < one.size(); i++)
+    if (one[i] > 0) ratios.push_back(two[i] / one[i]);
+  return ratios.empty() ? 0 : Median(ratios);
+}
+
 double Spread(const std::vector<double>& v) {
   if (v.empty()) return 0;
   auto [lo, hi] = std::minmax_element(v.begin(), v.end());
@@ -37,6 +46,11 @@ void Bench::PrintTable(const std::vector<Result>& results) const {
                 WithCommas(uint64_t(u)).c_str(), Spread(r.upfs_ops),
                 WithCommas(uint64_t(k)).c_str(), Spread(r.kernel_ops), k > 0 ? u / k : 0.0, amp);
   }
+  for (const Result& r : results) {
+    if (r.upfs_one_thread.empty()) continue;
+    std::printf("%-*s two threads made %.2fx one thread's creates on upfs, %.2fx on the kernel\n", w,
+                "", Scaling(r.upfs_ops, r.upfs_one_thread), Scaling(r.kernel_ops, r.kernel_one_thread));
+  }
   std::printf("\nops/s: median over %d rounds of %.2f s per side; +-%%: half the range of the "
               "rounds, in %% of the median.\n",
               cfg_.rounds, cfg_.seconds);
@@ -53,6 +67,10 @@ void Bench::PrintTable(const std::vector<Result>& results) const {
     std::printf("create-512, open-close: a per-file upfs file is a host file, so the kernel\n"
                 "still creates and opens every name, and upfs adds its own setup; a pool\n"
                 "serves names in userspace (upfs bench --pool).\n");
+  }
+  if (std::any_of(results.begin(), results.end(), [](const Result& r) { return !r.upfs_one_thread.empty(); })) {
+    std::printf("pool-create-2t: one thread alone creates a batch of as many files between\n"
+                "the two threads' batches; the median of the rounds' ratios.\n");
   }
   if (cfg_.pool) {
     std::printf("pool-*: upfs in a pool on %s, kernel in a directory there; namespace operations\n"
@@ -93,10 +111,17 @@ Status Bench::WriteJson(const std::vector<Result>& results) const {
     char amp[64] = "";
     if (r.pm_bytes_per_byte)
       std::snprintf(amp, sizeof amp, ", \"pm_bytes_per_byte\": %.4f", *r.pm_bytes_per_byte);
-    char buf[320];
+    char scaling[192] = "";
+    if (!r.upfs_one_thread.empty())
+      std::snprintf(scaling, sizeof scaling,
+                    ", \"upfs_one_thread_ops\": %.1f, \"kernel_one_thread_ops\": %.1f, "
+                    "\"upfs_scaling\": %.4f, \"kernel_scaling\": %.4f",
+                    Median(r.upfs_one_thread), Median(r.kernel_one_thread), Scaling(r.upfs_ops, r.upfs_one_thread),
+                    Scaling(r.kernel_ops, r.kernel_one_thread));
+    char buf[512];
     std::snprintf(buf, sizeof buf,
-                  "  {\"name\": %s, \"upfs_ops\": %.1f, \"kernel_ops\": %.1f, \"ratio\": %.4f%s}%s\n",
-                  JsonString(r.name).c_str(), u, k, k > 0 ? u / k : 0.0, amp,
+                  "  {\"name\": %s, \"upfs_ops\": %.1f, \"kernel_ops\": %.1f, \"ratio\": %.4f%s%s}%s\n",
+                  JsonString(r.name).c_str(), u, k, k > 0 ? u / k : 0.0, amp, scaling,
                   i + 1 < results.size() ? "," : "");
     text += buf;
   }

@@ -141,6 +141,7 @@ contains "files" "info shows the namespace"
 expect 0 "tiny bench --pool" "$UPFS" bench --pool --dir "$DIR" --size 8M --seconds 0.02 --rounds 1 \
   --json "$DIR/bench.json"
 contains "pool-readdir-10k" "bench --pool prints the pool rounds"
+contains "two threads made" "bench --pool prints two threads' creates against one thread's"
 if python3 - "$DIR/bench.json" <<'PY'
 import json, sys
 rows = json.load(open(sys.argv[1]))
@@ -152,6 +153,10 @@ for r in rows:
     if r["name"] in writing:
         keys.add("pm_bytes_per_byte")
         assert r["pm_bytes_per_byte"] >= 1.0, r
+    if r["name"] == "pool-create-2t":
+        scaling = {"upfs_one_thread_ops", "kernel_one_thread_ops", "upfs_scaling", "kernel_scaling"}
+        keys |= scaling
+        assert all(r[k] > 0 for k in scaling), r
     assert set(r) == keys, r
     assert r["upfs_ops"] > 0 and r["kernel_ops"] > 0, r
 PY
