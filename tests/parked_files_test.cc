@@ -180,6 +180,56 @@ TEST(ParkedFiles, AtMostTheLimitAreKeptAndDropReleasesThem) {
   }
 }
 
+// Whether every File under dir is let go (its host descriptor closed)
+// within 20 s. Generous: the tests check that it goes, not how fast
+// (parking lasts a second). Asked by the descriptors, not through upfs:
+// a lookup of a parked File (upfs_stat_if_open) takes it and parks it anew.
+bool ReleasedSoon(const std::string& dir) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (DescriptorsUnder(dir) != 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// The reaper is woken only when it waits without a deadline (nothing was
+// parked when it last looked): a File parked once it has gone idle is
+// still let go.
+TEST(ParkedFiles, AFileParkedAfterTheReaperWentIdleIsStillReleased) {
+  if (ParkingOff()) GTEST_SKIP() << "UPFS_PARKED_FILES=0";
+  TempDir d;
+  const std::string a = d.File("a"), b = d.File("b");
+  ASSERT_EQ(WriteAndClose(a, Pattern(5000, 8)), 0) << upfs_last_error();
+  struct stat host;
+  ASSERT_NO_FATAL_FAILURE(ExpectParked(a, &host));
+  ASSERT_TRUE(ReleasedSoon(d.path())) << "the first parked file was never let go";
+  // The reaper has nothing left: it waits without a deadline now.
+  ASSERT_EQ(WriteAndClose(b, Pattern(5000, 9)), 0) << upfs_last_error();
+  ASSERT_NO_FATAL_FAILURE(ExpectParked(b, &host));
+  EXPECT_TRUE(ReleasedSoon(d.path())) << "a file parked while the reaper was idle is kept for good";
+}
+
+// A program reopening one file in a loop takes the parked File at each open
+// and parks it again at each close, without waking the reaper: once the
+// loop stops, the File is let go all the same.
+TEST(ParkedFiles, AFileReopenedInALoopIsReleasedWhenTheLoopStops) {
+  if (ParkingOff()) GTEST_SKIP() << "UPFS_PARKED_FILES=0";
+  TempDir d;
+  const std::string path = d.File("l");
+  ASSERT_EQ(WriteAndClose(path, Pattern(5000, 10)), 0) << upfs_last_error();
+  struct stat host;
+  ASSERT_NO_FATAL_FAILURE(ExpectParked(path, &host));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < until) {
+    const int fd = upfs_open(path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0) << upfs_last_error();
+    ASSERT_EQ(upfs_close(fd), 0);
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectParked(path, &host));
+  EXPECT_TRUE(ReleasedSoon(d.path())) << "a file reopened in a loop is kept for good";
+}
+
 // A file changed behind upfs's back while parked is judged by a fresh open,
 // not served from the parked state.
 TEST(ParkedFiles, ReopenOfAFileOverwrittenByOtherMeansIsRefused) {

@@ -73,6 +73,9 @@ struct Registry {
   std::map<FileKey, std::weak_ptr<File>> live;
   std::vector<Parked> parked;  // oldest first
   bool reaper_running = false;
+  // The reaper waits without a deadline (nothing was parked when it last
+  // looked): the only time a newly parked File must wake it.
+  bool reaper_idle = false;
 };
 
 // The process the registry belongs to: where it was made, or the fork child
@@ -137,7 +140,9 @@ void Reap() {
   std::unique_lock<std::mutex> lk(r->mu);
   for (;;) {
     if (r->parked.empty()) {
+      r->reaper_idle = true;
       r->reaper_cv.wait(lk);
+      r->reaper_idle = false;
       continue;
     }
     Clock::time_point due = r->parked.front().since + kParkFor;
@@ -170,9 +175,15 @@ void Release(File* f, FileKey key) {
       return;  // nothing would bound the time: do not park
     }
   }
-  // The reaper sleeps without a deadline when nothing is parked; otherwise
-  // it wakes for the oldest, which is due before this one.
-  if (r->parked.empty()) r->reaper_cv.notify_one();
+  // The reaper sleeps without a deadline when nothing was parked when it
+  // last looked; otherwise it wakes by a deadline no later than this one's
+  // (the oldest's then, which was parked before this one) and looks again.
+  // So it is woken only from that idle wait: a program that opens and
+  // closes one file in a loop takes the parked File at each open and parks
+  // it again at each close, and a wake-up at every close (a futex call
+  // here, the reaper's wake and wait on the other CPU) was about a third of
+  // a per-file open and close (perf of scratch `oc`).
+  if (r->reaper_idle) r->reaper_cv.notify_one();
   r->parked.push_back(Parked{key, std::move(owned), Clock::now()});
   while (r->parked.size() > ParkedLimit()) r->parked.erase(r->parked.begin());
 }
@@ -293,6 +304,7 @@ void ForgetRegistryInChild() {
   r->parked.clear();
   r->live.clear();
   r->reaper_running = false;
+  r->reaper_idle = false;
 }
 
 void LeaveFilesBeforeExit() {
