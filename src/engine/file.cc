@@ -290,8 +290,9 @@ Status File::CatchUp(ThreadCtx* c, BlockTable** out) {
 // The next catch-up would decode the entry just committed to apply it.
 // When the table stands right before it (its first slot `at`, nothing
 // committed before it that the table lacks) and nobody else is applying,
-// the committer applies it itself, from what it knows: `build` writes its
-// effect.
+// the committer applies it itself, from what it knows: `apply` applies it
+// to the table (true: applied; ApplyOwnEntry's applies the effect its
+// `build` writes).
 void File::ApplyOwnEntryWith(BlockTable* t, const LogPos& after, uint32_t at,
                              FunctionRef<bool(BlockTable*)> apply) {
   if (apply_lock_.test_and_set(std::memory_order_acquire)) return;  // someone is applying

@@ -278,6 +278,8 @@ class File {
   // (file.cc); `build` writes its effect.
   void ApplyOwnEntry(BlockTable* t, const LogPos& after, uint32_t at,
                      FunctionRef<void(Effect*)> build);
+  // The same with `apply` applying the entry to the table itself (true:
+  // applied).
   void ApplyOwnEntryWith(BlockTable* t, const LogPos& after, uint32_t at,
                          FunctionRef<bool(BlockTable*)> apply);
   // The same for an entry of `slots` slots that is the last before
