@@ -177,14 +177,6 @@ class BlockTable {
   // (File::ApplyOwnLastEntry of a flip): a flip stamped with `now`, and entries committed
   // after it, which the next catch-up finds, were committed after it.
   void BeginOwnApply(uint32_t now) { flip_stamp_ = caught_up_at_ = now; }
-  // Applies its committer's own toggle of paired block v, whose mask was
-  // `was` (the table stands right before the entry, so as the committer
-  // saw it): the mask becomes was ^ granules, as ApplyFlip would make it,
-  // without an Effect or ApplyFlip's checks, which the commit passed.
-  // False, and nothing applied, if the block is not paired with mask `was`.
-  bool ApplyOwnToggle(uint64_t v, uint32_t was, uint32_t granules) {
-    return shadows_.Toggle(v, was, was ^ granules, flip_stamp_);
-  }
   // For a table replayed afresh to replace `old` (after a compaction),
   // before it is published: a pair `old` knew as it is keeps old's stamp;
   // one that changed since was flipped after old's last catch-up. (Every

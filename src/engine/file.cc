@@ -290,45 +290,29 @@ Status File::CatchUp(ThreadCtx* c, BlockTable** out) {
 // The next catch-up would decode the entry just committed to apply it.
 // When the table stands right before it (its first slot `at`, nothing
 // committed before it that the table lacks) and nobody else is applying,
-// the committer applies it itself, from what it knows: `apply` applies it
-// to the table (true: applied; ApplyOwnEntry's applies the effect its
-// `build` writes).
-void File::ApplyOwnEntryWith(BlockTable* t, const LogPos& after, uint32_t at,
-                             FunctionRef<bool(BlockTable*)> apply) {
+// the committer applies it itself, from what it knows: `build` writes its
+// effect.
+void File::ApplyOwnEntry(BlockTable* t, const LogPos& after, uint32_t at,
+                         FunctionRef<void(Effect*)> build) {
   if (apply_lock_.test_and_set(std::memory_order_acquire)) return;  // someone is applying
   const LogPos cur = t->cursor();
   if (t == table_.load(std::memory_order_relaxed) && cur.lblock == after.lblock && cur.slot == at &&
       !StaleAfterCompaction(*t, cur, root_.words->compact_seq.load(std::memory_order_acquire))) {
+    build(&own_effect_);
     // Entries the next catch-up finds were committed after this one.
     if (root_.granules) t->BeginOwnApply(ShadowIndex::Now());
     // It passed the same checks at commit; a failure leaves the cursor
     // before it, for a catch-up to decode and report.
-    if (apply(t)) t->set_cursor(after);
+    if (t->Apply(own_effect_).ok()) t->set_cursor(after);
   }
   apply_lock_.clear(std::memory_order_release);
 }
 
-void File::ApplyOwnEntry(BlockTable* t, const LogPos& after, uint32_t at,
-                         FunctionRef<void(Effect*)> build) {
-  ApplyOwnEntryWith(t, after, at, [&](BlockTable* tb) {
-    build(&own_effect_);  // under apply_lock_
-    return tb->Apply(own_effect_).ok();
-  });
-}
-
-void File::ApplyOwnLastEntryWith(BlockTable* t, const LogPos& after, uint32_t slots,
-                                 FunctionRef<bool(BlockTable*)> apply) {
-  const uint32_t at = after.last;  // the entry's first slot: the last entry before `after`
-  if (at == LogPos::kNoSlot || at + slots != after.slot) return;
-  ApplyOwnEntryWith(t, after, at, apply);
-}
-
 void File::ApplyOwnLastEntry(BlockTable* t, const LogPos& after, uint32_t slots,
                              FunctionRef<void(Effect*)> build) {
-  ApplyOwnLastEntryWith(t, after, slots, [&](BlockTable* tb) {
-    build(&own_effect_);  // under apply_lock_
-    return tb->Apply(own_effect_).ok();
-  });
+  const uint32_t at = after.last;  // the entry's first slot: the last entry before `after`
+  if (at == LogPos::kNoSlot || at + slots != after.slot) return;
+  ApplyOwnEntry(t, after, at, build);
 }
 
 // ---------------------------------------------------------------------------

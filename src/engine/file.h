@@ -278,19 +278,10 @@ class File {
   // (file.cc); `build` writes its effect.
   void ApplyOwnEntry(BlockTable* t, const LogPos& after, uint32_t at,
                      FunctionRef<void(Effect*)> build);
-  // The same with `apply` applying the entry to the table itself (true:
-  // applied).
-  void ApplyOwnEntryWith(BlockTable* t, const LogPos& after, uint32_t at,
-                         FunctionRef<bool(BlockTable*)> apply);
   // The same for an entry of `slots` slots that is the last before
   // `after` (a flip, an append: nobody else's entry between them).
   void ApplyOwnLastEntry(BlockTable* t, const LogPos& after, uint32_t slots,
                          FunctionRef<void(Effect*)> build);
-  // ApplyOwnLastEntry with `apply` applying the entry to the table itself
-  // (true: applied), for an entry the table can take without an Effect
-  // (a toggle: BlockTable::ApplyOwnToggle).
-  void ApplyOwnLastEntryWith(BlockTable* t, const LogPos& after, uint32_t slots,
-                             FunctionRef<bool(BlockTable*)> apply);
   void ApplyOwnPatch(BlockTable* t, const LogPos& after, uint32_t rs, uint32_t words, uint64_t v,
                      uint32_t in, uint32_t n);
   // Copies bytes [lo, hi) of block v's patches in t over out (which holds

@@ -202,17 +202,9 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
     ReleaseDisplaced(c, &old, 1);
   }
   // Applied by its committer where it can be: an ApplyFlip and its
-  // decoding in the next catch-up were 8% of a toggle's samples. A toggle
-  // (the common small write) sets the mask directly: through an Effect and
-  // ApplyFlip it took 209 of a write's ~2,040 instructions and its
-  // Effect 52 more (callgrind, random 128-byte writes of a paired file).
-  if (paired) {
-    ApplyOwnLastEntryWith(t, p, kGranuleFlipSlots,
-                          [&](BlockTable* tb) { return tb->ApplyOwnToggle(v, mask, granules); });
-  } else {
-    ApplyOwnLastEntry(t, p, kGranuleFlipSlots,
-                      [&](Effect* eff) { eff->SetFlip(uint32_t(v), named, granules, !paired, anywhere); });
-  }
+  // decoding in the next catch-up were 8% of a toggle's samples.
+  ApplyOwnLastEntry(t, p, kGranuleFlipSlots,
+                    [&](Effect* eff) { eff->SetFlip(uint32_t(v), named, granules, !paired, anywhere); });
   *done = true;
   return Status::OK();
 }

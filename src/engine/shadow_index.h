@@ -97,20 +97,6 @@ class ShadowIndex {
     if (s->load(std::memory_order_relaxed) != shadow) s->store(shadow, std::memory_order_release);
     w->store(uint64_t{stamp} << kStampShift | kPaired | mask, std::memory_order_release);
   }
-  // A toggle of paired block v applied by its committer: if v is paired
-  // with mask `was`, its mask becomes `now` (stamped `stamp`), in one walk
-  // of the tree; false, and nothing changed, if v is not paired so.
-  bool Toggle(uint64_t v, uint32_t was, uint32_t now, uint32_t stamp) {
-    UPFS_ASSERT(stamp <= kStampMask);
-    const Entry* e = EntryOf(v);
-    if (!e) return false;
-    const uint64_t w = e->w.load(std::memory_order_relaxed);
-    if (!(w & kPaired) || uint32_t(w) != was) return false;
-    // Only the table's applier stores (the table's discipline); the entry
-    // is the tree's, reached through a const walk.
-    const_cast<Entry*>(e)->w.store(uint64_t{stamp} << kStampShift | kPaired | now, std::memory_order_release);
-    return true;
-  }
   // Ends the pairing of blocks [v0, v1) (mapped anew, or unmapped).
   void Clear(uint64_t v0, uint64_t v1) {
     if (!any()) return;

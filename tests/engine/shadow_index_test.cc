@@ -84,32 +84,6 @@ Effect Map(uint32_t v, uint32_t l, uint32_t n, uint64_t size) {
   return e;
 }
 
-// A committer's own toggle (BlockTable::ApplyOwnToggle): the mask changes
-// only if the block is paired with the mask the writer saw; the shadow,
-// the count and other blocks stay.
-TEST(ShadowIndex, AToggleChangesOnlyAPairingWithTheMaskItSaw) {
-  ShadowIndex x;
-  EXPECT_FALSE(x.Toggle(5, 0, 1, 3)) << "an empty index has no pairing to toggle";
-  x.Set(5, 77, 0x6u, 12);
-  x.Set(6, 78, 0x1u, 12);
-  EXPECT_FALSE(x.Toggle(4, 0, 1, 3)) << "block 4 is not paired";
-  EXPECT_FALSE(x.Toggle(5, 0x2u, 0x3u, 13)) << "block 5's mask is not 0x2";
-  uint32_t mask = 0, shadow = 0;
-  ASSERT_TRUE(x.Get(5, &mask, &shadow));
-  EXPECT_EQ(mask, 0x6u) << "a refused toggle changes nothing";
-  EXPECT_EQ(x.Stamp(5), 12u);
-  ASSERT_TRUE(x.Toggle(5, 0x6u, 0x6u ^ 0x81u, 13));
-  ASSERT_TRUE(x.Get(5, &mask, &shadow));
-  EXPECT_EQ(mask, 0x87u);
-  EXPECT_EQ(shadow, 77u) << "the shadow stays";
-  EXPECT_EQ(x.Stamp(5), 13u) << "stamped anew";
-  EXPECT_EQ(x.count(), 2u);
-  ASSERT_TRUE(x.Get(6, &mask, &shadow));
-  EXPECT_EQ(mask, 0x1u) << "another block is left alone";
-  x.Clear(5, 6);
-  EXPECT_FALSE(x.Toggle(5, 0x87u, 0, 14)) << "an ended pairing is not toggled";
-}
-
 TEST(ShadowIndex, SetsClearsAndListsInBlockOrder) {
   ShadowIndex x;
   uint32_t mask = 7;
