@@ -9,6 +9,8 @@ const std::string& Status::message() const {
   return msg_ ? *msg_ : kEmpty;
 }
 
+std::string* Status::CopyMessage(const std::string& m) { return new std::string(m); }
+
 std::string Status::ToString() const {
   if (ok()) return "OK";
   std::string s = message();
