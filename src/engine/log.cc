@@ -214,8 +214,10 @@ Status BlockTable::ApplyFlip(const Effect& e) {
   if ((uint64_t(e.vblock) << kBlockShift) >= size())
     return bad("the block lies past the size " + std::to_string(size()));
   if (patches_.Count(e.vblock)) return bad("the block has patches");
-  uint32_t mask = 0;
-  const bool paired = shadows_.Get(e.vblock, &mask);
+  // One walk of the index for both the mask and the shadow (a toggle
+  // needs the shadow again for its Set).
+  uint32_t mask = 0, shadow = 0;
+  const bool paired = shadows_.Get(e.vblock, &mask, &shadow);
   if (e.flip_set && e.flip_anywhere) {
     if (named == l) return bad("the shadow is the block itself");
     if (paired) return bad("the block is paired already");
@@ -233,7 +235,7 @@ Status BlockTable::ApplyFlip(const Effect& e) {
     shadows_.Clear(e.vblock, e.vblock + 1);
     return Status::OK();
   }
-  shadows_.Set(e.vblock, shadows_.Shadow(e.vblock), mask ^ e.flip_mask, flip_stamp_);
+  shadows_.Set(e.vblock, shadow, mask ^ e.flip_mask, flip_stamp_);
   return Status::OK();
 }
 
