@@ -85,13 +85,31 @@ void ExpectParked(const std::string& path, struct stat* host) {
   ASSERT_EQ(upfs_stat_if_open(host, nullptr), 1) << "not parked";
 }
 
+// Writes `path` (Pattern(bytes, seed)), closes it and checks that it was
+// parked; *host: its host identity.
+void WriteParked(const std::string& path, size_t bytes, int seed, struct stat* host) {
+  ASSERT_EQ(WriteAndClose(path, Pattern(bytes, seed)), 0) << upfs_last_error();
+  ASSERT_NO_FATAL_FAILURE(ExpectParked(path, host));
+}
+
+// Whether `done` holds within 20 s. Generous: the tests check that what
+// they wait for happens (parking lasts a second), not how fast.
+template <typename Pred>
+bool Soon(Pred done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
 TEST(ParkedFiles, ReopenSeesWhatAnotherProcessWroteMeanwhile) {
   if (ParkingOff()) GTEST_SKIP() << "UPFS_PARKED_FILES=0";
   TempDir d;
   const std::string path = d.File("p");
-  ASSERT_EQ(WriteAndClose(path, Pattern(10000, 1)), 0) << upfs_last_error();
   struct stat host;
-  ASSERT_NO_FATAL_FAILURE(ExpectParked(path, &host));
+  ASSERT_NO_FATAL_FAILURE(WriteParked(path, 10000, 1, &host));
   Bytes other = Pattern(30000, 2);
   ASSERT_EQ(InChild([&] { return WriteAndClose(path, other) == 0; }), "exit 0");
   int fd = upfs_open(path.c_str(), O_RDONLY);
@@ -143,18 +161,13 @@ TEST(ParkedFiles, UnlinkByAnotherProcessFreesTheFileSoon) {
   if (ParkingOff()) GTEST_SKIP() << "UPFS_PARKED_FILES=0";
   TempDir d;
   const std::string path = d.File("u");
-  ASSERT_EQ(WriteAndClose(path, Pattern(200000, 5)), 0) << upfs_last_error();
   struct stat host;
-  ASSERT_NO_FATAL_FAILURE(ExpectParked(path, &host));
+  ASSERT_NO_FATAL_FAILURE(WriteParked(path, 200000, 5, &host));
   ASSERT_EQ(DescriptorsUnder(d.path()), 1);
   ASSERT_EQ(InChild([&] { return upfs_unlink(path.c_str()) == 0; }), "exit 0");
   // Parked for at most a second: then space and shared state go, without
-  // this process calling upfs again. (The bound below is generous: the
-  // test checks that it happens, not how fast.)
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while ((DescriptorsUnder(d.path()) != 0 || SharedStateExists(host)) &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // this process calling upfs again.
+  Soon([&] { return DescriptorsUnder(d.path()) == 0 && !SharedStateExists(host); });
   EXPECT_EQ(DescriptorsUnder(d.path()), 0) << "the unlinked file is still held open";
   EXPECT_FALSE(SharedStateExists(host)) << "its shared state was left behind";
 }
@@ -181,16 +194,10 @@ TEST(ParkedFiles, AtMostTheLimitAreKeptAndDropReleasesThem) {
 }
 
 // Whether every File under dir is let go (its host descriptor closed)
-// within 20 s. Generous: the tests check that it goes, not how fast
-// (parking lasts a second). Asked by the descriptors, not through upfs:
-// a lookup of a parked File (upfs_stat_if_open) takes it and parks it anew.
+// soon. Asked by the descriptors, not through upfs: a lookup of a parked
+// File (upfs_stat_if_open) takes it and parks it anew.
 bool ReleasedSoon(const std::string& dir) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (DescriptorsUnder(dir) != 0) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
+  return Soon([&] { return DescriptorsUnder(dir) == 0; });
 }
 
 // The reaper is woken only when it waits without a deadline (nothing was
@@ -199,14 +206,11 @@ bool ReleasedSoon(const std::string& dir) {
 TEST(ParkedFiles, AFileParkedAfterTheReaperWentIdleIsStillReleased) {
   if (ParkingOff()) GTEST_SKIP() << "UPFS_PARKED_FILES=0";
   TempDir d;
-  const std::string a = d.File("a"), b = d.File("b");
-  ASSERT_EQ(WriteAndClose(a, Pattern(5000, 8)), 0) << upfs_last_error();
   struct stat host;
-  ASSERT_NO_FATAL_FAILURE(ExpectParked(a, &host));
+  ASSERT_NO_FATAL_FAILURE(WriteParked(d.File("a"), 5000, 8, &host));
   ASSERT_TRUE(ReleasedSoon(d.path())) << "the first parked file was never let go";
   // The reaper has nothing left: it waits without a deadline now.
-  ASSERT_EQ(WriteAndClose(b, Pattern(5000, 9)), 0) << upfs_last_error();
-  ASSERT_NO_FATAL_FAILURE(ExpectParked(b, &host));
+  ASSERT_NO_FATAL_FAILURE(WriteParked(d.File("b"), 5000, 9, &host));
   EXPECT_TRUE(ReleasedSoon(d.path())) << "a file parked while the reaper was idle is kept for good";
 }
 
@@ -217,9 +221,8 @@ TEST(ParkedFiles, AFileReopenedInALoopIsReleasedWhenTheLoopStops) {
   if (ParkingOff()) GTEST_SKIP() << "UPFS_PARKED_FILES=0";
   TempDir d;
   const std::string path = d.File("l");
-  ASSERT_EQ(WriteAndClose(path, Pattern(5000, 10)), 0) << upfs_last_error();
   struct stat host;
-  ASSERT_NO_FATAL_FAILURE(ExpectParked(path, &host));
+  ASSERT_NO_FATAL_FAILURE(WriteParked(path, 5000, 10, &host));
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
   while (std::chrono::steady_clock::now() < until) {
     const int fd = upfs_open(path.c_str(), O_RDONLY);
