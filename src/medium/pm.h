@@ -55,14 +55,14 @@ inline void CopyNT(void* dst, const void* src, size_t n) {
 }
 
 // Non-temporal copy of whole cache lines into media: dst 64-byte aligned,
-// n a multiple of 64; not ordered until Fence(). The streaming stores
-// CopyNT's libpmem issues for whole lines, without its dispatch, which
-// cost about 135 instructions a call (callgrind): a granule flip copies
-// one run of 128-byte granules per call, up to 16 of them for a 2 KiB
-// write whose granules alternate between their homes (docs/design.md, "A
-// toggle"). ThreadSanitizer builds copy through libpmem, as CopyNT does:
-// the race detector has never seen media copies (optimistic readers race
-// them by design, and validate).
+// n a multiple of 64; not ordered until Fence(). Streaming stores (SSE2,
+// 16 bytes each), as CopyNT's libpmem issues for whole lines, without its
+// dispatch, which cost about 135 instructions a call (callgrind): a
+// granule flip copies one run of 128-byte granules per call, up to 16 of
+// them for a 2 KiB write whose granules alternate between their homes
+// (docs/design.md, "A toggle"). ThreadSanitizer builds copy through
+// libpmem, as CopyNT does: the race detector has never seen media copies
+// (optimistic readers race them by design, and validate).
 inline void CopyNTLines(void* dst, const void* src, size_t n) {
   UPFS_ASSERT((reinterpret_cast<uintptr_t>(dst) & 63) == 0 && n % 64 == 0);
   if (Recorder* r = ActiveRecorder()) r->OnCopy(dst, src, n);
