@@ -129,12 +129,12 @@ void WriteGranules(char* const home[2], uint32_t mask, uint32_t granules, const 
     const uint32_t g = uint32_t(__builtin_ctz(rest));
     const uint32_t live = mask >> g & 1;
     ComposeGranule(home[live], in, lo, hi, valid, g, img);
-    pm::CopyNTLines(home[live ^ 1] + g * kGranuleSize, img, kGranuleSize);
+    pm::CopyNT(home[live ^ 1] + g * kGranuleSize, img, kGranuleSize);
   }
   for (const uint32_t live : {0u, 1u}) {
     ForEachGranuleRun(whole & (live ? mask : ~mask), [&](uint32_t first, uint32_t end) {
-      pm::CopyNTLines(home[live ^ 1] + first * kGranuleSize, in + (first * kGranuleSize - lo),
-                      (end - first) * kGranuleSize);
+      pm::CopyNT(home[live ^ 1] + first * kGranuleSize, in + (first * kGranuleSize - lo),
+                 (end - first) * kGranuleSize);
     });
   }
 }
