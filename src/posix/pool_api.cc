@@ -247,6 +247,23 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
   }
   PoolNamespace ns = Ns(p);
   const bool creat = flags & O_CREAT, excl = creat && (flags & O_EXCL);
+  // A new file in a directory this thread created in before: no walk to
+  // it, no lookup under the index lock held shared (ParentCache). O_EXCL
+  // only: without it an existing name is opened, which the walk does.
+  const bool cacheable = excl && p.start == 0 && !(flags & O_DIRECTORY);
+  WalkTrace trace;
+  if (cacheable) {
+    Resolved r;
+    uint32_t gen = 0;
+    bool used = false;
+    Status st = ns.CreateCached(p.inner, mode, c, &r.ino, &gen, &used);
+    if (used) {
+      if (!st.ok()) return Fail(st);
+      r.type = FileType::kRegular;
+      return NewDescriptor(p, r, gen, flags, &use);
+    }
+    ns.TraceWalks(&trace);
+  }
   for (int attempt = 0; attempt < 100; ++attempt) {
     Resolved r;
     bool created = false, held = false;
@@ -261,6 +278,7 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
       if (st.err() == EEXIST && !excl) continue;  // another creator won: open theirs
       if (!st.ok()) return Fail(st);
       r.type = FileType::kRegular;
+      if (cacheable && trace.n != 0 && trace.dirs[trace.n - 1] == r.dir) ns.RememberParent(p.inner, trace);
     } else if (excl) {
       return FailErrno(EEXIST, "file exists");
     }

@@ -178,6 +178,9 @@ Status PoolNamespace::CheckSticky(uint64_t dir, uint64_t ino) const {
 // A create's check at the log's tail (index lock held): the name Resolve
 // saw absent is absent still, in a directory that still exists.
 Status PoolNamespace::NameStillFree(const Resolved& at) const {
+  // A directory from the parent cache: still where its path leads, unless
+  // a directory was removed or moved since its walk (then walk again).
+  if (at.shape != 0 && at.shape != pool_->index()->shape()) return Stale();
   NsEntry e;
   if (SameView(at)) return Status::OK();  // nothing committed since Resolve
   if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
@@ -254,6 +257,42 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
   *created = true;
   if (held_gen) *held_gen = IdentGen(image.ident.load(std::memory_order_relaxed));
   return Status::OK();
+}
+
+Status PoolNamespace::CreateCached(std::string_view path, mode_t mode, Consistency c, uint64_t* ino,
+                                   uint32_t* held_gen, bool* used) {
+  *used = false;
+  std::string_view dir, name;
+  if (!SplitCreatePath(path, &dir, &name)) return Status::OK();
+  const ParentCache::Entry* e = ParentCache::Find(pool_->instance(), dir);
+  if (!e) return Status::OK();
+  const WalkTrace walk = e->walk;  // the entry may be replaced below
+  // Search permission on the walk's directories, as the walk checks it; a
+  // refusal is the walk's to give (it names the right error).
+  for (uint32_t i = 0; i < walk.n; ++i) {
+    Inode* d;
+    if (!pool_->InodeAt(walk.dirs[i], &d).ok() || !Permit(d, kWantExec).ok()) return Status::OK();
+  }
+  Resolved at;
+  at.dir = walk.dirs[walk.n - 1];
+  at.name.assign(name);
+  at.type = FileType::kFree;
+  at.shape = walk.shape;
+  bool created;
+  Status st = Create(at, mode, c, ino, &created, held_gen);
+  if (st.err() == ESTALE) {
+    ParentCache::Forget(pool_->instance(), dir);
+    return Status::OK();
+  }
+  *used = true;
+  ParentCache::CountUse();
+  return st;
+}
+
+void PoolNamespace::RememberParent(std::string_view path, const WalkTrace& trace) {
+  std::string_view dir, name;
+  if (!trace.plain || trace.n == 0 || trace.shape == 0 || !SplitCreatePath(path, &dir, &name)) return;
+  ParentCache::Remember(pool_->instance(), dir, trace);
 }
 
 Status PoolNamespace::Mkdir(const Resolved& at, mode_t mode) {

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "container/pool/parent_cache.h"
 #include "container/pool/pool.h"
 #include "util/assert.h"
 #include "util/function_ref.h"
@@ -70,6 +71,9 @@ struct Resolved {
   // is still that one, the index says what it said then, and a commit's
   // checks of the names need not look again (see SameView).
   uint64_t seen = 0;
+  // Nonzero: the directory came from the parent cache, not from a walk,
+  // and a commit in it holds only while the index's shape() is this one.
+  uint64_t shape = 0;
 };
 
 class PoolNamespace {
@@ -106,6 +110,20 @@ class PoolNamespace {
   // new inode is born held (as TakeHold) and *held_gen is its generation.
   Status Create(const Resolved& at, mode_t mode, format::Consistency c, uint64_t* ino, bool* created,
                 uint32_t* held_gen = nullptr);
+  // Create of an absolute `path` whose directory this thread created in
+  // before (ParentCache), without walking to it: search permission checked
+  // on the directories of that walk, the rest as Create's (the file born
+  // held). *used false: the cache could not answer (no entry, a permission
+  // to refuse, a directory removed or moved since), nothing was done, and
+  // the caller resolves the path; true: the answer is the call's.
+  Status CreateCached(std::string_view path, mode_t mode, format::Consistency c, uint64_t* ino,
+                      uint32_t* held_gen, bool* used);
+  // Records the directories of this object's next walks in *trace (null:
+  // none), for RememberParent.
+  void TraceWalks(WalkTrace* trace) { trace_ = trace; }
+  // After a create at absolute `path` resolved with *trace: its directory
+  // into this thread's parent cache, if the walk was a plain one.
+  void RememberParent(std::string_view path, const WalkTrace& trace);
   Status Mkdir(const Resolved& at, mode_t mode);
   Status Symlink(const Resolved& at, std::string_view target);
   Status Link(const Resolved& from, const Resolved& to);
@@ -206,6 +224,7 @@ class PoolNamespace {
 
   Pool* pool_;
   const Credentials* who_;
+  WalkTrace* trace_ = nullptr;
 };
 
 }  // namespace upfs

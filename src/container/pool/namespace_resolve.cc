@@ -147,6 +147,7 @@ Status PoolNamespace::ResolveHeld(std::string_view path, bool follow, Resolved* 
     UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
     UPFS_RETURN_IF_ERROR(ResolveLocked(path, follow, out, escape, start));
     out->seen = pool_->log()->view();
+    if (trace_) trace_->shape = pool_->index()->shape();
     if (!held || out->ino == 0 || !pool_->InodeAt(out->ino, &counted).ok()) return Status::OK();
     if (auto* fn = g_before_hold_for_test.load(std::memory_order_acquire)) fn(g_before_hold_arg.load());
     // TakeHold's protocol, its second look made by this one: the count
@@ -190,6 +191,10 @@ Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved
   const bool trailing_slash = !path.empty() && path.back() == '/';
   PathCursor parts(path);
   uint64_t cur = pool_->root_ino();
+  if (trace_) {
+    trace_->Reset();
+    trace_->plain = start == 0 && path.front() == '/';
+  }
   if (start != 0 && start != cur) {
     // A directory descriptor's directory: removed since it was opened,
     // nothing can be found or made in it (ENOENT, as in the kernel).
@@ -220,6 +225,10 @@ Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved
     Inode* din;
     UPFS_RETURN_IF_ERROR(pool_->InodeAt(cur, &din));
     UPFS_RETURN_IF_ERROR(Permit(din, kWantExec));
+    if (trace_) {
+      trace_->Add(cur);
+      if (dot) trace_->plain = false;
+    }
     const bool last = parts.AtEnd();
     if (c == ".") {
       if (last) *out = Resolved{d.parent, "", cur, FileType::kDirectory};
@@ -241,6 +250,7 @@ Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved
     }
     if (found.type == FileType::kSymlink && (!last || follow || trailing_slash)) {
       if (++links > kMaxSymlinkDepth) return Status::Error(ELOOP, "too many symbolic links");
+      if (trace_) trace_->plain = false;
       UPFS_RETURN_IF_ERROR(Readlink(found.ino, &target));
       if (!target.empty() && target[0] == '/') {
         if (escape) *escape = target + std::string(parts.rest());

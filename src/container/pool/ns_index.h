@@ -64,6 +64,15 @@ class NsIndex {
   void CollectMultiLinks(std::unordered_map<uint64_t, uint32_t>* out) const;
   uint64_t delta_records() const { return records_; }
 
+  // Names the directory structure the index holds: a new number with every
+  // record that removes or moves a directory (rmdir; a rename or exchange
+  // of one, or over one) and with every rebase, never 0. While it stays
+  // the same, a path made only of directories leads where it led (a
+  // create, link or symbolic link cannot take a directory's name); the
+  // parent cache relies on that (container/pool/parent_cache.h). Written
+  // under the index lock, read under it.
+  uint64_t shape() const { return shape_; }
+
   bool Dir(uint64_t ino, NsDirInfo* out) const;
   bool IsDir(uint64_t ino) const { return Dir(ino, nullptr); }
   bool Find(uint64_t dir, std::string_view name, NsEntry* out) const;
@@ -156,6 +165,7 @@ class NsIndex {
   DirTable<DeltaDir> dirs_;
   LinkTable links_;
   uint64_t records_ = 0;
+  uint64_t shape_ = 1;
 };
 
 template <typename Fn>

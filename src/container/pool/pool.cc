@@ -202,6 +202,8 @@ Status Pool::Create(const std::string& path, uint64_t size_hint) {
 
 Pool::Pool(std::string path, std::unique_ptr<Medium> medium, uint64_t dev)
     : path_(std::move(path)), medium_(std::move(medium)), access_(medium_.get()), dev_(dev) {
+  static std::atomic<uint64_t> instances{0};
+  instance_ = instances.fetch_add(1, std::memory_order_relaxed) + 1;
   for (auto& s : ns_slots_) s.store(kMaxSlots, std::memory_order_relaxed);
 }
 

@@ -86,6 +86,9 @@ class Pool {
   }
   uint64_t root_ino() const { return super()->root_ino; }
   uint64_t dev() const { return dev_; }
+  // A number no other attachment made by this process had: what a
+  // thread's caches key this attachment by (an address may be reused).
+  uint64_t instance() const { return instance_; }
   NsLog* log() { return &log_; }
   NsIndex* index() { return &index_; }
   InodeAllocator* inodes() { return &inodes_; }
@@ -230,6 +233,7 @@ class Pool {
   std::unique_ptr<Medium> medium_;
   BlockAccess access_;
   uint64_t dev_;
+  uint64_t instance_;
   std::unique_ptr<SlotLocks> slot_locks_;
   std::unique_ptr<AllocationBitmap> bitmap_;
   std::unique_ptr<EpochDomain> epochs_;

@@ -1,0 +1,255 @@
+// The parent cache (container/pool/parent_cache.h): a create with O_EXCL in
+// a directory the thread created in before skips the walk to it, and
+// falls back to the walk whenever that could answer otherwise: the
+// directory renamed, removed and made again, exchanged with a file,
+// replaced by a rename over it, moved by another attachment of the pool,
+// its search permission taken away, reached through a symbolic link, or
+// another pool mounted where it was. Every case checks where the file
+// went, not only that the call returned.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "container/pool/namespace.h"
+#include "container/pool/parent_cache.h"
+#include "container/pool/pool.h"
+#include "pool_attached_fixture.h"
+#include "pool_test_fixture.h"
+
+namespace {
+
+using upfs::ParentCache;
+
+class PoolParentCache : public pool_test::PoolTest {
+ protected:
+  // O_CREAT|O_EXCL of `rel`, closed at once: 0, or the errno.
+  int Excl(const std::string& rel) {
+    const int fd = upfs_open(P(rel).c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+    if (fd < 0) return errno;
+    EXPECT_EQ(upfs_close(fd), 0);
+    return 0;
+  }
+  ino_t Ino(const std::string& rel) {
+    struct stat st;
+    if (upfs_lstat(P(rel).c_str(), &st) != 0) return 0;
+    return st.st_ino;
+  }
+};
+
+TEST_F(PoolParentCache, TheSecondCreateInADirectoryComesFromTheCache) {
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  const uint64_t before = ParentCache::uses();
+  ASSERT_EQ(Excl("d/a"), 0);  // walks, and keeps the directory
+  EXPECT_EQ(ParentCache::uses(), before);
+  ASSERT_EQ(Excl("d/b"), 0);
+  ASSERT_EQ(Excl("d/c"), 0);
+  EXPECT_EQ(ParentCache::uses(), before + 2);
+  EXPECT_EQ(Excl("d/b"), EEXIST);  // answered from the cache too
+  EXPECT_EQ(ParentCache::uses(), before + 3);
+  EXPECT_EQ(List("d"), (std::vector<std::string>{".", "..", "a", "b", "c"}));
+  ExpectClean();
+}
+
+TEST_F(PoolParentCache, ARenamedDirectoryIsWalkedAgain) {
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  ASSERT_EQ(Excl("d/a"), 0);
+  ASSERT_EQ(upfs_rename(P("d").c_str(), P("e").c_str()), 0);
+  EXPECT_EQ(Excl("d/b"), ENOENT);  // not into the directory now named e
+  EXPECT_EQ(List("e"), (std::vector<std::string>{".", "..", "a"}));
+  ASSERT_EQ(Excl("e/b"), 0);
+  EXPECT_EQ(List("e"), (std::vector<std::string>{".", "..", "a", "b"}));
+  ExpectClean();
+}
+
+TEST_F(PoolParentCache, ADirectoryRemovedAndMadeAgainGetsTheNewFiles) {
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  ASSERT_EQ(Excl("d/a"), 0);
+  ASSERT_EQ(upfs_unlink(P("d/a").c_str()), 0);
+  ASSERT_EQ(upfs_rmdir(P("d").c_str()), 0);
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  ASSERT_EQ(Excl("d/b"), 0);
+  EXPECT_EQ(List("d"), (std::vector<std::string>{".", "..", "b"}));
+  ExpectClean();
+}
+
+TEST_F(PoolParentCache, ADirectoryExchangedWithAFileIsNoParent) {
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  ASSERT_EQ(Excl("d/a"), 0);
+  ASSERT_EQ(Excl("f"), 0);
+  ASSERT_EQ(upfs_renameat2(AT_FDCWD, P("d").c_str(), AT_FDCWD, P("f").c_str(), RENAME_EXCHANGE), 0);
+  EXPECT_EQ(Excl("d/b"), ENOTDIR);
+  EXPECT_EQ(List("f"), (std::vector<std::string>{".", "..", "a"}));
+  ExpectClean();
+}
+
+TEST_F(PoolParentCache, ADirectoryRenamedOverTheCachedOneGetsTheNewFiles) {
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  ASSERT_EQ(upfs_mkdir(P("e").c_str(), 0755), 0);
+  ASSERT_EQ(Excl("d/a"), 0);
+  ASSERT_EQ(upfs_unlink(P("d/a").c_str()), 0);
+  const ino_t e = Ino("e");
+  ASSERT_EQ(upfs_rename(P("e").c_str(), P("d").c_str()), 0);  // over the empty d
+  ASSERT_EQ(Excl("d/b"), 0);
+  EXPECT_EQ(Ino("d"), e);
+  EXPECT_EQ(List("d"), (std::vector<std::string>{".", "..", "b"}));
+  ExpectClean();
+}
+
+TEST_F(PoolParentCache, ADirectoryReachedThroughASymbolicLinkIsNotKept) {
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  ASSERT_EQ(upfs_symlink("d", P("l").c_str()), 0);
+  const uint64_t before = ParentCache::uses();
+  ASSERT_EQ(Excl("l/a"), 0);
+  ASSERT_EQ(Excl("l/b"), 0);
+  EXPECT_EQ(ParentCache::uses(), before);
+  // The link now leads elsewhere: the walk follows it.
+  ASSERT_EQ(upfs_mkdir(P("e").c_str(), 0755), 0);
+  ASSERT_EQ(upfs_unlink(P("l").c_str()), 0);
+  ASSERT_EQ(upfs_symlink("e", P("l").c_str()), 0);
+  ASSERT_EQ(Excl("l/c"), 0);
+  EXPECT_EQ(List("e"), (std::vector<std::string>{".", "..", "c"}));
+  ExpectClean();
+}
+
+TEST_F(PoolParentCache, AnotherPoolMountedInThePlaceIsWalked) {
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  ASSERT_EQ(Excl("d/a"), 0);
+  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
+  const std::string second = pool_ + ".second";
+  unlink(second.c_str());
+  ASSERT_EQ(upfs_mkfs(second.c_str(), 0), 0) << upfs_last_error();
+  ASSERT_EQ(upfs_mount(second.c_str(), mnt_.c_str()), 0) << upfs_last_error();
+  const uint64_t before = ParentCache::uses();
+  EXPECT_EQ(Excl("d/b"), ENOENT);  // no d in this pool
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  ASSERT_EQ(Excl("d/b"), 0);
+  EXPECT_EQ(ParentCache::uses(), before);
+  EXPECT_EQ(List("d"), (std::vector<std::string>{".", "..", "b"}));
+  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
+  unlink(second.c_str());
+  ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
+  EXPECT_EQ(List("d"), (std::vector<std::string>{".", "..", "a"}));
+}
+
+// Creators in one directory while another thread renames it back and
+// forth: every create that returned made exactly one file, in that
+// directory, and the pool checks clean (also run under ThreadSanitizer).
+TEST_F(PoolParentCache, CreatesRaceRenamesOfTheirDirectory) {
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  constexpr int kThreads = 2, kPerThread = 400;
+  std::atomic<bool> stop{false};
+  std::atomic<int> made{0};
+  std::thread renamer([&] {
+    bool at_d = true;
+    while (!stop.load()) {
+      const std::string from = P(at_d ? "d" : "e"), to = P(at_d ? "e" : "d");
+      if (upfs_rename(from.c_str(), to.c_str()) == 0) at_d = !at_d;
+    }
+  });
+  std::vector<std::thread> creators;
+  for (int t = 0; t < kThreads; ++t) {
+    creators.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const std::string name = "t" + std::to_string(t) + "-" + std::to_string(i);
+        for (const char* dir : {"d/", "e/"}) {
+          const int e = Excl(dir + name);
+          if (e == 0) {
+            made.fetch_add(1);
+            break;
+          }
+          ASSERT_EQ(e, ENOENT) << dir << name;  // the directory had the other name
+        }
+      }
+    });
+  }
+  for (std::thread& c : creators) c.join();
+  stop.store(true);
+  renamer.join();
+  const std::string dir = Ino("d") ? "d" : "e";
+  const std::vector<std::string> names = List(dir);
+  EXPECT_EQ(names.size(), size_t(made.load()) + 2);
+  ExpectClean();
+}
+
+// Another attachment of the pool (another process, as far as the
+// namespace knows) moves the directory: the create from this attachment's
+// cache sees it at the log's tail and falls back to the walk.
+class PoolParentCacheAttached : public pool_test::AttachedPoolTest {
+ protected:
+  PoolParentCacheAttached() : AttachedPoolTest("parentcache") {}
+  void SetUp() override {
+    AttachedPoolTest::SetUp();
+    ASSERT_TRUE(upfs::Pool::Attach(path_, &other_).ok());
+  }
+  void TearDown() override {
+    other_.reset();
+    AttachedPoolTest::TearDown();
+  }
+  // Creates `path` by the walk, tracing it, and keeps its directory.
+  uint64_t CreateTraced(upfs::PoolNamespace ns, const std::string& path) {
+    upfs::WalkTrace trace;
+    ns.TraceWalks(&trace);
+    const uint64_t ino = CreatedAndClosedIn(ns, ResolvedIn(ns, path));
+    ns.RememberParent(path, trace);
+    return ino;
+  }
+  // CreateCached of `path` as `who`: whether the cache answered, and st.
+  bool Cached(const upfs::Credentials& who, const std::string& path, upfs::Status* st) {
+    uint64_t ino = 0;
+    uint32_t gen = 0;
+    bool used = false;
+    *st = upfs::PoolNamespace(pool_.get(), &who)
+              .CreateCached(path, 0644, upfs::format::Consistency::kStrict, &ino, &gen, &used);
+    if (used && st->ok()) upfs::PoolNamespace(pool_.get(), &who).DropHold(ino, gen);
+    return used;
+  }
+  std::unique_ptr<upfs::Pool> other_;
+};
+
+TEST_F(PoolParentCacheAttached, AMoveByAnotherAttachmentIsSeenAtTheTail) {
+  ASSERT_TRUE(Ns().Mkdir(At("/d"), 0755).ok());
+  CreateTraced(Ns(), "/d/a");
+  upfs::Status st;
+  ASSERT_TRUE(Cached(who_, "/d/b", &st));
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  upfs::PoolNamespace other(other_.get(), &who_);
+  ASSERT_TRUE(other.Rename(ResolvedIn(other, "/d"), ResolvedIn(other, "/e"), 0).ok());
+  EXPECT_FALSE(Cached(who_, "/d/c", &st));  // walk again: /d is gone
+  upfs::Resolved r;
+  EXPECT_EQ(Ns().Resolve("/d/c", false, &r).err(), ENOENT);
+  ASSERT_TRUE(Ns().Resolve("/e/c", false, &r).ok());
+  EXPECT_EQ(r.ino, 0u);
+}
+
+TEST_F(PoolParentCacheAttached, SearchPermissionIsCheckedAtEveryUse) {
+  ASSERT_TRUE(Ns().Mkdir(At("/d"), 0755).ok());
+  const uint64_t d = At("/d").ino;
+  ASSERT_TRUE(Ns().Chmod(d, 0777).ok());  // past the umask
+  upfs::Credentials user;
+  user.uid = 4321;
+  user.gid = 4321;
+  user.umask = 022;
+  CreateTraced(upfs::PoolNamespace(pool_.get(), &user), "/d/a");
+  upfs::Status st;
+  ASSERT_TRUE(Cached(user, "/d/b", &st));
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  // No search permission on /d for others: no create from the cache; the
+  // walk refuses it.
+  ASSERT_TRUE(Ns().Chmod(d, 0776).ok());
+  EXPECT_FALSE(Cached(user, "/d/c", &st));
+  upfs::Resolved r;
+  EXPECT_EQ(upfs::PoolNamespace(pool_.get(), &user).Resolve("/d/c", false, &r).err(), EACCES);
+  // Search but no write permission: the create's own check answers.
+  ASSERT_TRUE(Ns().Chmod(d, 0775).ok());
+  ASSERT_TRUE(Cached(user, "/d/c", &st));
+  EXPECT_EQ(st.err(), EACCES);
+}
+
+}  // namespace
