@@ -114,6 +114,32 @@ int ChangeAt(const PoolPath& p, Fn fn) {
   });
 }
 
+// A call that makes a new name at p (mkdir, symlink): fn(ns, resolved)
+// at the directory this thread's parent cache has for p, else at the
+// walk's answer, again while the namespace changes under it; a plain walk
+// to a directory where the call made the name is kept for the next call.
+template <typename Fn>
+int NewNameAt(const PoolPath& p, Fn fn) {
+  OpGuard g(DescriptorUse::None());
+  PoolNamespace ns = Ns(p);
+  WalkTrace trace;
+  if (p.start == 0) {
+    Resolved at;
+    if (ns.CachedParent(p.inner, &at)) {
+      Status st = fn(ns, at);
+      if (ns.CacheAnswered(p.inner, st)) return st.ok() ? 0 : Fail(st);
+    }
+    ns.TraceWalks(&trace);
+  }
+  return WithRetry([&]() -> Status {
+    Resolved r;
+    UPFS_RETURN_IF_ERROR(ResolveIn(ns, p, false, &r));
+    Status st = fn(ns, r);
+    if (st.ok() && p.start == 0 && r.ino == 0) ns.RememberParent(p.inner, r, trace);
+    return st;
+  });
+}
+
 }  // namespace
 
 PoolNode::~PoolNode() {
@@ -254,13 +280,15 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
   WalkTrace trace;
   if (cacheable) {
     Resolved r;
-    uint32_t gen = 0;
-    bool used = false;
-    Status st = ns.CreateCached(p.inner, mode, c, &r.ino, &gen, &used);
-    if (used) {
-      if (!st.ok()) return Fail(st);
-      r.type = FileType::kRegular;
-      return NewDescriptor(p, r, gen, flags, &use);
+    if (ns.CachedParent(p.inner, &r)) {
+      uint32_t gen = 0;
+      bool created = false;
+      Status st = ns.Create(r, mode, c, &r.ino, &created, &gen);
+      if (ns.CacheAnswered(p.inner, st)) {
+        if (!st.ok()) return Fail(st);
+        r.type = FileType::kRegular;
+        return NewDescriptor(p, r, gen, flags, &use);
+      }
     }
     ns.TraceWalks(&trace);
   }
@@ -278,7 +306,7 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
       if (st.err() == EEXIST && !excl) continue;  // another creator won: open theirs
       if (!st.ok()) return Fail(st);
       r.type = FileType::kRegular;
-      if (cacheable && trace.n != 0 && trace.dirs[trace.n - 1] == r.dir) ns.RememberParent(p.inner, trace);
+      if (cacheable) ns.RememberParent(p.inner, r, trace);
     } else if (excl) {
       return FailErrno(EEXIST, "file exists");
     }
@@ -481,7 +509,7 @@ int upfs_mkdirat(int dirfd, const char* path, mode_t mode) {
   PoolPath p;
   if (!InPool(dirfd, path, &p)) return mkdirat(dirfd, path, mode) == 0 ? 0 : FailErrno(errno, "mkdir failed");
   auto in_pool = [&] {
-    return ChangeAt(p, [&](PoolNamespace& ns, const Resolved& r) {
+    return NewNameAt(p, [&](PoolNamespace& ns, const Resolved& r) {
       return r.ino != 0 ? Status::Error(EEXIST, "file exists") : ns.Mkdir(r, mode);
     });
   };
@@ -524,7 +552,7 @@ int upfs_symlink(const char* target, const char* linkpath) {
   if (!InPool(AT_FDCWD, linkpath, &p))
     return symlink(target, linkpath) == 0 ? 0 : FailErrno(errno, "symlink failed");
   auto in_pool = [&] {
-    return ChangeAt(p, [&](PoolNamespace& ns, const Resolved& r) { return ns.Symlink(r, target); });
+    return NewNameAt(p, [&](PoolNamespace& ns, const Resolved& r) { return ns.Symlink(r, target); });
   };
   return FollowEscape({&p}, in_pool, [&](const std::string& to, int) { return upfs_symlink(target, to.c_str()); });
 }

@@ -1,5 +1,6 @@
-// The parent cache (container/pool/parent_cache.h): a create with O_EXCL in
-// a directory the thread created in before skips the walk to it, and
+// The parent cache (container/pool/parent_cache.h): a create with O_EXCL,
+// a mkdir or a symbolic link in a directory the thread made a name in
+// before skips the walk to it, and
 // falls back to the walk whenever that could answer otherwise: the
 // directory renamed, removed and made again, exchanged with a file,
 // replaced by a rename over it, moved by another attachment of the pool,
@@ -54,6 +55,30 @@ TEST_F(PoolParentCache, TheSecondCreateInADirectoryComesFromTheCache) {
   EXPECT_EQ(Excl("d/b"), EEXIST);  // answered from the cache too
   EXPECT_EQ(ParentCache::uses(), before + 3);
   EXPECT_EQ(List("d"), (std::vector<std::string>{".", "..", "a", "b", "c"}));
+  ExpectClean();
+}
+
+TEST_F(PoolParentCache, MkdirAndSymlinkUseTheCacheToo) {
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  ASSERT_EQ(upfs_mkdir(P("d/s1").c_str(), 0755), 0);  // walks, and keeps d
+  const uint64_t before = ParentCache::uses();
+  ASSERT_EQ(upfs_mkdir(P("d/s2").c_str(), 0755), 0);
+  ASSERT_EQ(upfs_symlink("s1", P("d/l").c_str()), 0);
+  ASSERT_EQ(Excl("d/f"), 0);
+  EXPECT_EQ(ParentCache::uses(), before + 3);
+  EXPECT_EQ(upfs_mkdir(P("d/f").c_str(), 0755), -1);
+  EXPECT_EQ(errno, EEXIST);
+  EXPECT_EQ(upfs_symlink("x", P("d/s2").c_str()), -1);
+  EXPECT_EQ(errno, EEXIST);
+  EXPECT_EQ(List("d"), (std::vector<std::string>{".", "..", "f", "l", "s1", "s2"}));
+  char buf[16];
+  EXPECT_EQ(upfs_readlink(P("d/l").c_str(), buf, sizeof(buf)), 2);
+  struct stat st;
+  ASSERT_EQ(upfs_stat(P("d/s2").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  // A directory made from the cache is walked into as any other.
+  ASSERT_EQ(Excl("d/s2/x"), 0);
+  EXPECT_EQ(List("d/s2"), (std::vector<std::string>{".", "..", "x"}));
   ExpectClean();
 }
 
@@ -196,19 +221,23 @@ class PoolParentCacheAttached : public pool_test::AttachedPoolTest {
   uint64_t CreateTraced(upfs::PoolNamespace ns, const std::string& path) {
     upfs::WalkTrace trace;
     ns.TraceWalks(&trace);
-    const uint64_t ino = CreatedAndClosedIn(ns, ResolvedIn(ns, path));
-    ns.RememberParent(path, trace);
+    const upfs::Resolved at = ResolvedIn(ns, path);
+    const uint64_t ino = CreatedAndClosedIn(ns, at);
+    ns.RememberParent(path, at, trace);
     return ino;
   }
-  // CreateCached of `path` as `who`: whether the cache answered, and st.
+  // A create of `path` as `who` at the cache's answer, as an open with
+  // O_EXCL makes it: whether the cache answered for the walk, and st.
   bool Cached(const upfs::Credentials& who, const std::string& path, upfs::Status* st) {
+    upfs::PoolNamespace ns(pool_.get(), &who);
+    upfs::Resolved at;
+    if (!ns.CachedParent(path, &at)) return false;
     uint64_t ino = 0;
     uint32_t gen = 0;
-    bool used = false;
-    *st = upfs::PoolNamespace(pool_.get(), &who)
-              .CreateCached(path, 0644, upfs::format::Consistency::kStrict, &ino, &gen, &used);
-    if (used && st->ok()) upfs::PoolNamespace(pool_.get(), &who).DropHold(ino, gen);
-    return used;
+    bool created = false;
+    *st = ns.Create(at, 0644, upfs::format::Consistency::kStrict, &ino, &created, &gen);
+    if (st->ok()) ns.DropHold(ino, gen);
+    return ns.CacheAnswered(path, *st);
   }
   std::unique_ptr<upfs::Pool> other_;
 };
@@ -246,10 +275,15 @@ TEST_F(PoolParentCacheAttached, SearchPermissionIsCheckedAtEveryUse) {
   EXPECT_FALSE(Cached(user, "/d/c", &st));
   upfs::Resolved r;
   EXPECT_EQ(upfs::PoolNamespace(pool_.get(), &user).Resolve("/d/c", false, &r).err(), EACCES);
-  // Search but no write permission: the create's own check answers.
+  // Search but no write permission: the walk answers, EACCES for a new
+  // name and EEXIST for one that exists, in the kernel's order.
   ASSERT_TRUE(Ns().Chmod(d, 0775).ok());
-  ASSERT_TRUE(Cached(user, "/d/c", &st));
+  EXPECT_FALSE(Cached(user, "/d/c", &st));
   EXPECT_EQ(st.err(), EACCES);
+  EXPECT_FALSE(Cached(user, "/d/a", &st));
+  upfs::PoolNamespace as_user(pool_.get(), &user);
+  ASSERT_TRUE(as_user.Resolve("/d/a", false, &r).ok());
+  EXPECT_NE(r.ino, 0u);  // the walk finds it: the open's EEXIST
 }
 
 }  // namespace

@@ -259,39 +259,46 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
   return Status::OK();
 }
 
-Status PoolNamespace::CreateCached(std::string_view path, mode_t mode, Consistency c, uint64_t* ino,
-                                   uint32_t* held_gen, bool* used) {
-  *used = false;
+bool PoolNamespace::CachedParent(std::string_view path, Resolved* at) {
   std::string_view dir, name;
-  if (!SplitCreatePath(path, &dir, &name)) return Status::OK();
+  if (!SplitCreatePath(path, &dir, &name)) return false;
   const ParentCache::Entry* e = ParentCache::Find(pool_->instance(), dir);
-  if (!e) return Status::OK();
-  const WalkTrace walk = e->walk;  // the entry may be replaced below
-  // Search permission on the walk's directories, as the walk checks it; a
-  // refusal is the walk's to give (it names the right error).
-  for (uint32_t i = 0; i < walk.n; ++i) {
+  if (!e) return false;
+  for (uint32_t i = 0; i < e->walk.n; ++i) {
     Inode* d;
-    if (!pool_->InodeAt(walk.dirs[i], &d).ok() || !Permit(d, kWantExec).ok()) return Status::OK();
+    if (!pool_->InodeAt(e->walk.dirs[i], &d).ok() || !Permit(d, kWantExec).ok()) return false;
   }
-  Resolved at;
-  at.dir = walk.dirs[walk.n - 1];
-  at.name.assign(name);
-  at.type = FileType::kFree;
-  at.shape = walk.shape;
-  bool created;
-  Status st = Create(at, mode, c, ino, &created, held_gen);
-  if (st.err() == ESTALE) {
-    ParentCache::Forget(pool_->instance(), dir);
-    return Status::OK();
-  }
-  *used = true;
-  ParentCache::CountUse();
-  return st;
+  at->dir = e->walk.dirs[e->walk.n - 1];
+  at->name.assign(name);
+  at->ino = 0;
+  at->type = FileType::kFree;
+  at->seen = 0;  // never the index's view: the commit looks the name up
+  at->shape = e->walk.shape;
+  return true;
 }
 
-void PoolNamespace::RememberParent(std::string_view path, const WalkTrace& trace) {
+bool PoolNamespace::CacheAnswered(std::string_view path, const Status& st) {
+  switch (st.err()) {
+    case ESTALE: {
+      std::string_view dir, name;
+      if (SplitCreatePath(path, &dir, &name)) ParentCache::Forget(pool_->instance(), dir);
+      return false;
+    }
+    case EACCES:
+    case ENOENT:
+    case ENOTDIR:
+      return false;
+    default:
+      ParentCache::CountUse();
+      return true;
+  }
+}
+
+void PoolNamespace::RememberParent(std::string_view path, const Resolved& at, const WalkTrace& trace) {
   std::string_view dir, name;
-  if (!trace.plain || trace.n == 0 || trace.shape == 0 || !SplitCreatePath(path, &dir, &name)) return;
+  if (!trace.plain || trace.n == 0 || trace.shape == 0 || trace.dirs[trace.n - 1] != at.dir ||
+      !SplitCreatePath(path, &dir, &name))
+    return;
   ParentCache::Remember(pool_->instance(), dir, trace);
 }
 

@@ -110,20 +110,27 @@ class PoolNamespace {
   // new inode is born held (as TakeHold) and *held_gen is its generation.
   Status Create(const Resolved& at, mode_t mode, format::Consistency c, uint64_t* ino, bool* created,
                 uint32_t* held_gen = nullptr);
-  // Create of an absolute `path` whose directory this thread created in
-  // before (ParentCache), without walking to it: search permission checked
-  // on the directories of that walk, the rest as Create's (the file born
-  // held). *used false: the cache could not answer (no entry, a permission
-  // to refuse, a directory removed or moved since), nothing was done, and
-  // the caller resolves the path; true: the answer is the call's.
-  Status CreateCached(std::string_view path, mode_t mode, format::Consistency c, uint64_t* ino,
-                      uint32_t* held_gen, bool* used);
+  // The directory of absolute `path` from this thread's parent cache
+  // (ParentCache), without walking to it: *at as Resolve gives it for a
+  // name that does not exist (ino 0), but with at->shape set, so that a
+  // create, mkdir or symbolic link there commits only if no directory was
+  // removed or moved since the walk that made the entry. Search
+  // permission is checked on that walk's directories. False: no entry, or
+  // a permission the walk would refuse (it names the right error).
+  bool CachedParent(std::string_view path, Resolved* at);
+  // Whether a call made at CachedParent's answer answered for the walk:
+  // false for the errors the walk may answer otherwise (the directories
+  // moved: ESTALE, which also drops the entry; a permission or a missing
+  // name, which the kernel's order of checks may answer with EEXIST);
+  // those leave nothing done, and the caller walks.
+  bool CacheAnswered(std::string_view path, const Status& st);
   // Records the directories of this object's next walks in *trace (null:
   // none), for RememberParent.
   void TraceWalks(WalkTrace* trace) { trace_ = trace; }
-  // After a create at absolute `path` resolved with *trace: its directory
-  // into this thread's parent cache, if the walk was a plain one.
-  void RememberParent(std::string_view path, const WalkTrace& trace);
+  // After a new name was made at absolute `path`, resolved to `at` by a
+  // walk traced in `trace`: its directory into this thread's parent cache,
+  // if the walk was a plain one.
+  void RememberParent(std::string_view path, const Resolved& at, const WalkTrace& trace);
   Status Mkdir(const Resolved& at, mode_t mode);
   Status Symlink(const Resolved& at, std::string_view target);
   Status Link(const Resolved& from, const Resolved& to);
