@@ -115,29 +115,20 @@ int ChangeAt(const PoolPath& p, Fn fn) {
 }
 
 // A call that makes a new name at p (mkdir, symlink): fn(ns, resolved)
-// at the directory this thread's parent cache has for p, else at the
-// walk's answer, again while the namespace changes under it; a plain walk
-// to a directory where the call made the name is kept for the next call.
+// at the directory this thread's parent cache has for p (no walk, no
+// shared lock), else as ChangeAt, whose walk keeps the directory.
 template <typename Fn>
 int NewNameAt(const PoolPath& p, Fn fn) {
-  OpGuard g(DescriptorUse::None());
-  PoolNamespace ns = Ns(p);
-  WalkTrace trace;
   if (p.start == 0) {
+    OpGuard g(DescriptorUse::None());
+    PoolNamespace ns = Ns(p);
     Resolved at;
     if (ns.CachedParent(p.inner, &at)) {
       Status st = fn(ns, at);
       if (ns.CacheAnswered(p.inner, st)) return st.ok() ? 0 : Fail(st);
     }
-    ns.TraceWalks(&trace);
   }
-  return WithRetry([&]() -> Status {
-    Resolved r;
-    UPFS_RETURN_IF_ERROR(ResolveIn(ns, p, false, &r));
-    Status st = fn(ns, r);
-    if (st.ok() && p.start == 0 && r.ino == 0) ns.RememberParent(p.inner, r, trace);
-    return st;
-  });
+  return ChangeAt(p, fn);
 }
 
 }  // namespace
@@ -276,9 +267,7 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
   // A new file in a directory this thread created in before: no walk to
   // it, no lookup under the index lock held shared (ParentCache). O_EXCL
   // only: without it an existing name is opened, which the walk does.
-  const bool cacheable = excl && p.start == 0 && !(flags & O_DIRECTORY);
-  WalkTrace trace;
-  if (cacheable) {
+  if (excl && p.start == 0 && !(flags & O_DIRECTORY)) {
     Resolved r;
     if (ns.CachedParent(p.inner, &r)) {
       uint32_t gen = 0;
@@ -290,7 +279,6 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
         return NewDescriptor(p, r, gen, flags, &use);
       }
     }
-    ns.TraceWalks(&trace);
   }
   for (int attempt = 0; attempt < 100; ++attempt) {
     Resolved r;
@@ -306,7 +294,6 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
       if (st.err() == EEXIST && !excl) continue;  // another creator won: open theirs
       if (!st.ok()) return Fail(st);
       r.type = FileType::kRegular;
-      if (cacheable) ns.RememberParent(p.inner, r, trace);
     } else if (excl) {
       return FailErrno(EEXIST, "file exists");
     }

@@ -294,14 +294,6 @@ bool PoolNamespace::CacheAnswered(std::string_view path, const Status& st) {
   }
 }
 
-void PoolNamespace::RememberParent(std::string_view path, const Resolved& at, const WalkTrace& trace) {
-  std::string_view dir, name;
-  if (!trace.plain || trace.n == 0 || trace.shape == 0 || trace.dirs[trace.n - 1] != at.dir ||
-      !SplitCreatePath(path, &dir, &name))
-    return;
-  ParentCache::Remember(pool_->instance(), dir, trace);
-}
-
 Status PoolNamespace::Mkdir(const Resolved& at, mode_t mode) {
   if (at.ino != 0) return Status::Error(EEXIST, "file exists");
   Inode* din;

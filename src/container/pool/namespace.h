@@ -124,13 +124,6 @@ class PoolNamespace {
   // name, which the kernel's order of checks may answer with EEXIST);
   // those leave nothing done, and the caller walks.
   bool CacheAnswered(std::string_view path, const Status& st);
-  // Records the directories of this object's next walks in *trace (null:
-  // none), for RememberParent.
-  void TraceWalks(WalkTrace* trace) { trace_ = trace; }
-  // After a new name was made at absolute `path`, resolved to `at` by a
-  // walk traced in `trace`: its directory into this thread's parent cache,
-  // if the walk was a plain one.
-  void RememberParent(std::string_view path, const Resolved& at, const WalkTrace& trace);
   Status Mkdir(const Resolved& at, mode_t mode);
   Status Symlink(const Resolved& at, std::string_view target);
   Status Link(const Resolved& from, const Resolved& to);
@@ -174,6 +167,15 @@ class PoolNamespace {
   // tests/pool_api/pool_open_line_test.cc commits records by hand.
   friend struct PoolNamespaceTestAccess;
   Status Permit(const format::pool::Inode* in, int want) const;
+  // ResolveLocked's walk of `path` from `start` (0: the root), recording
+  // the directories it goes through in *trace.
+  Status Walk(std::string_view path, bool follow, Resolved* out, std::string* escape, uint64_t start,
+              WalkTrace* trace);
+  // The directory `dir` (an absolute path) from this thread's parent cache
+  // when its entry's shape is the index's (lock held) and every directory
+  // above it may be searched: *trace becomes its walk but the directory
+  // itself, which the caller's walk adds. 0: walk from the root.
+  uint64_t CachedStart(std::string_view dir, WalkTrace* trace) const;
   // Stat's attributes from the inode and the index (pinned, index lock
   // held); *needs_file: a regular file with a log, whose size, blocks and
   // data ctime its engine File gives (StatFile, without the lock), or its
@@ -231,7 +233,6 @@ class PoolNamespace {
 
   Pool* pool_;
   const Credentials* who_;
-  WalkTrace* trace_ = nullptr;
 };
 
 }  // namespace upfs

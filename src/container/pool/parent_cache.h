@@ -1,17 +1,19 @@
-// ParentCache: the directories a thread last created files in, so that its
-// next create in one of them skips the path walk and the index lock held
-// shared (the part the kernel's dentry cache plays in its creates). With
-// two threads creating in one directory, that lock was where each waited
-// for the other's commits.
+// ParentCache: the directories a thread's last path walks ended in, so
+// that its next call on a name in one of them starts there instead of at
+// the pool's root (the part the kernel's dentry cache plays). A walk under
+// the index lock starts at an entry whose shape is the index's
+// (PoolNamespace::ResolveLocked); a create, mkdir or symbolic link uses an
+// entry without the lock at all (PoolNamespace::CachedParent), its shape
+// checked at the commit. With two threads creating in one directory, the
+// lookup's lock was where each waited for the other's commits.
 //
 // An entry is a directory's path inside one attachment of a pool, the
 // inodes the walk to it went through (the root first, the directory last:
 // each needs search permission, checked again at every use, since a chmod
-// is no record) and the index's shape() when the walk was made. A create
-// from an entry commits only if the shape is still that one at the log's
-// tail (PoolNamespace::CreateCached): no directory was removed or moved
-// since, so a walk then would have found the same directory. Per thread:
-// nothing is shared, nothing is locked.
+// is no record) and the index's shape() when the walk was made: while the
+// shape stays the same, no directory was removed or moved, so a walk
+// would find the same directories. Per thread: nothing is shared,
+// nothing is locked.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +22,7 @@
 
 namespace upfs {
 
-// The directories one path walk went through (PoolNamespace::TraceWalks).
+// The directories one path walk went through (PoolNamespace::Walk).
 struct WalkTrace {
   static constexpr uint32_t kMaxDirs = 16;  // deeper walks are not kept
   uint64_t dirs[kMaxDirs];
@@ -53,7 +55,7 @@ class ParentCache {
   static const Entry* Find(uint64_t instance, std::string_view dir);
   static void Remember(uint64_t instance, std::string_view dir, const WalkTrace& walk);
   static void Forget(uint64_t instance, std::string_view dir);
-  // Creates this thread made from its entries (tests).
+  // Calls this thread made from its entries (tests).
   static uint64_t uses();
   static void CountUse();
 };
