@@ -116,19 +116,24 @@ int ChangeAt(const PoolPath& p, Fn fn) {
 
 // A call that makes a new name at p (mkdir, symlink): fn(ns, resolved)
 // at the directory this thread's parent cache has for p (no walk, no
-// shared lock), else as ChangeAt, whose walk keeps the directory.
+// shared lock), else as ChangeAt, its walk keeping the directory.
 template <typename Fn>
 int NewNameAt(const PoolPath& p, Fn fn) {
+  OpGuard g(DescriptorUse::None());
+  PoolNamespace ns = Ns(p);
   if (p.start == 0) {
-    OpGuard g(DescriptorUse::None());
-    PoolNamespace ns = Ns(p);
     Resolved at;
     if (ns.CachedParent(p.inner, &at)) {
       Status st = fn(ns, at);
       if (ns.CacheAnswered(p.inner, st)) return st.ok() ? 0 : Fail(st);
     }
+    ns.KeepParents();
   }
-  return ChangeAt(p, fn);
+  return WithRetry([&]() -> Status {
+    Resolved r;
+    UPFS_RETURN_IF_ERROR(ResolveIn(ns, p, false, &r));
+    return fn(ns, r);
+  });
 }
 
 }  // namespace
@@ -279,6 +284,7 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
         return NewDescriptor(p, r, gen, flags, &use);
       }
     }
+    ns.KeepParents();
   }
   for (int attempt = 0; attempt < 100; ++attempt) {
     Resolved r;

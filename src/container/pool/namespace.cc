@@ -180,7 +180,11 @@ Status PoolNamespace::CheckSticky(uint64_t dir, uint64_t ino) const {
 Status PoolNamespace::NameStillFree(const Resolved& at) const {
   // A directory from the parent cache: still where its path leads, unless
   // a directory was removed or moved since its walk (then walk again).
-  if (at.shape != 0 && at.shape != pool_->index()->shape()) return Stale();
+  if (at.shape != 0) {
+    WalkTrace walk;
+    walk.Add(at.dir, at.dir_ident);
+    if (at.shape != pool_->index()->shape() || !StillDir(walk)) return Stale();
+  }
   NsEntry e;
   if (SameView(at)) return Status::OK();  // nothing committed since Resolve
   if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");
@@ -263,7 +267,8 @@ bool PoolNamespace::CachedParent(std::string_view path, Resolved* at) {
   std::string_view dir, name;
   if (!SplitCreatePath(path, &dir, &name)) return false;
   const ParentCache::Entry* e = ParentCache::Find(pool_->instance(), dir);
-  if (!e) return false;
+  // A shape already changed would only make the commit fail: walk now.
+  if (!e || e->walk.shape != pool_->index()->shape()) return false;
   for (uint32_t i = 0; i < e->walk.n; ++i) {
     Inode* d;
     if (!pool_->InodeAt(e->walk.dirs[i], &d).ok() || !Permit(d, kWantExec).ok()) return false;
@@ -274,6 +279,7 @@ bool PoolNamespace::CachedParent(std::string_view path, Resolved* at) {
   at->type = FileType::kFree;
   at->seen = 0;  // never the index's view: the commit looks the name up
   at->shape = e->walk.shape;
+  at->dir_ident = e->walk.ident;
   return true;
 }
 

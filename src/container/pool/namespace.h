@@ -72,8 +72,10 @@ struct Resolved {
   // checks of the names need not look again (see SameView).
   uint64_t seen = 0;
   // Nonzero: the directory came from the parent cache, not from a walk,
-  // and a commit in it holds only while the index's shape() is this one.
+  // and a commit in it holds only while the index's shape() is this one
+  // and the directory's inode ident is dir_ident (ParentCache).
   uint64_t shape = 0;
+  uint64_t dir_ident = 0;
 };
 
 class PoolNamespace {
@@ -124,6 +126,12 @@ class PoolNamespace {
   // name, which the kernel's order of checks may answer with EEXIST);
   // those leave nothing done, and the caller walks.
   bool CacheAnswered(std::string_view path, const Status& st);
+  // This object's walks keep the directory they end in (a plain walk from
+  // the root) in this thread's parent cache: for a call that makes a new
+  // name, whose next one there CachedParent answers. Lookups keep none:
+  // starting them at a cached directory cost a stat one directory down
+  // more than the component it skipped (docs/design.md).
+  void KeepParents() { keep_parents_ = true; }
   Status Mkdir(const Resolved& at, mode_t mode);
   Status Symlink(const Resolved& at, std::string_view target);
   Status Link(const Resolved& from, const Resolved& to);
@@ -168,14 +176,12 @@ class PoolNamespace {
   friend struct PoolNamespaceTestAccess;
   Status Permit(const format::pool::Inode* in, int want) const;
   // ResolveLocked's walk of `path` from `start` (0: the root), recording
-  // the directories it goes through in *trace.
+  // the directories it goes through in *trace (if given).
   Status Walk(std::string_view path, bool follow, Resolved* out, std::string* escape, uint64_t start,
               WalkTrace* trace);
-  // The directory `dir` (an absolute path) from this thread's parent cache
-  // when its entry's shape is the index's (lock held) and every directory
-  // above it may be searched: *trace becomes its walk but the directory
-  // itself, which the caller's walk adds. 0: walk from the root.
-  uint64_t CachedStart(std::string_view dir, WalkTrace* trace) const;
+  // Whether the last directory of `walk` is still a directory of the
+  // index, the same life of its inode (index lock held).
+  bool StillDir(const WalkTrace& walk) const;
   // Stat's attributes from the inode and the index (pinned, index lock
   // held); *needs_file: a regular file with a log, whose size, blocks and
   // data ctime its engine File gives (StatFile, without the lock), or its
@@ -233,6 +239,7 @@ class PoolNamespace {
 
   Pool* pool_;
   const Credentials* who_;
+  bool keep_parents_ = false;
 };
 
 }  // namespace upfs

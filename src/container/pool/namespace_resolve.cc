@@ -186,41 +186,25 @@ Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved
   // An empty path names nothing (the kernel's ENOENT; calls that take ""
   // for a descriptor, AT_EMPTY_PATH, never get here).
   if (path.empty()) return Status::Error(ENOENT, "empty path");
-  WalkTrace trace;
-  trace.plain = start == 0 && path.front() == '/';
-  trace.shape = pool_->index()->shape();
   std::string_view dir, name;
-  const bool keepable = trace.plain && SplitCreatePath(path, &dir, &name);
-  if (keepable) {
-    if (const uint64_t from = CachedStart(dir, &trace); from != 0)
-      return Walk(name, follow, out, escape, from, &trace);
-  }
-  UPFS_RETURN_IF_ERROR(Walk(path, follow, out, escape, start, &trace));
+  WalkTrace trace;
+  WalkTrace* const traced =
+      keep_parents_ && start == 0 && path.front() == '/' && SplitCreatePath(path, &dir, &name) ? &trace : nullptr;
+  if (traced) trace.shape = pool_->index()->shape();
+  UPFS_RETURN_IF_ERROR(Walk(path, follow, out, escape, start, traced));
+  if (!traced) return Status::OK();
   // A plain walk that reached the last component's directory: kept, so
-  // that the next call there starts at it (ParentCache).
-  if (keepable && trace.plain && trace.n != 0 && trace.dirs[trace.n - 1] == out->dir &&
-      out->name.view() == name)
+  // that the next new name there needs no walk (ParentCache).
+  if (trace.plain && trace.n != 0 && trace.dirs[trace.n - 1] == out->dir && out->name.view() == name)
     ParentCache::Remember(pool_->instance(), dir, trace);
   return Status::OK();
 }
 
-uint64_t PoolNamespace::CachedStart(std::string_view dir, WalkTrace* trace) const {
-  const ParentCache::Entry* e = ParentCache::Find(pool_->instance(), dir);
-  // The same shape, read under the index lock held with the index current:
-  // the walk would go through the same directories now.
-  if (!e || e->walk.n == 0 || e->walk.shape != trace->shape) return 0;
-  // Search permission on each directory above the last, as the walk
-  // checks it (the walk checks the last one itself); refused: the walk
-  // answers.
-  for (uint32_t i = 0; i + 1 < e->walk.n; ++i) {
-    Inode* d;
-    if (!pool_->InodeAt(e->walk.dirs[i], &d).ok() || !Permit(d, kWantExec).ok()) return 0;
-  }
-  const uint64_t last = e->walk.dirs[e->walk.n - 1];
-  *trace = e->walk;
-  trace->n -= 1;  // the walk adds the last directory as it checks it
-  ParentCache::CountUse();
-  return last;
+bool PoolNamespace::StillDir(const WalkTrace& walk) const {
+  const uint64_t dir = walk.dirs[walk.n - 1];
+  Inode* in;
+  return pool_->index()->IsDir(dir) && pool_->InodeAt(dir, &in).ok() &&
+         in->ident.load(std::memory_order_acquire) == walk.ident;
 }
 
 Status PoolNamespace::Walk(std::string_view path, bool follow, Resolved* out, std::string* escape,
@@ -259,8 +243,10 @@ Status PoolNamespace::Walk(std::string_view path, bool follow, Resolved* out, st
     Inode* din;
     UPFS_RETURN_IF_ERROR(pool_->InodeAt(cur, &din));
     UPFS_RETURN_IF_ERROR(Permit(din, kWantExec));
-    trace->Add(cur);
-    if (dot) trace->plain = false;
+    if (trace) {
+      trace->Add(cur, din->ident.load(std::memory_order_acquire));
+      if (dot) trace->plain = false;
+    }
     const bool last = parts.AtEnd();
     if (c == ".") {
       if (last) *out = Resolved{d.parent, "", cur, FileType::kDirectory};
@@ -282,7 +268,7 @@ Status PoolNamespace::Walk(std::string_view path, bool follow, Resolved* out, st
     }
     if (found.type == FileType::kSymlink && (!last || follow || trailing_slash)) {
       if (++links > kMaxSymlinkDepth) return Status::Error(ELOOP, "too many symbolic links");
-      trace->plain = false;
+      if (trace) trace->plain = false;
       UPFS_RETURN_IF_ERROR(Readlink(found.ino, &target));
       if (!target.empty() && target[0] == '/') {
         if (escape) *escape = target + std::string(parts.rest());

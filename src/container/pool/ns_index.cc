@@ -26,7 +26,7 @@ void NsIndex::Rebase(uint64_t root, std::unique_ptr<BaseImage> base) {
   dirs_.Clear();
   links_.Clear();
   records_ = 0;
-  ++shape_;  // a reload may stand for any directories
+  BumpShape();  // a reload may stand for any directories
   if (!base_) {
     DeltaDir& r = dirs_.Get(root);
     r.info.parent = root;
@@ -300,11 +300,12 @@ Status NsIndex::Apply(const NsRecord& r, bool validated) {
         NsEntry v;
         UPFS_RETURN_IF_ERROR(Remove(r.dir2, r.name2, r.victim, &v));
         UPFS_RETURN_IF_ERROR(Unref(v));
+        if (v.type == FileType::kDirectory) BumpShape();  // its name leads elsewhere now
       }
       NsEntry gone;
       UPFS_RETURN_IF_ERROR(Remove(r.dir1, r.name1, r.ino, &gone));
       UPFS_RETURN_IF_ERROR(Insert(r.dir2, r.name2, moved));
-      if (moved.type == FileType::kDirectory) ++shape_;
+      if (moved.type == FileType::kDirectory) BumpShape();
       if (moved.type == FileType::kDirectory && r.dir1 != r.dir2) Touch(moved.ino)->info.parent = r.dir2;
       return Status::OK();
     }
@@ -317,7 +318,7 @@ Status NsIndex::Apply(const NsRecord& r, bool validated) {
       UPFS_RETURN_IF_ERROR(Remove(r.dir2, r.name2, b.ino, &x));
       UPFS_RETURN_IF_ERROR(Insert(r.dir1, r.name1, b));
       UPFS_RETURN_IF_ERROR(Insert(r.dir2, r.name2, a));
-      if (a.type == FileType::kDirectory || b.type == FileType::kDirectory) ++shape_;
+      if (a.type == FileType::kDirectory || b.type == FileType::kDirectory) BumpShape();
       if (r.dir1 != r.dir2) {
         if (a.type == FileType::kDirectory) Touch(a.ino)->info.parent = r.dir2;
         if (b.type == FileType::kDirectory) Touch(b.ino)->info.parent = r.dir1;
@@ -330,7 +331,6 @@ Status NsIndex::Apply(const NsRecord& r, bool validated) {
 
 Status NsIndex::Unref(const NsEntry& e) {
   if (e.type == FileType::kDirectory) {
-    ++shape_;  // rmdir, or a rename over a directory
     NsDirInfo i;
     if (!Dir(e.ino, &i)) return Misfit("record removes a directory that does not exist");
     if (i.entries != 0) return Misfit("record removes a directory that is not empty");

@@ -22,6 +22,7 @@
 // inode's own unlinked bit (docs/design.md, "Holds").
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -64,14 +65,17 @@ class NsIndex {
   void CollectMultiLinks(std::unordered_map<uint64_t, uint32_t>* out) const;
   uint64_t delta_records() const { return records_; }
 
-  // Names the directory structure the index holds: a new number with every
-  // record that removes or moves a directory (rmdir; a rename or exchange
-  // of one, or over one) and with every rebase, never 0. While it stays
-  // the same, a path made only of directories leads where it led (a
-  // create, link or symbolic link cannot take a directory's name); the
-  // parent cache relies on that (container/pool/parent_cache.h). Written
-  // under the index lock, read under it.
-  uint64_t shape() const { return shape_; }
+  // Names where the index's directories are: a new number with every
+  // record that moves a directory (a rename or exchange of one, a rename
+  // over one) and with every rebase, never 0. While it stays the same, a
+  // path made only of directories leads where it led, if its last
+  // directory is still that directory (a create, link or symbolic link
+  // cannot take a directory's name, and a directory with a path below it
+  // cannot be removed); the parent cache relies on that
+  // (container/pool/parent_cache.h), checking the last directory itself
+  // (an rmdir changes no shape). Written under the index lock; read under
+  // it, or without it as a hint.
+  uint64_t shape() const { return shape_.load(std::memory_order_relaxed); }
 
   bool Dir(uint64_t ino, NsDirInfo* out) const;
   bool IsDir(uint64_t ino) const { return Dir(ino, nullptr); }
@@ -155,6 +159,7 @@ class NsIndex {
   // multi-link row, so a create adds nothing here, and a stat of one of
   // many new files does not probe a table as large as their number (a
   // cache miss each).
+  void BumpShape() { shape_.store(shape_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   void SetLinks(uint64_t ino, uint32_t links) {
     if (links_.Find(ino) || LowerLinks(ino) != links) links_.Set(ino, links);
   }
@@ -165,7 +170,7 @@ class NsIndex {
   DirTable<DeltaDir> dirs_;
   LinkTable links_;
   uint64_t records_ = 0;
-  uint64_t shape_ = 1;
+  std::atomic<uint64_t> shape_{1};
 };
 
 template <typename Fn>

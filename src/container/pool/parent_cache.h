@@ -11,9 +11,10 @@
 // inodes the walk to it went through (the root first, the directory last:
 // each needs search permission, checked again at every use, since a chmod
 // is no record) and the index's shape() when the walk was made: while the
-// shape stays the same, no directory was removed or moved, so a walk
-// would find the same directories. Per thread: nothing is shared,
-// nothing is locked.
+// shape stays the same, no directory was moved, so a walk would find the
+// same directories if the last one is still there (a directory with a
+// path below it cannot be removed), which each use checks with its
+// inode's ident. Per thread: nothing is shared, nothing is locked.
 #pragma once
 
 #include <cstdint>
@@ -31,16 +32,24 @@ struct WalkTrace {
   // link or starting directory, whose walks the shape does not vouch for.
   bool plain = true;
   uint64_t shape = 0;  // NsIndex::shape() under the walk's lock
+  // The last directory's inode ident (kind and generation) as the walk saw
+  // it: an rmdir changes no shape, and an inode freed by one may be made
+  // a directory again elsewhere, so a use checks the directory is still
+  // that life of its inode.
+  uint64_t ident = 0;
   void Reset() {
     n = 0;
     plain = true;
     shape = 0;
+    ident = 0;
   }
-  void Add(uint64_t dir) {
-    if (n == kMaxDirs)
+  void Add(uint64_t dir, uint64_t dir_ident) {
+    if (n == kMaxDirs) {
       plain = false;
-    else
+    } else {
       dirs[n++] = dir;
+      ident = dir_ident;
+    }
   }
 };
 
