@@ -175,16 +175,20 @@ Status PoolNamespace::CheckSticky(uint64_t dir, uint64_t ino) const {
   return Status::Error(EPERM, "sticky directory: not the owner");
 }
 
+bool PoolNamespace::StillDir(uint64_t dir, uint64_t ident) const {
+  Inode* in;
+  return pool_->index()->IsDir(dir) && pool_->InodeAt(dir, &in).ok() &&
+         in->ident.load(std::memory_order_acquire) == ident;
+}
+
 // A create's check at the log's tail (index lock held): the name Resolve
 // saw absent is absent still, in a directory that still exists.
 Status PoolNamespace::NameStillFree(const Resolved& at) const {
   // A directory from the parent cache: still where its path leads, unless
-  // a directory was removed or moved since its walk (then walk again).
-  if (at.shape != 0) {
-    WalkTrace walk;
-    walk.Add(at.dir, at.dir_ident);
-    if (at.shape != pool_->index()->shape() || !StillDir(walk)) return Stale();
-  }
+  // a directory moved since its walk or this one is no longer the one it
+  // found (then walk again).
+  if (at.shape != 0 && (at.shape != pool_->index()->shape() || !StillDir(at.dir, at.dir_ident)))
+    return Stale();
   NsEntry e;
   if (SameView(at)) return Status::OK();  // nothing committed since Resolve
   if (!pool_->index()->IsDir(at.dir)) return Status::Error(ENOENT, "directory removed");

@@ -114,10 +114,11 @@ class PoolNamespace {
                 uint32_t* held_gen = nullptr);
   // The directory of absolute `path` from this thread's parent cache
   // (ParentCache), without walking to it: *at as Resolve gives it for a
-  // name that does not exist (ino 0), but with at->shape set, so that a
-  // create, mkdir or symbolic link there commits only if no directory was
-  // removed or moved since the walk that made the entry. Search
-  // permission is checked on that walk's directories. False: no entry, or
+  // name that does not exist (ino 0), but with at->shape and
+  // at->dir_ident set, so that a create, mkdir or symbolic link there
+  // commits only if no directory moved since the walk that made the entry
+  // and the directory is still the one it found. Search permission is
+  // checked on that walk's directories. False: no entry, or
   // a permission the walk would refuse (it names the right error).
   bool CachedParent(std::string_view path, Resolved* at);
   // Whether a call made at CachedParent's answer answered for the walk:
@@ -179,9 +180,9 @@ class PoolNamespace {
   // the directories it goes through in *trace (if given).
   Status Walk(std::string_view path, bool follow, Resolved* out, std::string* escape, uint64_t start,
               WalkTrace* trace);
-  // Whether the last directory of `walk` is still a directory of the
-  // index, the same life of its inode (index lock held).
-  bool StillDir(const WalkTrace& walk) const;
+  // Whether `dir` is still a directory of the index, the life of its inode
+  // that had `ident` (index lock held).
+  bool StillDir(uint64_t dir, uint64_t ident) const;
   // Stat's attributes from the inode and the index (pinned, index lock
   // held); *needs_file: a regular file with a log, whose size, blocks and
   // data ctime its engine File gives (StatFile, without the lock), or its

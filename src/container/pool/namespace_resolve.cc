@@ -200,13 +200,6 @@ Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved
   return Status::OK();
 }
 
-bool PoolNamespace::StillDir(const WalkTrace& walk) const {
-  const uint64_t dir = walk.dirs[walk.n - 1];
-  Inode* in;
-  return pool_->index()->IsDir(dir) && pool_->InodeAt(dir, &in).ok() &&
-         in->ident.load(std::memory_order_acquire) == walk.ident;
-}
-
 Status PoolNamespace::Walk(std::string_view path, bool follow, Resolved* out, std::string* escape,
                            uint64_t start, WalkTrace* trace) {
   const NsIndex& idx = *pool_->index();

@@ -136,6 +136,8 @@ class NsIndex {
   Status Insert(uint64_t dir, std::string_view name, NsEntry e, bool validated = false);
   Status Remove(uint64_t dir, std::string_view name, uint64_t expect_ino, NsEntry* removed);
   uint32_t FileLinks(uint64_t ino) const;
+  // shape() moves on (index lock held: one writer).
+  void BumpShape() { shape_.store(shape_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   // The layer below the delta: the frozen index if there is one, else the
   // image (none: nothing below).
   bool LowerDir(uint64_t ino, NsDirInfo* out) const;
@@ -159,7 +161,6 @@ class NsIndex {
   // multi-link row, so a create adds nothing here, and a stat of one of
   // many new files does not probe a table as large as their number (a
   // cache miss each).
-  void BumpShape() { shape_.store(shape_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
   void SetLinks(uint64_t ino, uint32_t links) {
     if (links_.Find(ino) || LowerLinks(ino) != links) links_.Set(ino, links);
   }

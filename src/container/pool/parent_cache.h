@@ -1,10 +1,8 @@
-// ParentCache: the directories a thread's last path walks ended in, so
-// that its next call on a name in one of them starts there instead of at
-// the pool's root (the part the kernel's dentry cache plays). A walk under
-// the index lock starts at an entry whose shape is the index's
-// (PoolNamespace::ResolveLocked); a create, mkdir or symbolic link uses an
-// entry without the lock at all (PoolNamespace::CachedParent), its shape
-// checked at the commit. With two threads creating in one directory, the
+// ParentCache: the directories a thread last made names in (a create, a
+// mkdir, a symbolic link), so that its next new name in one of them needs
+// no walk and no index lock held shared (PoolNamespace::CachedParent; the
+// part the kernel's dentry cache plays in its creates), the entry checked
+// at the commit instead. With two threads creating in one directory, the
 // lookup's lock was where each waited for the other's commits.
 //
 // An entry is a directory's path inside one attachment of a pool, the
@@ -37,12 +35,6 @@ struct WalkTrace {
   // a directory again elsewhere, so a use checks the directory is still
   // that life of its inode.
   uint64_t ident = 0;
-  void Reset() {
-    n = 0;
-    plain = true;
-    shape = 0;
-    ident = 0;
-  }
   void Add(uint64_t dir, uint64_t dir_ident) {
     if (n == kMaxDirs) {
       plain = false;
