@@ -23,31 +23,33 @@ ThreadEntries& Mine() {
   return t;
 }
 
-}  // namespace
-
-const ParentCache::Entry* ParentCache::Find(uint64_t instance, std::string_view dir) {
-  for (const Entry& e : Mine().e)
+// The entry of `dir` in attachment `instance`, or null.
+ParentCache::Entry* Lookup(ThreadEntries& t, uint64_t instance, std::string_view dir) {
+  for (ParentCache::Entry& e : t.e)
     if (e.instance == instance && e.dir == dir) return &e;
   return nullptr;
 }
 
+}  // namespace
+
+const ParentCache::Entry* ParentCache::Find(uint64_t instance, std::string_view dir) {
+  return Lookup(Mine(), instance, dir);
+}
+
 void ParentCache::Remember(uint64_t instance, std::string_view dir, const WalkTrace& walk) {
   ThreadEntries& t = Mine();
-  Entry* slot = nullptr;
-  for (Entry& e : t.e)
-    if (e.instance == instance && e.dir == dir) slot = &e;
+  Entry* slot = Lookup(t, instance, dir);
   if (!slot) {
     slot = &t.e[t.next];
     t.next = (t.next + 1) % kEntries;
+    slot->instance = instance;
+    slot->dir.assign(dir);
   }
-  slot->instance = instance;
-  slot->dir.assign(dir);
   slot->walk = walk;
 }
 
 void ParentCache::Forget(uint64_t instance, std::string_view dir) {
-  for (Entry& e : Mine().e)
-    if (e.instance == instance && e.dir == dir) e.instance = 0;
+  if (Entry* e = Lookup(Mine(), instance, dir)) e->instance = 0;
 }
 
 uint64_t ParentCache::uses() { return Mine().uses; }
