@@ -305,8 +305,6 @@ Status Pool::AllocBlock(uint32_t* l) {
 
 void Pool::FreeBlock(uint32_t l) { bitmap_->Clear(l); }
 
-Status Pool::InodeAt(uint64_t ino, Inode** out) const { return inodes_.At(ino, out); }
-
 Status Pool::NamespaceSlot(uint32_t* slot) {
   const uint32_t t = ThreadIndex();
   if (t >= kMaxThreads) return Status::Error(EAGAIN, "too many threads using upfs");

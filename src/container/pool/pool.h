@@ -97,7 +97,7 @@ class Pool {
 
   // Address of inode `ino` (checked against the mapped space and the
   // layout; EUCLEAN otherwise).
-  Status InodeAt(uint64_t ino, format::pool::Inode** out) const;
+  Status InodeAt(uint64_t ino, format::pool::Inode** out) const { return inodes_.At(ino, out); }
   // Brings the index up to the log's tail (cheap when nothing is new).
   // Takes the index lock exclusively when there is something to apply.
   // Pins the calling thread while it reads the log.
