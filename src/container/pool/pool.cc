@@ -521,10 +521,14 @@ Status Pool::ReleaseInode(uint64_t ino) {
   UPFS_RETURN_IF_ERROR(InodeAt(ino, &in));
   // Collected first, freed after: a damaged log frees nothing.
   std::vector<uint32_t> blocks;
-  blocks.reserve(16);  // a small file's: one allocation, not one per doubling
   ReplayResult res;
-  if (const uint64_t t = in->target_block.load(std::memory_order_acquire); t != 0) blocks.push_back(uint32_t(t));
-  if (const uint64_t head = in->log_head.load(std::memory_order_acquire); head != 0) {
+  const uint64_t target = in->target_block.load(std::memory_order_acquire);
+  const uint64_t head = in->log_head.load(std::memory_order_acquire);
+  // A small file's blocks: one allocation, not one per doubling; none for
+  // a file that never had a block (a name made and removed, unused).
+  if (target != 0 || head != 0) blocks.reserve(16);
+  if (target != 0) blocks.push_back(uint32_t(target));
+  if (head != 0) {
     BlockTable table;
     UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), &table, &res, TailRule::kLive));
     blocks.insert(blocks.end(), res.log_blocks.begin(), res.log_blocks.end());
