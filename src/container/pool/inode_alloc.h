@@ -39,7 +39,8 @@ class InodeAllocator {
     const uint64_t block = ino / kInodesPerBlock;
     const BlockSpace* space = ba_->space();
     if (InodeNumberInRange(ino) && ((block + 1) << format::kBlockShift) <= space->mapped_bytes()) [[likely]] {
-      *out = reinterpret_cast<Inode*>(space->base() + (block << format::kBlockShift) + InodeSlotOf(ino) * kInodeSize);
+      char* const b = space->base() + (block << format::kBlockShift);
+      *out = reinterpret_cast<Inode*>(b + InodeSlotOf(ino) * kInodeSize);
       return Status::OK();
     }
     return AtSlow(ino, out);
