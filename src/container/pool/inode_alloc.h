@@ -36,12 +36,11 @@ class InodeAllocator {
   // instructions a call (callgrind of creates and unlinks).
   [[gnu::always_inline]] Status At(uint64_t ino, format::pool::Inode** out) const {
     using namespace format::pool;
-    const uint64_t block = ino / kInodesPerBlock;
-    const BlockSpace* space = ba_->space();
-    if (InodeNumberInRange(ino) && ((block + 1) << format::kBlockShift) <= space->mapped_bytes()) [[likely]] {
-      char* const b = space->base() + (block << format::kBlockShift);
-      *out = reinterpret_cast<Inode*>(b + InodeSlotOf(ino) * kInodeSize);
-      return Status::OK();
+    if (InodeNumberInRange(ino)) [[likely]] {
+      if (char* b = ba_->MappedAddr(ino / kInodesPerBlock)) [[likely]] {
+        *out = reinterpret_cast<Inode*>(b + InodeSlotOf(ino) * kInodeSize);
+        return Status::OK();
+      }
     }
     return AtSlow(ino, out);
   }
