@@ -15,6 +15,7 @@
 #include "engine/patch_index.h"
 #include "engine/shadow_index.h"
 #include "format/format.h"
+#include "util/assert.h"
 #include "util/status.h"
 
 namespace upfs {
@@ -177,6 +178,19 @@ class BlockTable {
   // (File::ApplyOwnLastEntry of a flip): a flip stamped with `now`, and entries committed
   // after it, which the next catch-up finds, were committed after it.
   void BeginOwnApply(uint32_t now) { flip_stamp_ = caught_up_at_ = now; }
+  // A flip its committer applies (File::ApplyOwnFlip): block v, mapped to
+  // `home` and paired (`was_paired`, a toggle) or not (an anywhere
+  // shadow's first flip), now lives with `shadow` under `mask`. What
+  // ApplyFlip would do, without its checks: the committer saw the block
+  // so at its snapshot and nothing touching it was committed since.
+  void ApplyOwnFlip(uint64_t v, uint32_t home, bool was_paired, uint32_t shadow, uint32_t mask) {
+    UPFS_ASSERT(Get(v) == home && home != shadow && shadows_.Paired(v) == was_paired);
+    UPFS_ASSERT(!was_paired || shadows_.Shadow(v) == shadow);
+    UPFS_ASSERT(!patches_.Count(v) && (v << format::kBlockShift) < size());
+    (void)home;
+    (void)was_paired;
+    shadows_.Set(v, shadow, mask, flip_stamp_);
+  }
   // For a table replayed afresh to replace `old` (after a compaction),
   // before it is published: a pair `old` knew as it is keeps old's stamp;
   // one that changed since was flipped after old's last catch-up. (Every
@@ -190,21 +204,30 @@ class BlockTable {
     for (;;) {
       uint64_t v1 = cver_.load(std::memory_order_acquire);
       if (v1 & 1) continue;
-      uint64_t a = cpos_.load(std::memory_order_acquire);
-      uint64_t s = cseq_.load(std::memory_order_acquire);
+      uint64_t a = cpos_.load(std::memory_order_relaxed);
+      uint64_t s = cseq_.load(std::memory_order_relaxed);
+      // Inside the check, as the others: loaded after it, the previous
+      // block could belong to a later cursor.
+      uint32_t prev = cprev_.load(std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_acquire);
       if (cver_.load(std::memory_order_relaxed) == v1)
-        return LogPos{uint32_t(a), uint32_t((a >> 32) & 0xffff), s,
-                      uint32_t(cprev_.load(std::memory_order_relaxed)), uint32_t(a >> 48)};
+        return LogPos{uint32_t(a), uint32_t((a >> 32) & 0xffff), s, prev, uint32_t(a >> 48)};
     }
   }
+  // One writer at a time (under the File's apply_lock_, or before the
+  // table is published), so plain stores, not locked adds (two locked
+  // instructions in every small write): the odd version, a release fence
+  // that orders it before the fields, the even one after them.
   void set_cursor(const LogPos& p) {
-    cver_.fetch_add(1, std::memory_order_acq_rel);
+    const uint64_t v = cver_.load(std::memory_order_relaxed);
+    UPFS_ASSERT(v % 2 == 0);
+    cver_.store(v + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
     cpos_.store(uint64_t(p.lblock) | (uint64_t(p.slot) << 32) | (uint64_t(p.last) << 48),
-                std::memory_order_release);
+                std::memory_order_relaxed);
     cprev_.store(p.prev, std::memory_order_relaxed);
-    cseq_.store(p.seq, std::memory_order_release);
-    cver_.fetch_add(1, std::memory_order_acq_rel);
+    cseq_.store(p.seq, std::memory_order_relaxed);
+    cver_.store(v + 2, std::memory_order_release);
   }
 
   // The chain this table was replayed from: its head block and that

@@ -292,20 +292,27 @@ Status File::CatchUp(ThreadCtx* c, BlockTable** out) {
 // committed before it that the table lacks) and nobody else is applying,
 // the committer applies it itself, from what it knows: `build` writes its
 // effect.
-void File::ApplyOwnEntry(BlockTable* t, const LogPos& after, uint32_t at,
-                         FunctionRef<void(Effect*)> build) {
-  if (apply_lock_.test_and_set(std::memory_order_acquire)) return;  // someone is applying
+bool File::BeginOwnApply(BlockTable* t, const LogPos& after, uint32_t at) {
+  if (apply_lock_.test_and_set(std::memory_order_acquire)) return false;  // someone is applying
   const LogPos cur = t->cursor();
   if (t == table_.load(std::memory_order_relaxed) && cur.lblock == after.lblock && cur.slot == at &&
       !StaleAfterCompaction(*t, cur, root_.words->compact_seq.load(std::memory_order_acquire))) {
-    build(&own_effect_);
     // Entries the next catch-up finds were committed after this one.
     if (root_.granules) t->BeginOwnApply(ShadowIndex::Now());
-    // It passed the same checks at commit; a failure leaves the cursor
-    // before it, for a catch-up to decode and report.
-    if (t->Apply(own_effect_).ok()) t->set_cursor(after);
+    return true;
   }
-  apply_lock_.clear(std::memory_order_release);
+  EndOwnApply();
+  return false;
+}
+
+void File::ApplyOwnEntry(BlockTable* t, const LogPos& after, uint32_t at,
+                         FunctionRef<void(Effect*)> build) {
+  if (!BeginOwnApply(t, after, at)) return;
+  build(&own_effect_);
+  // It passed the same checks at commit; a failure leaves the cursor
+  // before it, for a catch-up to decode and report.
+  if (t->Apply(own_effect_).ok()) t->set_cursor(after);
+  EndOwnApply();
 }
 
 void File::ApplyOwnLastEntry(BlockTable* t, const LogPos& after, uint32_t slots,

@@ -282,6 +282,17 @@ class File {
   // `after` (a flip, an append: nobody else's entry between them).
   void ApplyOwnLastEntry(BlockTable* t, const LogPos& after, uint32_t slots,
                          FunctionRef<void(Effect*)> build);
+  // A flip (the last entry before `after`) that pairs block v with
+  // `shadow` or toggles its pairing, applied from what its committer
+  // knows: `f`, the block's pairing at its snapshot, which nothing
+  // committed since changed (file_flip.cc).
+  void ApplyOwnFlip(BlockTable* t, const LogPos& after, const FlipTarget& f, uint32_t shadow,
+                    uint32_t granules);
+  // Whether the committer of the entry at slot `at`, ending at `after`,
+  // may apply it: the table stands right before it and nobody else is
+  // applying. If so, apply_lock_ is held until EndOwnApply.
+  bool BeginOwnApply(BlockTable* t, const LogPos& after, uint32_t at);
+  void EndOwnApply() { apply_lock_.clear(std::memory_order_release); }
   void ApplyOwnPatch(BlockTable* t, const LogPos& after, uint32_t rs, uint32_t words, uint64_t v,
                      uint32_t in, uint32_t n);
   // Copies bytes [lo, hi) of block v's patches in t over out (which holds

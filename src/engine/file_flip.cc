@@ -197,16 +197,33 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
   UPFS_RETURN_IF_ERROR(CommitFlip(c, &p, v, named, EncodeGranuleFlip1(granules, !paired, anywhere), conflicted));
   if (*conflicted) return Status::OK();
   taken.Committed();
+  // Applied by its committer where it can be: an ApplyFlip and its
+  // decoding in the next catch-up were 8% of a toggle's samples.
   if (copy_to_pair) {
     uint32_t old = l;
     ReleaseDisplaced(c, &old, 1);
+    ApplyOwnLastEntry(t, p, kGranuleFlipSlots,
+                      [&](Effect* eff) { eff->SetFlip(uint32_t(v), named, granules, true, false); });
+  } else {
+    ApplyOwnFlip(t, p, FlipTarget{v, l, lo, hi, valid, mask, shadow, paired, false},
+                 paired ? shadow : named, granules);
   }
-  // Applied by its committer where it can be: an ApplyFlip and its
-  // decoding in the next catch-up were 8% of a toggle's samples.
-  ApplyOwnLastEntry(t, p, kGranuleFlipSlots,
-                    [&](Effect* eff) { eff->SetFlip(uint32_t(v), named, granules, !paired, anywhere); });
   *done = true;
   return Status::OK();
+}
+
+// Not through an Effect and BlockTable::Apply, which would decode the
+// entry's meaning again and load the block's mapping and pairing a second
+// time: in random 128-byte overwrites of a 1 GiB file those two loads
+// missed the cache again and took 9% of the writer's samples.
+void File::ApplyOwnFlip(BlockTable* t, const LogPos& after, const FlipTarget& f, uint32_t shadow,
+                        uint32_t granules) {
+  const uint32_t at = after.last;
+  if (at == LogPos::kNoSlot || at + kGranuleFlipSlots != after.slot) return;
+  if (!BeginOwnApply(t, after, at)) return;
+  t->ApplyOwnFlip(f.v, f.l, f.paired, shadow, f.paired ? f.mask ^ granules : granules);
+  t->set_cursor(after);
+  EndOwnApply();
 }
 
 Status File::WriteFlipHomes(ThreadCtx* c, const BlockTable& t, const FlipTarget& f, const char* in,
