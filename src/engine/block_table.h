@@ -164,6 +164,10 @@ class BlockTable {
   // neither 0 nor kKeepBlock).
   void MapRun(uint64_t vblock, uint32_t lblock, uint64_t count);
   void SetSize(uint64_t s) { size_.store(s, std::memory_order_release); }
+  // size = max(size, s): an append's effect (Effect::SetGrowTail).
+  void RaiseSize(uint64_t s) {
+    if (s > size()) SetSize(s);
+  }
   // Before the applier applies what a catch-up found (at `now`): the flips
   // among it are stamped with the time of the catch-up before, which they
   // were committed after (they would have been applied then otherwise).
@@ -178,7 +182,7 @@ class BlockTable {
   // (File::ApplyOwnLastEntry of a flip): a flip stamped with `now`, and entries committed
   // after it, which the next catch-up finds, were committed after it.
   void BeginOwnApply(uint32_t now) { flip_stamp_ = caught_up_at_ = now; }
-  // A flip its committer applies (File::ApplyOwnFlip): block v, mapped to
+  // A flip its committer applies (File::FlipOnce): block v, mapped to
   // `home` and paired (`was_paired`, a toggle) or not (an anywhere
   // shadow's first flip), now lives with `shadow` under `mask`. What
   // ApplyFlip would do, without its checks: the committer saw the block

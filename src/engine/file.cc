@@ -307,19 +307,20 @@ bool File::BeginOwnApply(BlockTable* t, const LogPos& after, uint32_t at) {
 
 void File::ApplyOwnEntry(BlockTable* t, const LogPos& after, uint32_t at,
                          FunctionRef<void(Effect*)> build) {
-  if (!BeginOwnApply(t, after, at)) return;
-  build(&own_effect_);
   // It passed the same checks at commit; a failure leaves the cursor
   // before it, for a catch-up to decode and report.
-  if (t->Apply(own_effect_).ok()) t->set_cursor(after);
-  EndOwnApply();
+  ApplyOwn(t, after, at, [&] {
+    build(&own_effect_);
+    return t->Apply(own_effect_).ok();
+  });
 }
 
 void File::ApplyOwnLastEntry(BlockTable* t, const LogPos& after, uint32_t slots,
                              FunctionRef<void(Effect*)> build) {
-  const uint32_t at = after.last;  // the entry's first slot: the last entry before `after`
-  if (at == LogPos::kNoSlot || at + slots != after.slot) return;
-  ApplyOwnEntry(t, after, at, build);
+  ApplyOwnLast(t, after, slots, [&] {
+    build(&own_effect_);
+    return t->Apply(own_effect_).ok();
+  });
 }
 
 // ---------------------------------------------------------------------------

@@ -274,23 +274,31 @@ class File {
   bool CopyGranules(const BlockTable& t, uint64_t v, uint32_t l, uint64_t lo, uint64_t hi,
                     char* out) const;
   // The entry just committed (first slot `at`, ending at `after`),
-  // applied by its committer when the table stands right before it
-  // (file.cc); `build` writes its effect.
-  void ApplyOwnEntry(BlockTable* t, const LogPos& after, uint32_t at,
-                     FunctionRef<void(Effect*)> build);
+  // applied by its committer when the table stands right before it and
+  // nobody else is applying (file.cc): `apply` changes the table and says
+  // whether it did (if not, the cursor stays before the entry, for a
+  // catch-up to decode and report).
+  template <typename Apply>
+  void ApplyOwn(BlockTable* t, const LogPos& after, uint32_t at, Apply apply) {
+    if (!BeginOwnApply(t, after, at)) return;
+    if (apply()) t->set_cursor(after);
+    EndOwnApply();
+  }
   // The same for an entry of `slots` slots that is the last before
   // `after` (a flip, an append: nobody else's entry between them).
+  template <typename Apply>
+  void ApplyOwnLast(BlockTable* t, const LogPos& after, uint32_t slots, Apply apply) {
+    const uint32_t at = after.last;
+    if (at != LogPos::kNoSlot && at + slots == after.slot) ApplyOwn(t, after, at, apply);
+  }
+  // ApplyOwn and ApplyOwnLast of the effect `build` writes, through
+  // BlockTable::Apply, as a catch-up would apply it.
+  void ApplyOwnEntry(BlockTable* t, const LogPos& after, uint32_t at,
+                     FunctionRef<void(Effect*)> build);
   void ApplyOwnLastEntry(BlockTable* t, const LogPos& after, uint32_t slots,
                          FunctionRef<void(Effect*)> build);
-  // A flip (the last entry before `after`) that pairs block v with
-  // `shadow` or toggles its pairing, applied from what its committer
-  // knows: `f`, the block's pairing at its snapshot, which nothing
-  // committed since changed (file_flip.cc).
-  void ApplyOwnFlip(BlockTable* t, const LogPos& after, const FlipTarget& f, uint32_t shadow,
-                    uint32_t granules);
   // Whether the committer of the entry at slot `at`, ending at `after`,
-  // may apply it: the table stands right before it and nobody else is
-  // applying. If so, apply_lock_ is held until EndOwnApply.
+  // may apply it; if so, apply_lock_ is held until EndOwnApply.
   bool BeginOwnApply(BlockTable* t, const LogPos& after, uint32_t at);
   void EndOwnApply() { apply_lock_.clear(std::memory_order_release); }
   void ApplyOwnPatch(BlockTable* t, const LogPos& after, uint32_t rs, uint32_t words, uint64_t v,

@@ -268,9 +268,9 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
     pm::CopyNT(tail + in_block, buf, first);
   // What does not fit goes to new blocks, as a copy-on-write write would.
   c->runs.clear();
-  c->old.assign(nb, 0);
   UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &c->runs);
   if (nb) {
+    c->old.assign(nb, 0);
     AimAllocation(&c->blocks, *t, vb0, size);
     UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, nb, &c->runs));
     for (uint64_t i = 0; i < nb; ++i) c->old[i] = t->Get(vb0 + i);
@@ -323,8 +323,11 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
     // DecodeEntry were 12% of an append-100 loop's samples).
     // CheckGrowTail's conditions hold: the append found this size and tail
     // block under the claim, and the table stands right before its entry.
-    ApplyOwnLastEntry(t, p, checked ? kGrowTailCheckedSlots : 1, [&](Effect* eff) {
-      eff->SetGrowTail(end, checked ? last : 0, checked ? uint32_t(in_block) : 0);
+    // Its effect (Effect::SetGrowTail) only raises the size: set
+    // directly, not through an Effect and BlockTable::Apply.
+    ApplyOwnLast(t, p, checked ? kGrowTailCheckedSlots : 1, [&] {
+      t->RaiseSize(end);
+      return true;
     });
   }
   *at = size;

@@ -158,7 +158,7 @@ Status BlockTable::Apply(const Effect& e) {
     v += r.count;
   }
   if (e.size_op == Effect::kMax) {
-    if (e.new_size > size()) SetSize(e.new_size);
+    RaiseSize(e.new_size);
   } else if (e.size_op == Effect::kSet) {
     uint64_t keep = CeilBlocks(e.new_size);
     std::vector<uint64_t> drop;
