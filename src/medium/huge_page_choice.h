@@ -9,15 +9,25 @@
 // collapses vary: in a run where most took 0.1-0.3 ms, one in 15 took over
 // 3 ms. So while the median of the last kSamples collapses costs more than
 // small pages (their moving average), growth uses small pages (the
-// medium's worker collapses those extents once growth is quiet), and every
-// kHugeOffFor it tries one collapse again: a cheap one turns huge pages
+// medium's worker collapses those extents once growth is quiet), and after
+// an off period it tries one collapse again: a cheap one turns huge pages
 // back on (the kernel's memory may have been compacted meanwhile, or
 // another file freed its huge pages). A tenth of a second, not a second:
 // on a VM that hands free 2 MiB blocks back to its host within seconds,
 // a freed huge page is cheap to take again only briefly, and per-file
 // `upfs bench --quick` append-4k measured a median of 1.47x the kernel
-// against 1.23x over nine alternations (a probe that finds cold memory
-// costs one slow collapse, 5-8 ms, at most every kHugeOffFor).
+// against 1.23x over nine alternations.
+//
+// Memory the host has not backed yet (a freshly booted VM of the
+// development machines' kind) made single collapses take up to 36 ms, on
+// the appending thread: the median needed four of them (up to 144 ms,
+// more than a round of the quick demo) before it turned huge pages off,
+// and every probe after 0.1 s cost as much again. So one collapse slower
+// than kVerySlow times small pages turns huge pages off at once (single
+// collapses measured on memory the host had backed took up to 8 ms, small
+// pages 1 ms: the median judges those), and
+// each probe that finds collapses still slow doubles the off period, up to
+// kHugeOffMax; huge pages back on start it again at kHugeOffFor.
 // Times are passed in (steady clock, ns) so that tests can drive it.
 #pragma once
 
@@ -32,7 +42,9 @@ class HugePageChoice {
  public:
   enum Choice { kSmall, kHuge, kProbe };
   static constexpr int kSamples = 8;
-  static constexpr int64_t kHugeOffFor = 100'000'000;  // ns
+  static constexpr int64_t kHugeOffFor = 100'000'000;   // ns, the first off period
+  static constexpr int64_t kHugeOffMax = 1'600'000'000;  // ns, the longest
+  static constexpr int64_t kVerySlow = 10;               // times small pages' cost
 
   Choice Now(int64_t now_ns) const {
     const int64_t off = off_until_.load(std::memory_order_relaxed);
@@ -45,12 +57,23 @@ class HugePageChoice {
     if (c == kProbe && ok && ns <= small) {
       for (auto& v : recent_) v.store(ns, std::memory_order_relaxed);
       off_until_.store(0, std::memory_order_relaxed);
+      off_for_.store(kHugeOffFor, std::memory_order_relaxed);
       return;
     }
     recent_[next_.fetch_add(1, std::memory_order_relaxed) % kSamples].store(ok ? ns : kFailed,
                                                                            std::memory_order_relaxed);
-    const bool worth = c != kProbe && MedianNs() <= small;
-    off_until_.store(worth ? 0 : now_ns + kHugeOffFor, std::memory_order_relaxed);
+    const bool worth = c != kProbe && MedianNs() <= small && !(ok && ns > kVerySlow * small);
+    if (worth) {
+      off_until_.store(0, std::memory_order_relaxed);
+      return;
+    }
+    // Off for the period; a probe that failed doubles it.
+    int64_t off = off_for_.load(std::memory_order_relaxed);
+    if (c == kProbe) {
+      off = std::min(2 * off, kHugeOffMax);
+      off_for_.store(off, std::memory_order_relaxed);
+    }
+    off_until_.store(now_ns + off, std::memory_order_relaxed);
   }
   // An extent's small pages took `ns`.
   void NoteSmall(int64_t ns) {
@@ -68,6 +91,7 @@ class HugePageChoice {
   }
   // Relaxed throughout: racing growers only blur the samples a little.
   std::atomic<int64_t> off_until_{0};                    // steady clock ns; 0: huge pages on
+  std::atomic<int64_t> off_for_{kHugeOffFor};            // the next off period, ns
   std::array<std::atomic<int64_t>, kSamples> recent_{};  // the last collapses, ns (0: none yet)
   std::atomic<uint32_t> next_{0};
   std::atomic<int64_t> small_ns_{1'000'000};  // moving average of a small-page extent
