@@ -179,7 +179,7 @@ class BlockTable {
     caught_up_at_ = now;
   }
   // Before a committer applies its own entry, committed just before `now`
-  // (File::ApplyOwnLastEntry of a flip): a flip stamped with `now`, and entries committed
+  // (File::BeginOwnApply, for a flip): a flip stamped with `now`, and entries committed
   // after it, which the next catch-up finds, were committed after it.
   void BeginOwnApply(uint32_t now) { flip_stamp_ = caught_up_at_ = now; }
   // A flip its committer applies (File::FlipOnce): block v, mapped to
