@@ -315,14 +315,6 @@ void File::ApplyOwnEntry(BlockTable* t, const LogPos& after, uint32_t at,
   });
 }
 
-void File::ApplyOwnLastEntry(BlockTable* t, const LogPos& after, uint32_t slots,
-                             FunctionRef<void(Effect*)> build) {
-  ApplyOwnLast(t, after, slots, [&] {
-    build(&own_effect_);
-    return t->Apply(own_effect_).ok();
-  });
-}
-
 // ---------------------------------------------------------------------------
 // Reclamation
 

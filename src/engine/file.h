@@ -291,12 +291,10 @@ class File {
     const uint32_t at = after.last;
     if (at != LogPos::kNoSlot && at + slots == after.slot) ApplyOwn(t, after, at, apply);
   }
-  // ApplyOwn and ApplyOwnLast of the effect `build` writes, through
+  // ApplyOwn of the effect `build` writes (into own_effect_), through
   // BlockTable::Apply, as a catch-up would apply it.
   void ApplyOwnEntry(BlockTable* t, const LogPos& after, uint32_t at,
                      FunctionRef<void(Effect*)> build);
-  void ApplyOwnLastEntry(BlockTable* t, const LogPos& after, uint32_t slots,
-                         FunctionRef<void(Effect*)> build);
   // Whether the committer of the entry at slot `at`, ending at `after`,
   // may apply it; if so, apply_lock_ is held until EndOwnApply.
   bool BeginOwnApply(BlockTable* t, const LogPos& after, uint32_t at);
@@ -362,7 +360,7 @@ class File {
   std::vector<std::unique_ptr<BlockTable>> tables_;
   std::vector<uint64_t> retired_at_;
   std::atomic_flag apply_lock_ = ATOMIC_FLAG_INIT;
-  Effect own_effect_;  // ApplyOwnEntry's, under apply_lock_
+  Effect own_effect_;  // an own entry's effect (ApplyOwnEntry, a version 4 first flip), under apply_lock_
   std::mutex tables_mu_;
 
   PerThread<ThreadCtx, kMaxThreads> ctx_;

@@ -202,13 +202,15 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
   if (copy_to_pair) {
     uint32_t old = l;
     ReleaseDisplaced(c, &old, 1);
-    ApplyOwnLastEntry(t, p, kGranuleFlipSlots,
-                      [&](Effect* eff) { eff->SetFlip(uint32_t(v), named, granules, true, false); });
+    ApplyOwnLast(t, p, kGranuleFlipSlots, [&] {
+      own_effect_.SetFlip(uint32_t(v), named, granules, true, false);
+      return t->Apply(own_effect_).ok();
+    });
   } else {
     // Not through an Effect and BlockTable::Apply, which would decode the
     // entry's meaning again and load the block's mapping and pairing a
     // second time: in random 128-byte overwrites of a 1 GiB file those
-    // two loads missed the cache again and took 9% of the writer's
+    // two loads missed the cache again and took 9% of the process's
     // samples. Nothing touching the block was committed since the
     // snapshot (the commit's scan), so its pairing is still as seen.
     ApplyOwnLast(t, p, kGranuleFlipSlots, [&] {

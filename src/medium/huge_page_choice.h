@@ -25,9 +25,9 @@
 // and every probe after 0.1 s cost as much again. So one collapse slower
 // than kVerySlow times small pages turns huge pages off at once (single
 // collapses measured on memory the host had backed took up to 8 ms, small
-// pages 1 ms: the median judges those), and
-// each probe that finds collapses still slow doubles the off period, up to
-// kHugeOffMax; huge pages back on start it again at kHugeOffFor.
+// pages 1 ms: the median judges those), and each probe that finds
+// collapses still slow doubles the off period, up to kHugeOffMax; huge
+// pages back on start it again at kHugeOffFor.
 // Times are passed in (steady clock, ns) so that tests can drive it.
 #pragma once
 
