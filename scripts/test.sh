@@ -158,12 +158,10 @@ if stage_wanted tsan; then
     # TSan's shadow memory layout breaks under high mmap randomization on some
     # kernels; running without address randomization avoids that.
     if setarch "$(uname -m)" -R true >/dev/null 2>&1; then CTEST_PREFIX=(setarch "$(uname -m)" -R); fi
-    # die_after_fork=0: a process that closed a upfs file has a thread that
-    # ends its parked files (src/posix/file_registry.h), and the tests fork
-    # children that start threads, as real programs do; TSan refuses that
-    # by default.
+    # The test programs carry die_after_fork=0 themselves
+    # (tests/tsan_defaults.cc); these options add to it.
     before=$(shm_objects)
-    if UPFS_TEST_SCALE=0.2 TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:die_after_fork=0}" \
+    if UPFS_TEST_SCALE=0.2 TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}" \
         run_ctest build-tsan "$log" -L concurrency; then
       record tsan ok "$log"
     else
