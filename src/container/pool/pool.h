@@ -23,6 +23,8 @@
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "container/pool/inode_alloc.h"
 #include "container/pool/ns_index.h"
@@ -191,7 +193,18 @@ class Pool {
  private:
   Pool(std::string path, std::unique_ptr<Medium> medium, uint64_t dev);
   Status Join();
+  // pool_recover.cc: Recover and its steps.
   Status Recover();
+  // Resets the words processes share (the header's fixed part, the thread
+  // slots, the bitmap and its summaries); *words: the pool's words.
+  Status ResetSharedWords(uint64_t capacity, format::pool::PoolWords** words);
+  // Marks the checkpoint's blocks, the whole kept namespace log (each link
+  // checked before it is followed) and the log's reserve.
+  Status MarkNamespaceBlocks(BlockMarker* marker);
+  // Marks the inode blocks and what each inode in `linked` references,
+  // checking every inode's kind; logs a crash cut short go to *cut.
+  Status MarkInodeBlocks(const std::unordered_set<uint64_t>& linked, BlockMarker* marker,
+                         std::vector<uint32_t>* cut);
   Status CheckSuperblock() const;
   Status InitVolatile(bool first);
   // Loads the index from the newest checkpoint (or the empty root) and
