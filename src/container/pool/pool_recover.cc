@@ -1,5 +1,6 @@
-// Pool::Recover: the attach of a pool that no process has attached and
-// that was not left clean (a crash, or a process killed while attached).
+// Pool::Recover: the attach of a pool that no other process has attached
+// and that was not left clean (a crash, a process killed while attached)
+// or whose shared words are not this pool's (InitVolatile).
 // The words processes share are reset; every block in use is marked from
 // what the namespace and its files reference, all of it checked before
 // anything durable is written (a pool refused for damage found half way
