@@ -305,14 +305,9 @@ bool File::BeginOwnApply(BlockTable* t, const LogPos& after, uint32_t at) {
   return false;
 }
 
-void File::ApplyOwnEntry(BlockTable* t, const LogPos& after, uint32_t at,
-                         FunctionRef<void(Effect*)> build) {
-  // It passed the same checks at commit; a failure leaves the cursor
-  // before it, for a catch-up to decode and report.
-  ApplyOwn(t, after, at, [&] {
-    build(&own_effect_);
-    return t->Apply(own_effect_).ok();
-  });
+bool File::ApplyOwnEffect(BlockTable* t, FunctionRef<void(Effect*)> build) {
+  build(&own_effect_);
+  return t->Apply(own_effect_).ok();
 }
 
 // ---------------------------------------------------------------------------

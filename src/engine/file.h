@@ -294,7 +294,13 @@ class File {
   // ApplyOwn of the effect `build` writes (into own_effect_), through
   // BlockTable::Apply, as a catch-up would apply it.
   void ApplyOwnEntry(BlockTable* t, const LogPos& after, uint32_t at,
-                     FunctionRef<void(Effect*)> build);
+                     FunctionRef<void(Effect*)> build) {
+    ApplyOwn(t, after, at, [&] { return ApplyOwnEffect(t, build); });
+  }
+  // The effect `build` writes, applied (apply_lock_ held): whether it was.
+  // It passed the same checks at commit; a failure leaves the cursor
+  // before the entry, for a catch-up to decode and report.
+  bool ApplyOwnEffect(BlockTable* t, FunctionRef<void(Effect*)> build);
   // Whether the committer of the entry at slot `at`, ending at `after`,
   // may apply it; if so, apply_lock_ is held until EndOwnApply.
   bool BeginOwnApply(BlockTable* t, const LogPos& after, uint32_t at);

@@ -203,8 +203,7 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
     uint32_t old = l;
     ReleaseDisplaced(c, &old, 1);
     ApplyOwnLast(t, p, kGranuleFlipSlots, [&] {
-      own_effect_.SetFlip(uint32_t(v), named, granules, true, false);
-      return t->Apply(own_effect_).ok();
+      return ApplyOwnEffect(t, [&](Effect* e) { e->SetFlip(uint32_t(v), named, granules, true, false); });
     });
   } else {
     // Not through an Effect and BlockTable::Apply, which would decode the

@@ -404,9 +404,7 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
   return Status::OK();
 }
 
-Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned flags) {
-  std::optional<EpochPin> pin;
-  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
+Status PoolNamespace::CheckRename(const Resolved& from, const Resolved& to, unsigned flags) const {
   if (flags & ~unsigned(RENAME_NOREPLACE | RENAME_EXCHANGE))
     return Status::Error(EINVAL, "unknown rename flags");
   const bool exchange = flags & RENAME_EXCHANGE;
@@ -417,24 +415,26 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
     return Status::Error(EBUSY, "cannot rename the root or a dot entry");
   if (exchange && to.ino == 0) return Status::Error(ENOENT, "no such file or directory");
   if (!exchange && to.ino != 0 && (flags & RENAME_NOREPLACE)) return Status::Error(EEXIST, "file exists");
-  const NsIndex* idx = pool_->index();
   if (from.dir != to.dir) {
     // The kernel's checks of lock_rename's trap, before any other: the
     // source may not be an ancestor of the target's directory, nor the
     // target an ancestor of the source's.
+    const NsIndex* idx = pool_->index();
     std::shared_lock<SpinSharedMutex> g(pool_->index_mu());
     if (idx->IsAncestorOrSelf(from.ino, to.dir))
       return Status::Error(EINVAL, "a directory cannot move below itself");
     if (to.ino != 0 && idx->IsAncestorOrSelf(to.ino, from.dir))
       return Status::Error(exchange ? EINVAL : ENOTEMPTY, "the target holds the source");
   }
-  if (from.ino == to.ino) return Status::OK();  // two names of one file: nothing to do
-  if (!exchange && to.ino != 0) {
-    if (from.type == FileType::kDirectory && to.type != FileType::kDirectory)
-      return Status::Error(ENOTDIR, "not a directory");
-    if (from.type != FileType::kDirectory && to.type == FileType::kDirectory)
-      return Status::Error(EISDIR, "is a directory");
-  }
+  if (from.ino == to.ino || exchange || to.ino == 0) return Status::OK();
+  if (from.type == FileType::kDirectory && to.type != FileType::kDirectory)
+    return Status::Error(ENOTDIR, "not a directory");
+  if (from.type != FileType::kDirectory && to.type == FileType::kDirectory)
+    return Status::Error(EISDIR, "is a directory");
+  return Status::OK();
+}
+
+Status PoolNamespace::PermitRename(const Resolved& from, const Resolved& to, bool exchange) const {
   Inode *d1, *d2;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(from.dir, &d1));
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(to.dir, &d2));
@@ -442,15 +442,25 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
   UPFS_RETURN_IF_ERROR(Permit(d2, kWantWrite | kWantExec));
   UPFS_RETURN_IF_ERROR(CheckSticky(from.dir, from.ino));
   if (to.ino != 0) UPFS_RETURN_IF_ERROR(CheckSticky(to.dir, to.ino));
-  if (from.dir != to.dir) {
-    // A directory that changes parent has its ".." rewritten.
-    for (const Resolved* r : {&from, exchange ? &to : nullptr}) {
-      if (!r || r->type != FileType::kDirectory) continue;
-      Inode* in;
-      UPFS_RETURN_IF_ERROR(pool_->InodeAt(r->ino, &in));
-      UPFS_RETURN_IF_ERROR(Permit(in, kWantWrite));
-    }
+  if (from.dir == to.dir) return Status::OK();
+  // A directory that changes parent has its ".." rewritten.
+  for (const Resolved* r : {&from, exchange ? &to : nullptr}) {
+    if (!r || r->type != FileType::kDirectory) continue;
+    Inode* in;
+    UPFS_RETURN_IF_ERROR(pool_->InodeAt(r->ino, &in));
+    UPFS_RETURN_IF_ERROR(Permit(in, kWantWrite));
   }
+  return Status::OK();
+}
+
+Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned flags) {
+  std::optional<EpochPin> pin;
+  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
+  UPFS_RETURN_IF_ERROR(CheckRename(from, to, flags));
+  if (from.ino == to.ino) return Status::OK();  // two names of one file: nothing to do
+  const bool exchange = flags & RENAME_EXCHANGE;
+  UPFS_RETURN_IF_ERROR(PermitRename(from, to, exchange));
+  const NsIndex* idx = pool_->index();
   NsRecord rec{exchange ? RecordType::kExchange : RecordType::kRename, from.type, from.ino,
                from.dir, to.dir, to.ino, from.name, to.name};
   const auto with_record = [&](CommitFlushes* later) {

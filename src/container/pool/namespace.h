@@ -180,6 +180,16 @@ class PoolNamespace {
   // the directories it goes through in *trace (if given).
   Status Walk(std::string_view path, bool follow, Resolved* out, std::string* escape, uint64_t start,
               WalkTrace* trace);
+  // The directory a walk from `start` (0: the root) begins in (index lock
+  // held): ENOENT if it was removed, ENOTDIR if the inode is no directory.
+  Status WalkStart(uint64_t start, uint64_t* cur) const;
+  // Rename's checks of its arguments that need no permission (the flags,
+  // the names, the kernel's ancestor trap, the types): in the kernel's
+  // order, before any permission check.
+  Status CheckRename(const Resolved& from, const Resolved& to, unsigned flags) const;
+  // Rename's permission checks: both directories, the sticky bits, and a
+  // moved directory's own (its ".." is rewritten).
+  Status PermitRename(const Resolved& from, const Resolved& to, bool exchange) const;
   // Whether `dir` is still a directory of the index, the life of its inode
   // that had `ident` (index lock held).
   bool StillDir(uint64_t dir, uint64_t ident) const;

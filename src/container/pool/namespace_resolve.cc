@@ -200,23 +200,28 @@ Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved
   return Status::OK();
 }
 
+Status PoolNamespace::WalkStart(uint64_t start, uint64_t* cur) const {
+  *cur = pool_->root_ino();
+  if (start == 0 || start == *cur) return Status::OK();
+  // A directory descriptor's directory: removed since it was opened,
+  // nothing can be found or made in it (ENOENT, as in the kernel).
+  if (!pool_->index()->IsDir(start)) {
+    Inode* in;
+    UPFS_RETURN_IF_ERROR(pool_->InodeAt(start, &in));
+    const bool dir = IdentKind(in->ident.load(std::memory_order_acquire)) == FileType::kDirectory;
+    return Status::Error(dir ? ENOENT : ENOTDIR, dir ? "directory removed" : "not a directory");
+  }
+  *cur = start;
+  return Status::OK();
+}
+
 Status PoolNamespace::Walk(std::string_view path, bool follow, Resolved* out, std::string* escape,
                            uint64_t start, WalkTrace* trace) {
   const NsIndex& idx = *pool_->index();
   const bool trailing_slash = !path.empty() && path.back() == '/';
   PathCursor parts(path);
-  uint64_t cur = pool_->root_ino();
-  if (start != 0 && start != cur) {
-    // A directory descriptor's directory: removed since it was opened,
-    // nothing can be found or made in it (ENOENT, as in the kernel).
-    if (!idx.IsDir(start)) {
-      Inode* in;
-      UPFS_RETURN_IF_ERROR(pool_->InodeAt(start, &in));
-      const bool dir = IdentKind(in->ident.load(std::memory_order_acquire)) == FileType::kDirectory;
-      return Status::Error(dir ? ENOENT : ENOTDIR, dir ? "directory removed" : "not a directory");
-    }
-    cur = start;
-  }
+  uint64_t cur;
+  UPFS_RETURN_IF_ERROR(WalkStart(start, &cur));
   int links = 0;
   out->dir = cur;
   out->name.clear();
