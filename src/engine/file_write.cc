@@ -221,20 +221,69 @@ Status File::ZeroTailForGap(ThreadCtx* c, BlockTable* t, const LogPos& p, bool* 
 // measured at 100 bytes only, the bound is a judgement).
 constexpr uint64_t kShortAppendBytes = 256;
 
+// The tail block's part of an append in place: a short append is a line
+// or two written in parts, into a line the last append wrote: ordinary
+// stores and a flush cost less there than non-temporal ones (append-100
+// 1.80-1.83M -> 1.89-1.92M per second, three alternations of upfs bench
+// with both), as for the pool's records (docs/design.md, "The namespace
+// log"). A checked append's stores are written back with its entry.
+void File::StoreTailBytes(const TailAppend& a, const void* buf) {
+  char* to = a.tail + a.in_block;
+  if (a.checked)
+    pm::StoreBytes(to, buf, a.first);
+  else if (a.first <= kShortAppendBytes)
+    pm::CopyFlush(to, buf, a.first);
+  else
+    pm::CopyNT(to, buf, a.first);
+}
+
+// The entry must touch the tail block (a copy-on-write writer that
+// composed it from the older size conflicts with it, instead of
+// committing zeros over the appended bytes). An append that stays in the
+// tail block is one kGrowTail word, which touches that block and raises
+// the size (the data must be durable before its CAS: one fence, one
+// commit, nothing to decode), or a checked one, whose bytes are written
+// back with it. Anything longer is a payload whose first run keeps the
+// tail block's mapping, and whose commit fences before the payload can
+// count. *entry stays 0 for a payload.
+Status File::BuildAppendEntry(ThreadCtx* c, const TailAppend& a, uint64_t* entry) {
+  *entry = 0;
+  if (a.checked) {
+    // The checksum of the bytes as stored (the caller's buffer may change
+    // under us; the block's bytes past the size are ours under the claim).
+    const char* stored = a.tail + a.in_block;
+    c->pending.entry_word1 = EncodeGrowTailChecked1(a.last, Crc32c(stored, a.first));
+    c->pending.bytes = stored;
+    c->pending.bytes_len = a.first;
+    *entry = EncodeGrowTailChecked0(a.end, uint32_t(a.in_block));
+    return Status::OK();
+  }
+  if (a.nb == 0) {
+    pm::Fence();
+    *entry = EncodeGrowTail(a.end);
+    return Status::OK();
+  }
+  c->runs.insert(c->runs.begin(), Run{kKeepBlock, 1});
+  Status st = writer_.BuildPayload(&c->blocks, &c->pending, uint32_t(a.vt), c->runs, Effect::kMax, a.end);
+  c->runs.erase(c->runs.begin());  // only the new blocks are ours to free
+  return st;
+}
+
 Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, uint64_t off,
                            bool append, uint64_t* at, bool* done) {
   *done = false;
   LogPos p = t->cursor();
-  const uint64_t size = t->size();
-  const uint64_t in_block = size & (kBlockSize - 1);
-  if ((!append && off != size) || in_block == 0) return Status::OK();
-  const uint64_t end = size + n;
-  if (end > kMaxFileSize || end < size) return Status::OK();  // WriteOnce reports it
-  const uint64_t vt = size >> kBlockShift;
-  const uint32_t last = t->Get(vt);
+  TailAppend a;
+  a.size = t->size();
+  a.in_block = a.size & (kBlockSize - 1);
+  if ((!append && off != a.size) || a.in_block == 0) return Status::OK();
+  a.end = a.size + n;
+  if (a.end > kMaxFileSize || a.end < a.size) return Status::OK();  // WriteOnce reports it
+  a.vt = a.size >> kBlockShift;
+  a.last = t->Get(a.vt);
   // A paired tail block holds some granules in its shadow: copy on write
   // (which ends the pairing) rather than append beside them.
-  if (!last || t->shadows().Paired(vt) || !TryClaimTail(c)) return Status::OK();
+  if (!a.last || t->shadows().Paired(a.vt) || !TryClaimTail(c)) return Status::OK();
   ClaimGuard claim{this, c, true};
   // Under the claim no other in-place append can commit; an append that
   // committed before we took it would be overwritten: the snapshot must
@@ -243,70 +292,37 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   UPFS_RETURN_IF_ERROR(CommittedSince(c, p, &stale));
   if (stale) return Status::OK();
 
-  char* tail;
-  UPFS_RETURN_IF_ERROR(access_.Addr(last, &tail));
-  const uint64_t first = std::min<uint64_t>(n, kBlockSize - in_block);
-  const uint64_t vb0 = vt + 1, vb1 = CeilBlocks(end), nb = vb1 > vb0 ? vb1 - vb0 : 0;
+  UPFS_RETURN_IF_ERROR(access_.Addr(a.last, &a.tail));
+  a.first = std::min<uint64_t>(n, kBlockSize - a.in_block);
+  a.vb0 = a.vt + 1;
+  a.vb1 = CeilBlocks(a.end);
+  a.nb = a.vb1 > a.vb0 ? a.vb1 - a.vb0 : 0;
   // An append that stays in the tail block of a strict file commits in one
   // persisted round: its bytes are stored and written back with its entry
   // after the CAS, which carries their checksum (docs/design.md, "Checked
   // appends"). Sync-mode files overwrite in place, which would make the
   // checksum of an earlier append fail after a crash: they keep two rounds.
-  const bool checked = nb == 0 && root_.checked_appends && root_.consistency == Consistency::kStrict;
+  a.checked = a.nb == 0 && root_.checked_appends && root_.consistency == Consistency::kStrict;
   // Past the end of file in place: only under the tail claim.
   UPFS_ASSERT(root_.words->tail_claim.load(std::memory_order_relaxed) == c->tail_claim_id);
-  // A short append is a line or two written in parts, into a line the
-  // last append wrote: ordinary stores and a flush cost less there than
-  // non-temporal ones (append-100 1.80-1.83M -> 1.89-1.92M per second,
-  // three alternations of upfs bench with both), as for the pool's records
-  // (docs/design.md, "The namespace log").
-  if (checked)
-    pm::StoreBytes(tail + in_block, buf, first);
-  else if (first <= kShortAppendBytes)
-    pm::CopyFlush(tail + in_block, buf, first);
-  else
-    pm::CopyNT(tail + in_block, buf, first);
+  StoreTailBytes(a, buf);
   // What does not fit goes to new blocks, as a copy-on-write write would.
   c->runs.clear();
   UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &c->runs);
-  if (nb) {
-    c->old.assign(nb, 0);
-    AimAllocation(&c->blocks, *t, vb0, size);
-    UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, nb, &c->runs));
-    for (uint64_t i = 0; i < nb; ++i) c->old[i] = t->Get(vb0 + i);
-    UPFS_RETURN_IF_ERROR(CopyIntoNewBlocks(c, *t, static_cast<const char*>(buf) + first, n - first,
-                                           vb0 << kBlockShift, size, vb0));
+  if (a.nb) {
+    c->old.assign(a.nb, 0);
+    AimAllocation(&c->blocks, *t, a.vb0, a.size);
+    UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, a.nb, &c->runs));
+    for (uint64_t i = 0; i < a.nb; ++i) c->old[i] = t->Get(a.vb0 + i);
+    UPFS_RETURN_IF_ERROR(CopyIntoNewBlocks(c, *t, static_cast<const char*>(buf) + a.first, n - a.first,
+                                           a.vb0 << kBlockShift, a.size, a.vb0));
   }
-  // The entry must touch the tail block (a copy-on-write writer that
-  // composed it from the older size conflicts with it, instead of
-  // committing zeros over the appended bytes). An append that stays in the
-  // tail block is one kGrowTail word, which touches that block and raises
-  // the size (the data must be durable before its CAS: one fence, one
-  // commit, nothing to decode). Anything longer is a payload whose first
-  // run keeps the tail block's mapping, and whose commit fences before the
-  // payload can count.
-  uint64_t entry = 0;
-  if (checked) {
-    // The checksum of the bytes as stored (the caller's buffer may change
-    // under us; the block's bytes past the size are ours under the claim).
-    c->pending.entry_word1 = EncodeGrowTailChecked1(last, Crc32c(tail + in_block, first));
-    c->pending.bytes = tail + in_block;
-    c->pending.bytes_len = first;
-    entry = EncodeGrowTailChecked0(end, uint32_t(in_block));
-  } else if (nb == 0) {
-    pm::Fence();
-    entry = EncodeGrowTail(end);
-  } else {
-    c->runs.insert(c->runs.begin(), Run{kKeepBlock, 1});
-    Status st =
-        writer_.BuildPayload(&c->blocks, &c->pending, uint32_t(vt), c->runs, Effect::kMax, end);
-    c->runs.erase(c->runs.begin());  // only the new blocks are ours to free
-    UPFS_RETURN_IF_ERROR(st);
-  }
+  uint64_t entry;
+  UPFS_RETURN_IF_ERROR(BuildAppendEntry(c, a, &entry));
   bool conflicted = false;
   Status st = writer_.Commit(
       &c->blocks, &c->scratch, &p, entry, c->pending,
-      [&](const Effect& e) { return e.ChangesSize() || e.TouchesBlocks(vt, std::max(vb1, vt + 1)); },
+      [&](const Effect& e) { return e.ChangesSize() || e.TouchesBlocks(a.vt, std::max(a.vb1, a.vt + 1)); },
       &conflicted);
   c->pending.entry_word1 = 0;  // the thread's next commit is not one
   c->pending.bytes = nullptr;
@@ -314,8 +330,8 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   UPFS_RETURN_IF_ERROR(st);
   if (conflicted) return Status::OK();
   taken.Committed();
-  if (nb) {
-    ReleaseDisplaced(c, c->old.data(), nb);
+  if (a.nb) {
+    ReleaseDisplaced(c, c->old.data(), a.nb);
   } else {
     // Applied by its committer where it can be, with the effect
     // DecodeEntry gives its entry: the next call's catch-up decoded it,
@@ -325,12 +341,12 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
     // block under the claim, and the table stands right before its entry.
     // Its effect (Effect::SetGrowTail) only raises the size: set
     // directly, not through an Effect and BlockTable::Apply.
-    ApplyOwnLast(t, p, checked ? kGrowTailCheckedSlots : 1, [&] {
-      t->RaiseSize(end);
+    ApplyOwnLast(t, p, a.checked ? kGrowTailCheckedSlots : 1, [&] {
+      t->RaiseSize(a.end);
       return true;
     });
   }
-  *at = size;
+  *at = a.size;
   *done = true;
   return Status::OK();
 }
