@@ -88,6 +88,13 @@ class LogWriter {
   // Commits the two words of a checked append at an even slot.
   Status CommitChecked(format::LogBlock* b, LogPos* pos, uint64_t w0, const PendingEntry& p,
                        bool* done);
+  // Commits a one-word entry at pos's slot: its CAS, write-back and fence.
+  // False if another entry took the slot first.
+  bool CommitWord(format::LogBlock* b, LogPos* pos, uint64_t entry);
+  // A payload that does not fit from pos's slot on: the rest of block b
+  // becomes one reservation (unless someone took the slot), so that the
+  // next try starts in the next block.
+  void PadOutBlock(format::LogBlock* b, const LogPos& pos);
   // The durable prefix this process knows of (rule 3 of "Persistence
   // ordering" skips what lies inside it): every slot of the tail blocks
   // before (seq, slot) is durable, because one of this process's fences

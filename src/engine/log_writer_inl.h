@@ -6,6 +6,29 @@
 
 namespace upfs {
 
+inline bool LogWriter::CommitWord(format::LogBlock* b, LogPos* pos, uint64_t entry) {
+  const uint32_t s = pos->slot;
+  uint64_t expected = 0;
+  if (!pm::Cas64(&b->slots[s], expected, entry)) return false;
+  pm::Flush(&b->slots[s], 8);
+  CommitFence();
+  Durable(pos->seq, s + 1);
+  pos->last = s;
+  pos->slot = s + 1;
+  return true;
+}
+
+inline void LogWriter::PadOutBlock(format::LogBlock* b, const LogPos& pos) {
+  using namespace format;
+  const uint32_t s = pos.slot;
+  uint64_t expected = 0;
+  if (pm::Cas64(&b->slots[s], expected, EncodeReserve(kSlotsPerLogBlock - s - 1))) {
+    pm::Flush(&b->slots[s], 8);
+    pm::Fence();
+    Durable(pos.seq, kSlotsPerLogBlock);
+  }
+}
+
 template <typename Conflict>
 Status LogWriter::Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t entry,
                          PendingEntry& p, Conflict conflict, bool* conflicted) {
@@ -40,21 +63,11 @@ Status LogWriter::Commit(ThreadBlocks* t, Effect* scratch, LogPos* pos, uint64_t
       continue;
     }
     if (entry) {
-      if (!pm::Cas64(&b->slots[s], expected, entry)) continue;
-      pm::Flush(&b->slots[s], 8);
-      CommitFence();
-      Durable(pos->seq, s + 1);
-      pos->last = s;
-      pos->slot = s + 1;
-      return Status::OK();
+      if (CommitWord(b, pos, entry)) return Status::OK();
+      continue;
     }
     if (s + 2 + k > kSlotsPerLogBlock) {
-      // The payload does not fit: pad out this block and use the next.
-      if (pm::Cas64(&b->slots[s], expected, EncodeReserve(kSlotsPerLogBlock - s - 1))) {
-        pm::Flush(&b->slots[s], 8);
-        pm::Fence();
-        Durable(pos->seq, kSlotsPerLogBlock);
-      }
+      PadOutBlock(b, *pos);
       continue;
     }
     // The caller's data (fresh blocks written with non-temporal stores, or
