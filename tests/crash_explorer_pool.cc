@@ -21,6 +21,9 @@
 //     operation (with a racing operation, any linearization of the two),
 //     and at an operation's end the state after it: every operation that
 //     returned is present;
+//   - every directory's mtime and ctime are at least what the last
+//     operation that returned had left them (times are not in the tree:
+//     an interrupted operation may have moved them or not);
 //   - the process that recovered must commit a record (create, unlink);
 //   - fsck (CheckPool) must find nothing, once the pool has been detached;
 //   - the recovered pool must take new records: a probe creates and
@@ -205,6 +208,14 @@ class Explorer {
       }
     }
     pool->medium()->Settle();  // no growth in flight while the durable bytes are read
+    {
+      std::string ignored;
+      st = DumpPool(pool.get(), &ignored, &floors_);
+      if (!st.ok()) {
+        std::printf("%s: walking the set-up pool: %s\n", w.name.c_str(), st.ToString().c_str());
+        return 1;
+      }
+    }
     model_.Reset(path);
     model_.Attach(pool->medium());
     pm::g_recorder.store(&model_);
@@ -294,7 +305,8 @@ class Explorer {
       // reference model, with the errors that outcome implies.
       pm::Recorder* saved = pm::g_recorder.exchange(nullptr);
       std::string live;
-      Status dst = DumpPool(pool.get(), &live);
+      DirTimes live_times;
+      Status dst = DumpPool(pool.get(), &live, &live_times);
       pm::g_recorder.store(saved);
       const Outcome* matched = nullptr;
       for (const Outcome& o : outcomes)
@@ -311,6 +323,12 @@ class Explorer {
         break;
       }
       model = matched->tree;
+      // What returned is durable, its directories' times too: a crash from
+      // here on may move them forward (a later operation), never back.
+      for (const auto& [ino, t] : live_times) {
+        auto& f = floors_[ino];
+        f = {std::max(f.first, t.first), std::max(f.second, t.second)};
+      }
       if (opt_.verbose)
         std::printf("  op %zu %s: %d fences (racer %d), namespace log at block %u slot %u\n", i,
                     op.Describe().c_str(), fence, racer_fences, pool->log()->pos().lblock,
@@ -413,7 +431,8 @@ class Explorer {
       std::unique_ptr<Pool> p;
       Status st = Pool::Attach(ipath, &p);
       if (!st.ok()) return "recovery (attach) failed: " + st.ToString();
-      st = DumpPool(p.get(), &tree);
+      DirTimes times;
+      st = DumpPool(p.get(), &tree, &times);
       if (!st.ok()) return "walking the recovered tree failed: " + st.ToString();
       bool match = false;
       for (const std::string& a : allowed) match = match || tree == a;
@@ -423,6 +442,7 @@ class Explorer {
         if (allowed.size() > 1) d += "; vs before: " + DumpDiff(tree, allowed[0]);
         return d;
       }
+      if (std::string back = TimesWentBack(times); !back.empty()) return back;
       // The process that recovered must go on committing (its log reader
       // kept what recovery left it).
       Runner r(p.get());
@@ -459,8 +479,25 @@ class Explorer {
     return "";
   }
 
+  // A directory whose mtime or ctime in a recovered image is older than
+  // an operation that returned had left it ("" if none): the times a
+  // namespace operation stores in its directories are written back before
+  // it returns, as everything else it changed.
+  std::string TimesWentBack(const DirTimes& times) const {
+    for (const auto& [ino, t] : times) {
+      auto f = floors_.find(ino);
+      if (f == floors_.end()) continue;
+      if (t.first < f->second.first || t.second < f->second.second)
+        return "directory inode " + std::to_string(ino) + ": mtime/ctime " + std::to_string(t.first) + "/" +
+               std::to_string(t.second) + " ns, older than the " + std::to_string(f->second.first) + "/" +
+               std::to_string(f->second.second) + " an operation that returned left";
+    }
+    return "";
+  }
+
   Options opt_;
   std::string dir_;
+  DirTimes floors_;  // each directory's latest times after an operation returned
   std::mt19937_64 rng_;
   SparsePersistenceModel model_;
   const Workload* w_ = nullptr;

@@ -255,8 +255,13 @@ class TreeModel {
 // ---------------------------------------------------------------------------
 // The tree a pool shows, walked through its namespace (as root, so that no
 // permission bit hides anything). Returns the canonical dump, or an error
-// describing what could not be read.
-inline Status DumpPool(Pool* pool, std::string* out) {
+// describing what could not be read. With dir_times, also every
+// directory's (mtime, ctime) in nanoseconds, by inode number: times are
+// not part of the dump (an interrupted operation may have moved them or
+// not), so a crash test checks them apart.
+using DirTimes = std::map<uint64_t, std::pair<int64_t, int64_t>>;
+inline int64_t StatNs(const struct timespec& t) { return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec; }
+inline Status DumpPool(Pool* pool, std::string* out, DirTimes* dir_times = nullptr) {
   Credentials who;
   who.uid = 0;
   who.gid = 0;
@@ -290,6 +295,10 @@ inline Status DumpPool(Pool* pool, std::string* out) {
   struct stat st;
   UPFS_RETURN_IF_ERROR(ns.Stat(pool->root_ino(), &st));
   if (!S_ISDIR(st.st_mode)) return Status::Error(ENOTDIR, "the root is not a directory");
+  if (dir_times) {
+    dir_times->clear();
+    (*dir_times)[pool->root_ino()] = {StatNs(st.st_mtim), StatNs(st.st_ctim)};
+  }
   lines.push_back(CanonicalLine("/", FileType::kDirectory, st.st_mode, st.st_nlink, ""));
   for (const Seen& s : seen) {
     UPFS_RETURN_IF_ERROR(ns.Stat(s.ino, &st));
@@ -298,6 +307,8 @@ inline Status DumpPool(Pool* pool, std::string* out) {
                                                      : FileType::kRegular;
     if (stat_type != s.type)
       return Status::Error(EUCLEAN, s.path + ": the directory entry's type is not the inode's");
+    if (dir_times && s.type == FileType::kDirectory)
+      (*dir_times)[s.ino] = {StatNs(st.st_mtim), StatNs(st.st_ctim)};
     std::string what;
     if (s.type == FileType::kSymlink) {
       UPFS_RETURN_IF_ERROR(ns.Readlink(s.ino, &what));

@@ -91,6 +91,52 @@ TEST_F(PoolTest, DirectoriesAndLinkCounts) {
 // (docs/design.md, "Times in a pool"; atime: noatime). Times come from the
 // coarse clock, so each step waits past a tick first: a time that should
 // move must be later, one that should not must be equal.
+// A call that fails changes nothing, the directory's times included, as
+// in the kernel: an rmdir of a directory not empty, a mkdir or an
+// exclusive create of a name that exists (made by another process's pool
+// attachment would look the same: resolved through the parent cache, the
+// name is found to exist only at the commit), a link over an existing
+// name, a rename of a directory into its own subtree. Until 2026-12-05 the
+// times were stored with the record's reservation, before the checks at
+// the commit, and the first three moved the parent's mtime and ctime.
+TEST_F(PoolTest, FailedCallsLeaveTheDirectorysTimes) {
+  auto mc = [&](const std::string& rel) {
+    struct stat st;
+    EXPECT_EQ(upfs_stat(P(rel).c_str(), &st), 0) << rel;
+    return std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "/" +
+           std::to_string(st.st_ctim.tv_sec) + "." + std::to_string(st.st_ctim.tv_nsec);
+  };
+  auto tick = [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); };
+  ASSERT_EQ(upfs_mkdir(P("e").c_str(), 0755), 0);
+  ASSERT_EQ(upfs_mkdir(P("e/d").c_str(), 0755), 0);
+  ASSERT_EQ(Create("e/d/f"), 0);
+  ASSERT_EQ(Create("e/g"), 0);
+  // Creates in e first, so that its path is in the parent cache.
+  ASSERT_EQ(Create("e/warm"), 0);
+  struct Failing {
+    const char* what;
+    std::function<int()> call;
+    int err;
+  };
+  const std::vector<Failing> calls = {
+      {"rmdir of a directory not empty", [&] { return upfs_rmdir(P("e/d").c_str()); }, ENOTEMPTY},
+      {"mkdir of an existing name", [&] { return upfs_mkdir(P("e/d").c_str(), 0755); }, EEXIST},
+      {"exclusive create of an existing name",
+       [&] { return upfs_open(P("e/g").c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644); }, EEXIST},
+      {"link over an existing name", [&] { return upfs_link(P("e/g").c_str(), P("e/d/f").c_str()); }, EEXIST},
+      {"rename into its own subtree", [&] { return upfs_rename(P("e").c_str(), P("e/d/x").c_str()); }, EINVAL},
+  };
+  for (const Failing& f : calls) {
+    const std::string e0 = mc("e"), d0 = mc("e/d");
+    tick();
+    errno = 0;
+    EXPECT_EQ(f.call(), -1) << f.what;
+    EXPECT_EQ(errno, f.err) << f.what;
+    EXPECT_EQ(mc("e"), e0) << f.what << ": the parent's times moved";
+    EXPECT_EQ(mc("e/d"), d0) << f.what << ": the directory's times moved";
+  }
+}
+
 TEST_F(PoolTest, TimesMoveAsTheKernelMovesThem) {
   struct Times {
     int64_t a = 0, m = 0, c = 0;

@@ -39,7 +39,8 @@ Status Stale() { return Status::Error(ESTALE, "the namespace changed under the c
 }  // namespace
 
 Status PoolNamespace::Commit(const NsRecord& rec, FunctionRef<Status()> validate,
-                             FunctionRef<void(CommitFlushes*)> with_payload, bool* committed_out) {
+                             FunctionRef<void(CommitFlushes*)> with_payload, bool* committed_out,
+                             FunctionRef<void(CommitFlushes*)> touch) {
   if (committed_out) *committed_out = false;
   uint32_t slot;
   UPFS_RETURN_IF_ERROR(pool_->NamespaceSlot(&slot));
@@ -97,6 +98,10 @@ Status PoolNamespace::Commit(const NsRecord& rec, FunctionRef<Status()> validate
       if (!applied.ok()) (void)pool_->ReloadIndexLocked();
       const bool due = pool_->CheckpointDue();
       g.unlock();
+      // After the lock (a store that misses would lengthen every other
+      // commit's wait), so a directory removed meanwhile may get a stale
+      // touch: harmless, as TouchCtime says.
+      if (touch) touch(defer);
       later.FlushAll();
       log->MakeDurable(pending);
       pool_->MaybeCheckpoint(due);
@@ -147,8 +152,7 @@ void PoolNamespace::TouchDir(uint64_t dir, CommitFlushes* later) {
   FlushLine(&in->times.mtime_ns, later);
 }
 
-// Called after the commit that changed the inode's names (or, for link
-// and rename's source, just before it). By then another thread may have
+// Called after the commit that changed the inode's names. By then another thread may have
 // removed the inode's last name and released it, and a create may have
 // taken it: the store then lands on a free inode (whose fields nobody
 // reads) or on a new one, whose ctime it moves forward by the moment
@@ -213,9 +217,9 @@ Status PoolNamespace::CommitNewInode(RecordType type, FileType kind, const Resol
     // "One wait a commit").
     InodeAllocator::WriteImage(in, *image);
     if (later) pm::Fence();
-    TouchDir(at.dir, later);
   };
-  Status st = Commit(rec, [&]() { return NameStillFree(at); }, with_record, committed);
+  Status st = Commit(rec, [&]() { return NameStillFree(at); }, with_record, committed,
+                     [&](CommitFlushes* later) { TouchDir(at.dir, later); });
   // Failed, the image is written (again, if the reservation wrote it: the
   // same bytes) before the caller gives the inode back: Free and
   // ReleaseInode read its fields, and until written the inode holds its
@@ -358,7 +362,7 @@ Status PoolNamespace::Link(const Resolved& from, const Resolved& to) {
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(to.dir, &din));
   UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
   NsRecord rec{RecordType::kLink, from.type, from.ino, to.dir, 0, 0, to.name, {}};
-  const auto with_record = [&](CommitFlushes* later) {
+  const auto touch = [&](CommitFlushes* later) {
     TouchDir(to.dir, later);
     TouchCtime(from.ino, /*durable=*/true, later);
   };
@@ -369,7 +373,7 @@ Status PoolNamespace::Link(const Resolved& from, const Resolved& to) {
     if (!idx->IsDir(to.dir)) return Status::Error(ENOENT, "directory removed");
     if (idx->Find(to.dir, to.name, &e)) return Status::Error(EEXIST, "file exists");
     return Status::OK();
-  }, with_record);
+  }, {}, nullptr, touch);
 }
 
 Status PoolNamespace::Remove(const Resolved& at, bool dir) {
@@ -383,7 +387,7 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
   UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
   UPFS_RETURN_IF_ERROR(CheckSticky(at.dir, at.ino));
   NsRecord rec{RecordType::kUnlink, at.type, at.ino, at.dir, 0, 0, at.name, {}};
-  const auto with_record = [&](CommitFlushes* later) { TouchDir(at.dir, later); };
+  const auto touch = [&](CommitFlushes* later) { TouchDir(at.dir, later); };
   bool last = false;  // the name going is the inode's last
   UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
     const NsIndex* idx = pool_->index();
@@ -397,7 +401,7 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
     // Exact: this record commits at the tail, right after what was read.
     last = dir || idx->Nlink(at.ino, at.type) == 1;
     return Status::OK();
-  }, with_record));
+  }, {}, nullptr, touch));
   if (!dir) TouchCtime(at.ino, /*durable=*/!last, nullptr);
   if (last) SetUnlinked(at.ino);
   MaybeRelease(at.ino);
@@ -463,7 +467,7 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
   const NsIndex* idx = pool_->index();
   NsRecord rec{exchange ? RecordType::kExchange : RecordType::kRename, from.type, from.ino,
                from.dir, to.dir, to.ino, from.name, to.name};
-  const auto with_record = [&](CommitFlushes* later) {
+  const auto touch = [&](CommitFlushes* later) {
     TouchDir(from.dir, later);
     if (to.dir != from.dir) TouchDir(to.dir, later);
     TouchCtime(from.ino, /*durable=*/true, later);
@@ -487,7 +491,7 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
     // Exact: this record commits at the tail, right after what was read.
     victim_last = !exchange && eb && (eb->type == FileType::kDirectory || idx->Nlink(eb->ino, eb->type) == 1);
     return Status::OK();
-  }, with_record));
+  }, {}, nullptr, touch));
   if (!exchange && to.ino != 0) {
     TouchCtime(to.ino, /*durable=*/!victim_last, nullptr);
     if (victim_last) SetUnlinked(to.ino);

@@ -210,11 +210,17 @@ class PoolNamespace {
   // line it stored through FlushLine: at once in a pool before version 8
   // (the reservation's fence follows), else after the index lock, under
   // MakeDurable's one fence (docs/design.md, "One wait a commit").
+  // `touch`: the times the operation changes (TouchDir, TouchCtime), run
+  // once the record committed, never for an operation that fails (a
+  // failed mkdir or rmdir leaves its directory's times alone, as in the
+  // kernel), written back through FlushLine as `with_payload`'s stores and
+  // made durable by the same fence, before the call returns.
   // *committed (if given): whether the record committed, even if the call
   // then fails (the index could not apply it: damage); what the record
   // names is then the log's.
   Status Commit(const NsRecord& rec, FunctionRef<Status()> validate,
-                FunctionRef<void(CommitFlushes*)> with_payload = {}, bool* committed = nullptr);
+                FunctionRef<void(CommitFlushes*)> with_payload = {}, bool* committed = nullptr,
+                FunctionRef<void(CommitFlushes*)> touch = {});
   // Whether the index is where it was when `r` was resolved (index lock held).
   bool SameView(const Resolved& r) const;
   Status NameStillFree(const Resolved& at) const;
