@@ -393,7 +393,10 @@ Status Pool::ReleaseInode(uint64_t ino) {
   // A small file's blocks: one allocation, not one per doubling; none for
   // a file that never had a block (a name made and removed, unused).
   if (target != 0 || head != 0) blocks.reserve(16);
-  if (target != 0) blocks.push_back(uint32_t(target));
+  if (target != 0) {
+    UPFS_RETURN_IF_ERROR(access_.CheckRange(target, 1, "symbolic link target"));
+    blocks.push_back(uint32_t(target));
+  }
   if (head != 0) {
     BlockTable table;
     UPFS_RETURN_IF_ERROR(ReplayChain(access_, uint32_t(head), &table, &res, TailRule::kLive));
@@ -402,6 +405,13 @@ Status Pool::ReleaseInode(uint64_t ino) {
       for (uint32_t i = 0; i < r.count; ++i) blocks.push_back(r.lblock + i);
     table.ForEachHeld([&](uint32_t l) { blocks.push_back(l); });
   }
+  // Every block checked before any is freed (a damaged inode or log frees
+  // nothing): a number past the bitmap would be a store outside it.
+  const uint64_t cap = bitmap_->capacity();
+  for (uint32_t l : blocks)
+    if (l == 0 || l >= cap)
+      return Status::Corrupt("inode " + std::to_string(ino),
+                             "names block " + std::to_string(l) + ", outside the pool's " + std::to_string(cap));
   pm::Store64(&in->log_head, 0);
   pm::Store64(&in->target_block, 0);
   UPFS_RETURN_IF_ERROR(inodes_.Free(ino));
