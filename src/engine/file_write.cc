@@ -294,9 +294,8 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
 
   UPFS_RETURN_IF_ERROR(access_.Addr(a.last, &a.tail));
   a.first = std::min<uint64_t>(n, kBlockSize - a.in_block);
-  a.vb0 = a.vt + 1;
   a.vb1 = CeilBlocks(a.end);
-  a.nb = a.vb1 > a.vb0 ? a.vb1 - a.vb0 : 0;
+  a.nb = a.vb1 > a.vb0() ? a.vb1 - a.vb0() : 0;
   // An append that stays in the tail block of a strict file commits in one
   // persisted round: its bytes are stored and written back with its entry
   // after the CAS, which carries their checksum (docs/design.md, "Checked
@@ -311,11 +310,11 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &c->runs);
   if (a.nb) {
     c->old.assign(a.nb, 0);
-    AimAllocation(&c->blocks, *t, a.vb0, a.size);
+    AimAllocation(&c->blocks, *t, a.vb0(), a.size);
     UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, a.nb, &c->runs));
-    for (uint64_t i = 0; i < a.nb; ++i) c->old[i] = t->Get(a.vb0 + i);
+    for (uint64_t i = 0; i < a.nb; ++i) c->old[i] = t->Get(a.vb0() + i);
     UPFS_RETURN_IF_ERROR(CopyIntoNewBlocks(c, *t, static_cast<const char*>(buf) + a.first, n - a.first,
-                                           a.vb0 << kBlockShift, a.size, a.vb0));
+                                           a.vb0() << kBlockShift, a.size, a.vb0()));
   }
   uint64_t entry;
   UPFS_RETURN_IF_ERROR(BuildAppendEntry(c, a, &entry));
