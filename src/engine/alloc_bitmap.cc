@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "util/assert.h"
+
 namespace upfs {
 
 namespace {
@@ -46,6 +48,11 @@ bool AllocationBitmap::ClaimBits(uint64_t w, uint64_t& expected, uint64_t desire
 }
 
 void AllocationBitmap::ClearBits(uint64_t w, uint64_t mask) {
+  // Only what was handed out comes back, and the capacity never shrinks: a
+  // block at or past it is a number read from damaged media that its
+  // reader did not check, and the store below would land outside the bits
+  // in use (or outside the bitmap's memory: fuzz_pool-crash-3838a727fd12).
+  UPFS_ASSERT(mask != 0 && (w << 6) + (63 - uint64_t(__builtin_clzll(mask))) < capacity());
   const uint64_t old = bits_[w].fetch_and(~mask, std::memory_order_seq_cst);
   if (!summaries_ || (old & mask) == 0) return;
   if (old == kAll) full_.Unmark(w);

@@ -69,7 +69,8 @@ class AllocationBitmap {
   // Rebuild only (the summaries follow in RebuildSummaries).
   void Set(uint64_t b) { bits_[b >> 6].fetch_or(uint64_t{1} << (b & 63), std::memory_order_relaxed); }
   void Clear(uint64_t b) { ClearBits(b >> 6, uint64_t{1} << (b & 63)); }
-  // Gives back the blocks of `mask` in word w.
+  // Gives back the blocks of `mask` in word w, all below the capacity (an
+  // assertion: a caller freeing a number read from the medium checks it).
   void ClearBits(uint64_t w, uint64_t mask);
   void ClearRange(uint64_t first, uint64_t count);
   // Takes word w from `expected` to `desired` (a superset) by CAS; on
