@@ -27,6 +27,7 @@
 #include "container/pool/namespace.h"
 #include "container/pool/pool.h"
 #include "util/crc32c.h"
+#include "util/time_ns.h"
 
 namespace upfs::crashtest {
 
@@ -260,7 +261,7 @@ class TreeModel {
 // not part of the dump (an interrupted operation may have moved them or
 // not), so a crash test checks them apart.
 using DirTimes = std::map<uint64_t, std::pair<int64_t, int64_t>>;
-inline int64_t StatNs(const struct timespec& t) { return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec; }
+inline int64_t StatNs(const struct timespec& t) { return int64_t(upfs::TimespecNs(t)); }
 inline Status DumpPool(Pool* pool, std::string* out, DirTimes* dir_times = nullptr) {
   Credentials who;
   who.uid = 0;

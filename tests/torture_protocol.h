@@ -26,6 +26,7 @@
 #include "posix/file_registry.h"
 #include "test_util.h"
 #include "upfs/upfs.h"
+#include "util/time_ns.h"
 
 namespace upfs_torture {
 
@@ -40,11 +41,7 @@ inline constexpr uint64_t kBlock = 4096;
 inline constexpr uint64_t kUnit = upfs_test::kRecSize;  // 32
 inline constexpr int kMaxWorkers = 8;
 
-inline int64_t NowNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
+inline int64_t NowNs() { return int64_t(upfs::ClockNs(CLOCK_MONOTONIC)); }
 
 inline double Secs(int64_t ns) { return double(ns) / 1e9; }
 

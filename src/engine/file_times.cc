@@ -9,6 +9,7 @@
 
 #include "engine/file_internal.h"
 #include "medium/pm.h"
+#include "util/time_ns.h"
 
 namespace upfs {
 
@@ -26,9 +27,7 @@ void File::TouchMtime() {
   if (tsc - last < (uint64_t{1} << 20) && m == last_mtime_stored_.load(std::memory_order_relaxed))
     return;
   last_mtime_tick_.store(tsc, std::memory_order_relaxed);
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
-  uint64_t now = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+  const uint64_t now = ClockNs(CLOCK_REALTIME_COARSE);
   if (m != now) pm::Store64(&root_.times->mtime_ns, now);
   if (root_.times->data_ctime_ns.load(std::memory_order_relaxed) != now)
     pm::Store64(&root_.times->data_ctime_ns, now);

@@ -22,26 +22,11 @@
 #include "posix/file_registry.h"
 #include "posix/op_guard.h"
 #include "upfs/upfs.h"
+#include "util/time_ns.h"
 
 namespace upfs {
 
 namespace {
-
-constexpr int64_t kNsPerSec = 1000000000;
-
-struct timespec Timespec(int64_t ns) {
-  int64_t sec = ns / kNsPerSec, rem = ns % kNsPerSec;
-  if (rem < 0) {
-    rem += kNsPerSec;
-    --sec;
-  }
-  struct timespec ts;
-  ts.tv_sec = time_t(sec);
-  ts.tv_nsec = long(rem);
-  return ts;
-}
-
-int64_t Nanoseconds(const struct timespec& ts) { return int64_t(ts.tv_sec) * kNsPerSec + ts.tv_nsec; }
 
 std::string SelfPath(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
 
@@ -128,8 +113,8 @@ Status AcquireWritable(const std::string& path, const struct stat& host,
 Status SetUpfsMtime(const std::string& path, const struct stat& host,
                     const struct timespec times[2], std::shared_ptr<File> file) {
   // UTIME_NOW: the time the kernel gave atime and ctime just now.
-  const int64_t mtime = (!times || times[1].tv_nsec == UTIME_NOW) ? Nanoseconds(host.st_mtim)
-                                                                  : Nanoseconds(times[1]);
+  const int64_t mtime = (!times || times[1].tv_nsec == UTIME_NOW) ? int64_t(TimespecNs(host.st_mtim))
+                                                                  : int64_t(TimespecNs(times[1]));
   if (!file) UPFS_RETURN_IF_ERROR(AcquireWritable(path, host, &file));
   OpGuard g(DescriptorUse::None());
   return file->SetMtime(mtime);
@@ -153,10 +138,10 @@ void SetUpfsAttributes(const FileStat& fs, struct stat* out) {
   out->st_size = off_t(fs.size);
   out->st_blocks = blkcnt_t(fs.blocks * (format::kBlockSize / 512));
   out->st_blksize = format::kBlockSize;
-  out->st_mtim = Timespec(fs.mtime_ns);
+  out->st_mtim = NsTimespec(uint64_t(fs.mtime_ns));
   // The kernel's ctime covers what it changed (mode, owner, links, names,
   // utimensat); upfs's covers the data and size.
-  if (fs.data_ctime_ns > Nanoseconds(out->st_ctim)) out->st_ctim = Timespec(fs.data_ctime_ns);
+  if (fs.data_ctime_ns > int64_t(TimespecNs(out->st_ctim))) out->st_ctim = NsTimespec(uint64_t(fs.data_ctime_ns));
 }
 
 }  // namespace upfs

@@ -11,10 +11,12 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "pool_test_fixture.h"
 #include "upfs/upfs.h"
+#include "util/time_ns.h"
 
 namespace {
 
@@ -28,11 +30,11 @@ using pool_test::PoolTest;
 // times were stored with the record's reservation, before the checks at
 // the commit, and the first three moved the parent's mtime and ctime.
 TEST_F(PoolTest, FailedCallsLeaveTheDirectorysTimes) {
+  // mtime and ctime, in ns.
   auto mc = [&](const std::string& rel) {
     struct stat st;
     EXPECT_EQ(upfs_stat(P(rel).c_str(), &st), 0) << rel;
-    return std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "/" +
-           std::to_string(st.st_ctim.tv_sec) + "." + std::to_string(st.st_ctim.tv_nsec);
+    return std::pair{upfs::TimespecNs(st.st_mtim), upfs::TimespecNs(st.st_ctim)};
   };
   auto tick = [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); };
   ASSERT_EQ(upfs_mkdir(P("e").c_str(), 0755), 0);
@@ -55,7 +57,7 @@ TEST_F(PoolTest, FailedCallsLeaveTheDirectorysTimes) {
       {"rename into its own subtree", [&] { return upfs_rename(P("e").c_str(), P("e/d/x").c_str()); }, EINVAL},
   };
   for (const Failing& f : calls) {
-    const std::string e0 = mc("e"), d0 = mc("e/d");
+    const auto e0 = mc("e"), d0 = mc("e/d");
     tick();
     errno = 0;
     EXPECT_EQ(f.call(), -1) << f.what;
@@ -80,7 +82,7 @@ TEST_F(PoolTest, TimesMoveAsTheKernelMovesThem) {
       ADD_FAILURE() << "stat " << rel << ": " << upfs_last_error();
       return t;
     }
-    auto ns = [](const struct timespec& ts) { return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec; };
+    auto ns = [](const struct timespec& ts) { return int64_t(upfs::TimespecNs(ts)); };
     return Times{ns(st.st_atim), ns(st.st_mtim), ns(st.st_ctim)};
   };
   auto tick = [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); };

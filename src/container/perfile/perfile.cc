@@ -15,6 +15,7 @@
 #include "medium/medium.h"
 #include "medium/pm.h"
 #include "util/crc32c.h"
+#include "util/time_ns.h"
 
 namespace upfs {
 
@@ -52,17 +53,6 @@ class FlockGuard {
   int fd_;
 };
 
-uint64_t NowNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
-uint64_t CoarseNowNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 
 // Writes header and first log block. The magic goes last, in its own
 // persisted store, so an interrupted creation leaves a file whose first
@@ -86,12 +76,12 @@ Status InitNewFile(Medium* m, Consistency consistency) {
   h->flags = 0;
   if (getrandom(&h->file_id, sizeof(h->file_id), 0) != sizeof(h->file_id))
     return Status::FromErrno("getrandom");
-  h->created_ns = NowNs();
+  h->created_ns = ClockNs(CLOCK_REALTIME);
   h->header_crc = Crc32c(img, offsetof(FileHeader, header_crc));
   h->log_head.store(kFirstLogBlock, std::memory_order_relaxed);
   // The times from the clock the kernel and later writes use (coarse, a
   // few ms behind created_ns), so that they never go back.
-  h->times.mtime_ns.store(CoarseNowNs(), std::memory_order_relaxed);
+  h->times.mtime_ns.store(ClockNs(CLOCK_REALTIME_COARSE), std::memory_order_relaxed);
   h->times.data_ctime_ns.store(h->times.mtime_ns.load(std::memory_order_relaxed),
                                std::memory_order_relaxed);
   pm::CopyNT(base + sizeof(kMagic), img + sizeof(kMagic), kBlockSize - sizeof(kMagic));

@@ -13,6 +13,7 @@
 #include "container/pool/namespace_internal.h"
 #include "engine/epoch_pin.h"
 #include "medium/pm.h"
+#include "util/time_ns.h"
 
 namespace upfs {
 
@@ -88,9 +89,9 @@ Status PoolNamespace::StatLocked(uint64_t ino, struct stat* st, bool* needs_file
     if (kind == FileType::kSymlink) st->st_size = off_t(in->target_len);
   }
   *needs_file = kind == FileType::kRegular && in->log_head.load(std::memory_order_acquire) != 0;
-  st->st_atim = ToTimespec(in->atime_ns.load());
-  st->st_mtim = ToTimespec(uint64_t(ReportedMtime(in->times, in->created_ns)));
-  st->st_ctim = ToTimespec(in->ctime_ns.load());
+  st->st_atim = NsTimespec(in->atime_ns.load());
+  st->st_mtim = NsTimespec(uint64_t(ReportedMtime(in->times, in->created_ns)));
+  st->st_ctim = NsTimespec(in->ctime_ns.load());
   return Status::OK();
 }
 
@@ -114,8 +115,8 @@ Status PoolNamespace::StatFile(uint64_t ino, struct stat* st, bool held, const R
   st->st_size = off_t(fs.size);
   st->st_blocks = blkcnt_t(fs.blocks * (kBlockSize / 512));
   // The file's mtime is ReportedMtime's; a data change moves its ctime.
-  const uint64_t ctime = uint64_t(st->st_ctim.tv_sec) * 1000000000 + uint64_t(st->st_ctim.tv_nsec);
-  st->st_ctim = ToTimespec(uint64_t(std::max<int64_t>(fs.data_ctime_ns, int64_t(ctime))));
+  const uint64_t ctime = TimespecNs(st->st_ctim);
+  st->st_ctim = NsTimespec(uint64_t(std::max<int64_t>(fs.data_ctime_ns, int64_t(ctime))));
   return Status::OK();
 }
 
@@ -219,7 +220,7 @@ Status PoolNamespace::Utimens(uint64_t ino, const struct timespec ts[2], bool he
   const uint64_t now = Now();
   auto value = [&](const struct timespec& t) {
     if (t.tv_nsec == UTIME_NOW) return now;
-    return uint64_t(int64_t(t.tv_sec) * 1000000000 + t.tv_nsec);
+    return TimespecNs(t);
   };
   for (int i = 0; ts && i < 2; ++i)
     if (ts[i].tv_nsec != UTIME_NOW && ts[i].tv_nsec != UTIME_OMIT &&

@@ -13,6 +13,7 @@
 #include "container/pool/pool_format.h"
 #include "medium/pm.h"
 #include "util/assert.h"
+#include "util/time_ns.h"
 
 namespace upfs {
 
@@ -61,22 +62,7 @@ inline constexpr int kWantRead = 4, kWantWrite = 2, kWantExec = 1;
 
 // The time stamps a namespace call writes: the coarse clock, as the
 // kernel's file times.
-inline uint64_t Now() {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
-inline struct timespec ToTimespec(uint64_t ns) {
-  struct timespec ts;
-  ts.tv_sec = time_t(int64_t(ns) / 1000000000);
-  ts.tv_nsec = long(int64_t(ns) % 1000000000);
-  if (ts.tv_nsec < 0) {
-    ts.tv_nsec += 1000000000;
-    ts.tv_sec -= 1;
-  }
-  return ts;
-}
+inline uint64_t Now() { return ClockNs(CLOCK_REALTIME_COARSE); }
 
 inline mode_t TypeBits(format::pool::FileType t) {
   switch (t) {

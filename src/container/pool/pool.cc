@@ -14,6 +14,7 @@
 #include "medium/cpu_support.h"
 #include "medium/pm.h"
 #include "util/crc32c.h"
+#include "util/time_ns.h"
 
 namespace upfs {
 
@@ -48,12 +49,6 @@ int OfdLock(int fd, short type, off_t start, bool wait) {
     rc = fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl);
   } while (rc != 0 && errno == EINTR);
   return rc;
-}
-
-uint64_t NowNs(clockid_t clock = CLOCK_REALTIME) {
-  struct timespec ts;
-  clock_gettime(clock, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
 }  // namespace
@@ -160,7 +155,7 @@ Status Pool::Create(const std::string& path, uint64_t size_hint) {
   std::memset(img, 0, sizeof(img));
   reinterpret_cast<InodeBlockHeader*>(img)->magic = kInodeBlockMagic;
   auto* root = reinterpret_cast<Inode*>(img + kInodeSize);
-  const uint64_t now = NowNs(CLOCK_REALTIME_COARSE);
+  const uint64_t now = ClockNs(CLOCK_REALTIME_COARSE);
   root->ident.store(EncodeIdent(FileType::kDirectory, 1));
   root->mode.store(0755);
   root->owner.store(uint64_t(geteuid()) | (uint64_t(getegid()) << 32));
@@ -178,7 +173,7 @@ Status Pool::Create(const std::string& path, uint64_t size_hint) {
   sb->block_size = kBlockSize;
   if (getrandom(&sb->pool_id, sizeof(sb->pool_id), 0) != sizeof(sb->pool_id))
     return fail(Status::FromErrno("getrandom"));
-  sb->created_ns = NowNs();
+  sb->created_ns = ClockNs(CLOCK_REALTIME);
   sb->max_blocks = kMaxPoolBlocks;
   sb->data_start = kDataStart;
   sb->root_ino = InodeNumber(inode_block, 1);
