@@ -153,6 +153,12 @@ class File {
   // process uses the file (engine/audit.cc).
   Status AuditAllocation(uint64_t* leaked, uint64_t* unmarked);
 
+  // Whether this process's block table stands at the end of the log, with
+  // nothing committed past its cursor. For tests (quiet file, one thread):
+  // true right after a write whose committer applied its own entry
+  // (ApplyOwn), which a catch-up would also apply, hiding the difference.
+  bool TableAtLogEndForTest() const;
+
   format::Consistency consistency() const { return root_.consistency; }
   BlockSpace* space() const { return space_; }
   BlockSource* source() const { return source_; }
@@ -319,6 +325,8 @@ class File {
   // Whether the committer of the entry at slot `at`, ending at `after`,
   // may apply it; if so, apply_lock_ is held until EndOwnApply.
   bool BeginOwnApply(BlockTable* t, const LogPos& after, uint32_t at);
+  // Whether nothing but an alignment pad lies between the cursor and `at`.
+  bool OnlyPadBefore(const LogPos& cur, uint32_t at) const;
   void EndOwnApply() { apply_lock_.clear(std::memory_order_release); }
   void ApplyOwnPatch(BlockTable* t, const LogPos& after, uint32_t rs, uint32_t words, uint64_t v,
                      uint32_t in, uint32_t n);
