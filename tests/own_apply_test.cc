@@ -1,6 +1,7 @@
-// The committer applies its own entry (File::ApplyOwn): a flip, a patch
-// and an append in place leave this process's block table at the log's
-// end, with no catch-up to decode the entry again. Nothing else notices
+// The committer applies its own entry (File::ApplyOwn): a flip, a patch,
+// an append in place and a copy on write's inline mapping leave this
+// process's block table at the log's end, with no catch-up to decode the
+// entry again. Nothing else notices
 // when this stops happening: the next call's catch-up applies the entry
 // (only slower), and a wrong own effect is refused by BlockTable::Apply
 // and left to the catch-up too.
@@ -51,13 +52,18 @@ TEST(OwnApply, FlipsAndAppendsAreAppliedByTheirCommitter) {
   ExpectOwnApply(&f, PatchBytes(1000, 4), 3 * kBlockSize + 1000, false, "a toggle of several granules");
   ExpectOwnApply(&f, PatchBytes(100, 5), 0, true, "an append in place");
   ExpectOwnApply(&f, PatchBytes(100, 6), 0, true, "a second append in place");
-  // A copy on write (a whole block) is applied by the next catch-up, and
-  // leaves the tail at an odd slot again.
-  f.Write(PatchBytes(kBlockSize, 7), 5 * kBlockSize);
-  EXPECT_FALSE(f.file->TableAtLogEndForTest()) << "the check sees an entry left to a catch-up";
+  // A copy on write of a whole block (an inline entry, one slot: the
+  // tail is at an odd slot again after it).
+  ExpectOwnApply(&f, PatchBytes(kBlockSize, 7), 5 * kBlockSize, false, "a copy on write");
   ExpectOwnApply(&f, PatchBytes(100, 8), 0, true, "an append in place after a pad");
-  f.Write(PatchBytes(kBlockSize, 9), 6 * kBlockSize);
+  ExpectOwnApply(&f, PatchBytes(2 * kBlockSize, 9), 6 * kBlockSize, false, "a copy on write of two blocks");
   ExpectOwnApply(&f, PatchBytes(256, 10), 3 * kBlockSize, false, "a toggle after a pad");
+  // A payload entry (a write that extends the file to a size inside a
+  // block) is left to the next catch-up: the check can tell.
+  uint64_t size;
+  ASSERT_TRUE(f.file->Size(&size).ok());
+  f.Write(PatchBytes(kBlockSize + 10, 11), size);
+  EXPECT_FALSE(f.file->TableAtLogEndForTest()) << "the check sees an entry left to a catch-up";
 }
 
 TEST(OwnApply, AVersion4FirstFlipIsAppliedByItsCommitter) {

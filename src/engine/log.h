@@ -64,10 +64,8 @@ inline bool NothingCommittedAt(const format::LogBlock* b, uint32_t slot) {
 // boundary).
 uint32_t LastEntryBefore(const format::LogBlock* b, uint32_t end);
 
-// Decodes an inline mapping entry (kMap, kMapExtend) into *eff.
-inline Status DecodeInlineEffect(const BlockAccess& ba, uint64_t e, Effect* eff) {
-  format::InlineMap m = format::DecodeInline(e);
-  UPFS_RETURN_IF_ERROR(ba.CheckRange(m.lblock, m.count, "log entry"));
+// The effect of an inline mapping entry (kMap, kMapExtend), into *eff.
+inline void InlineEffect(const format::InlineMap& m, Effect* eff) {
   eff->Clear();
   eff->vblock = m.vblock;
   eff->nblocks = m.count;
@@ -76,6 +74,13 @@ inline Status DecodeInlineEffect(const BlockAccess& ba, uint64_t e, Effect* eff)
     eff->size_op = Effect::kMax;
     eff->new_size = (uint64_t(m.vblock) + m.count) << format::kBlockShift;
   }
+}
+
+// Decodes an inline mapping entry read from the log into *eff.
+inline Status DecodeInlineEffect(const BlockAccess& ba, uint64_t e, Effect* eff) {
+  format::InlineMap m = format::DecodeInline(e);
+  UPFS_RETURN_IF_ERROR(ba.CheckRange(m.lblock, m.count, "log entry"));
+  InlineEffect(m, eff);
   return Status::OK();
 }
 
