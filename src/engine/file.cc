@@ -287,11 +287,6 @@ Status File::CatchUp(ThreadCtx* c, BlockTable** out) {
 // ---------------------------------------------------------------------------
 // Commit
 
-// The next catch-up would decode the entry just committed to apply it.
-// When the table stands right before it (its first slot `at`, nothing
-// committed before it that the table lacks) and nobody else is applying,
-// the committer applies it itself, from what it knows: `build` writes its
-// effect.
 // A two-word entry (a flip, a checked append) takes an even slot, and an
 // odd tail is first padded with an inert reservation (LogWriter::
 // CommitChecked): a table right before that pad stands right before the
@@ -304,6 +299,12 @@ bool File::OnlyPadBefore(const LogPos& cur, uint32_t at) const {
          LogAt(cur.lblock)->slots[cur.slot].load(std::memory_order_acquire) == format::EncodeReserve(0);
 }
 
+// The next catch-up would decode the entry just committed to apply it.
+// When the table stands right before it (at its first slot `at`, or at
+// the pad before it; nothing committed before it that the table lacks)
+// and nobody else is applying,
+// the committer applies it itself, from what it knows: `build` writes its
+// effect.
 bool File::BeginOwnApply(BlockTable* t, const LogPos& after, uint32_t at) {
   if (apply_lock_.test_and_set(std::memory_order_acquire)) return false;  // someone is applying
   const LogPos cur = t->cursor();
