@@ -213,11 +213,13 @@ class File {
     uint64_t in_block = 0;              // the size's offset in the tail block
     uint64_t first = 0;                 // the bytes that go into the tail block
     uint64_t vt = 0;                    // the tail block's vblock
-    uint64_t vb1 = 0, nb = 0;           // the new blocks, [vb0(), vb1)
     uint32_t last = 0;                  // the tail block
     char* tail = nullptr;               // its bytes
     bool checked = false;               // one persisted round (a checked append)
-    uint64_t vb0() const { return vt + 1; }  // the first new block
+    // The new blocks, [vb0(), vb1()): past the tail block, up to the end.
+    uint64_t vb0() const { return vt + 1; }
+    uint64_t vb1() const { return format::CeilBlocks(end); }
+    uint64_t nb() const { return vb1() > vb0() ? vb1() - vb0() : 0; }
   };
   static void StoreTailBytes(const TailAppend& a, const void* buf);
   Status BuildAppendEntry(ThreadCtx* c, const TailAppend& a, uint64_t* entry);

@@ -258,7 +258,7 @@ Status File::BuildAppendEntry(ThreadCtx* c, const TailAppend& a, uint64_t* entry
     *entry = EncodeGrowTailChecked0(a.end, uint32_t(a.in_block));
     return Status::OK();
   }
-  if (a.nb == 0) {
+  if (a.nb() == 0) {
     pm::Fence();
     *entry = EncodeGrowTail(a.end);
     return Status::OK();
@@ -294,25 +294,23 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
 
   UPFS_RETURN_IF_ERROR(access_.Addr(a.last, &a.tail));
   a.first = std::min<uint64_t>(n, kBlockSize - a.in_block);
-  a.vb1 = CeilBlocks(a.end);
-  a.nb = a.vb1 > a.vb0() ? a.vb1 - a.vb0() : 0;
   // An append that stays in the tail block of a strict file commits in one
   // persisted round: its bytes are stored and written back with its entry
   // after the CAS, which carries their checksum (docs/design.md, "Checked
   // appends"). Sync-mode files overwrite in place, which would make the
   // checksum of an earlier append fail after a crash: they keep two rounds.
-  a.checked = a.nb == 0 && root_.checked_appends && root_.consistency == Consistency::kStrict;
+  a.checked = a.nb() == 0 && root_.checked_appends && root_.consistency == Consistency::kStrict;
   // Past the end of file in place: only under the tail claim.
   UPFS_ASSERT(root_.words->tail_claim.load(std::memory_order_relaxed) == c->tail_claim_id);
   StoreTailBytes(a, buf);
   // What does not fit goes to new blocks, as a copy-on-write write would.
   c->runs.clear();
   UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &c->runs);
-  if (a.nb) {
-    c->old.assign(a.nb, 0);
+  if (a.nb()) {
+    c->old.assign(a.nb(), 0);
     AimAllocation(&c->blocks, *t, a.vb0(), a.size);
-    UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, a.nb, &c->runs));
-    for (uint64_t i = 0; i < a.nb; ++i) c->old[i] = t->Get(a.vb0() + i);
+    UPFS_RETURN_IF_ERROR(source_->Alloc(&c->blocks, a.nb(), &c->runs));
+    for (uint64_t i = 0; i < a.nb(); ++i) c->old[i] = t->Get(a.vb0() + i);
     UPFS_RETURN_IF_ERROR(CopyIntoNewBlocks(c, *t, static_cast<const char*>(buf) + a.first, n - a.first,
                                            a.vb0() << kBlockShift, a.size, a.vb0()));
   }
@@ -321,7 +319,7 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   bool conflicted = false;
   Status st = writer_.Commit(
       &c->blocks, &c->scratch, &p, entry, c->pending,
-      [&](const Effect& e) { return e.ChangesSize() || e.TouchesBlocks(a.vt, std::max(a.vb1, a.vt + 1)); },
+      [&](const Effect& e) { return e.ChangesSize() || e.TouchesBlocks(a.vt, std::max(a.vb1(), a.vt + 1)); },
       &conflicted);
   c->pending.entry_word1 = 0;  // the thread's next commit is not one
   c->pending.bytes = nullptr;
@@ -329,8 +327,8 @@ Status File::AppendInPlace(ThreadCtx* c, BlockTable* t, const void* buf, size_t 
   UPFS_RETURN_IF_ERROR(st);
   if (conflicted) return Status::OK();
   taken.Committed();
-  if (a.nb) {
-    ReleaseDisplaced(c, c->old.data(), a.nb);
+  if (a.nb()) {
+    ReleaseDisplaced(c, c->old.data(), a.nb());
   } else {
     // Applied by its committer where it can be, with the effect
     // DecodeEntry gives its entry: the next call's catch-up decoded it,
@@ -421,8 +419,8 @@ Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
   ReleaseDisplaced(c, c->old_shadow.data(), nb);
   // An inline entry is applied by its committer where it can be, with the
   // effect a catch-up would decode from it (a payload's is left to the
-  // catch-up): the next call's catch-up took about a fifth of a
-  // copy-on-write's instructions decoding and applying it.
+  // catch-up): the catch-up's scan and decoding are saved, the apply only
+  // moves here (docs/design.md, "Write (copy-on-write)").
   if (entry)
     ApplyOwnLast(t, p, 1, [&] {
       return ApplyOwnEffect(t, [&](Effect* e) { InlineEffect(DecodeInline(entry), e); });

@@ -253,7 +253,7 @@ TEST_F(PoolCorruptionTest, InodeFields) {
 // outside the bitmap: a SEGV); CheckPool names the damage.
 TEST_F(PoolCorruptionTest, ReleasingALinkWithADamagedTargetFreesNothing) {
   const Layout& L = layout_;
-  for (uint64_t target : {~uint64_t{0}, uint64_t{1} << 40, uint64_t(L.blocks) + 1000}) {
+  for (uint64_t target : {~uint64_t{0}, uint64_t{1} << 40, (uint64_t{1} << 32) + 5, uint64_t(L.blocks) + 1000}) {
     SCOPED_TRACE("target block " + std::to_string(target));
     ASSERT_TRUE(CopySparse(base_, work_));
     SetWord(work_, InodeOff(L.ino_long_link) + offsetof(Inode, target_block), target);

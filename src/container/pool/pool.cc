@@ -388,8 +388,16 @@ Status Pool::ReleaseInode(uint64_t ino) {
   // A small file's blocks: one allocation, not one per doubling; none for
   // a file that never had a block (a name made and removed, unused).
   if (target != 0 || head != 0) blocks.reserve(16);
+  // Every block checked before any is freed (a damaged inode or log frees
+  // nothing): a number past the bitmap would be a store outside it. The
+  // target is a 64-bit word, checked before it is narrowed.
+  const uint64_t cap = bitmap_->capacity();
+  const auto outside = [&](uint64_t l) {
+    return Status::Corrupt("inode " + std::to_string(ino),
+                           "names block " + std::to_string(l) + ", outside the pool's " + std::to_string(cap));
+  };
   if (target != 0) {
-    UPFS_RETURN_IF_ERROR(access_.CheckRange(target, 1, "symbolic link target"));
+    if (target >= cap) return outside(target);
     blocks.push_back(uint32_t(target));
   }
   if (head != 0) {
@@ -400,13 +408,8 @@ Status Pool::ReleaseInode(uint64_t ino) {
       for (uint32_t i = 0; i < r.count; ++i) blocks.push_back(r.lblock + i);
     table.ForEachHeld([&](uint32_t l) { blocks.push_back(l); });
   }
-  // Every block checked before any is freed (a damaged inode or log frees
-  // nothing): a number past the bitmap would be a store outside it.
-  const uint64_t cap = bitmap_->capacity();
   for (uint32_t l : blocks)
-    if (l == 0 || l >= cap)
-      return Status::Corrupt("inode " + std::to_string(ino),
-                             "names block " + std::to_string(l) + ", outside the pool's " + std::to_string(cap));
+    if (l == 0 || l >= cap) return outside(l);
   pm::Store64(&in->log_head, 0);
   pm::Store64(&in->target_block, 0);
   UPFS_RETURN_IF_ERROR(inodes_.Free(ino));
