@@ -6,7 +6,9 @@
 // shadow asks the GC worker for that fold; folds racing
 // small writers from threads lose, tear and reorder nothing; a pair a
 // fold freed can be paired again; a version 5 fold writes the granules
-// its shadows held, a version 4 fold whole blocks.
+// its shadows held, a version 4 fold whole blocks; a file that goes quiet
+// has its pairs folded by the GC worker, a batch at a time, and its log
+// compacted.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,6 +19,7 @@
 #include "container/perfile/inspect.h"
 #include "engine/file.h"
 #include "engine/file_internal.h"
+#include "engine/gc_worker.h"
 #include "format/format.h"
 #include "medium/persist_counter.h"
 #include "opened_per_file.h"
@@ -195,6 +198,107 @@ TEST(Fold, FoldsRacingSmallWritersLoseTearAndReorderNothing) {
   ASSERT_TRUE(f.file->CollectGarbage(true).ok());
   EXPECT_EQ(HeldBlocks(&f), 4u) << "no pair left";
   ExpectNoLeak(&f);
+}
+
+// The idle age of quiet folds for one test.
+struct IdleAge {
+  explicit IdleAge(uint32_t ms) { File::SetPairIdleMsForTest(ms); }
+  ~IdleAge() { File::SetPairIdleMsForTest(0); }
+};
+
+// Until f holds `blocks` blocks, or 20 s (a loaded machine's worker is
+// late, never early).
+bool HoldsWithin20s(Opened* f, uint64_t blocks) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (HeldBlocks(f) != blocks) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// Called directly, as the worker does: nothing is folded before the pairs
+// are idle for the idle age, and once they are, every one is.
+TEST(QuietFold, FoldsOnlyPairsIdleForTheIdleAge) {
+  TempDir d;
+  Opened f(d.File("f"));
+  std::string model;
+  PairEveryBlock(&f, &model);
+  const uint64_t mapped = kBlocks + 1;
+  const uint32_t again = f.file->FoldWhenQuiet();
+  EXPECT_GT(again, 0u) << "pairs left: it wants to look again";
+  EXPECT_LE(again, kPairIdleMs);
+  EXPECT_EQ(HeldBlocks(&f), 2 * mapped) << "written just now: not quiet for 30 s";
+  f.file->Settle();  // a GC the writes asked for would fold with the test's idle age
+  IdleAge idle(50);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_GT(f.file->FoldWhenQuiet(), 0u);
+  ExpectAllFolded(&f, model, "idle for the idle age");
+  EXPECT_EQ(f.file->FoldWhenQuiet(), 0u) << "no pair left: nothing to wait for";
+}
+
+// Two batches of pairs: each run folds a batch and asks to run again at
+// once; the run after the last batch (which found nothing left to fold)
+// compacts the log, which held every pairing and every unpairing, down to
+// the mapping.
+TEST(QuietFold, FoldsABatchAtATimeThenCompactsTheLog) {
+  TempDir d;
+  Opened f(d.File("f"));
+  const uint64_t blocks = 2 * kQuietFoldBatch;
+  std::string model = PatchBytes(blocks * kBlockSize, 7);
+  f.Write(model, 0);
+  for (uint64_t v = 0; v < blocks; ++v) {
+    const std::string b = PatchBytes(64, uint32_t(v));
+    f.Write(b, v * kBlockSize + 1000);
+    model.replace(v * kBlockSize + 1000, b.size(), b);
+  }
+  ASSERT_EQ(HeldBlocks(&f), 2 * blocks);
+  uint64_t log_before = 0, log_after = 0;
+  f.file->Settle();  // a GC the writes asked for would fold with the test's idle age
+  ASSERT_TRUE(f.file->LogLength(&log_before).ok());
+  IdleAge idle(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(f.file->FoldWhenQuiet(), 1u) << "a batch folded, more to come";
+  EXPECT_EQ(HeldBlocks(&f), blocks + kQuietFoldBatch);
+  EXPECT_EQ(f.file->FoldWhenQuiet(), 1u) << "the second batch";
+  EXPECT_EQ(HeldBlocks(&f), blocks);
+  EXPECT_EQ(f.file->FoldWhenQuiet(), 0u) << "nothing left: it compacts, and waits for a new pairing";
+  ASSERT_TRUE(f.file->LogLength(&log_after).ok());
+  EXPECT_LT(log_after, log_before) << "compacted";
+  EXPECT_LE(log_after, 2u) << "a mapping of one run and nothing else";
+  EXPECT_EQ(f.ReadAll(), model);
+  ExpectNoLeak(&f);
+}
+
+// Through the GC worker: a first flip asks for the fold, and the file's
+// pairs go once it is quiet; a file closed before its fold is due is
+// forgotten (ASan: no use after free), and the next open, which finds the
+// pairs, asks again.
+TEST(QuietFold, TheWorkerFoldsAQuietFileAndAReopenedOne) {
+  if (!GcWorker::Background()) GTEST_SKIP() << "UPFS_BACKGROUND_GC=0: no worker";
+  TempDir d;
+  const std::string path = d.File("f");
+  IdleAge idle(200);
+  std::string model;
+  const uint64_t mapped = kBlocks + 1;
+  {
+    Opened f(path);
+    PairEveryBlock(&f, &model);
+    EXPECT_TRUE(HoldsWithin20s(&f, mapped)) << "still " << HeldBlocks(&f) << " blocks";
+    EXPECT_EQ(f.ReadAll(), model);
+    ExpectNoLeak(&f);
+  }
+  {
+    Opened f(path);
+    f.Write(std::string(40, 'q'), 2 * kBlockSize + 9);
+    model.replace(2 * kBlockSize + 9, 40, std::string(40, 'q'));
+    ASSERT_EQ(HeldBlocks(&f), mapped + 1);
+  }  // closed within the idle age
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  Opened f(path);
+  ASSERT_EQ(HeldBlocks(&f), mapped + 1) << "a closed file is not folded";
+  EXPECT_TRUE(HoldsWithin20s(&f, mapped)) << "the open asked for the fold";
+  EXPECT_EQ(f.ReadAll(), model);
 }
 
 }  // namespace

@@ -91,6 +91,8 @@ Status File::Open(const FileStorage& storage, BlockMarker* rebuild,
   UPFS_ASSERT(storage.source != nullptr);
   std::unique_ptr<File> f(new File(storage, std::move(lease)));
   UPFS_RETURN_IF_ERROR(f->Init(rebuild));
+  // Pairs left by earlier opens: folded once this open leaves them idle.
+  if (f->table_.load(std::memory_order_acquire)->shadows().count()) f->NoteNewPair();
   *out = std::move(f);
   return Status::OK();
 }
@@ -366,7 +368,7 @@ Status File::CollectGarbage(bool force) {
   // forced GC folds every pair.
   if (root_.consistency == Consistency::kStrict) {
     uint64_t folded = 0;
-    UPFS_RETURN_IF_ERROR(FoldBlocks(c, force, &folded));
+    UPFS_RETURN_IF_ERROR(FoldBlocks(c, force, UINT64_MAX, &folded));
   }
   return LogCompactor(space_, source_, root_).Collect(&c->blocks, c->slot, force);
 }

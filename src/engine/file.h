@@ -34,6 +34,8 @@
 
 namespace upfs {
 
+class GcWorker;
+
 inline constexpr uint32_t kMaxThreads = 1024;
 // This thread's index below kMaxThreads (reused after the thread ends).
 uint32_t ThreadIndex();
@@ -134,6 +136,16 @@ class File {
   // holds back to the shared bitmap, where writers find them. False while
   // some retired blocks must still wait.
   bool ReleaseGcBlocks();
+  // For the GC worker, a while after a flip paired a block (or an open
+  // found pairs): folds the pairs no flip touched for the idle age
+  // (kPairIdleMs), kQuietFoldBatch at a time, and compacts the log once
+  // none is left to fold (docs/design.md, "Folding pairs back"). Returns
+  // in how many milliseconds it wants to run again, 0 for not until a
+  // flip pairs a block anew.
+  uint32_t FoldWhenQuiet();
+  // The idle age of quiet folds (and of the GC's folds of pairs no reader
+  // met), kPairIdleMs unless set here; 0 restores it. For tests.
+  static void SetPairIdleMsForTest(uint32_t ms);
   // Number of log blocks in the chain from the head to the tail.
   Status LogLength(uint64_t* blocks);
   // For a container that maps a file's pages ahead of its reads
@@ -358,14 +370,18 @@ class File {
   // is held or anything touched the block since t's cursor.
   Status FoldHome(ThreadCtx* c, BlockTable* t, uint64_t v, bool* folded);
   // Folds every block whose patches reach three quarters of a limit, and
-  // every pair no flip touched for a second (all_pairs: every pair); pinned.
-  Status FoldBlocks(ThreadCtx* c, bool all_pairs, uint64_t* folded);
+  // every pair no flip touched for the age ReadsMetShadows says (all_pairs:
+  // every pair), at most `limit` blocks; pinned.
+  Status FoldBlocks(ThreadCtx* c, bool all_pairs, uint64_t limit, uint64_t* folded);
+  // A flip paired a block (or an open found pairs): asks the GC worker for
+  // a quiet fold, unless one is pending.
+  void NoteNewPair();
   // A read met granules in a shadow: asks the GC to fold cold pairs, at
   // most once a second per File.
   void NoteShadowRead();
   // Whether a reader asked for a fold lately (within two kPairColdMs of
   // `now`): the GC then folds pairs cold for kPairColdMs, else only those
-  // idle for kPairIdleMs (file_internal.h).
+  // idle for PairIdleMs() (file_internal.h).
   bool ReadsMetShadows(uint32_t now) const;
   void TouchMtime();
   void MaybeCollectGarbage(ThreadCtx* c);
@@ -408,6 +424,12 @@ class File {
   // Whether the GC worker was ever asked to run for this File (only then
   // may it hold it in a list when the File goes).
   std::atomic<bool> handed_to_gc_{false};
+  // The worker a quiet fold of this File is pending with (nullptr: none;
+  // after a fork, the parent's, which the child does not have).
+  std::atomic<GcWorker*> quiet_fold_worker_{nullptr};
+  // Whether quiet folds folded pairs since the log's last compaction by
+  // one (only the worker's thread runs them).
+  bool quiet_folds_uncompacted_ = false;
 };
 
 }  // namespace upfs

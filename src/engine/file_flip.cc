@@ -217,6 +217,9 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
       return true;
     });
   }
+  // A new pair holds a second block until a fold: one when the file goes
+  // quiet, if no GC comes first.
+  if (!paired) NoteNewPair();
   *done = true;
   return Status::OK();
 }

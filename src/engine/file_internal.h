@@ -41,8 +41,15 @@ inline constexpr uint32_t kPairColdMs = 1000;
 // the blocks a random write pattern had not come back to for a second,
 // and the next write to each pair it again, with a fresh shadow
 // (docs/design.md, "Folding pairs back"). The shadows a write-only file
-// holds meanwhile are space, bounded by its blocks.
+// holds meanwhile are space, bounded by its blocks, until the file goes
+// quiet: the GC worker then folds the pairs idle this long
+// (File::FoldWhenQuiet).
 inline constexpr uint32_t kPairIdleMs = 30000;
+// kPairIdleMs, unless a test set another (File::SetPairIdleMsForTest).
+uint32_t PairIdleMs();
+// Pairs a quiet fold folds before it lets the worker's other work in
+// (File::FoldWhenQuiet).
+inline constexpr uint64_t kQuietFoldBatch = 4096;
 
 // Zeroes the bytes of a block from `valid` on (the bytes past the size in
 // a tail block) with non-temporal stores, if any is not zero (reading them

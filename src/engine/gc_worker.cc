@@ -50,20 +50,45 @@ bool GcWorker::QueuedLocked(File* f) const {
   return running_ == f || std::find(queue_.begin(), queue_.end(), f) != queue_.end();
 }
 
+bool GcWorker::StartLocked() {
+  if (started_) return true;
+  try {
+    std::thread([this] { Loop(); }).detach();
+  } catch (const std::system_error&) {
+    return false;  // no thread to be had (EAGAIN): the next request tries again
+  }
+  started_ = true;
+  return true;
+}
+
 bool GcWorker::Request(File* f) {
   std::lock_guard<std::mutex> g(mu_);
   if (QueuedLocked(f)) return true;
-  if (!started_) {
-    try {
-      std::thread([this] { Loop(); }).detach();
-    } catch (const std::system_error&) {
-      return false;  // no thread to be had (EAGAIN): the next request tries again
-    }
-    started_ = true;
-  }
+  if (!StartLocked()) return false;
   queue_.push_back(f);
   work_.notify_one();
   return true;
+}
+
+bool GcWorker::RequestQuietFold(File* f, uint32_t delay_ms) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!StartLocked()) return false;
+  ScheduleQuietLocked(f, Clock::now() + std::chrono::milliseconds(delay_ms));
+  work_.notify_one();
+  return true;
+}
+
+void GcWorker::ScheduleQuietLocked(File* f, Clock::time_point due) {
+  for (QuietFold& q : quiet_) {
+    if (q.f != f) continue;
+    if (due < q.due) {
+      q.due = due;
+      quiet_requested_ = true;
+    }
+    return;
+  }
+  quiet_.push_back({f, due});
+  quiet_requested_ = true;
 }
 
 void GcWorker::Wait(File* f) {
@@ -81,6 +106,7 @@ void GcWorker::Forget(File* f) {
   std::unique_lock<std::mutex> l(mu_);
   queue_.erase(std::remove(queue_.begin(), queue_.end(), f), queue_.end());
   draining_.erase(std::remove(draining_.begin(), draining_.end(), f), draining_.end());
+  std::erase_if(quiet_, [f](const QuietFold& q) { return q.f == f; });
   if (running_ == f) running_forgotten_ = true;  // not put back in a list after its run
   done_.wait(l, [&] { return running_ != f; });
 }
@@ -91,6 +117,7 @@ void GcWorker::DrainAtExit() {
   std::unique_lock<std::mutex> l(w->mu_);
   w->queue_.clear();
   w->draining_.clear();
+  w->quiet_.clear();
   if (w->running_) w->running_forgotten_ = true;
   w->done_.wait(l, [&] { return w->running_ == nullptr; });
 }
@@ -118,15 +145,42 @@ void GcWorker::KeepDraining(File* f, bool released, bool wanted) {
   done_.notify_all();  // after the lists say what f's run decided
 }
 
+void GcWorker::WaitForWork(std::unique_lock<std::mutex>& l) {
+  auto woken = [&] { return !queue_.empty() || quiet_requested_; };
+  quiet_requested_ = false;
+  if (!draining_.empty()) {
+    work_.wait_for(l, std::chrono::milliseconds(1), woken);
+  } else if (!quiet_.empty()) {
+    Clock::time_point first = quiet_[0].due;
+    for (const QuietFold& q : quiet_) first = std::min(first, q.due);
+    work_.wait_until(l, first, woken);
+  } else {
+    work_.wait(l, woken);
+  }
+}
+
+bool GcWorker::RunDueQuietFold(std::unique_lock<std::mutex>& l) {
+  const Clock::time_point now = Clock::now();
+  auto due = std::find_if(quiet_.begin(), quiet_.end(), [&](const QuietFold& q) { return q.due <= now; });
+  if (due == quiet_.end()) return false;
+  File* f = due->f;
+  quiet_.erase(due);
+  uint32_t again_ms = 0;
+  bool released = false;
+  const bool wanted = RunUnlocked(l, f, [&] {
+    again_ms = f->FoldWhenQuiet();
+    released = f->ReleaseGcBlocks();
+  });
+  // Not put back if f was forgotten while it ran (it may be gone).
+  if (wanted && again_ms) ScheduleQuietLocked(f, Clock::now() + std::chrono::milliseconds(again_ms));
+  KeepDraining(f, released, wanted);
+  return true;
+}
+
 void GcWorker::Loop() {
   std::unique_lock<std::mutex> l(mu_);
   for (;;) {
-    if (queue_.empty()) {
-      if (draining_.empty())
-        work_.wait(l, [&] { return !queue_.empty(); });
-      else
-        work_.wait_for(l, std::chrono::milliseconds(1), [&] { return !queue_.empty(); });
-    }
+    if (queue_.empty()) WaitForWork(l);
     if (!queue_.empty()) {
       File* f = queue_.front();
       queue_.pop_front();
@@ -140,6 +194,9 @@ void GcWorker::Loop() {
       KeepDraining(f, released, wanted);
       continue;
     }
+    // Quiet folds after the GCs writers asked for, one at a time (each
+    // is a bounded batch: File::FoldWhenQuiet).
+    if (RunDueQuietFold(l)) continue;
     // The blocks a GC retired wait two epochs before they can go back.
     // One file at a time, taken from the shared list under the lock, so
     // that Forget can still remove the ones not yet retried.

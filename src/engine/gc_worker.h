@@ -20,12 +20,19 @@
 // (the next GC takes over from the dead owner) and leaves the blocks it
 // took allocated until the file's next rebuild. One killed, or exiting
 // through a path that skips the handler, still does that.
+//
+// It also folds the pairs of files that went quiet (File::FoldWhenQuiet,
+// docs/design.md "Folding pairs back"): a timed list, each file at most
+// once in it, run when due and after every queued GC.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace upfs {
 
@@ -45,22 +52,41 @@ class GcWorker {
   // Queues a GC of f, unless one is queued or running. False if the
   // thread could not be started (then the caller runs the GC itself).
   bool Request(File* f);
-  // Until no GC of f is queued or running.
+  // Asks for f->FoldWhenQuiet() in delay_ms, or sooner if f already
+  // waits for one sooner. False if the thread could not be started.
+  bool RequestQuietFold(File* f, uint32_t delay_ms);
+  // Until no GC of f is queued or running (a quiet fold waiting for its
+  // time is not waited for).
   void Wait(File* f);
   // The same, and then no run of any file starts while the returned lock
   // is held: for an audit that reads the thread context the worker uses
   // for f, whose blocks a draining retry (every millisecond, after Wait
   // has returned) would otherwise change under it.
   std::unique_lock<std::mutex> Quiesce(File* f);
-  // Drops f's queued GC and waits for a running one: before f goes.
+  // Drops f's queued GC and quiet fold and waits for a running one:
+  // before f goes.
   void Forget(File* f);
-  // Drops every queued GC and waits for a running one (if there is a worker).
+  // Drops every queued GC and quiet fold and waits for a running one (if there is a worker).
   static void DrainAtExit();
 
  private:
   GcWorker() = default;
+  using Clock = std::chrono::steady_clock;
+  struct QuietFold {
+    File* f;
+    Clock::time_point due;
+  };
+
   void Loop();
+  bool StartLocked();
   bool QueuedLocked(File* f) const;
+  // Adds or advances f's entry in quiet_.
+  void ScheduleQuietLocked(File* f, Clock::time_point due);
+  // Runs the first quiet fold that is due, if any; whether it ran one.
+  bool RunDueQuietFold(std::unique_lock<std::mutex>& l);
+  // Until a GC is queued, a quiet fold is due or requested anew, or (with
+  // draining_ not empty) a millisecond has passed.
+  void WaitForWork(std::unique_lock<std::mutex>& l);
   // Runs fn() for f without the lock; false if f was forgotten meanwhile
   // (then f may be gone and must not be kept in any list).
   template <typename Fn>
@@ -75,6 +101,9 @@ class GcWorker {
   // Files whose last GC retired blocks that could not go back yet (they
   // wait two epochs): retried every millisecond until they have.
   std::deque<File*> draining_;
+  // Files waiting for their quiet fold, in no order (a few at a time).
+  std::vector<QuietFold> quiet_;
+  bool quiet_requested_ = false;  // an entry came or moved earlier since the loop last looked
   File* running_ = nullptr;
   bool running_forgotten_ = false;  // Forget or DrainAtExit came while running_ ran
   bool started_ = false;

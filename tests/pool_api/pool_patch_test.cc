@@ -6,6 +6,7 @@
 // pool file never see a write torn, undone or reordered; cold pairs fold
 // back after a read meets them.
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -18,7 +19,9 @@
 #include <vector>
 
 #include "container/pool/pool_format.h"
+#include "engine/file.h"
 #include "engine/file_internal.h"
+#include "engine/gc_worker.h"
 #include "format/format.h"
 #include "medium/persist_counter.h"
 #include "label_version.h"
@@ -253,6 +256,42 @@ TEST_F(PoolPatch, ColdPairsInAPoolFileFoldBackAfterARead) {
   ASSERT_EQ(upfs_fstat(fd, &st), 0);
   EXPECT_EQ(st.st_blocks, 6 * 8) << "the pairs folded";
   EXPECT_EQ(ReadAll(fd), model);
+  ASSERT_EQ(upfs_close(fd), 0);
+  CheckDetached(1, 1);
+}
+
+// A pool file that goes quiet has its pairs folded by the GC worker with
+// no read asking for it, and the shadows go back to the pool: its free
+// blocks grow by as many, and fsck finds nothing leaked.
+TEST_F(PoolPatch, AQuietPoolFilesPairsFoldAndTheirShadowsReturnToThePool) {
+  if (!upfs::GcWorker::Background()) GTEST_SKIP() << "UPFS_BACKGROUND_GC=0: no worker";
+  upfs::File::SetPairIdleMsForTest(200);
+  int fd = upfs_open(P("quiet").c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(fd, 0) << upfs_last_error();
+  std::string model = PatchBytes(6 * kBlockSize, 4);
+  ASSERT_EQ(upfs_pwrite(fd, model.data(), model.size(), 0), ssize_t(model.size()));
+  for (uint64_t v = 0; v < 6; ++v) {
+    const std::string b = PatchBytes(100, uint32_t(v));
+    ASSERT_EQ(upfs_pwrite(fd, b.data(), b.size(), off_t(v * kBlockSize + 500)), 100);
+    model.replace(v * kBlockSize + 500, 100, b);
+  }
+  struct stat st;
+  ASSERT_EQ(upfs_fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_blocks, 12 * 8) << "six blocks, each with a shadow";
+  struct statvfs paired;
+  ASSERT_EQ(upfs_statvfs(P("").c_str(), &paired), 0);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (upfs_fstat(fd, &st) == 0 && st.st_blocks != 6 * 8 && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  upfs::File::SetPairIdleMsForTest(0);
+  EXPECT_EQ(st.st_blocks, 6 * 8) << "the pairs folded with no reader asking";
+  EXPECT_EQ(ReadAll(fd), model);
+  ASSERT_EQ(upfs_settle(fd), 0);  // the blocks the fold retired back in the pool
+  struct statvfs after;
+  ASSERT_EQ(upfs_statvfs(P("").c_str(), &after), 0);
+  // Blocks the pool's bitmap holds (the file system's free space, in both
+  // counts, changes with other programs).
+  EXPECT_LE(after.f_blocks - after.f_bfree + 6, paired.f_blocks - paired.f_bfree) << "the six shadows back in the pool";
   ASSERT_EQ(upfs_close(fd), 0);
   CheckDetached(1, 1);
 }
