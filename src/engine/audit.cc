@@ -42,6 +42,11 @@ Status File::AuditAllocation(uint64_t* leaked, uint64_t* unmarked) {
     for (const ThreadBlocks::Retired& r : t->blocks.limbo)
       for (uint32_t i = 0; i < r.count && uint64_t(r.lblock) + i < cap; ++i) held[r.lblock + i] = true;
   });
+  // Given back to the host (BlockSource::PunchFreeExtents): taken until
+  // provided again.
+  source_->ForEachPunched([&](uint64_t first) {
+    for (uint64_t b = first; b < first + kPartitionBlocks && b < cap; ++b) held[b] = true;
+  });
   for (uint64_t b = 0; b < cap; ++b) {
     const bool taken = source_->bitmap()->Test(b);
     if (taken && !referenced[b] && !held[b]) ++*leaked;

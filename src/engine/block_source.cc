@@ -275,9 +275,11 @@ Status BlockSource::ClaimChunk(ThreadBlocks* t, uint64_t want) {
       // Not while a headroom's worth of blocks is free behind the hint
       // (freed by overwrites, truncates or, in a pool, deleted files): the
       // hint wraps round to them instead of the space growing for ever.
+      // Nor while a headroom's worth is punched (given back to the host
+      // while the file was quiet): the writer provides that again first.
       uint64_t headroom = cap / 8;
       if (cap >= kGrowAheadFromBlocks && first + count + headroom > cap &&
-          !FreeAtLeast(cap, headroom))
+          punched_blocks() < headroom && !FreeAtLeast(cap, headroom))
         // The callback runs on the space's worker, which never outlives the
         // space and the bitmap (their owner joins the worker first).
         space_->GrowAhead((cap + 2 * headroom) << kBlockShift,
@@ -302,9 +304,12 @@ Status BlockSource::ClaimChunk(ThreadBlocks* t, uint64_t want) {
       }
       continue;
     }
-    // Full: what is parked first, else grow the space now and publish
-    // the new capacity.
+    // Full: what is parked first, then what was punched (given memory
+    // again), else grow the space now and publish the new capacity.
     if (ReturnParked()) continue;
+    Status provided;
+    if (ReturnPunched(want, &provided)) continue;
+    UPFS_RETURN_IF_ERROR(provided);
     UPFS_RETURN_IF_ERROR(EnsureCapacity(cap + want));
   }
   return Status::Error(ENOSPC, "no free blocks after growing the file");

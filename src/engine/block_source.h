@@ -9,6 +9,8 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <sys/types.h>
 #include <vector>
 
 #include "engine/alloc_bitmap.h"
@@ -97,7 +99,36 @@ class BlockSource {
   void ParkClosedChunks() { parks_ = true; }
   // Every parked chunk back to the shared bitmap; whether there was one.
   bool ReturnParked();
-  ~BlockSource() { UPFS_ASSERT(!AnyParked()); }
+  ~BlockSource() { UPFS_ASSERT(!AnyParked() && punched_.empty()); }
+
+  // Free space given back to the host (block_source_punch.cc; docs/design.md,
+  // "Giving free space back"): every wholly free 2 MiB extent is claimed
+  // and its memory released (BlockSpace::Release); it stays taken, listed
+  // here as punched, until ReturnPunched gives it memory again. Returns
+  // how many blocks this call punched (0 where the space cannot release).
+  uint64_t PunchFreeExtents();
+  // At least `want` blocks (whole extents, lowest first) of what is
+  // punched given memory again and freed; false if nothing is punched. If
+  // the space cannot back them (ENOSPC), false with the error in *st and
+  // nothing freed.
+  bool ReturnPunched(uint64_t want, Status* st);
+  // After a rebuild: the extent [first, first + kPartitionBlocks), a hole
+  // in the space, taken and listed as punched (nothing is stored there
+  // until ReturnPunched provides it) if the rebuilt bitmap has all of it
+  // free; false if not (then the caller provides it).
+  bool AdoptPunched(uint64_t first);
+  // The owner's last word on what is punched: with other users of the
+  // space, each extent is provided and freed for them (an error leaves it
+  // taken until the next rebuild); as its last user (`last`), it is
+  // forgotten, and the next rebuild adopts the holes again.
+  void SettlePunchedAtClose(bool last);
+  uint64_t punched_blocks() const { return punched_blocks_.load(std::memory_order_relaxed); }
+  // fn(first block) for each punched extent (for an audit).
+  template <typename Fn>
+  void ForEachPunched(Fn fn) const {
+    std::lock_guard<std::mutex> g(punch_mu_);
+    for (uint64_t e : punched_) fn(e * kPartitionBlocks);
+  }
   // Gives memory to the bitmap's words (bits and summaries) for blocks
   // [from, to) (medium/provide.h), so that no store to them can be a SIGBUS
   // on a full file system: ENOSPC instead. PublishCapacity does it with the
@@ -157,6 +188,15 @@ class BlockSource {
   static constexpr uint32_t kParkedChunks = 8;
   bool parks_ = false;  // set before any File uses the source
   std::array<std::atomic<uint64_t>, kParkedChunks> parked_{};
+  // Whole free extents [e * 8 words, +8) claimed, all or none.
+  bool ClaimWholeExtent(uint64_t e);
+  // The list is the process's that punched (a fork child's copy names
+  // extents its parent may return and reuse: dropped, never returned).
+  bool PunchedAreOursLocked();
+  mutable std::mutex punch_mu_;
+  std::vector<uint64_t> punched_;  // extent numbers, ascending, under punch_mu_
+  pid_t punched_by_ = 0;           // under punch_mu_
+  std::atomic<uint64_t> punched_blocks_{0};
 };
 
 // Blocks taken for one operation: given back when the guard goes out of

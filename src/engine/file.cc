@@ -63,6 +63,7 @@ File::File(const FileStorage& storage, std::unique_ptr<StorageLease> lease)
       access_(storage.space),
       writer_(storage.space, storage.source, storage.root),
       space_outlives_file_(storage.space_outlives_file),
+      give_back_free_space_(storage.give_back_free_space),
       may_have_crashed_(storage.may_have_crashed) {
   UPFS_ASSERT(space_ && root_.head && root_.times);
   UPFS_ASSERT(!source_ || (root_.words && source_->space() == space_));

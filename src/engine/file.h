@@ -77,6 +77,10 @@ struct FileStorage {
   // commit short (the container knows: a per-file file's `in_use` word).
   // If not, such a commit is damage (docs/format.md, "A commit cut short").
   bool may_have_crashed = true;
+  // The space is this File's alone to give back to the host once the file
+  // goes quiet (BlockSource::PunchFreeExtents): a per-file file's, not a
+  // pool's, which other files share.
+  bool give_back_free_space = false;
 };
 
 // The container's hold on what it lent (host file, shared memory, pool):
@@ -397,6 +401,7 @@ class File {
   BlockAccess access_;
   LogWriter writer_;
   const bool space_outlives_file_;
+  const bool give_back_free_space_;  // FileStorage::give_back_free_space
   // FileStorage::may_have_crashed: whether the rebuild's replay, and a
   // read-only File's, may meet a commit a crash cut short.
   const bool may_have_crashed_;

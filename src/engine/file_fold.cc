@@ -209,6 +209,9 @@ uint32_t File::FoldWhenQuiet() {
   };
   if (t->shadows().count() == 0) {
     compact();
+    // Quiet and unpaired: the free extents' memory back to the host (the
+    // shadows freed by the last batch have left the limbo by now).
+    if (give_back_free_space_) (void)source_->PunchFreeExtents();
     return 0;
   }
   quiet_fold_worker_.store(&GcWorker::Get(), std::memory_order_relaxed);
@@ -231,6 +234,10 @@ uint32_t File::FoldWhenQuiet() {
     if (folded == kQuietFoldBatch) return 1;  // more, after what else is queued
   }
   compact();
+  // Nothing paired any more: once the worker has freed the shadows (two
+  // epochs), a last look gives their space back.
+  if (give_back_free_space_ && ripe && CatchUp(c, &t).ok() && t->shadows().count() == 0)
+    return kGiveBackAfterMs;
   return again;
 }
 

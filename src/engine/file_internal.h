@@ -50,6 +50,10 @@ uint32_t PairIdleMs();
 // Pairs a quiet fold folds before it lets the worker's other work in
 // (File::FoldWhenQuiet).
 inline constexpr uint64_t kQuietFoldBatch = 4096;
+// After a quiet fold left no pair, the look that gives the free space back
+// to the host comes this much later, when the shadows it freed have
+// waited their two epochs (File::FoldWhenQuiet).
+inline constexpr uint32_t kGiveBackAfterMs = 100;
 
 // Zeroes the bytes of a block from `valid` on (the bytes past the size in
 // a tail block) with non-temporal stores, if any is not zero (reading them

@@ -48,6 +48,14 @@ class BlockSpace {
   // that a store there cannot fault for want of space (medium/provide.h):
   // ENOSPC instead. Bytes past the capacity are not provided.
   virtual Status Provide(uint64_t from, uint64_t to) = 0;
+  // Gives the memory (or media) behind [from, to) back to the host file
+  // system: the bytes read as zeros after it, and nothing may be stored
+  // there before a Provide. EOPNOTSUPP where the space cannot.
+  virtual Status Release(uint64_t from, uint64_t to) {
+    (void)from;
+    (void)to;
+    return Status::Error(EOPNOTSUPP, "this block space cannot give memory back");
+  }
   // Re-reads the capacity (another process may have grown the space).
   virtual Status RefreshCapacity() = 0;
   // Makes everything written to [offset, offset + bytes) durable.

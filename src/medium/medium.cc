@@ -217,6 +217,15 @@ Status Medium::Provide(uint64_t from, uint64_t to) {
   return ProvideFileRange(fd_, from, std::min(to, capacity()), path_);
 }
 
+Status Medium::Release(uint64_t from, uint64_t to) {
+  if (read_only_) return Status::Error(EROFS, "medium opened read-only");
+  to = std::min(to, capacity());
+  if (from >= to) return Status::OK();
+  if (fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(from), off_t(to - from)) != 0)
+    return Status::FromErrno("punch a hole in " + path_);
+  return Status::OK();
+}
+
 void Medium::RaiseCapacity(uint64_t bytes) {
   uint64_t cur = capacity_.load();
   while (bytes > cur && !capacity_.compare_exchange_weak(cur, bytes)) {

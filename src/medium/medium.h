@@ -122,6 +122,8 @@ class Medium final : public BlockSpace {
   // Re-reads the host file size (another process may have grown it).
   Status RefreshCapacity() override;
   Status Provide(uint64_t from, uint64_t to) override;
+  // A hole punched over [from, to), the host file's size kept.
+  Status Release(uint64_t from, uint64_t to) override;
 
  private:
   Medium(int fd, std::string path, MediumKind kind, bool read_only);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <functional>
 
 namespace upfs {
 
@@ -30,7 +31,8 @@ Status ProvideMemory(void* addr, uint64_t len, const char* what) {
                                    " (is the file system holding it full?)");
 }
 
-Status ProvideFileRange(int fd, uint64_t from, uint64_t to, const std::string& what) {
+Status ForEachHole(int fd, uint64_t from, uint64_t to, const std::string& what,
+                   const std::function<Status(uint64_t, uint64_t)>& fn) {
   for (uint64_t pos = from; pos < to;) {
     const off_t hole = lseek(fd, off_t(pos), SEEK_HOLE);
     if (hole < 0) {
@@ -45,15 +47,22 @@ Status ProvideFileRange(int fd, uint64_t from, uint64_t to, const std::string& w
       pos = uint64_t(hole) + 1;
       continue;
     }
+    UPFS_RETURN_IF_ERROR(fn(uint64_t(hole), end));
+    pos = end;
+  }
+  return Status::OK();
+}
+
+Status ProvideFileRange(int fd, uint64_t from, uint64_t to, const std::string& what) {
+  return ForEachHole(fd, from, to, what, [&](uint64_t hole, uint64_t end) {
     // KEEP_SIZE: a caller's `to` past the end must not grow the file.
-    if (fallocate(fd, FALLOC_FL_KEEP_SIZE, hole, off_t(end - uint64_t(hole))) != 0) {
+    if (fallocate(fd, FALLOC_FL_KEEP_SIZE, off_t(hole), off_t(end - hole)) != 0) {
       if (errno == EOPNOTSUPP) return Status::OK();  // nothing better can be done there
       if (errno == ENOSPC) return Status::Error(ENOSPC, "no space to back " + what + " (the file system is full)");
       return Status::FromErrno("allocate " + what);
     }
-    pos = end;
-  }
-  return Status::OK();
+    return Status::OK();
+  });
 }
 
 }  // namespace upfs

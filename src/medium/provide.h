@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "util/status.h"
@@ -27,5 +28,11 @@ Status ProvideMemory(void* addr, uint64_t len, const char* what);
 // lseek). Never changes the file's size (FALLOC_FL_KEEP_SIZE); OK where
 // the file system cannot allocate ahead (EOPNOTSUPP).
 Status ProvideFileRange(int fd, uint64_t from, uint64_t to, const std::string& what);
+
+// fn(hole, end) for each hole of file fd within [from, to), in order (on
+// tmpfs, pages allocated ahead but never written count as holes too);
+// stops at fn's first error.
+Status ForEachHole(int fd, uint64_t from, uint64_t to, const std::string& what,
+                   const std::function<Status(uint64_t, uint64_t)>& fn);
 
 }  // namespace upfs

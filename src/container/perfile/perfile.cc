@@ -14,6 +14,7 @@
 #include "engine/alloc_bitmap.h"
 #include "medium/medium.h"
 #include "medium/pm.h"
+#include "medium/provide.h"
 #include "util/crc32c.h"
 #include "util/time_ns.h"
 
@@ -147,12 +148,17 @@ PerFileStorage::~PerFileStorage() {
   // while some process has the file open: the last one removes it (the
   // next opener rebuilds it from the log anyway), and says, durably, that
   // the file was left with no commit in flight (format.h, `in_use`).
-  if (shared_)
-    shared_->RemoveIfNoOtherUser([this] {
-      auto* h = reinterpret_cast<FileHeader*>(medium_->base());
-      pm::Store64(&h->in_use, 0);
-      pm::PersistWord(&h->in_use);
-    });
+  if (!shared_) return;
+  bool last = false;
+  shared_->RemoveIfNoOtherUser([&] {
+    last = true;
+    auto* h = reinterpret_cast<FileHeader*>(medium_->base());
+    pm::Store64(&h->in_use, 0);
+    pm::PersistWord(&h->in_use);
+  });
+  // What this process gave back to the host: the next rebuild adopts the
+  // holes again, or the others get the extents, provided, to use.
+  source_->SettlePunchedAtClose(last);
 }
 
 FileStorage PerFileStorage::storage() {
@@ -169,6 +175,7 @@ FileStorage PerFileStorage::storage() {
   root.anywhere_shadows = h->format_version >= kFirstAnywhereShadowVersion;
   FileStorage s{medium_.get(), source_.get(), root};
   s.may_have_crashed = h->in_use.load(std::memory_order_acquire) != 0;
+  s.give_back_free_space = source_ != nullptr;
   return s;
 }
 
@@ -180,6 +187,28 @@ bool IsMarkedUpfs(const struct stat& st) {
 }
 
 namespace {
+
+// After a rebuild, the host file's holes below its capacity: whole 2 MiB
+// extents the rebuilt bitmap has free are what an earlier open gave back
+// to the host while the file was quiet (BlockSource::PunchFreeExtents),
+// adopted as punched again; the rest of each hole gets memory (a growth
+// that failed or died half-way leaves holes too, above every block in
+// use). On tmpfs, pages allocated ahead but never written count as holes:
+// providing them again costs a lookup, adopting them a second (no-op)
+// fallocate when the allocator takes them back.
+Status ProvideOrAdoptHoles(Medium* m, BlockSource* source, uint64_t capacity_blocks) {
+  constexpr uint64_t kExtent = kPartitionBlocks << kBlockShift;
+  return ForEachHole(m->fd(), uint64_t(kHeaderBlocks) << kBlockShift, capacity_blocks << kBlockShift, m->path(),
+                     [&](uint64_t hole, uint64_t end) {
+                       uint64_t pos = hole;
+                       for (uint64_t e = (hole + kExtent - 1) / kExtent * kExtent; e + kExtent <= end; e += kExtent) {
+                         if (!source->AdoptPunched(e >> kBlockShift)) continue;
+                         if (pos < e) UPFS_RETURN_IF_ERROR(m->Provide(pos, e));
+                         pos = e + kExtent;
+                       }
+                       return pos < end ? m->Provide(pos, end) : Status::OK();
+                     });
+}
 
 // Judges the host file behind fd, under its open lock: a upfs file, or
 // (with create) one to initialize (*fresh), or refused with the reason.
@@ -253,9 +282,7 @@ Status OpenPerFile(int host_fd, const std::string& path, bool create, Consistenc
   }
   std::unique_ptr<File> f;
   UPFS_RETURN_IF_ERROR(File::Open(storage, rebuild ? &marker : nullptr, std::move(lease), &f));
-  // A growth that failed or died half-way may have left holes, and only
-  // above every block in use (as in a pool's recovery, pool.cc).
-  if (rebuild) UPFS_RETURN_IF_ERROR(m->Provide(marker.end() << kBlockShift, capacity << kBlockShift));
+  if (rebuild) UPFS_RETURN_IF_ERROR(ProvideOrAdoptHoles(m, storage.source, capacity));
   if (rebuild) {
     // In use from now until the last user leaves: a crash before then may
     // cut a commit short, which the next rebuild then clears.

@@ -1,0 +1,161 @@
+// Free space given back to the host (docs/design.md, "Giving free space
+// back"), over the per-file container: once a quiet fold left no pair, the
+// wholly free 2 MiB extents are punched out of the host file, which then
+// holds less memory; no free block of the bitmap is ever without memory
+// behind it (a store there could be a SIGBUS on a full file system); the
+// file's next writes take the extents back, provided again; a reopen that
+// rebuilds the allocation state adopts the holes instead of filling them;
+// the audit counts nothing leaked throughout.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "container/perfile/perfile.h"
+#include "container/perfile/shared_state.h"
+#include "engine/file.h"
+#include "engine/file_internal.h"
+#include "format/format.h"
+#include "opened_per_file.h"
+#include "patch_test_util.h"
+#include "test_util.h"
+
+namespace upfs {
+namespace {
+
+using namespace format;
+using upfs_test::Opened;
+using upfs_test::PatchBytes;
+using upfs_test::TempDir;
+
+constexpr uint64_t kDataBlocks = 2048;  // 8 MiB
+
+uint64_t HostSize(const std::string& path) {
+  struct stat st;
+  EXPECT_EQ(stat(path.c_str(), &st), 0);
+  return uint64_t(st.st_size);
+}
+
+// Memory the host file holds (what du shows).
+uint64_t HostBytes(const std::string& path) {
+  struct stat st;
+  EXPECT_EQ(stat(path.c_str(), &st), 0);
+  return uint64_t(st.st_blocks) * 512;
+}
+
+// Blocks the bitmap has free whose page has no memory behind it in the
+// host file, where a store could be a SIGBUS on a full file system. Neither
+// mincore nor SEEK_DATA tells: on tmpfs both take a page allocated ahead
+// but never written for a hole. An allocation of the page does: it adds to
+// st_blocks only where there was none (and the page keeps it: harmless).
+uint64_t FreeBlocksWithoutMemory(Opened* f) {
+  AllocationBitmap* bm = PerFile(*f->file)->shared()->bitmap();
+  uint64_t n = 0;
+  for (uint64_t b = 0; b < bm->capacity(); ++b) {
+    if (bm->Test(b)) continue;
+    struct stat before, after;
+    EXPECT_EQ(fstat(f->host, &before), 0);
+    EXPECT_EQ(fallocate(f->host, FALLOC_FL_KEEP_SIZE, off_t(b * kBlockSize), off_t(kBlockSize)), 0);
+    EXPECT_EQ(fstat(f->host, &after), 0);
+    n += after.st_blocks > before.st_blocks;
+  }
+  return n;
+}
+
+void ExpectNoLeak(Opened* f) {
+  uint64_t leaked = 1, unmarked = 1;
+  ASSERT_TRUE(f->file->AuditAllocation(&leaked, &unmarked).ok());
+  EXPECT_EQ(leaked, 0u);
+  EXPECT_EQ(unmarked, 0u);
+}
+
+struct IdleAge {
+  explicit IdleAge(uint32_t ms) { File::SetPairIdleMsForTest(ms); }
+  ~IdleAge() { File::SetPairIdleMsForTest(0); }
+};
+
+// kDataBlocks blocks, each then paired by a small write (a shadow each).
+std::string PairedFile(Opened* f) {
+  std::string model = PatchBytes(kDataBlocks * kBlockSize, 5);
+  f->Write(model, 0);
+  for (uint64_t v = 0; v < kDataBlocks; ++v) {
+    const std::string b = PatchBytes(64, uint32_t(v));
+    f->Write(b, v * kBlockSize + 512);
+    model.replace(v * kBlockSize + 512, b.size(), b);
+  }
+  return model;
+}
+
+// The quiet runs the GC worker would make, called directly: the fold of
+// every pair, then (once the shadows have left this thread's limbo) the
+// look that finds none and gives the free extents back.
+void FoldAndGiveBack(Opened* f) {
+  f->file->Settle();  // no GC of the writes left to fold with the test's idle age
+  IdleAge idle(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(f->file->FoldWhenQuiet(), kGiveBackAfterMs) << "every pair folded: a last look asked for";
+  for (int i = 0; i < 1000 && !f->file->ReleaseGcBlocks(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(f->file->FoldWhenQuiet(), 0u) << "no pair left";
+}
+
+TEST(GiveBack, AQuietFileGivesItsFreeExtentsBackAndItsWritesTakeThemAgain) {
+  TempDir d;
+  const std::string path = d.File("f");
+  Opened f(path);
+  std::string model = PairedFile(&f);
+  const uint64_t paired = HostBytes(path);
+  FoldAndGiveBack(&f);
+  const uint64_t quiet = HostBytes(path);
+  // The shadows (8 MiB) were allocated in whole extents; some of the
+  // headroom the file grew ahead is given back too.
+  EXPECT_LE(quiet + 6 * kPartitionBlocks / 2 * kBlockSize, paired)
+      << "host file " << paired / 1024 << " KiB paired, " << quiet / 1024 << " KiB after";
+  EXPECT_EQ(FreeBlocksWithoutMemory(&f), 0u) << "a punched extent stays taken";
+  EXPECT_EQ(f.ReadAll(), model);
+  ExpectNoLeak(&f);
+  // Writes that need more than the free space left take the punched
+  // extents back, provided again, before the file would grow.
+  const uint64_t size = HostSize(path);
+  const std::string more = PatchBytes(4 << 20, 9);
+  f.Append(more);
+  model += more;
+  EXPECT_EQ(f.ReadAll(), model);
+  EXPECT_EQ(HostSize(path), size) << "4 MiB written into what was given back, not past it";
+  EXPECT_GT(HostBytes(path), quiet) << "with memory again";
+  EXPECT_EQ(FreeBlocksWithoutMemory(&f), 0u);
+  ExpectNoLeak(&f);
+}
+
+TEST(GiveBack, AReopenAdoptsTheHolesInsteadOfFillingThem) {
+  TempDir d;
+  const std::string path = d.File("f");
+  std::string model;
+  uint64_t quiet = 0;
+  {
+    Opened f(path);
+    model = PairedFile(&f);
+    FoldAndGiveBack(&f);
+    quiet = HostBytes(path);
+  }
+  EXPECT_LE(HostBytes(path), quiet) << "the last close gave nothing back to fill";
+  Opened f(path);  // the shared state was removed: a rebuild
+  EXPECT_LE(HostBytes(path), quiet + kPartitionBlocks * kBlockSize) << "the holes adopted, not filled";
+  EXPECT_EQ(FreeBlocksWithoutMemory(&f), 0u) << "the rebuilt bitmap hands out no hole";
+  EXPECT_EQ(f.ReadAll(), model);
+  ExpectNoLeak(&f);
+  const std::string more = PatchBytes(2 * kDataBlocks * kBlockSize, 4);
+  f.Append(more);
+  model += more;
+  EXPECT_EQ(f.ReadAll(), model);
+  EXPECT_EQ(FreeBlocksWithoutMemory(&f), 0u);
+  ExpectNoLeak(&f);
+}
+
+}  // namespace
+}  // namespace upfs
