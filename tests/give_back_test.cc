@@ -20,6 +20,7 @@
 #include "container/perfile/shared_state.h"
 #include "engine/file.h"
 #include "engine/file_internal.h"
+#include "engine/gc_worker.h"
 #include "format/format.h"
 #include "opened_per_file.h"
 #include "patch_test_util.h"
@@ -153,6 +154,55 @@ TEST(GiveBack, AReopenAdoptsTheHolesInsteadOfFillingThem) {
   f.Append(more);
   model += more;
   EXPECT_EQ(f.ReadAll(), model);
+  EXPECT_EQ(FreeBlocksWithoutMemory(&f), 0u);
+  ExpectNoLeak(&f);
+}
+
+// A file with no pair at all (whole-block writes, then a truncate that
+// frees most of it) gives nothing back while it is being written, and all
+// of it once nothing wrote it for the idle age.
+TEST(GiveBack, NothingIsGivenBackWhileTheFileIsWritten) {
+  TempDir d;
+  const std::string path = d.File("f");
+  Opened f(path);
+  const std::string data = PatchBytes(16 << 20, 3);
+  f.Write(data, 0);
+  ASSERT_TRUE(f.file->Truncate(kBlockSize).ok());
+  f.file->Settle();
+  // The blocks the truncate freed, from this thread's limbo and free
+  // list to the bitmap (a writer thread keeps up to 4,096 for itself).
+  for (int i = 0; i < 1000 && !f.file->ReleaseGcBlocks(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const uint64_t held = HostBytes(path);
+  IdleAge idle(2000);
+  EXPECT_GT(f.file->FoldWhenQuiet(), 0u) << "written just now: look again later";
+  EXPECT_EQ(HostBytes(path), held) << "nothing given back yet";
+  File::SetPairIdleMsForTest(50);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(f.file->FoldWhenQuiet(), 0u);
+  EXPECT_LE(HostBytes(path) + (8 << 20), held) << HostBytes(path) / 1024 << " KiB after, " << held / 1024 << " before";
+  EXPECT_EQ(FreeBlocksWithoutMemory(&f), 0u);
+  ExpectNoLeak(&f);
+}
+
+// Through the GC worker: an open asks for a quiet run, which gives the
+// free space back once the file is quiet.
+TEST(GiveBack, TheWorkerGivesBackWhatAnOpenFound) {
+  if (!GcWorker::Background()) GTEST_SKIP() << "UPFS_BACKGROUND_GC=0: no worker";
+  TempDir d;
+  const std::string path = d.File("f");
+  {
+    Opened f(path);
+    f.Write(PatchBytes(16 << 20, 3), 0);
+    ASSERT_TRUE(f.file->Truncate(kBlockSize).ok());
+  }
+  const uint64_t held = HostBytes(path);
+  IdleAge idle(200);
+  Opened f(path);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (HostBytes(path) + (8 << 20) > held && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_LE(HostBytes(path) + (8 << 20), held) << HostBytes(path) / 1024 << " KiB after, " << held / 1024 << " before";
   EXPECT_EQ(FreeBlocksWithoutMemory(&f), 0u);
   ExpectNoLeak(&f);
 }

@@ -92,8 +92,11 @@ Status File::Open(const FileStorage& storage, BlockMarker* rebuild,
   UPFS_ASSERT(storage.source != nullptr);
   std::unique_ptr<File> f(new File(storage, std::move(lease)));
   UPFS_RETURN_IF_ERROR(f->Init(rebuild));
-  // Pairs left by earlier opens: folded once this open leaves them idle.
-  if (f->table_.load(std::memory_order_acquire)->shadows().count()) f->NoteNewPair();
+  // Pairs left by earlier opens: folded once this open leaves them idle;
+  // and free space the file holds (a per-file file's): given back to the
+  // host once the file is quiet.
+  if (f->give_back_free_space_ || f->table_.load(std::memory_order_acquire)->shadows().count())
+    f->AskForQuietRun();
   *out = std::move(f);
   return Status::OK();
 }

@@ -140,12 +140,14 @@ class File {
   // holds back to the shared bitmap, where writers find them. False while
   // some retired blocks must still wait.
   bool ReleaseGcBlocks();
-  // For the GC worker, a while after a flip paired a block (or an open
-  // found pairs): folds the pairs no flip touched for the idle age
-  // (kPairIdleMs), kQuietFoldBatch at a time, and compacts the log once
-  // none is left to fold (docs/design.md, "Folding pairs back"). Returns
-  // in how many milliseconds it wants to run again, 0 for not until a
-  // flip pairs a block anew.
+  // For the GC worker, a while after a flip paired a block (or an open):
+  // folds the pairs no flip touched for the idle age (kPairIdleMs),
+  // kQuietFoldBatch at a time, and compacts the log once none is left to
+  // fold (docs/design.md, "Folding pairs back"); with no pair left, gives
+  // a per-file file's free extents back to the host once nothing wrote
+  // it for the idle age ("Giving free space back"). Returns in how many
+  // milliseconds it wants to run again, 0 for not until a flip pairs a
+  // block anew.
   uint32_t FoldWhenQuiet();
   // The idle age of quiet folds (and of the GC's folds of pairs no reader
   // met), kPairIdleMs unless set here; 0 restores it. For tests.
@@ -377,9 +379,10 @@ class File {
   // every pair no flip touched for the age ReadsMetShadows says (all_pairs:
   // every pair), at most `limit` blocks; pinned.
   Status FoldBlocks(ThreadCtx* c, bool all_pairs, uint64_t limit, uint64_t* folded);
-  // A flip paired a block (or an open found pairs): asks the GC worker for
-  // a quiet fold, unless one is pending.
-  void NoteNewPair();
+  // A flip paired a block, or an open found pairs or free space it may
+  // give back: asks the GC worker for a quiet run (FoldWhenQuiet), unless
+  // one is pending.
+  void AskForQuietRun();
   // A read met granules in a shadow: asks the GC to fold cold pairs, at
   // most once a second per File.
   void NoteShadowRead();

@@ -219,7 +219,7 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
   }
   // A new pair holds a second block until a fold: one when the file goes
   // quiet, if no GC comes first.
-  if (!paired) NoteNewPair();
+  if (!paired) AskForQuietRun();
   *done = true;
   return Status::OK();
 }

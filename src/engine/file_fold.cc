@@ -19,6 +19,7 @@
 #include "engine/gc_worker.h"
 #include "engine/log_compactor.h"
 #include "medium/pm.h"
+#include "util/time_ns.h"
 
 namespace upfs {
 
@@ -167,7 +168,7 @@ Status File::FoldBlocks(ThreadCtx* c, bool all_pairs, uint64_t limit, uint64_t* 
   return Status::OK();
 }
 
-void File::NoteNewPair() {
+void File::AskForQuietRun() {
   if (read_only() || !GcWorker::Background()) return;
   GcWorker* const w = &GcWorker::Get();
   // Sequentially consistent: after the flip's commit, against
@@ -209,9 +210,21 @@ uint32_t File::FoldWhenQuiet() {
   };
   if (t->shadows().count() == 0) {
     compact();
-    // Quiet and unpaired: the free extents' memory back to the host (the
-    // shadows freed by the last batch have left the limbo by now).
-    if (give_back_free_space_) (void)source_->PunchFreeExtents();
+    if (!give_back_free_space_) return 0;
+    // Unpaired: the free extents' memory back to the host (the shadows
+    // the last batch freed have left the limbo by now), once the file is
+    // quiet. Not while any process writes it (every write moves the
+    // mtime, at most every ~0.3 ms): its writes would take the extents
+    // back at once, given memory again on their own path. A future mtime
+    // (utimensat) tells nothing: given back then.
+    const uint64_t now = ClockNs(CLOCK_REALTIME_COARSE);
+    const uint64_t written = root_.times->mtime_ns.load(std::memory_order_relaxed);
+    const uint64_t idle_ns = uint64_t(PairIdleMs()) * 1000000;
+    if (written <= now && now - written < idle_ns) {
+      quiet_fold_worker_.store(&GcWorker::Get(), std::memory_order_relaxed);
+      return uint32_t((idle_ns - (now - written)) / 1000000) + 1;
+    }
+    (void)source_->PunchFreeExtents();
     return 0;
   }
   quiet_fold_worker_.store(&GcWorker::Get(), std::memory_order_relaxed);
