@@ -1,5 +1,5 @@
 // What the engine tests over real per-file files share (engine_test.cc,
-// gc_test.cc): an engine File opened on a host file, and the checks that a
+// gc_test.cc; fold_test.cc and give_back_test.cc the allocation check): an engine File opened on a host file, and the checks that a
 // file's allocation state and its closed form are exact.
 #pragma once
 

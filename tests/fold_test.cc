@@ -22,7 +22,9 @@
 #include "engine/gc_worker.h"
 #include "format/format.h"
 #include "medium/persist_counter.h"
+#include "engine_file_util.h"
 #include "opened_per_file.h"
+#include "pair_idle_age.h"
 #include "patch_test_util.h"
 #include "test_util.h"
 
@@ -31,6 +33,7 @@ namespace {
 
 using namespace format;
 using upfs_test::Opened;
+using upfs_test::PairIdleAge;
 using upfs_test::PatchBytes;
 using upfs_test::TempDir;
 
@@ -57,19 +60,12 @@ void PairEveryBlock(Opened* f, std::string* model) {
   }
 }
 
-void ExpectNoLeak(Opened* f) {
-  uint64_t leaked = 1, unmarked = 1;
-  ASSERT_TRUE(f->file->AuditAllocation(&leaked, &unmarked).ok());
-  EXPECT_EQ(leaked, 0u);
-  EXPECT_EQ(unmarked, 0u);
-}
-
 // Every pair folded: the file holds its mapped blocks alone, reads as the
 // model, and leaks nothing.
 void ExpectAllFolded(Opened* f, const std::string& model, const char* why) {
   EXPECT_EQ(HeldBlocks(f), kBlocks + 1) << why;
   EXPECT_EQ(f->ReadAll(), model);
-  ExpectNoLeak(f);
+  ExpectAllocationExact(f->file.get());
 }
 
 void SleepPastCold() { std::this_thread::sleep_for(std::chrono::milliseconds(kPairColdMs + 100)); }
@@ -197,14 +193,8 @@ TEST(Fold, FoldsRacingSmallWritersLoseTearAndReorderNothing) {
   EXPECT_EQ(errors.load(), 0);
   ASSERT_TRUE(f.file->CollectGarbage(true).ok());
   EXPECT_EQ(HeldBlocks(&f), 4u) << "no pair left";
-  ExpectNoLeak(&f);
+  ExpectAllocationExact(f.file.get());
 }
-
-// The idle age of quiet folds for one test.
-struct IdleAge {
-  explicit IdleAge(uint32_t ms) { File::SetPairIdleMsForTest(ms); }
-  ~IdleAge() { File::SetPairIdleMsForTest(0); }
-};
 
 // Until f holds `blocks` blocks, or 20 s (a loaded machine's worker is
 // late, never early).
@@ -230,7 +220,7 @@ TEST(QuietFold, FoldsOnlyPairsIdleForTheIdleAge) {
   EXPECT_LE(again, kPairIdleMs);
   EXPECT_EQ(HeldBlocks(&f), 2 * mapped) << "written just now: not quiet for 30 s";
   f.file->Settle();  // a GC the writes asked for would fold with the test's idle age
-  IdleAge idle(50);
+  PairIdleAge idle(50);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_GT(f.file->FoldWhenQuiet(), 0u);
   ExpectAllFolded(&f, model, "idle for the idle age");
@@ -256,7 +246,7 @@ TEST(QuietFold, FoldsABatchAtATimeThenCompactsTheLog) {
   uint64_t log_before = 0, log_after = 0;
   f.file->Settle();  // a GC the writes asked for would fold with the test's idle age
   ASSERT_TRUE(f.file->LogLength(&log_before).ok());
-  IdleAge idle(1);
+  PairIdleAge idle(1);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(f.file->FoldWhenQuiet(), 1u) << "a batch folded, more to come";
   EXPECT_EQ(HeldBlocks(&f), blocks + kQuietFoldBatch);
@@ -267,7 +257,7 @@ TEST(QuietFold, FoldsABatchAtATimeThenCompactsTheLog) {
   EXPECT_LT(log_after, log_before) << "compacted";
   EXPECT_LE(log_after, 2u) << "a mapping of one run and nothing else";
   EXPECT_EQ(f.ReadAll(), model);
-  ExpectNoLeak(&f);
+  ExpectAllocationExact(f.file.get());
 }
 
 // Through the GC worker: a first flip asks for the fold, and the file's
@@ -278,7 +268,7 @@ TEST(QuietFold, TheWorkerFoldsAQuietFileAndAReopenedOne) {
   if (!GcWorker::Background()) GTEST_SKIP() << "UPFS_BACKGROUND_GC=0: no worker";
   TempDir d;
   const std::string path = d.File("f");
-  IdleAge idle(200);
+  PairIdleAge idle(200);
   std::string model;
   const uint64_t mapped = kBlocks + 1;
   {
@@ -286,7 +276,7 @@ TEST(QuietFold, TheWorkerFoldsAQuietFileAndAReopenedOne) {
     PairEveryBlock(&f, &model);
     EXPECT_TRUE(HoldsWithin20s(&f, mapped)) << "still " << HeldBlocks(&f) << " blocks";
     EXPECT_EQ(f.ReadAll(), model);
-    ExpectNoLeak(&f);
+    ExpectAllocationExact(f.file.get());
   }
   {
     Opened f(path);

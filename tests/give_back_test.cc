@@ -22,7 +22,9 @@
 #include "engine/file_internal.h"
 #include "engine/gc_worker.h"
 #include "format/format.h"
+#include "engine_file_util.h"
 #include "opened_per_file.h"
+#include "pair_idle_age.h"
 #include "patch_test_util.h"
 #include "test_util.h"
 
@@ -31,6 +33,7 @@ namespace {
 
 using namespace format;
 using upfs_test::Opened;
+using upfs_test::PairIdleAge;
 using upfs_test::PatchBytes;
 using upfs_test::TempDir;
 
@@ -68,18 +71,6 @@ uint64_t FreeBlocksWithoutMemory(Opened* f) {
   return n;
 }
 
-void ExpectNoLeak(Opened* f) {
-  uint64_t leaked = 1, unmarked = 1;
-  ASSERT_TRUE(f->file->AuditAllocation(&leaked, &unmarked).ok());
-  EXPECT_EQ(leaked, 0u);
-  EXPECT_EQ(unmarked, 0u);
-}
-
-struct IdleAge {
-  explicit IdleAge(uint32_t ms) { File::SetPairIdleMsForTest(ms); }
-  ~IdleAge() { File::SetPairIdleMsForTest(0); }
-};
-
 // kDataBlocks blocks, each then paired by a small write (a shadow each).
 std::string PairedFile(Opened* f) {
   std::string model = PatchBytes(kDataBlocks * kBlockSize, 5);
@@ -97,7 +88,7 @@ std::string PairedFile(Opened* f) {
 // look that finds none and gives the free extents back.
 void FoldAndGiveBack(Opened* f) {
   f->file->Settle();  // no GC of the writes left to fold with the test's idle age
-  IdleAge idle(1);
+  PairIdleAge idle(1);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(f->file->FoldWhenQuiet(), kGiveBackAfterMs) << "every pair folded: a last look asked for";
   for (int i = 0; i < 1000 && !f->file->ReleaseGcBlocks(); ++i)
@@ -119,7 +110,7 @@ TEST(GiveBack, AQuietFileGivesItsFreeExtentsBackAndItsWritesTakeThemAgain) {
       << "host file " << paired / 1024 << " KiB paired, " << quiet / 1024 << " KiB after";
   EXPECT_EQ(FreeBlocksWithoutMemory(&f), 0u) << "a punched extent stays taken";
   EXPECT_EQ(f.ReadAll(), model);
-  ExpectNoLeak(&f);
+  ExpectAllocationExact(f.file.get());
   // Writes that need more than the free space left take the punched
   // extents back, provided again, before the file would grow.
   const uint64_t size = HostSize(path);
@@ -130,7 +121,7 @@ TEST(GiveBack, AQuietFileGivesItsFreeExtentsBackAndItsWritesTakeThemAgain) {
   EXPECT_EQ(HostSize(path), size) << "4 MiB written into what was given back, not past it";
   EXPECT_GT(HostBytes(path), quiet) << "with memory again";
   EXPECT_EQ(FreeBlocksWithoutMemory(&f), 0u);
-  ExpectNoLeak(&f);
+  ExpectAllocationExact(f.file.get());
 }
 
 TEST(GiveBack, AReopenAdoptsTheHolesInsteadOfFillingThem) {
@@ -149,13 +140,13 @@ TEST(GiveBack, AReopenAdoptsTheHolesInsteadOfFillingThem) {
   EXPECT_LE(HostBytes(path), quiet + kPartitionBlocks * kBlockSize) << "the holes adopted, not filled";
   EXPECT_EQ(FreeBlocksWithoutMemory(&f), 0u) << "the rebuilt bitmap hands out no hole";
   EXPECT_EQ(f.ReadAll(), model);
-  ExpectNoLeak(&f);
+  ExpectAllocationExact(f.file.get());
   const std::string more = PatchBytes(2 * kDataBlocks * kBlockSize, 4);
   f.Append(more);
   model += more;
   EXPECT_EQ(f.ReadAll(), model);
   EXPECT_EQ(FreeBlocksWithoutMemory(&f), 0u);
-  ExpectNoLeak(&f);
+  ExpectAllocationExact(f.file.get());
 }
 
 // A file with no pair at all (whole-block writes, then a truncate that
@@ -174,15 +165,15 @@ TEST(GiveBack, NothingIsGivenBackWhileTheFileIsWritten) {
   for (int i = 0; i < 1000 && !f.file->ReleaseGcBlocks(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const uint64_t held = HostBytes(path);
-  IdleAge idle(2000);
+  PairIdleAge idle(2000);
   EXPECT_GT(f.file->FoldWhenQuiet(), 0u) << "written just now: look again later";
   EXPECT_EQ(HostBytes(path), held) << "nothing given back yet";
-  File::SetPairIdleMsForTest(50);
+  idle.Set(50);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(f.file->FoldWhenQuiet(), 0u);
   EXPECT_LE(HostBytes(path) + (8 << 20), held) << HostBytes(path) / 1024 << " KiB after, " << held / 1024 << " before";
   EXPECT_EQ(FreeBlocksWithoutMemory(&f), 0u);
-  ExpectNoLeak(&f);
+  ExpectAllocationExact(f.file.get());
 }
 
 // Through the GC worker: an open asks for a quiet run, which gives the
@@ -197,14 +188,14 @@ TEST(GiveBack, TheWorkerGivesBackWhatAnOpenFound) {
     ASSERT_TRUE(f.file->Truncate(kBlockSize).ok());
   }
   const uint64_t held = HostBytes(path);
-  IdleAge idle(200);
+  PairIdleAge idle(200);
   Opened f(path);
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (HostBytes(path) + (8 << 20) > held && std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_LE(HostBytes(path) + (8 << 20), held) << HostBytes(path) / 1024 << " KiB after, " << held / 1024 << " before";
   EXPECT_EQ(FreeBlocksWithoutMemory(&f), 0u);
-  ExpectNoLeak(&f);
+  ExpectAllocationExact(f.file.get());
 }
 
 }  // namespace

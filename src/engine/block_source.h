@@ -188,15 +188,13 @@ class BlockSource {
   static constexpr uint32_t kParkedChunks = 8;
   bool parks_ = false;  // set before any File uses the source
   std::array<std::atomic<uint64_t>, kParkedChunks> parked_{};
-  // Whole free extents [e * 8 words, +8) claimed, all or none.
-  bool ClaimWholeExtent(uint64_t e);
   // The list is the process's that punched (a fork child's copy names
   // extents its parent may return and reuse: dropped, never returned).
   bool PunchedAreOursLocked();
   mutable std::mutex punch_mu_;
   std::vector<uint64_t> punched_;  // extent numbers, ascending, under punch_mu_
   pid_t punched_by_ = 0;           // under punch_mu_
-  std::atomic<uint64_t> punched_blocks_{0};
+  std::atomic<uint64_t> punched_blocks_{0};  // punched_.size() blocks, for ClaimChunk without the lock
 };
 
 // Blocks taken for one operation: given back when the guard goes out of

@@ -17,21 +17,6 @@ namespace upfs {
 
 using namespace format;
 
-bool BlockSource::ClaimWholeExtent(uint64_t e) {
-  const uint64_t w0 = e * kPartitionWords;
-  for (uint64_t w = w0; w < w0 + kPartitionWords; ++w)
-    if (bm_->bits()[w].load(std::memory_order_relaxed) != 0) return false;
-  for (uint64_t w = w0; w < w0 + kPartitionWords; ++w) {
-    uint64_t expected = 0;
-    if (!bm_->ClaimBits(w, expected, ~uint64_t{0})) {
-      // An allocator took a block meanwhile: the words claimed go back.
-      for (uint64_t u = w0; u < w; ++u) bm_->ClearBits(u, ~uint64_t{0});
-      return false;
-    }
-  }
-  return true;
-}
-
 bool BlockSource::PunchedAreOursLocked() {
   if (punched_.empty() || punched_by_ == getpid()) return true;
   punched_.clear();
@@ -43,7 +28,7 @@ uint64_t BlockSource::PunchFreeExtents() {
   const uint64_t cap = bm_->capacity();
   std::vector<uint64_t> claimed;
   for (uint64_t e = (reserved_ + kPartitionBlocks - 1) / kPartitionBlocks; (e + 1) * kPartitionBlocks <= cap; ++e)
-    if (ClaimWholeExtent(e)) claimed.push_back(e);
+    if (ClaimRange(e * kPartitionBlocks, kPartitionBlocks)) claimed.push_back(e);
   // Released in runs of neighbouring extents, each one call; what the
   // space cannot release goes back free, untouched.
   uint64_t kept = 0;
@@ -89,8 +74,7 @@ bool BlockSource::ReturnPunched(uint64_t want, Status* st) {
 
 bool BlockSource::AdoptPunched(uint64_t first) {
   UPFS_ASSERT(first % kPartitionBlocks == 0);
-  if (first < reserved_ || first + kPartitionBlocks > bm_->capacity() ||
-      !ClaimWholeExtent(first / kPartitionBlocks))
+  if (first < reserved_ || first + kPartitionBlocks > bm_->capacity() || !ClaimRange(first, kPartitionBlocks))
     return false;
   std::lock_guard<std::mutex> g(punch_mu_);
   PunchedAreOursLocked();

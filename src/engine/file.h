@@ -383,6 +383,11 @@ class File {
   // give back: asks the GC worker for a quiet run (FoldWhenQuiet), unless
   // one is pending.
   void AskForQuietRun();
+  // FoldWhenQuiet's parts (file_quiet.cc): the compaction after its last
+  // batch of folds, and, with no pair left, the give-back to the host
+  // (returns the delay until it may give back, 0 once it did).
+  void CompactAfterQuietFolds(ThreadCtx* c);
+  uint32_t GiveBackWhenQuiet();
   // A read met granules in a shadow: asks the GC to fold cold pairs, at
   // most once a second per File.
   void NoteShadowRead();

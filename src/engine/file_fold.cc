@@ -8,26 +8,19 @@
 // where a later first flip can take them again. A cold paired block of a
 // version 5 log is folded home: only the granules its shadow holds are
 // copied, into the block itself, and the shadow goes back free.
-#include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <vector>
 
 #include "engine/epoch_pin.h"
 #include "engine/file.h"
 #include "engine/file_internal.h"
-#include "engine/gc_worker.h"
-#include "engine/log_compactor.h"
 #include "medium/pm.h"
-#include "util/time_ns.h"
 
 namespace upfs {
 
 using namespace format;
 
 namespace {
-
-std::atomic<uint32_t> g_pair_idle_ms{kPairIdleMs};
 
 // A block is folded once its patches reach three quarters of either limit:
 // past the limits a writer would fold it itself, on its own time (the write
@@ -44,12 +37,6 @@ bool ColdPair(const ShadowIndex& s, uint64_t v, uint32_t min_age_ms, uint32_t no
 }
 
 }  // namespace
-
-uint32_t PairIdleMs() { return g_pair_idle_ms.load(std::memory_order_relaxed); }
-
-void File::SetPairIdleMsForTest(uint32_t ms) {
-  g_pair_idle_ms.store(ms ? ms : kPairIdleMs, std::memory_order_relaxed);
-}
 
 Status File::FoldHome(ThreadCtx* c, BlockTable* t, uint64_t v, bool* folded) {
   *folded = false;
@@ -166,92 +153,6 @@ Status File::FoldBlocks(ThreadCtx* c, bool all_pairs, uint64_t limit, uint64_t* 
     *folded += done;
   }
   return Status::OK();
-}
-
-void File::AskForQuietRun() {
-  if (read_only() || !GcWorker::Background()) return;
-  GcWorker* const w = &GcWorker::Get();
-  // Sequentially consistent: after the flip's commit, against
-  // FoldWhenQuiet's clearing (there).
-  if (quiet_fold_worker_.load(std::memory_order_seq_cst) == w) return;
-  quiet_fold_worker_.store(w, std::memory_order_relaxed);
-  // Before the request: ~File asks the worker to forget only a File it
-  // may hold.
-  handed_to_gc_.store(true, std::memory_order_release);
-  // No thread to be had: the next pairing asks again.
-  if (!w->RequestQuietFold(this, PairIdleMs())) quiet_fold_worker_.store(nullptr, std::memory_order_relaxed);
-}
-
-uint32_t File::FoldWhenQuiet() {
-  // Cleared before the table is looked at, with a full fence between: a
-  // flip that pairs a block commits (a locked compare-and-swap on the
-  // log) before it loads the flag, so either it sees the flag clear and
-  // asks again, or the catch-up below finds its entry and the pair. (A
-  // pair missed all the same, its entry applied by another thread just
-  // after this catch-up, waits for the next pairing or open: space, not
-  // correctness.)
-  quiet_fold_worker_.store(nullptr, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (read_only() || root_.consistency != Consistency::kStrict) return 0;
-  ThreadCtx* c;
-  if (!Ctx(&c).ok()) return 0;  // no slot now: the next pairing asks again
-  EpochPin pin(epochs(), c->slot);
-  BlockTable* t;
-  // Damage is the operations' to report, as a background GC's is.
-  if (!CatchUp(c, &t).ok()) return 0;
-  // The unpairings shortened nothing yet: the log still encodes every
-  // pair it held, and each unpairing besides. Compacted once the last
-  // batch is done, if that makes it shorter (a file quiet for the idle
-  // age waits for no trigger length).
-  auto compact = [&] {
-    if (!quiet_folds_uncompacted_) return;
-    quiet_folds_uncompacted_ = false;
-    (void)LogCompactor(space_, source_, root_).Collect(&c->blocks, c->slot, true);
-  };
-  if (t->shadows().count() == 0) {
-    compact();
-    if (!give_back_free_space_) return 0;
-    // Unpaired: the free extents' memory back to the host (the shadows
-    // the last batch freed have left the limbo by now), once the file is
-    // quiet. Not while any process writes it (every write moves the
-    // mtime, at most every ~0.3 ms): its writes would take the extents
-    // back at once, given memory again on their own path. A future mtime
-    // (utimensat) tells nothing: given back then.
-    const uint64_t now = ClockNs(CLOCK_REALTIME_COARSE);
-    const uint64_t written = root_.times->mtime_ns.load(std::memory_order_relaxed);
-    const uint64_t idle_ns = uint64_t(PairIdleMs()) * 1000000;
-    if (written <= now && now - written < idle_ns) {
-      quiet_fold_worker_.store(&GcWorker::Get(), std::memory_order_relaxed);
-      return uint32_t((idle_ns - (now - written)) / 1000000) + 1;
-    }
-    (void)source_->PunchFreeExtents();
-    return 0;
-  }
-  quiet_fold_worker_.store(&GcWorker::Get(), std::memory_order_relaxed);
-  const uint32_t idle = PairIdleMs(), now = ShadowIndex::Now();
-  uint64_t ripe = 0;
-  uint32_t oldest_unripe = 0;
-  t->shadows().ForEachStamped([&](uint64_t, uint32_t, uint32_t stamp) {
-    const uint32_t age = ShadowIndex::Age(stamp, now);
-    if (age >= idle)
-      ++ripe;
-    else
-      oldest_unripe = std::max(oldest_unripe, age);
-  });
-  // Not sooner than an eighth of the idle age: each look walks every pair.
-  const uint32_t again = std::max(idle - oldest_unripe, std::max<uint32_t>(idle / 8, 1));
-  if (ripe) {
-    uint64_t folded = 0;
-    if (!FoldBlocks(c, false, kQuietFoldBatch, &folded).ok()) return again;
-    quiet_folds_uncompacted_ |= folded != 0;
-    if (folded == kQuietFoldBatch) return 1;  // more, after what else is queued
-  }
-  compact();
-  // Nothing paired any more: once the worker has freed the shadows (two
-  // epochs), a last look gives their space back.
-  if (give_back_free_space_ && ripe && CatchUp(c, &t).ok() && t->shadows().count() == 0)
-    return kGiveBackAfterMs;
-  return again;
 }
 
 }  // namespace upfs

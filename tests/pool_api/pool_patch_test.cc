@@ -25,6 +25,7 @@
 #include "format/format.h"
 #include "medium/persist_counter.h"
 #include "label_version.h"
+#include "pair_idle_age.h"
 #include "patch_test_util.h"
 #include "pool_concurrency_util.h"
 #include "test_util.h"
@@ -265,7 +266,7 @@ TEST_F(PoolPatch, ColdPairsInAPoolFileFoldBackAfterARead) {
 // blocks grow by as many, and fsck finds nothing leaked.
 TEST_F(PoolPatch, AQuietPoolFilesPairsFoldAndTheirShadowsReturnToThePool) {
   if (!upfs::GcWorker::Background()) GTEST_SKIP() << "UPFS_BACKGROUND_GC=0: no worker";
-  upfs::File::SetPairIdleMsForTest(200);
+  upfs_test::PairIdleAge idle(200);
   int fd = upfs_open(P("quiet").c_str(), O_CREAT | O_RDWR, 0644);
   ASSERT_GE(fd, 0) << upfs_last_error();
   std::string model = PatchBytes(6 * kBlockSize, 4);
@@ -283,7 +284,6 @@ TEST_F(PoolPatch, AQuietPoolFilesPairsFoldAndTheirShadowsReturnToThePool) {
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (upfs_fstat(fd, &st) == 0 && st.st_blocks != 6 * 8 && std::chrono::steady_clock::now() < give_up)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  upfs::File::SetPairIdleMsForTest(0);
   EXPECT_EQ(st.st_blocks, 6 * 8) << "the pairs folded with no reader asking";
   EXPECT_EQ(ReadAll(fd), model);
   ASSERT_EQ(upfs_settle(fd), 0);  // the blocks the fold retired back in the pool
