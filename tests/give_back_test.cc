@@ -149,6 +149,35 @@ TEST(GiveBack, AReopenAdoptsTheHolesInsteadOfFillingThem) {
   ExpectAllocationExact(f.file.get());
 }
 
+// A hole a rebuild adopts may be pages allocated ahead and never written
+// (tmpfs shows those as holes too; here the whole host file is allocated
+// again behind the engine's back): the quiet run gives them back as well.
+TEST(GiveBack, WhatAReopenAdoptedIsGivenBackOnceQuiet) {
+  TempDir d;
+  const std::string path = d.File("f");
+  std::string model;
+  uint64_t quiet = 0;
+  {
+    Opened f(path);
+    model = PairedFile(&f);
+    FoldAndGiveBack(&f);
+    quiet = HostBytes(path);
+    ASSERT_EQ(fallocate(f.host, FALLOC_FL_KEEP_SIZE, 0, off_t(HostSize(path))), 0);
+  }
+  const uint64_t allocated = HostBytes(path);
+  ASSERT_GE(allocated, quiet + (4 << 20));
+  Opened f(path);  // a rebuild: every free extent looks like a hole
+  EXPECT_EQ(HostBytes(path), allocated);
+  PairIdleAge idle(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(f.file->FoldWhenQuiet(), 0u);
+  EXPECT_LE(HostBytes(path), quiet + kPartitionBlocks * kBlockSize)
+      << HostBytes(path) / 1024 << " KiB held, " << quiet / 1024 << " after the first give-back";
+  EXPECT_EQ(FreeBlocksWithoutMemory(&f), 0u);
+  EXPECT_EQ(f.ReadAll(), model);
+  ExpectAllocationExact(f.file.get());
+}
+
 // A file with no pair at all (whole-block writes, then a truncate that
 // frees most of it) gives nothing back while it is being written, and all
 // of it once nothing wrote it for the idle age.

@@ -104,8 +104,9 @@ class BlockSource {
   // Free space given back to the host (block_source_punch.cc; docs/design.md,
   // "Giving free space back"): every wholly free 2 MiB extent is claimed
   // and its memory released (BlockSpace::Release); it stays taken, listed
-  // here as punched, until ReturnPunched gives it memory again. Returns
-  // how many blocks this call punched (0 where the space cannot release).
+  // here as punched, until ReturnPunched gives it memory again. Extents a
+  // rebuild adopted are released too (they may hold memory). Returns how
+  // many blocks this call released (0 where the space cannot release).
   uint64_t PunchFreeExtents();
   // At least `want` blocks (whole extents, lowest first) of what is
   // punched given memory again and freed; false if nothing is punched. If
@@ -115,7 +116,9 @@ class BlockSource {
   // After a rebuild: the extent [first, first + kPartitionBlocks), a hole
   // in the space, taken and listed as punched (nothing is stored there
   // until ReturnPunched provides it) if the rebuilt bitmap has all of it
-  // free; false if not (then the caller provides it).
+  // free; false if not (then the caller provides it). On tmpfs a hole may
+  // be pages allocated ahead and never written: the next
+  // PunchFreeExtents, once the file is quiet, releases them.
   bool AdoptPunched(uint64_t first);
   // The owner's last word on what is punched: with other users of the
   // space, each extent is provided and freed for them (an error leaves it
@@ -193,6 +196,8 @@ class BlockSource {
   bool PunchedAreOursLocked();
   mutable std::mutex punch_mu_;
   std::vector<uint64_t> punched_;  // extent numbers, ascending, under punch_mu_
+  std::vector<uint64_t> adopted_;  // of those, adopted by a rebuild and not released since
+  uint64_t ReleaseAdoptedLocked();
   pid_t punched_by_ = 0;           // under punch_mu_
   std::atomic<uint64_t> punched_blocks_{0};  // punched_.size() blocks, for ClaimChunk without the lock
 };

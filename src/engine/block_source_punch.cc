@@ -20,11 +20,32 @@ using namespace format;
 bool BlockSource::PunchedAreOursLocked() {
   if (punched_.empty() || punched_by_ == getpid()) return true;
   punched_.clear();
+  adopted_.clear();
   punched_blocks_.store(0, std::memory_order_relaxed);
   return false;
 }
 
+// Extents a rebuild adopted may hold memory yet (tmpfs shows pages
+// allocated ahead but never written as holes): released now, still listed
+// and taken, so nothing is stored there meanwhile (hence the lock, which
+// keeps ReturnPunched from freeing one under the punch).
+uint64_t BlockSource::ReleaseAdoptedLocked() {
+  uint64_t released = 0;
+  if (PunchedAreOursLocked())
+    for (uint64_t e : adopted_)
+      if (std::binary_search(punched_.begin(), punched_.end(), e) &&
+          space_->Release((e * kPartitionBlocks) << kBlockShift, ((e + 1) * kPartitionBlocks) << kBlockShift).ok())
+        released += kPartitionBlocks;
+  adopted_.clear();
+  return released;
+}
+
 uint64_t BlockSource::PunchFreeExtents() {
+  uint64_t released = 0;
+  {
+    std::lock_guard<std::mutex> g(punch_mu_);
+    released = ReleaseAdoptedLocked();
+  }
   const uint64_t cap = bm_->capacity();
   std::vector<uint64_t> claimed;
   for (uint64_t e = (reserved_ + kPartitionBlocks - 1) / kPartitionBlocks; (e + 1) * kPartitionBlocks <= cap; ++e)
@@ -44,7 +65,7 @@ uint64_t BlockSource::PunchFreeExtents() {
     i = j;
   }
   claimed.resize(kept);
-  if (claimed.empty()) return 0;
+  if (claimed.empty()) return released;
   std::lock_guard<std::mutex> g(punch_mu_);
   PunchedAreOursLocked();
   punched_by_ = getpid();
@@ -53,7 +74,7 @@ uint64_t BlockSource::PunchFreeExtents() {
   std::merge(punched_.begin(), punched_.end(), claimed.begin(), claimed.end(), std::back_inserter(merged));
   punched_.swap(merged);
   punched_blocks_.fetch_add(claimed.size() * kPartitionBlocks, std::memory_order_relaxed);
-  return claimed.size() * kPartitionBlocks;
+  return released + claimed.size() * kPartitionBlocks;
 }
 
 bool BlockSource::ReturnPunched(uint64_t want, Status* st) {
@@ -81,6 +102,7 @@ bool BlockSource::AdoptPunched(uint64_t first) {
   punched_by_ = getpid();
   punched_.insert(std::lower_bound(punched_.begin(), punched_.end(), first / kPartitionBlocks),
                   first / kPartitionBlocks);
+  adopted_.push_back(first / kPartitionBlocks);
   punched_blocks_.fetch_add(kPartitionBlocks, std::memory_order_relaxed);
   return true;
 }
@@ -92,6 +114,7 @@ void BlockSource::SettlePunchedAtClose(bool last) {
   }
   std::lock_guard<std::mutex> g(punch_mu_);
   punched_.clear();
+  adopted_.clear();
   punched_blocks_.store(0, std::memory_order_relaxed);
 }
 
