@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "pair_idle_age.h"
 #include "upfs/upfs.h"
 
 namespace {
@@ -270,6 +271,59 @@ TEST(FullMedium, PerFileFilesThatRunOutOfSpaceSayEnospcAndLeaveNoSharedState) {
       return why;
     });
   }
+}
+
+// A per-file file that gave free extents back to the host while quiet,
+// on a file system that is then filled by someone else: writes that need
+// the extents again get ENOSPC (taking them back provides them first,
+// never a SIGBUS in a store), nothing written before is lost, and once
+// there is room again they succeed.
+TEST(FullMedium, AFileThatGaveSpaceBackSaysEnospcWhenItCannotTakeItBack) {
+  InSmallShm("40m", [] {
+    upfs_test::PairIdleAge idle(100);
+    const std::string path = "/dev/shm/f", filler = "/dev/shm/filler";
+    const int fd = upfs_open(path.c_str(), O_CREAT | O_RDWR, 0644);
+    if (fd < 0) return std::string("create: ") + std::strerror(errno);
+    constexpr size_t kData = 8 << 20;
+    std::vector<unsigned char> model(kData);
+    for (size_t i = 0; i < kData; ++i) model[i] = static_cast<unsigned char>(i * 7 + i / 4096);
+    if (upfs_pwrite(fd, model.data(), kData, 0) != ssize_t(kData)) return std::string("write: ") + std::strerror(errno);
+    // A small write into each block pairs it: a shadow each, freed by the
+    // quiet fold and then given back with the rest of the free space.
+    for (size_t at = 100; at < kData; at += 4096) {
+      model[at] ^= 0xff;
+      if (upfs_pwrite(fd, &model[at], 1, off_t(at)) != 1) return std::string("small write: ") + std::strerror(errno);
+    }
+    struct stat st;
+    const auto held = [&] { return stat(path.c_str(), &st) == 0 ? uint64_t(st.st_blocks) * 512 : 0; };
+    const uint64_t paired = held();
+    for (int i = 0; i < 1000 && held() + (4 << 20) > paired; ++i) usleep(20000);
+    if (held() + (4 << 20) > paired)
+      return "nothing given back: " + std::to_string(held()) + " bytes held, " + std::to_string(paired) + " paired";
+    // Someone else takes every page the file system has left.
+    const int f = open(filler.c_str(), O_CREAT | O_WRONLY, 0644);
+    std::vector<unsigned char> junk(kChunk, 0x5a);
+    while (write(f, junk.data(), junk.size()) > 0) {
+    }
+    close(f);
+    std::vector<unsigned char> more(kChunk, 0xc3);
+    size_t appended = 0;
+    int err = 0;
+    for (int i = 0; i < 512 && !err; ++i) {
+      if (upfs_pwrite(fd, more.data(), kChunk, off_t(kData + appended)) == ssize_t(kChunk))
+        appended += kChunk;
+      else
+        err = errno;
+    }
+    if (err != ENOSPC) return std::string("appends on a full file system: ") + (err ? std::strerror(err) : "no error");
+    std::vector<unsigned char> got(kData);
+    if (upfs_pread(fd, got.data(), kData, 0) != ssize_t(kData) || got != model) return std::string("data lost");
+    unlink(filler.c_str());
+    if (upfs_pwrite(fd, more.data(), kChunk, off_t(kData + appended)) != ssize_t(kChunk))
+      return std::string("append with room again: ") + std::strerror(errno);
+    upfs_close(fd);
+    return std::string();
+  });
 }
 
 }  // namespace
