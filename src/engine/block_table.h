@@ -108,6 +108,11 @@ struct Effect {
     return nblocks && vblock < v1 && vblock + nblocks > v0;
   }
   bool ChangesSize() const { return size_op != kNone; }
+  // True if the effect may leave the size above `s` (a truncate sets it,
+  // which may raise it).
+  bool MayRaiseSizeAbove(uint64_t s) const {
+    return size_op == kSet || (size_op == kMax && new_size > s);
+  }
 };
 
 // A position in the log: slot `slot` of log block `lblock`, whose chain

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "engine/block_table.h"
 #include "format/format.h"
 #include "medium/pm.h"
 #include "util/status.h"
@@ -66,6 +67,19 @@ inline bool ZeroPastSize(char* block, uint64_t valid) {
   for (uint64_t i = 0; zero && i < n; ++i) zero = past[i] == 0;
   if (!zero) pm::ZeroNT(block + valid, n);
   return !zero;
+}
+
+// An operation that raises the size from a snapshot's `size` over bytes it
+// does not write (a write that starts past the tail block, a growing
+// fallocate) zeroes the bytes past `size` in the tail block under the tail
+// claim first (File::ZeroTailForGap). Effect `e`, committed since that
+// snapshot, may have put bytes that are not zero back in its way: a new
+// tail block (copy on write writes one only up to the size), or a size
+// raised past a block written only up to its own end. The operation must
+// not commit over it.
+inline bool PutsBytesPastSize(const Effect& e, uint64_t size) {
+  const uint64_t tail = size >> format::kBlockShift;
+  return e.TouchesBlocks(tail, tail + 1) || e.MayRaiseSizeAbove(size);
 }
 
 inline Status ReadOnlyRefusal() { return Status::Error(EBADF, "upfs file opened read-only"); }

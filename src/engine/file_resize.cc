@@ -95,10 +95,15 @@ Status File::CommitRangeChange(ThreadCtx* c, BlockTable** t, LogPos* p, uint64_t
   pm::Fence();
   UPFS_RETURN_IF_ERROR(
       writer_.BuildPayload(&c->blocks, &c->pending, uint32_t(vb0), runs, op, new_size));
+  // A growing fallocate raises the size over bytes it does not write.
+  const uint64_t size = (*t)->size();
+  const bool raises = op == Effect::kMax && new_size > size;
   bool conflicted = false;
   UPFS_RETURN_IF_ERROR(writer_.Commit(
       &c->blocks, &c->scratch, p, 0, c->pending,
-      [&](const Effect& e) { return e.size_op == Effect::kSet || e.TouchesBlocks(vb0, vb1); },
+      [&](const Effect& e) {
+        return e.size_op == Effect::kSet || e.TouchesBlocks(vb0, vb1) || (raises && PutsBytesPastSize(e, size));
+      },
       &conflicted));
   if (conflicted) {
     *retry = true;
@@ -137,6 +142,12 @@ Status File::PunchHole(ThreadCtx* c, BlockTable* t, uint64_t off, uint64_t end) 
       uint64_t bs = v << kBlockShift;
       uint64_t lo = std::max(bs, off), hi = std::min(bs + kBlockSize, end);
       std::memset(tmp + (lo - bs), 0, hi - lo);
+      // The tail block's bytes past the size may hold anything (see "The
+      // tail claim", file_write.cc); a copy that kept them would show them
+      // if a write past the block raised the size meanwhile (it zeroed
+      // them in the block this one replaces, and touches neither).
+      const uint64_t size = t->size();
+      if (size > bs && size < bs + kBlockSize) std::memset(tmp + (size - bs), 0, bs + kBlockSize - size);
       char* dst = nullptr;
       st = access_.Addr(one[0].lblock, &dst);
       if (!st.ok()) return;

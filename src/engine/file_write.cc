@@ -367,7 +367,8 @@ Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
   if (end > kMaxFileSize || end < off) return Status::Error(EFBIG, "write past the upfs limit");
   // A write starting past the tail block exposes the bytes past the size.
   ClaimGuard claim{this, c};
-  if ((off >> kBlockShift) > (size >> kBlockShift)) {
+  const bool past_tail = (off >> kBlockShift) > (size >> kBlockShift);
+  if (past_tail) {
     bool stale = false;
     UPFS_RETURN_IF_ERROR(ZeroTailForGap(c, t, p, &claim.held, &stale));
     if (stale) {
@@ -400,6 +401,13 @@ Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
                                               Effect::kMax, end));
   const bool head_edge = off & (kBlockSize - 1);
   const bool tail_edge = end & (kBlockSize - 1);
+  // The block that will hold the size is written only up to it
+  // (CopyIntoNewBlocks): if a size raised past it was committed since the
+  // snapshot, the rest of it would be read.
+  const uint64_t new_size = std::max(size, end);
+  const uint64_t size_block = new_size >> kBlockShift;
+  const bool written_to_size =
+      (new_size & (kBlockSize - 1)) && size_block >= vb0 && size_block < vb1;
   uint32_t* old = c->old.data();
   uint32_t* old_shadow = c->old_shadow.data();
   UPFS_RETURN_IF_ERROR(writer_.Commit(
@@ -407,6 +415,8 @@ Status File::WriteOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, u
       [&](const Effect& e) {
         if (e.size_op == Effect::kSet) return true;
         if (append && e.ChangesSize()) return true;
+        if (written_to_size && e.MayRaiseSizeAbove(new_size)) return true;
+        if (past_tail && PutsBytesPastSize(e, size)) return true;
         if (head_edge && e.TouchesBlocks(vb0, vb0 + 1)) return true;
         if (tail_edge && e.TouchesBlocks(vb1 - 1, vb1)) return true;
         Overlay(e, vb0, nb, old, old_shadow);
