@@ -228,8 +228,11 @@ class NsLog {
   std::atomic<uint64_t> hint_place_{0};    // lblock:32 | slot:32
   std::atomic<uint64_t> hint_seq_{0};
   // Slots before durable_ are durable as far as this process knows. Moved
-  // forward after a fence, outside the index lock: its own mutex.
-  SpinMutex durable_mu_;  // a few instructions under it: see util/spin_mutex.h
+  // forward after a fence, outside the index lock: its own mutex, on a line
+  // of its own (beside the hint, which the committer holding the index
+  // lock writes, one thread's fence and the next one's commit shared a
+  // line).
+  alignas(64) SpinMutex durable_mu_;  // a few instructions under it: see util/spin_mutex.h
   NsPos durable_;
 };
 
