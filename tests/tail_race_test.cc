@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -109,6 +110,17 @@ class TailRace : public ::testing::Test {
       Write(off, n, byte);
     }).join();
   }
+  // From the race: the stopped operation has not committed yet (the size
+  // and the byte at `at` are still as before it), so the race commits
+  // between its snapshot and its commit, not after it.
+  void ExpectNotCommittedYet(uint64_t size, uint64_t at, unsigned char byte) {
+    struct stat st {};
+    ASSERT_EQ(upfs_fstat(fd_, &st), 0);
+    EXPECT_EQ(static_cast<uint64_t>(st.st_size), size) << "the stopped operation committed before the race";
+    unsigned char b = 0;
+    ASSERT_EQ(upfs_pread(fd_, &b, 1, static_cast<off_t>(at)), 1);
+    EXPECT_EQ(b, byte) << "the stopped operation committed before the race";
+  }
   // Checks that [from, to) reads as zeros.
   void ExpectZeros(uint64_t from, uint64_t to) {
     std::vector<unsigned char> all;
@@ -135,7 +147,10 @@ TEST_F(TailRace, ACopyOnWriteOfTheTailBlockMeetsASizeRaisedPastIt) {
   const uint64_t s = kBlock + 100;
   Write(0, s, 0x11);
   rec_.FillLeftOversOfThisThread();
-  rec_.RaceAtNextFenceOfThisThread([&] { Write(3 * kBlock + 10, 10, 0x22); });
+  rec_.RaceAtNextFenceOfThisThread([&] {
+    ExpectNotCommittedYet(s, 0, 0x11);
+    Write(3 * kBlock + 10, 10, 0x22);
+  });
   Write(0, kBlock + 50, 0x33);
   ASSERT_TRUE(rec_.raced());
   ExpectZeros(s, 3 * kBlock + 10);
@@ -147,7 +162,10 @@ TEST_F(TailRace, ACopyOnWriteOfTheTailBlockMeetsASizeRaisedPastIt) {
 TEST_F(TailRace, AWritePastTheTailBlockMeetsACopyOnWriteOfIt) {
   const uint64_t s = kBlock + 100;
   Write(0, s, 0x11);
-  rec_.RaceAtNextFenceOfThisThread([&] { WriteFillingLeftOvers(0, kBlock + 50, 0x33); });
+  rec_.RaceAtNextFenceOfThisThread([&] {
+    ExpectNotCommittedYet(s, 0, 0x11);
+    WriteFillingLeftOvers(0, kBlock + 50, 0x33);
+  });
   Write(3 * kBlock + 10, 10, 0x22);
   ASSERT_TRUE(rec_.raced());
   ExpectZeros(s, 3 * kBlock + 10);
@@ -162,7 +180,10 @@ TEST_F(TailRace, AWritePastAHoleAtTheSizeMeetsAnotherOne) {
   const uint64_t s = kBlock + 100;
   Write(0, 100, 0x11);
   ASSERT_EQ(upfs_ftruncate(fd_, static_cast<off_t>(s)), 0);  // block 1: a hole
-  rec_.RaceAtNextFenceOfThisThread([&] { WriteFillingLeftOvers(2 * kBlock + 10, 10, 0x44); });
+  rec_.RaceAtNextFenceOfThisThread([&] {
+    ExpectNotCommittedYet(s, 0, 0x11);
+    WriteFillingLeftOvers(2 * kBlock + 10, 10, 0x44);
+  });
   Write(3 * kBlock + 10, 10, 0x22);
   ASSERT_TRUE(rec_.raced());
   ExpectZeros(100, 2 * kBlock + 10);
@@ -174,7 +195,10 @@ TEST_F(TailRace, AWritePastAHoleAtTheSizeMeetsAnotherOne) {
 TEST_F(TailRace, AGrowingFallocateMeetsACopyOnWriteOfTheTailBlock) {
   const uint64_t s = kBlock + 100;
   Write(0, s, 0x11);
-  rec_.RaceAtNextFenceOfThisThread([&] { WriteFillingLeftOvers(0, kBlock + 50, 0x33); });
+  rec_.RaceAtNextFenceOfThisThread([&] {
+    ExpectNotCommittedYet(s, 0, 0x11);
+    WriteFillingLeftOvers(0, kBlock + 50, 0x33);
+  });
   ASSERT_EQ(upfs_fallocate(fd_, 0, 0, static_cast<off_t>(4 * kBlock)), 0) << upfs_last_error();
   ASSERT_TRUE(rec_.raced());
   ExpectZeros(s, 4 * kBlock);
@@ -184,7 +208,10 @@ TEST_F(TailRace, AGrowingFallocatePastAHoleAtTheSizeMeetsAWritePastIt) {
   const uint64_t s = kBlock + 100;
   Write(0, 100, 0x11);
   ASSERT_EQ(upfs_ftruncate(fd_, static_cast<off_t>(s)), 0);  // block 1: a hole
-  rec_.RaceAtNextFenceOfThisThread([&] { WriteFillingLeftOvers(2 * kBlock + 10, 10, 0x44); });
+  rec_.RaceAtNextFenceOfThisThread([&] {
+    ExpectNotCommittedYet(s, 0, 0x11);
+    WriteFillingLeftOvers(2 * kBlock + 10, 10, 0x44);
+  });
   ASSERT_EQ(upfs_fallocate(fd_, 0, 0, static_cast<off_t>(4 * kBlock)), 0) << upfs_last_error();
   ASSERT_TRUE(rec_.raced());
   ExpectZeros(100, 2 * kBlock + 10);
@@ -196,7 +223,10 @@ TEST_F(TailRace, AGrowingFallocatePastAHoleAtTheSizeMeetsAWritePastIt) {
 TEST_F(TailRace, AGrowingTruncateMeetsACopyOnWriteOfTheTailBlock) {
   const uint64_t s = kBlock + 100;
   Write(0, s, 0x11);
-  rec_.RaceAtNextFenceOfThisThread([&] { WriteFillingLeftOvers(0, kBlock + 50, 0x33); });
+  rec_.RaceAtNextFenceOfThisThread([&] {
+    ExpectNotCommittedYet(s, 0, 0x11);
+    WriteFillingLeftOvers(0, kBlock + 50, 0x33);
+  });
   ASSERT_EQ(upfs_ftruncate(fd_, static_cast<off_t>(4 * kBlock)), 0) << upfs_last_error();
   ASSERT_TRUE(rec_.raced());
   ExpectZeros(s, 4 * kBlock);
@@ -209,7 +239,10 @@ TEST_F(TailRace, APunchInTheTailBlockMeetsASizeRaisedPastIt) {
   const uint64_t s = kBlock + 100;
   Write(0, s, 0x11);
   WriteFillingLeftOvers(0, kBlock + 50, 0x33);  // block 1 now holds 0xEE past S
-  rec_.RaceAtNextFenceOfThisThread([&] { Write(3 * kBlock + 10, 10, 0x22); });
+  rec_.RaceAtNextFenceOfThisThread([&] {
+    ExpectNotCommittedYet(s, kBlock, 0x33);
+    Write(3 * kBlock + 10, 10, 0x22);
+  });
   ASSERT_EQ(upfs_fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(kBlock),
                            10),
             0)
