@@ -354,7 +354,11 @@ class File {
   // byte lo of the block at out[0]), in log order.
   void CopyPatches(const BlockTable& t, uint64_t v, uint64_t lo, uint64_t hi, char* out) const;
   // The whole block v (mapped to l) with its patches, into out.
-  void ComposeBlock(const BlockTable& t, uint64_t v, uint32_t l, char* out) const;
+  // Past `size` (the caller's snapshot's) it holds zeros, as a reader
+  // sees it: what the block stores there may be anything (see "The tail
+  // claim", file_write.cc), and a copy that kept it would show it once a
+  // raise the copy does not conflict with lifts the size over it.
+  void ComposeBlock(const BlockTable& t, uint64_t v, uint32_t l, uint64_t size, char* out) const;
   Status CopyIntoNewBlocks(ThreadCtx* c, const BlockTable& t, const void* buf, size_t n,
                            uint64_t off, uint64_t size, uint64_t vb0);
   Status PunchHole(ThreadCtx* c, BlockTable* t, uint64_t off, uint64_t end);

@@ -236,9 +236,8 @@ Status File::WriteFlipHomes(ThreadCtx* c, const BlockTable& t, const FlipTarget&
     // granules.
     if (!AllocPair(c, fresh)) return Status::OK();
     *named = (*fresh)[0].lblock;
-    ComposeBlock(t, f.v, f.l, img);
-    std::memcpy(img + f.lo, in, f.hi - f.lo);
-    std::memset(img + f.valid, 0, kBlockSize - f.valid);
+    ComposeBlock(t, f.v, f.l, (f.v << kBlockShift) + f.valid, img);
+    std::memcpy(img + f.lo, in, f.hi - f.lo);  // below valid: a flip stays inside the size
     UPFS_RETURN_IF_ERROR(access_.CheckRange(*named, 2, "granule pair"));  // maps both
     pm::CopyNT(access_.AddrUnchecked(*named), img, kBlockSize);
     *staged = true;

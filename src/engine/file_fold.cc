@@ -89,7 +89,7 @@ Status File::FoldOnce(ThreadCtx* c, BlockTable* t, uint64_t v, bool* folded) {
   char* dst = nullptr;
   UPFS_RETURN_IF_ERROR(access_.Addr(l, &dst));
   alignas(64) char composed[kBlockSize];
-  ComposeBlock(*t, v, old, composed);
+  ComposeBlock(*t, v, old, t->size(), composed);
   pm::CopyNT(dst, composed, kBlockSize);
   pm::Fence();
   uint64_t entry = 0;

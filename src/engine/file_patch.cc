@@ -25,8 +25,11 @@ void File::CopyPatches(const BlockTable& t, uint64_t v, uint64_t lo, uint64_t hi
   }
 }
 
-void File::ComposeBlock(const BlockTable& t, uint64_t v, uint32_t l, char* out) const {
-  CopyBlockBytes(t, v, l, 0, kBlockSize, out);
+void File::ComposeBlock(const BlockTable& t, uint64_t v, uint32_t l, uint64_t size, char* out) const {
+  const uint64_t bs = v << kBlockShift;
+  const uint64_t valid = size > bs ? std::min<uint64_t>(size - bs, kBlockSize) : 0;
+  if (valid) CopyBlockBytes(t, v, l, 0, valid, out);
+  std::memset(out + valid, 0, kBlockSize - valid);
 }
 
 // Writes up to this long become patches; longer ones copy their block. The

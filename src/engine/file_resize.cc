@@ -122,6 +122,7 @@ Status File::PunchHole(ThreadCtx* c, BlockTable* t, uint64_t off, uint64_t end) 
   const uint64_t full0 = CeilBlocks(off), full1 = end >> kBlockShift;  // whole blocks
   for (;;) {
     LogPos p = t->cursor();
+    const uint64_t size = t->size();
     std::vector<Run> runs, fresh;
     UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &fresh);
     std::vector<uint32_t> displaced;
@@ -138,16 +139,10 @@ Status File::PunchHole(ThreadCtx* c, BlockTable* t, uint64_t off, uint64_t end) 
       if (!st.ok()) return;
       fresh.push_back(one[0]);
       alignas(64) unsigned char tmp[kBlockSize];
-      ComposeBlock(*t, v, l, reinterpret_cast<char*>(tmp));
+      ComposeBlock(*t, v, l, size, reinterpret_cast<char*>(tmp));
       uint64_t bs = v << kBlockShift;
       uint64_t lo = std::max(bs, off), hi = std::min(bs + kBlockSize, end);
       std::memset(tmp + (lo - bs), 0, hi - lo);
-      // The tail block's bytes past the size may hold anything (see "The
-      // tail claim", file_write.cc); a copy that kept them would show them
-      // if a write past the block raised the size meanwhile (it zeroed
-      // them in the block this one replaces, and touches neither).
-      const uint64_t size = t->size();
-      if (size > bs && size < bs + kBlockSize) std::memset(tmp + (size - bs), 0, bs + kBlockSize - size);
       char* dst = nullptr;
       st = access_.Addr(one[0].lblock, &dst);
       if (!st.ok()) return;

@@ -86,7 +86,7 @@ Status File::CopyIntoNewBlocks(ThreadCtx* c, const BlockTable& t, const void* bu
       // A patched or paired block is composed in DRAM first.
       alignas(64) char composed[kBlockSize];
       if (ol && valid && (t.patches().Count(bv) || t.shadows().Paired(bv))) {
-        ComposeBlock(t, bv, ol, composed);
+        ComposeBlock(t, bv, ol, size, composed);
         ob = composed;
       }
       uint64_t lo = std::max(bs, off) - bs, hi = std::min(bs + kBlockSize, end) - bs;
