@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -96,6 +97,20 @@ void FoldAndGiveBack(Opened* f) {
   EXPECT_EQ(f->file->FoldWhenQuiet(), 0u) << "no pair left";
 }
 
+// A paired file folded and given back, then closed by its last user (the
+// shared state goes with it: the next open rebuilds). Returns its content;
+// *quiet: the host file's memory right after the give-back. `before_close`
+// runs with the file still open.
+std::string GaveBackAndClosed(const std::string& path, uint64_t* quiet,
+                              const std::function<void(Opened&)>& before_close = {}) {
+  Opened f(path);
+  std::string model = PairedFile(&f);
+  FoldAndGiveBack(&f);
+  *quiet = HostBytes(path);
+  if (before_close) before_close(f);
+  return model;
+}
+
 TEST(GiveBack, AQuietFileGivesItsFreeExtentsBackAndItsWritesTakeThemAgain) {
   TempDir d;
   const std::string path = d.File("f");
@@ -127,14 +142,8 @@ TEST(GiveBack, AQuietFileGivesItsFreeExtentsBackAndItsWritesTakeThemAgain) {
 TEST(GiveBack, AReopenAdoptsTheHolesInsteadOfFillingThem) {
   TempDir d;
   const std::string path = d.File("f");
-  std::string model;
   uint64_t quiet = 0;
-  {
-    Opened f(path);
-    model = PairedFile(&f);
-    FoldAndGiveBack(&f);
-    quiet = HostBytes(path);
-  }
+  std::string model = GaveBackAndClosed(path, &quiet);
   EXPECT_LE(HostBytes(path), quiet) << "the last close gave nothing back to fill";
   Opened f(path);  // the shared state was removed: a rebuild
   EXPECT_LE(HostBytes(path), quiet + kPartitionBlocks * kBlockSize) << "the holes adopted, not filled";
@@ -155,15 +164,10 @@ TEST(GiveBack, AReopenAdoptsTheHolesInsteadOfFillingThem) {
 TEST(GiveBack, WhatAReopenAdoptedIsGivenBackOnceQuiet) {
   TempDir d;
   const std::string path = d.File("f");
-  std::string model;
   uint64_t quiet = 0;
-  {
-    Opened f(path);
-    model = PairedFile(&f);
-    FoldAndGiveBack(&f);
-    quiet = HostBytes(path);
+  const std::string model = GaveBackAndClosed(path, &quiet, [&](Opened& f) {
     ASSERT_EQ(fallocate(f.host, FALLOC_FL_KEEP_SIZE, 0, off_t(HostSize(path))), 0);
-  }
+  });
   const uint64_t allocated = HostBytes(path);
   ASSERT_GE(allocated, quiet + (4 << 20));
   Opened f(path);  // a rebuild: every free extent looks like a hole

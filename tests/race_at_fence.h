@@ -171,12 +171,8 @@ class RaceFixture : public ::testing::Test {
   }
   // Checks that [from, to) reads as zeros.
   void ExpectZeros(uint64_t from, uint64_t to) {
-    std::vector<unsigned char> all;
-    ASSERT_TRUE(upfs_test::UpfsReadAll(fd_, &all));
-    ASSERT_GE(all.size(), to);
-    for (uint64_t i = from; i < to; ++i)
-      ASSERT_EQ(all[i], 0) << "byte " << i << " (block " << i / kBlock << " offset " << i % kBlock
-                           << ") is past every write: it must read as zero";
+    SCOPED_TRACE("past every write: it must read as zero");
+    ExpectBytes(ReadAll(), from, to, 0);
   }
 
   TempDir dir_;
