@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 
+#include "container/pool/ns_record.h"
 #include "container/pool/pool_format.h"
 #include "engine/log.h"
 #include "engine/reclamation.h"
@@ -32,17 +33,6 @@
 #include "util/status.h"
 
 namespace upfs {
-
-struct NsRecord {
-  format::pool::RecordType type{};
-  format::pool::FileType ftype{};
-  uint64_t ino = 0;
-  uint64_t dir1 = 0;
-  uint64_t dir2 = 0;
-  uint64_t victim = 0;
-  std::string_view name1;
-  std::string_view name2;
-};
 
 // Where a process is in the log: the next slot it has not read.
 struct NsPos {
@@ -235,12 +225,5 @@ class NsLog {
   alignas(64) SpinMutex durable_mu_;  // a few instructions under it: see util/spin_mutex.h
   NsPos durable_;
 };
-
-// Encodes rec's payload words into `out` (kMaxRecordWords words); returns
-// the word count. `tagged`: as a version 8 pool keeps them (every word
-// nonzero).
-uint32_t EncodeRecord(const NsRecord& rec, uint64_t* out, bool tagged);
-// Decodes and checks a payload of `n` words (names point into `words`).
-Status DecodeRecord(const uint64_t* words, uint32_t n, NsRecord* rec, bool tagged);
 
 }  // namespace upfs
