@@ -28,15 +28,9 @@
 #include "cli/bench_internal.h"
 #include "cli/cli.h"
 #include "medium/medium.h"
+#include "medium/mman_compat.h"
 #include "medium/persist_counter.h"
 #include "upfs/upfs.h"
-
-#ifndef MAP_SHARED_VALIDATE
-#define MAP_SHARED_VALIDATE 0x03
-#endif
-#ifndef MAP_SYNC
-#define MAP_SYNC 0x80000
-#endif
 
 namespace upfs::cli {
 

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <system_error>
 
 #include "engine/file.h"
+#include "util/env_switch.h"
 
 namespace upfs {
 
@@ -36,8 +36,7 @@ GcWorker& GcWorker::Get() {
 bool GcWorker::Background() {
   int b = g_background.load(std::memory_order_relaxed);
   if (b < 0) {
-    const char* v = getenv("UPFS_BACKGROUND_GC");
-    b = (v && v[0] == '0') ? 0 : 1;
+    b = EnvSwitchOn("UPFS_BACKGROUND_GC") ? 1 : 0;
     int expected = -1;
     if (!g_background.compare_exchange_strong(expected, b)) b = expected;
   }
