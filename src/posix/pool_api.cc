@@ -17,6 +17,7 @@
 #include "posix/api_internal.h"
 #include "posix/descriptor_table.h"
 #include "posix/op_guard.h"
+#include "posix/pool_fd_numbers.h"
 #include "posix/pool_escape.h"
 #include "posix/pool_node.h"
 #include "upfs/upfs.h"
@@ -25,52 +26,6 @@
 namespace upfs {
 
 using format::pool::FileType;
-
-namespace {
-
-// Pool descriptors: numbers from 1 << 19, below the table's 1 << 20, and
-// never kernel descriptors (a pool file has no host file of its own).
-constexpr int kPoolFdBase = 1 << 19;
-constexpr int kPoolFdEnd = 1 << 20;
-
-// A bit per number (set: taken), changed by one atomic operation each, so
-// that a fork child inherits a consistent map whatever the other threads
-// were doing. A thread searches from the word it last took a number in,
-// first from a region of its own (by ThreadIndex), so that threads that
-// open and close files each touch their own words (a mutex over a list of
-// free numbers was taken by every open and every close, in whatever thread).
-constexpr uint32_t kNumberWords = (kPoolFdEnd - kPoolFdBase) / 64;
-static_assert(kNumberWords % kMaxThreads == 0);
-std::atomic<uint64_t> g_taken[kNumberWords];
-thread_local uint32_t t_number_word = UINT32_MAX;  // constant-initialized: no guard
-
-int TakeNumber() {
-  uint32_t w = t_number_word;
-  // (Thread indices are dense but not bounded: past kMaxThreads live
-  // threads, regions are shared.)
-  if (w >= kNumberWords) w = ThreadIndex() % kMaxThreads * (kNumberWords / kMaxThreads);
-  for (uint32_t tried = 0; tried < kNumberWords; ++tried, w = (w + 1) % kNumberWords) {
-    uint64_t v = g_taken[w].load(std::memory_order_relaxed);
-    while (v != ~uint64_t{0}) {
-      const uint64_t bit = ~v & (v + 1);  // the lowest clear one
-      if (g_taken[w].compare_exchange_weak(v, v | bit, std::memory_order_acq_rel)) {
-        t_number_word = w;
-        return kPoolFdBase + int(w * 64 + uint32_t(std::countr_zero(bit)));
-      }
-    }
-  }
-  return -1;
-}
-
-void GiveNumber(int n) {
-  UPFS_ASSERT(n >= kPoolFdBase && n < kPoolFdEnd);
-  const uint32_t i = uint32_t(n - kPoolFdBase);
-  const uint64_t was = g_taken[i / 64].fetch_and(~(uint64_t{1} << (i % 64)), std::memory_order_acq_rel);
-  UPFS_ASSERT(was & (uint64_t{1} << (i % 64)));  // given back once
-  (void)was;
-}
-
-}  // namespace
 
 namespace {
 
@@ -171,7 +126,7 @@ Status ClearPoolPrivileges(OpenFile* of) {
 int PoolClose(int fd, OpenFile* of) {
   RetireDescriptor(fd, [of, fd] {
     delete of;
-    GiveNumber(fd);
+    GivePoolFdNumber(fd);
   });
   return 0;
 }
@@ -225,7 +180,7 @@ int NewDescriptor(const PoolPath& p, const Resolved& r, uint32_t gen, int flags,
   node->gen = gen;
   node->type = r.type;
   use->HandOver();  // ~PoolNode gives it back
-  const int fd = TakeNumber();
+  const int fd = TakePoolFdNumber();
   if (fd < 0) return FailErrno(EMFILE, "too many pool descriptors");  // freed with both: the hold dropped
   auto* of = new OpenFile();
   of->fd = fd;
