@@ -91,6 +91,7 @@ expect 0 "tiny bench with --json" "$UPFS" bench --dir "$DIR" --size 8M --seconds
   --filter read-rand-4k,append-4k,overwrite-128,mixed --json "$DIR/bench.json"
 contains "upfs/kernel" "bench prints the table"
 contains "non-temporal copy" "bench prints the physical reference"
+contains "a persisted line" "bench prints the floor of a durable write"
 if python3 - "$DIR/bench.json" <<'EOF'
 import json, sys
 rows = json.load(open(sys.argv[1]))
