@@ -1,6 +1,6 @@
 // File: opening (replay, and marking a rebuild), per-thread state, catching
-// the block table up to the log, reads, and the calls that read the table
-// (stat, lseek, log length). Writes, resizing, times and the read-only
+// the block table up to the log, and the calls that read the table (stat,
+// lseek, log length). Reads, writes, resizing, times and the read-only
 // variant live in file_*.cc.
 #include "engine/file.h"
 
@@ -426,62 +426,6 @@ void File::NoteShadowRead() {
 void File::Settle() {
   if (source_) GcWorker::Get().Wait(this);
   space_->Settle();  // after the GC: its allocations may have grown the file
-}
-
-// ---------------------------------------------------------------------------
-// Read
-
-Status File::Read(void* buf, size_t n, uint64_t off, size_t* done) {
-  *done = 0;
-  if (n == 0) return Status::OK();
-  Operation op;
-  UPFS_RETURN_IF_ERROR(Begin(&op));
-  ThreadCtx* c = op.c;
-  BlockTable* t = op.t;
-  for (;;) {
-    LogPos p = t->cursor();
-    uint64_t size = t->size();
-    if (off >= size) return Status::OK();
-    uint64_t len = std::min<uint64_t>(n, size - off);
-    uint64_t end = off + len;
-    uint64_t vb0 = off >> kBlockShift, vb1 = CeilBlocks(end);
-    char* out = static_cast<char*>(buf);
-    bool shadowed = false;
-    for (uint64_t v = vb0; v < vb1; ++v) {
-      uint64_t bs = v << kBlockShift;
-      uint64_t lo = std::max(bs, off), hi = std::min(bs + kBlockSize, end);
-      uint32_t l = t->Get(v);
-      if (l)
-        shadowed |= CopyBlockBytes(*t, v, l, lo - bs, hi - bs, out + (lo - off));
-      else
-        std::memset(out + (lo - off), 0, hi - lo);
-    }
-    // Validate: nothing committed since the snapshot may touch what we read.
-    bool stale = false;
-    std::atomic_thread_fence(std::memory_order_acquire);
-    Status scan = ScanCommitted(access_, &p, &c->scratch, [&](const Effect& e) {
-      if (e.TouchesBlocks(vb0, vb1)) {
-        stale = true;
-        return false;
-      }
-      return true;
-    });
-    // Read-only: the blocks read (log and data) were live only if no GC
-    // retired them; if one did, what the scan found does not count either.
-    if (read_only() && HeadMoved(t)) {
-      stale = true;
-    } else {
-      UPFS_RETURN_IF_ERROR(scan);
-    }
-    if (!stale) {
-      *done = len;
-      // Granules from a shadow cost a second copy from a second cold
-      // block: cold pairs are worth folding.
-      if (shadowed) NoteShadowRead();
-      return Status::OK();
-    }
-    UPFS_RETURN_IF_ERROR(CatchUp(c, &t));
-  }
 }
 
 // ---------------------------------------------------------------------------

@@ -27,6 +27,7 @@
 #include "engine/log.h"
 #include "engine/log_root.h"
 #include "engine/log_writer.h"
+#include "engine/read_ahead.h"
 #include "format/format.h"
 #include "medium/block_space.h"
 #include "util/function_ref.h"
@@ -62,6 +63,7 @@ struct ThreadCtx {
   std::vector<uint32_t> old;  // mapping displaced by the operation
   std::vector<uint32_t> old_shadow;  // the shadows of those blocks (0: none)
   PendingEntry pending;  // the payload being prepared
+  ReadAhead read_ahead;  // this thread's reads of the file, if sequential
 };
 
 // What a container lends a File. The File borrows it: the container keeps
