@@ -9,15 +9,14 @@
 namespace {
 
 using upfs::ReadAhead;
-constexpr unsigned kShift = 12;
-constexpr uint64_t kBlock = uint64_t{1} << kShift;
+constexpr uint64_t kBlock = upfs::format::kBlockSize;
 
 // Feeds reads of `len` bytes from `from` on, back to back, over a file of
 // `blocks` blocks; returns the blocks asked for.
 std::vector<uint64_t> Stream(ReadAhead* ra, uint64_t from, uint64_t len, uint64_t reads, uint64_t blocks) {
   std::vector<uint64_t> asked;
   for (uint64_t i = 0, off = from; i < reads; ++i, off += len) {
-    const uint64_t b = ra->After(off, off + len, blocks, kShift);
+    const uint64_t b = ra->After(off, off + len, blocks);
     if (b != ReadAhead::kNone) asked.push_back(b);
   }
   return asked;
@@ -40,21 +39,21 @@ TEST(ReadAhead, SmallReadsInOrderAskForEachBlockOnce) {
 TEST(ReadAhead, ReadsThatDoNotFollowEachOtherAskForNothing) {
   ReadAhead ra;
   const uint64_t offs[] = {5 * kBlock, 1 * kBlock, 9 * kBlock, 3 * kBlock, 3 * kBlock, 0};
-  for (uint64_t off : offs) EXPECT_EQ(ra.After(off, off + kBlock, 64, kShift), ReadAhead::kNone) << off;
+  for (uint64_t off : offs) EXPECT_EQ(ra.After(off, off + kBlock, 64), ReadAhead::kNone) << off;
 }
 
 TEST(ReadAhead, AReadSpanningBlocksAsksForTheOneAfterItsLast) {
   ReadAhead ra;
-  EXPECT_EQ(ra.After(0, 3 * kBlock, 16, kShift), ReadAhead::kNone);
-  EXPECT_EQ(ra.After(3 * kBlock, 6 * kBlock + 10, 16, kShift), 7u);
+  EXPECT_EQ(ra.After(0, 3 * kBlock, 16), ReadAhead::kNone);
+  EXPECT_EQ(ra.After(3 * kBlock, 6 * kBlock + 10, 16), 7u);
   // Ending inside block 6 again: block 7 was asked for already.
-  EXPECT_EQ(ra.After(6 * kBlock + 10, 6 * kBlock + 20, 16, kShift), ReadAhead::kNone);
+  EXPECT_EQ(ra.After(6 * kBlock + 10, 6 * kBlock + 20, 16), ReadAhead::kNone);
 }
 
 TEST(ReadAhead, NothingPastTheLastBlock) {
   ReadAhead ra;
-  EXPECT_EQ(ra.After(0, kBlock, 2, kShift), ReadAhead::kNone);
-  EXPECT_EQ(ra.After(kBlock, 2 * kBlock, 2, kShift), ReadAhead::kNone);
+  EXPECT_EQ(ra.After(0, kBlock, 2), ReadAhead::kNone);
+  EXPECT_EQ(ra.After(kBlock, 2 * kBlock, 2), ReadAhead::kNone);
 }
 
 }  // namespace

@@ -40,8 +40,7 @@ Status File::Read(void* buf, size_t n, uint64_t off, size_t* done) {
     }
     // A sequential reader's next block: its lines requested now, while
     // this read validates and returns (docs/design.md, "Read-ahead").
-    if (const uint64_t nv = c->read_ahead.After(off, end, CeilBlocks(size), kBlockShift);
-        nv != ReadAhead::kNone) {
+    if (const uint64_t nv = c->read_ahead.After(off, end, CeilBlocks(size)); nv != ReadAhead::kNone) {
       if (const uint32_t nl = t->Get(nv)) {
         const char* next = access_.AddrUnchecked(nl);
         for (uint64_t x = 0; x < kBlockSize; x += kCacheLine) __builtin_prefetch(next + x);

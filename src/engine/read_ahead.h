@@ -8,22 +8,24 @@
 
 #include <cstdint>
 
+#include "format/format.h"
+
 namespace upfs {
 
 class ReadAhead {
  public:
   static constexpr uint64_t kNone = ~uint64_t{0};
 
-  // A read of [off, end) (end > off) of a file of `blocks` blocks (4 KiB
-  // each, `shift` their log2) has just copied its bytes: the block to
-  // request now, or kNone. Only a read that starts where this reader's
-  // last one ended is sequential, and each block is asked for once (a
-  // stream of 100-byte reads asks at its first read of every block).
-  uint64_t After(uint64_t off, uint64_t end, uint64_t blocks, unsigned shift) {
+  // A read of [off, end) (end > off) of a file of `blocks` blocks has just
+  // copied its bytes: the block to request now, or kNone. Only a read that
+  // starts where this reader's last one ended is sequential, and each block
+  // is asked for once (a stream of 100-byte reads asks at its first read of
+  // every block).
+  uint64_t After(uint64_t off, uint64_t end, uint64_t blocks) {
     const bool sequential = off == last_end_;
     last_end_ = end;
     if (!sequential) return kNone;
-    const uint64_t next = ((end - 1) >> shift) + 1;
+    const uint64_t next = ((end - 1) >> format::kBlockShift) + 1;
     if (next >= blocks || next == asked_) return kNone;
     asked_ = next;
     return next;

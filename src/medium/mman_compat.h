@@ -1,6 +1,7 @@
-// Flag values of mmap(2) and madvise(2) that glibc 2.36's headers may
-// lack (the kernel's uapi values): the medium asks for them by number and
-// handles their absence at run time (EINVAL from an older kernel).
+// Flag values of mmap(2) and madvise(2), by the kernel's numbers, for
+// headers older than the kernel: glibc 2.36 (Debian 12) lacks
+// MADV_COLLAPSE; the others it has, and are kept for older headers. A
+// kernel that does not know one answers EINVAL, which the callers handle.
 #pragma once
 
 #include <sys/mman.h>
