@@ -210,6 +210,22 @@ void AddRaceWorkloads(std::vector<Workload>* w) {
   }
 }
 
+// A version 9 pool's new files (one wait a create: fresh_inode.h), each
+// created and, while its creator is held at its one fence (its image and
+// record written back, not yet fenced), changed by a racer that must seal
+// the image first: a chmod, a file's first write, a checkpoint that takes
+// the record out of what recovery reads, a link and a rename (durable
+// ctime touches); then a file's changes after its creator returned.
+void AddFreshImageWorkloads(std::vector<Workload>* w) {
+  w->push_back({"fresh-images",
+               {Mkdir("/d"), Create("/d/old")},
+               {Raced(Create("/d/a", 0600), Chmod("/d/a", 0604), 1),
+                Raced(Create("/d/b"), Write("/d/b", 0, 100, 1), 1), Raced(Create("/d/c"), Checkpoint(), 1),
+                Raced(Create("/d/e"), Link("/d/e", "/d/e2"), 1), Raced(Create("/d/f"), Rename("/d/f", "/f2"), 1),
+                Create("/d/g"), Chmod("/d/g", 0600), Write("/d/g", 0, 5000, 2), Checkpoint(),
+                Chmod("/d/g", 0640), Create("/h"), Write("/h", 0, 10, 3)}});
+}
+
 // Copies of some of the above on pools of older format versions.
 void AddOlderVersionWorkloads(std::vector<Workload>* w) {
   // Version 7 pools commit with two persistence waits and a payload line
@@ -235,6 +251,7 @@ std::vector<Workload> MakeWorkloads() {
   AddLogWorkloads(&w);
   AddTreeWorkloads(&w);
   AddRaceWorkloads(&w);
+  AddFreshImageWorkloads(&w);
   AddOlderVersionWorkloads(&w);
   return w;
 }

@@ -42,9 +42,13 @@ int RunPoolInfo(const std::string& path) {
   }
   Row("pool:", path);
   // What the version means for the builds that may share the pool
-  // (docs/format.md, "Pools, format version 8").
+  // (docs/format.md, "Pools, format version 9").
   Row("format:", "version " + std::to_string(r.version) +
-                     (r.version >= format::pool::kFirstOneWaitPoolVersion
+                     (r.version >= format::pool::kFirstFreshCreatePoolVersion
+                          ? " (tagged checkpoint images, checked appends and granule flips with anywhere "
+                            "shadows in files' logs, a namespace log reserve, one-wait namespace commits "
+                            "and creates)"
+                      : r.version >= format::pool::kFirstOneWaitPoolVersion
                           ? " (tagged checkpoint images, checked appends and granule flips with anywhere "
                             "shadows in files' logs, a namespace log reserve, one-wait namespace commits)"
                       : r.version >= format::pool::kFirstLogReservePoolVersion
@@ -91,6 +95,9 @@ int RunPoolInfo(const std::string& path) {
   Row("volatile area:", r.clean ? "clean" : "to be rebuilt by the next attach");
   if (!r.torn_commit.empty())
     Row("cut short:", "a commit a crash interrupted, at " + r.torn_commit + " (discarded by the next attach)");
+  if (r.images_from_records)
+    Row("new files:", Plural(r.images_from_records, "inode", "inodes") +
+                          " to be written from their create records by the next attach");
   if (r.leaked_blocks >= 0) Row("leaked blocks:", WithCommas(uint64_t(r.leaked_blocks)));
   for (const std::string& p : r.problems) std::printf("problem: %s\n", p.c_str());
   return r.problems.empty() ? 0 : 1;
@@ -112,6 +119,9 @@ int RunPoolFsck(const std::string& path) {
   if (!r.torn_commit.empty())
     std::printf("%s: a commit a crash interrupted, at %s (discarded by the next recovery)\n", path.c_str(),
                 r.torn_commit.c_str());
+  if (r.images_from_records)
+    std::printf("%s: %s new inodes to be written from their create records by the next recovery\n",
+                path.c_str(), WithCommas(r.images_from_records).c_str());
   if (r.leaked_blocks > 0)
     std::printf("%s: %s leaked blocks (reclaimed at the next recovery)\n", path.c_str(),
                 WithCommas(uint64_t(r.leaked_blocks)).c_str());

@@ -88,6 +88,15 @@ inline void CopyFlush(void* dst, const void* src, size_t n) {
   pmem_memcpy(dst, src, n, PMEM_F_MEM_TEMPORAL | PMEM_F_MEM_NODRAIN);
 }
 
+// Copies into media with ordinary stores and leaves the lines in the cache,
+// like StoreBytes (Flush + Fence persist them), through libpmem as CopyNT
+// and CopyFlush do: for words others read atomically meanwhile (a new
+// inode's image), which ThreadSanitizer must not see as a plain copy.
+inline void StoreCopy(void* dst, const void* src, size_t n) {
+  if (Recorder* r = ActiveRecorder()) r->OnStoreBytes(dst, src, n);
+  pmem_memcpy(dst, src, n, PMEM_F_MEM_TEMPORAL | PMEM_F_MEM_NOFLUSH | PMEM_F_MEM_NODRAIN);
+}
+
 // Copies 8-byte words into media with ordinary stores and leaves them in
 // the cache: Flush + Fence persist them (for a line that a later store, an
 // entry's CAS, is to join before it is written back).

@@ -63,7 +63,7 @@ class PoolAnyNew : public ::testing::Test {
   NsRecord UnlinkOf(int i) {
     NsEntry e;
     EXPECT_TRUE(writer_->index()->Find(writer_->root_ino(), names_.emplace_back(Name(i)), &e));
-    return NsRecord{RecordType::kUnlink, FileType::kRegular, e.ino, writer_->root_ino(), 0, 0, names_.back(), {}};
+    return NsRecord{RecordType::kUnlink, FileType::kRegular, e.ino, writer_->root_ino(), 0, 0, names_.back(), {}, {}};
   }
   // The writer reserves the unlink of file i and leaves it uncommitted.
   NsLog::Reservation Reserve(int i) {

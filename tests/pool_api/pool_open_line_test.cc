@@ -132,7 +132,7 @@ class OpenLineScenario {
   NsRecord UnlinkOf(const std::string& name) {
     NsEntry e;
     EXPECT_TRUE(p_->index()->Find(p_->root_ino(), name, &e)) << name;
-    return NsRecord{RecordType::kUnlink, FileType::kRegular, e.ino, p_->root_ino(), 0, 0, name, {}};
+    return NsRecord{RecordType::kUnlink, FileType::kRegular, e.ino, p_->root_ino(), 0, 0, name, {}, {}};
   }
   // Names: a short one (one name word) and a 9-byte one (two), so that the
   // first record's kApply can be made to share its payload's last line

@@ -48,7 +48,7 @@ class PoolTornCommitTest : public PoolCorruptionTest {
   Written Commit(const NsRecord& rec, LogSlot* tail, const std::function<bool(const Written&)>& fits) {
     uint64_t w[kMaxRecordWords];
     const bool tagged = pool_version_ == 0 || pool_version_ >= kFirstOneWaitPoolVersion;
-    const uint32_t n = upfs::EncodeRecord(rec, w, tagged);
+    const uint32_t n = upfs::EncodeRecord(rec, w, tagged, Creations());
     Written r;
     r.words.assign(w, w + n);
     for (;; ++tail->slot) {
@@ -76,7 +76,14 @@ class PoolTornCommitTest : public PoolCorruptionTest {
     rec.ino = layout_.ino_small;  // (the crashed base has the same inodes)
     rec.dir1 = layout_.sb.root_ino;
     rec.name1 = name;
+    // A version 9 pool's create of a regular file carries its creation
+    // values (these never apply here: every such commit is cut short or
+    // refused).
+    if (Creations()) rec.creation = upfs::NsCreation{true, 1, 0644, 1, 0, 0, 1};
     return rec;
+  }
+  static bool Creations() {
+    return pool_version_ == 0 || pool_version_ >= upfs::format::pool::kFirstFreshCreatePoolVersion;
   }
   // "a" renamed to "b" in the root, over the big file (a nonzero victim).
   NsRecord RenameOverBig() const {

@@ -94,7 +94,7 @@ Status InodeAllocator::Take(FileType kind, Inode* image, uint64_t* ino, Inode** 
   return Status::OK();
 }
 
-void InodeAllocator::WriteImage(Inode* in, const Inode& image) {
+void InodeAllocator::WriteImage(Inode* in, const Inode& image, bool write_back) {
   // No fence of its own: the inode is only reachable once a record naming
   // it commits, and the create fences first (PoolNamespace::CommitNewInode).
   // Every byte but the open count: an open that resolved a name of the
@@ -107,7 +107,8 @@ void InodeAllocator::WriteImage(Inode* in, const Inode& image) {
   static_assert(offsetof(Inode, open_count) == offsetof(Inode, times) + sizeof(FileTimes));
   static_assert(offsetof(Inode, words) == offsetof(Inode, pad1) + sizeof(Inode::pad1));
   std::memcpy(&in->pad1, &image.pad1, sizeof(Inode::pad1));  // before its line's flush
-  pm::CopyFlush(in, &image, offsetof(Inode, open_count));
+  if (write_back) pm::CopyFlush(in, &image, offsetof(Inode, open_count));
+  else pm::StoreCopy(in, &image, offsetof(Inode, open_count));
   // Lines 2-3 are durable only as a symbolic link's inline target. A
   // regular file's log words there are soft (recovery resets them) and a
   // directory has nothing there: stored, for this run's readers, but not

@@ -54,7 +54,9 @@ class InodeAllocator {
   // it, not fenced: the create's fence that follows makes it durable (the
   // record's reservation fence, or in a version 8 pool its own one:
   // PoolNamespace::CommitNewInode).
-  static void WriteImage(format::pool::Inode* in, const format::pool::Inode& image);
+  // `write_back` false (a version 9 pool's regular file): stored only, its
+  // two lines left for the caller to write back after the commit.
+  static void WriteImage(format::pool::Inode* in, const format::pool::Inode& image, bool write_back = true);
   // Gives back inode `ino` (nothing references it any more).
   Status Free(uint64_t ino);
   // Recovery: the stack again, from every free inode of the chain.

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <optional>
 
+#include "container/pool/fresh_inode.h"
 #include "container/pool/namespace_internal.h"
 #include "engine/epoch_pin.h"
 #include "medium/pm.h"
@@ -28,11 +29,6 @@ using namespace ns_internal;
 namespace {
 
 // A new inode's bytes, built in DRAM and copied to the pool whole.
-struct InodeImage {
-  alignas(64) unsigned char bytes[kInodeSize] = {};
-  Inode* get() { return reinterpret_cast<Inode*>(bytes); }
-};
-
 // A change that lost a race with another: the caller resolves again.
 Status Stale() { return Status::Error(ESTALE, "the namespace changed under the call"); }
 
@@ -90,7 +86,7 @@ Status PoolNamespace::Commit(const NsRecord& rec, FunctionRef<Status()> validate
     UPFS_RETURN_IF_ERROR(log->TryCommit(r, &committed, &lost, &pending));
     if (committed) {
       if (committed_out) *committed_out = true;
-      Status applied = pool_->index()->Apply(rec, /*validated=*/true);
+      Status applied = pool_->ApplyLocked(rec, /*validated=*/true);
       // Only damage or a bug gets here: the record is in the log and not in
       // the index, whose position is past it (a checkpoint written from it
       // would drop the record). Made again from the log, the index has the
@@ -164,6 +160,9 @@ void PoolNamespace::TouchCtime(uint64_t ino, bool durable, CommitFlushes* later)
   if (!pool_->InodeAt(ino, &in).ok()) return;
   const uint64_t now = Now();
   if (in->ctime_ns.load(std::memory_order_relaxed) == now) return;  // as TouchDir
+  // A durable change: a fresh image is sealed first, and the flush of
+  // line 0 below takes a clear fresh bit along.
+  if (durable) SealIfFresh(in);
   pm::Store64(&in->ctime_ns, now);
   if (durable) FlushLine(&in->ctime_ns, later);
 }
@@ -206,20 +205,45 @@ Status PoolNamespace::CommitNewInode(RecordType type, FileType kind, const Resol
   *committed = false;
   Inode* in;
   UPFS_RETURN_IF_ERROR(NewInode(kind, at.dir, mode, ino, image, &in));
-  const NsRecord rec{type, kind, *ino, at.dir, 0, 0, at.name, {}};
+  NsRecord rec{type, kind, *ino, at.dir, 0, 0, at.name, {}, {}};
+  // A version 9 pool's new regular file: its record carries what the image
+  // holds, and the image its fresh bit until the commit's fence has made it
+  // durable (fresh_inode.h).
+  // A kept log given at birth keeps the fence before the record: its lines,
+  // rewritten (Pool::TakeRecycledLog), must be durable before any record
+  // or image naming the block can be.
+  bool fresh = false;
+  if (CarriesCreation(type, kind, pool_->log()->creations())) {
+    fresh = image->log_head.load(std::memory_order_relaxed) == 0;
+    if (fresh) image->ident.store(image->ident.load(std::memory_order_relaxed) | kIdentFresh, std::memory_order_relaxed);
+    rec.creation = CreationOf(*image);
+  }
   const auto with_record = [&](CommitFlushes* later) {
-    // The new inode (and what it names: a symbolic link's target, a kept
-    // log's lines) is durable before the record can be, in every version:
-    // a power failure persists any word of a line on its own, and no word
-    // of an image can tell that it was lost (a later chmod or write changes
-    // what a check could compare). A version 8 pool's payload is not in
-    // this fence, and its one fence follows the kApply (docs/design.md,
-    // "One wait a commit").
+    if (fresh) {
+      UPFS_ASSERT(later);
+      // Stored, and written back with the commit's other lines after the
+      // index lock (a locked instruction waits for write-backs in flight,
+      // as a fence does): the commit's one fence persists both.
+      InodeAllocator::WriteImage(in, *image, /*write_back=*/false);
+      later->Add(in);
+      later->Add(&in->log_head);
+      return;
+    }
+    // Else the new inode (and what it names: a symbolic link's target, a
+    // kept log's lines) is durable before the record can be: a power
+    // failure persists any word of a line on its own, and no word of an
+    // image can tell that it was lost (a later chmod or write changes what
+    // a check could compare). A version 8 pool's payload is not in this
+    // fence, and its one fence follows the kApply (docs/design.md, "One
+    // wait a commit").
     InodeAllocator::WriteImage(in, *image);
     if (later) pm::Fence();
   };
   Status st = Commit(rec, [&]() { return NameStillFree(at); }, with_record, committed,
                      [&](CommitFlushes* later) { TouchDir(at.dir, later); });
+  // Durable now (the commit's fence): whoever changes the inode next need
+  // not seal it.
+  if (st.ok() && fresh) ClearFresh(in);
   // Failed, the image is written (again, if the reservation wrote it: the
   // same bytes) before the caller gives the inode back: Free and
   // ReleaseInode read its fields, and until written the inode holds its
@@ -361,7 +385,7 @@ Status PoolNamespace::Link(const Resolved& from, const Resolved& to) {
   Inode* din;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(to.dir, &din));
   UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
-  NsRecord rec{RecordType::kLink, from.type, from.ino, to.dir, 0, 0, to.name, {}};
+  NsRecord rec{RecordType::kLink, from.type, from.ino, to.dir, 0, 0, to.name, {}, {}};
   const auto touch = [&](CommitFlushes* later) {
     TouchDir(to.dir, later);
     TouchCtime(from.ino, /*durable=*/true, later);
@@ -386,7 +410,7 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(at.dir, &din));
   UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
   UPFS_RETURN_IF_ERROR(CheckSticky(at.dir, at.ino));
-  NsRecord rec{RecordType::kUnlink, at.type, at.ino, at.dir, 0, 0, at.name, {}};
+  NsRecord rec{RecordType::kUnlink, at.type, at.ino, at.dir, 0, 0, at.name, {}, {}};
   const auto touch = [&](CommitFlushes* later) { TouchDir(at.dir, later); };
   bool last = false;  // the name going is the inode's last
   UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
@@ -466,7 +490,7 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
   UPFS_RETURN_IF_ERROR(PermitRename(from, to, exchange));
   const NsIndex* idx = pool_->index();
   NsRecord rec{exchange ? RecordType::kExchange : RecordType::kRename, from.type, from.ino,
-               from.dir, to.dir, to.ino, from.name, to.name};
+               from.dir, to.dir, to.ino, from.name, to.name, {}};
   const auto touch = [&](CommitFlushes* later) {
     TouchDir(from.dir, later);
     if (to.dir != from.dir) TouchDir(to.dir, later);

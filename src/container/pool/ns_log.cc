@@ -159,7 +159,7 @@ Status NsLog::DecodeAt(const LogBlock* b, uint32_t apply_slot, uint64_t apply, N
   const auto* words = reinterpret_cast<const uint64_t*>(&b->slots[rs + 1]);
   if (Crc32c(words, n * 8) != ApplyCrc(apply))
     return Status::Corrupt("namespace log", "record checksum mismatch");
-  return DecodeRecord(words, n, rec, one_wait_);
+  return DecodeRecord(words, n, rec, one_wait_, creations_);
 }
 
 bool NsLog::TornCommit(const LogBlock* b, uint64_t apply) const {
@@ -348,7 +348,7 @@ bool LosableLine(const uint64_t* words, uint32_t n, uint32_t rs, uint32_t apply)
 
 Status NsLog::Reserve(const NsRecord& rec, NsPos from, Reservation* r, FunctionRef<void()> with_payload) {
   alignas(64) uint64_t words[kMaxRecordWords];
-  const uint32_t n = EncodeRecord(rec, words, one_wait_);
+  const uint32_t n = EncodeRecord(rec, words, one_wait_, creations_);
   NsPos p = from;
   // The caller is pinned, so a block still in the log stays so while this
   // runs; one that left it before (freed, and perhaps made an inode or data

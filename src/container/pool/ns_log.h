@@ -163,6 +163,10 @@ class NsLog {
   // wait a commit"). Set once, before the log is read.
   void SetOneWait(bool on) { one_wait_ = on; }
   bool one_wait() const { return one_wait_; }
+  // Version 9 pools (format::pool::kFirstFreshCreatePoolVersion): a
+  // regular file's create record carries its creation words.
+  void SetCreations(bool on) { creations_ = on; }
+  bool creations() const { return creations_; }
 
   // Recovery, with nobody else attached: reads to the tail and zeroes, durably,
   // every word past it (in its block and in any block linked after it).
@@ -213,6 +217,7 @@ class NsLog {
   uint64_t view_ = 0;
   bool accept_torn_tail_ = false;
   bool one_wait_ = false;
+  bool creations_ = false;
   std::optional<NsPos> torn_tail_;
   std::atomic<uint32_t> hint_version_{0};  // odd while PublishPos writes
   std::atomic<uint64_t> hint_place_{0};    // lblock:32 | slot:32

@@ -17,12 +17,42 @@ bool KnownRecordType(uint64_t t) {
   return t >= uint64_t(RecordType::kCreate) && t <= uint64_t(RecordType::kExchange);
 }
 
+// The creation words (pool_format.h): every one tagged, so never zero.
+void EncodeCreation(const NsCreation& c, uint64_t* w) {
+  UPFS_ASSERT(c.mode <= 07777 && c.consistency < 16 && c.log_head < kMaxPoolBlocks &&
+              !(c.created_ns & kRecordWordTag));
+  w[0] = kRecordWordTag | c.gen | (uint64_t(c.mode) << 32) | (uint64_t(c.consistency) << 44);
+  w[1] = kRecordWordTag | (c.owner & 0xffffffffu) | (uint64_t(c.log_head) << 32);
+  w[2] = kRecordWordTag | (c.owner >> 32);
+  w[3] = kRecordWordTag | c.created_ns;
+}
+
+Status DecodeCreation(const uint64_t* w, NsCreation* c) {
+  for (uint32_t i = 0; i < kCreationWords; ++i)
+    if (!(w[i] & kRecordWordTag)) return Status::Corrupt("namespace log", "creation word without its tag");
+  if ((w[0] >> 48) != (kRecordWordTag >> 48) || (w[1] >> 60) != (kRecordWordTag >> 60) ||
+      (w[2] >> 32) != (kRecordWordTag >> 32))
+    return Status::Corrupt("namespace log", "creation word with bits set that must be zero");
+  c->present = true;
+  c->gen = uint32_t(w[0]);
+  c->mode = uint32_t(w[0] >> 32) & 07777;
+  c->consistency = uint32_t(w[0] >> 44) & 0xf;
+  c->owner = uint32_t(w[1]) | (uint64_t(uint32_t(w[2])) << 32);
+  c->log_head = uint32_t(w[1] >> 32) & 0x0fffffff;
+  c->created_ns = w[3] & ~kRecordWordTag;
+  if (c->log_head != 0 && c->log_head < kDataStart)
+    return Status::Corrupt("namespace log", "creation names a log block in the pool's header");
+  return Status::OK();
+}
+
 }  // namespace
 
-uint32_t EncodeRecord(const NsRecord& rec, uint64_t* out, bool tagged) {
+uint32_t EncodeRecord(const NsRecord& rec, uint64_t* out, bool tagged, bool creations) {
   UPFS_ASSERT(rec.name1.size() <= kMaxNameLen && rec.name2.size() <= kMaxNameLen);
   const uint32_t w1 = NameWords(rec.name1.size()), w2 = NameWords(rec.name2.size());
-  const uint32_t n = kRecordHeaderWords + w1 + w2;
+  const bool carries = CarriesCreation(rec.type, rec.ftype, creations);
+  UPFS_ASSERT(!carries || (tagged && rec.creation.present));
+  const uint32_t n = kRecordHeaderWords + w1 + w2 + (carries ? kCreationWords : 0);
   std::memset(out, 0, n * 8);
   out[0] = EncodeRecordWord0(rec.type, rec.ftype, uint32_t(rec.name1.size()),
                              uint32_t(rec.name2.size()));
@@ -39,18 +69,24 @@ uint32_t EncodeRecord(const NsRecord& rec, uint64_t* out, bool tagged) {
   // An empty name's data() may be null, which memcpy must never see.
   if (!rec.name1.empty()) std::memcpy(names, rec.name1.data(), rec.name1.size());
   if (!rec.name2.empty()) std::memcpy(names + w1 * 8, rec.name2.data(), rec.name2.size());
+  if (carries) EncodeCreation(rec.creation, out + kRecordHeaderWords + w1 + w2);
   return n;
 }
 
-Status DecodeRecord(const uint64_t* words, uint32_t n, NsRecord* rec, bool tagged) {
+Status DecodeRecord(const uint64_t* words, uint32_t n, NsRecord* rec, bool tagged, bool creations) {
   if (n < kRecordHeaderWords) return Status::Corrupt("namespace log", "record too short");
   const uint64_t w0 = words[0];
   const uint64_t type = w0 & 0xff, ftype = (w0 >> 8) & 0xff;
   const uint32_t len1 = uint32_t((w0 >> 16) & 0xffff), len2 = uint32_t((w0 >> 32) & 0xffff);
   if (!KnownRecordType(type) || ftype > uint64_t(FileType::kSymlink) || (w0 >> 48) != 0 ||
-      len1 == 0 || len1 > kMaxNameLen || len2 > kMaxNameLen ||
-      n != kRecordHeaderWords + NameWords(len1) + NameWords(len2))
+      len1 == 0 || len1 > kMaxNameLen || len2 > kMaxNameLen)
     return Status::Corrupt("namespace log", "malformed record header");
+  const bool carries = CarriesCreation(RecordType(type), FileType(ftype), creations);
+  const uint32_t name_end = kRecordHeaderWords + NameWords(len1) + NameWords(len2);
+  if (n != name_end + (carries ? kCreationWords : 0))
+    return Status::Corrupt("namespace log", "malformed record header");
+  rec->creation = NsCreation{};
+  if (carries) UPFS_RETURN_IF_ERROR(DecodeCreation(words + name_end, &rec->creation));
   rec->type = RecordType(type);
   rec->ftype = FileType(ftype);
   rec->ino = words[1];

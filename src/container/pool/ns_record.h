@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "container/pool/fresh_inode.h"
 #include "container/pool/pool_format.h"
 #include "util/status.h"
 
@@ -20,13 +21,22 @@ struct NsRecord {
   uint64_t victim = 0;
   std::string_view name1;
   std::string_view name2;
+  // A version 9 pool's kCreate of a regular file: the new inode's values.
+  NsCreation creation;
 };
+
+// Whether a record of type `t` and file type `f` carries creation words in
+// a pool whose records have them (`creations`).
+inline bool CarriesCreation(format::pool::RecordType t, format::pool::FileType f, bool creations) {
+  return creations && t == format::pool::RecordType::kCreate && f == format::pool::FileType::kRegular;
+}
 
 // Encodes rec's payload words into `out` (kMaxRecordWords words); returns
 // the word count. `tagged`: as a version 8 pool keeps them (every word
-// nonzero).
-uint32_t EncodeRecord(const NsRecord& rec, uint64_t* out, bool tagged);
+// nonzero); `creations`: as a version 9 pool keeps them (a regular file's
+// create carries its creation values, which it then must have).
+uint32_t EncodeRecord(const NsRecord& rec, uint64_t* out, bool tagged, bool creations = false);
 // Decodes and checks a payload of `n` words (names point into `words`).
-Status DecodeRecord(const uint64_t* words, uint32_t n, NsRecord* rec, bool tagged);
+Status DecodeRecord(const uint64_t* words, uint32_t n, NsRecord* rec, bool tagged, bool creations = false);
 
 }  // namespace upfs

@@ -253,6 +253,7 @@ Status Pool::InitVolatile(bool first) {
   source_->ParkClosedChunks();  // returned in ~Pool
   inodes_.Init(&access_, mutable_super(), words, [this](uint32_t* l) { return AllocBlock(l); });
   log_.SetOneWait(super()->version >= kFirstOneWaitPoolVersion);  // before any thread reads the log
+  log_.SetCreations(super()->version >= kFirstFreshCreatePoolVersion);
   const bool valid = words->magic == kVolatileMagic && words->pool_id == super()->pool_id;
   const bool recover = first && (!valid || super()->clean.load() != 1);
   if (!recover && !valid) return Status::Corrupt("volatile area", path_ + ": in use but not initialized");
@@ -272,6 +273,7 @@ Status Pool::LoadNamespace() {
   auto free = [this](uint32_t l) { FreeBlock(l); };
   const uint64_t ck = super()->checkpoint.load(std::memory_order_acquire);
   seen_checkpoint_.store(ck, std::memory_order_release);
+  creations_.clear();  // the index's records start after the checkpoint again
   if (ck == 0) {
     index_.Rebase(root_ino(), nullptr);
     return log_.Init(&access_, uint32_t(super()->nslog_head.load()), alloc, free);
@@ -324,7 +326,17 @@ Status Pool::CatchUpLocked() {
   // A new checkpoint: a new base, and an empty delta from where it ends
   // (the old image is retired; the log from its end on is kept).
   if (CheckpointUnseen()) UPFS_RETURN_IF_ERROR(LoadNamespace());
-  return log_.ReadNew([this](const NsRecord& r) { return index_.Apply(r); });
+  return log_.ReadNew([this](const NsRecord& r) { return ApplyLocked(r); });
+}
+
+Status Pool::ApplyLocked(const NsRecord& r, bool validated) {
+  UPFS_RETURN_IF_ERROR(index_.Apply(r, validated));
+  // Any record that makes an inode: one without creation values (a
+  // directory, a symbolic link, an older pool's file) ends what an earlier
+  // life's record could say about the inode.
+  if (r.type == RecordType::kCreate || r.type == RecordType::kMkdir)
+    creations_.push_back(NotedCreation{r.ino, r.creation});
+  return Status::OK();
 }
 
 Status Pool::ReloadIndexLocked() {

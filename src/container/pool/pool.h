@@ -112,6 +112,10 @@ class Pool {
   // If that fails too, the index is lost to this attachment: every later
   // call that reads it fails (EUCLEAN, naming the namespace index).
   Status ReloadIndexLocked();
+  // Applies a committed record to the index (lock held exclusively) and
+  // notes a new regular file's creation values: until a checkpoint holds
+  // the record, the file's image may have to be made again from them.
+  Status ApplyLocked(const NsRecord& r, bool validated = false);
   // Takes the index lock shared, on an index that holds every record
   // committed before the call (catching up first if the log moved). The
   // caller is pinned. One lock round trip when nothing is new.
@@ -191,6 +195,11 @@ class Pool {
   int64_t Users() const { return users_.Read(); }
 
  private:
+  // A regular file's creation as a record in the log carries it.
+  struct NotedCreation {
+    uint64_t ino;
+    NsCreation creation;
+  };
   Pool(std::string path, std::unique_ptr<Medium> medium, uint64_t dev);
   Status Join();
   // pool_recover.cc: Recover and its steps.
@@ -204,7 +213,12 @@ class Pool {
   // Marks the inode blocks and what each inode in `linked` references,
   // checking every inode's kind; logs a crash cut short go to *cut.
   Status MarkInodeBlocks(const std::unordered_set<uint64_t>& linked, BlockMarker* marker,
-                         std::vector<uint32_t>* cut);
+                         std::vector<uint32_t>* cut,
+                         const std::unordered_map<uint64_t, NsCreation>& from_records);
+  // The linked inodes whose image a crash may have lost: their create
+  // records (in the log after the checkpoint) made them, and their ident
+  // is not that life's, or still fresh (fresh_inode.h).
+  std::unordered_map<uint64_t, NsCreation> ImagesFromRecords(const std::unordered_set<uint64_t>& linked);
   Status CheckSuperblock() const;
   Status InitVolatile(bool first);
   // Loads the index from the newest checkpoint (or the empty root) and
@@ -213,8 +227,14 @@ class Pool {
   Status WriteCheckpoint();
   // Writes the image of `frozen` (the index frozen at log position `at`),
   // publishes it and swaps it in for the frozen layer.
-  Status WriteImageOf(const NsIndex& frozen, NsPos at, format::pool::CheckpointHeader* h,
+  // `sealed`: how many of creations_ the frozen index holds (their images
+  // are written back before the checkpoint is published, and they leave
+  // creations_ with it).
+  Status WriteImageOf(const NsIndex& frozen, NsPos at, size_t sealed, format::pool::CheckpointHeader* h,
                       std::vector<uint64_t>* image);
+  // Writes back the images of the first `n` noted creations that may not
+  // be durable yet (their fresh bit still set); not fenced.
+  void WriteBackFreshImages(const std::vector<NotedCreation>& noted, size_t n);
   // Takes blocks for a checkpoint (*header_block, then *image_runs; all of
   // them in *runs) and copies the image into them; gives them back on
   // failure.
@@ -319,6 +339,13 @@ class Pool {
   // The last checkpoint image built here, kept so that the next one does
   // not fault its memory in again (5 MB for 100,000 short names).
   std::vector<uint64_t> image_buf_;
+  // The creations of regular files applied to the index since its base
+  // checkpoint, in log order (index lock held exclusively to add; emptied
+  // when the index gets a new base). A checkpoint writes back the images
+  // of those it holds before it publishes (their records leave what
+  // recovery reads); recovery makes lost ones again from them.
+  std::vector<NotedCreation> creations_;
+  std::vector<NotedCreation> noted_buf_;  // the checkpoint owner's copy of it
 };
 
 }  // namespace upfs

@@ -56,6 +56,10 @@ class Checker {
   void CheckPastTail(const NsPos& tail);
   Status WalkInodes();
   Status CheckInode(uint64_t ino, Inode* in);
+  // A named new file whose image a crash may have lost is what its create
+  // record makes, as recovery will write it: *in then points to that
+  // image, made in *room.
+  bool AsRecovered(uint64_t ino, Inode** in, InodeImage* room) const;
   Status MarkFile(uint64_t ino, Inode* in);
   void CompareBitmap();
 
@@ -72,12 +76,16 @@ class Checker {
   TailRule file_tail_rule_ = TailRule::kStrict;
   NsIndex index_;
   std::unordered_map<uint64_t, uint32_t> names_;  // names per inode (directories: 0)
+  // The latest creation of each new regular file the log after the
+  // checkpoint holds (version 9: recovery may write its image from it).
+  std::unordered_map<uint64_t, NsCreation> creations_;
   InodeAllocator inodes_;
 };
 
 Status Checker::ReadNamespace() {
   NsLog log;
   log.SetOneWait(sb_->version >= kFirstOneWaitPoolVersion);
+  log.SetCreations(sb_->version >= kFirstFreshCreatePoolVersion);
   auto no_alloc = [](uint32_t*, bool) { return Status::Error(EROFS, "read-only check"); };
   if (const uint64_t ck = sb_->checkpoint.load(); ck != 0) {
     const CheckpointHeader* h;
@@ -102,7 +110,12 @@ Status Checker::ReadNamespace() {
   // short, and the log then ends before it.
   log.AcceptTornTail(!r_->clean && r_->attached_processes == 0);
   file_tail_rule_ = !r_->clean && r_->attached_processes == 0 ? TailRule::kCrashed : TailRule::kStrict;
-  UPFS_RETURN_IF_ERROR(log.ReadNew([&](const NsRecord& rec) { return index_.Apply(rec); }));
+  UPFS_RETURN_IF_ERROR(log.ReadNew([&](const NsRecord& rec) {
+    // The last life wins; a directory's or a symbolic link's record
+    // carries none, and ends what an earlier life's said.
+    if (rec.type == RecordType::kCreate || rec.type == RecordType::kMkdir) creations_[rec.ino] = rec.creation;
+    return index_.Apply(rec);
+  }));
   if (const auto& t = log.torn_tail())
     r_->torn_commit = "slot " + std::to_string(t->slot) + " of namespace log block " + std::to_string(t->lblock);
   CheckPastTail(log.pos());
@@ -218,17 +231,28 @@ Status Checker::MarkFile(uint64_t ino, Inode* in) {
   return Status::OK();
 }
 
+bool Checker::AsRecovered(uint64_t ino, Inode** in, InodeImage* room) const {
+  auto c = creations_.find(ino);
+  if (c == creations_.end() || !c->second.present || ImageSealedFor(**in, c->second)) return false;
+  ImageFromCreation(c->second, room->get());
+  *in = room->get();
+  return true;
+}
+
 Status Checker::CheckInode(uint64_t ino, Inode* in) {
+  auto it = names_.find(ino);
+  const uint32_t links = it == names_.end() ? 0 : it->second;
+  InodeImage made;
+  if (links != 0 && AsRecovered(ino, &in, &made)) ++r_->images_from_records;
   const uint64_t id = in->ident.load();
   const FileType kind = IdentKind(id);
   if (kind == FileType::kFree) return Status::OK();
   ++r_->inodes_in_use;
-  if (kind > FileType::kSymlink || (id & 0x3f00) != 0 || (id >> 48) != 0) {
+  if (kind > FileType::kSymlink || (id & IdentZeroBits(sb_->version)) != 0 ||
+      ((id & (kIdentFresh | kIdentCleared)) && kind != FileType::kRegular)) {
     Problem("inode " + std::to_string(ino) + ": unknown kind");
     return Status::OK();
   }
-  auto it = names_.find(ino);
-  const uint32_t links = it == names_.end() ? 0 : it->second;
   if (links == 0 && ino != sb_->root_ino) {
     ++r_->orphans;  // unlinked while open, or a creation cut short: recovery frees it
     return MarkFile(ino, in);
@@ -309,7 +333,8 @@ Status Checker::Run() {
     ++r_->directories;
     index_.List(dir, [&](std::string_view name, const NsEntry& e) {
       Inode* in;
-      if (!inodes_.At(e.ino, &in).ok() || IdentKind(in->ident.load()) != e.type)
+      InodeImage made;
+      if (!inodes_.At(e.ino, &in).ok() || (AsRecovered(e.ino, &in, &made), IdentKind(in->ident.load()) != e.type))
         Problem("name '" + std::string(name) + "' in directory " + std::to_string(dir) +
                 " refers to inode " + std::to_string(e.ino) + ", which is not in use as such");
     });

@@ -20,6 +20,7 @@
 #include "container/pool/pool.h"
 #include "engine/epoch_pin.h"
 #include "medium/pm.h"
+#include "util/assert.h"
 #include "util/crc32c.h"
 
 namespace upfs {
@@ -76,16 +77,22 @@ Status Pool::WriteCheckpoint() {
   std::vector<uint64_t>& image = image_buf_;  // only the checkpoint owner's thread is here
   NsPos at;
   std::shared_ptr<const NsIndex> frozen;
+  std::vector<NotedCreation>& noted = noted_buf_;  // as image_buf_
   {
     std::unique_lock<SpinSharedMutex> g(index_mu_);
     UPFS_RETURN_IF_ERROR(CatchUpLocked());
     if (index_.frozen()) return Status::Error(EBUSY, "a checkpoint is being written");
     at = log_.pos();
     frozen = index_.Freeze();
+    noted = creations_;
   }
+  // The new files the image holds: a creator that died between its commit
+  // and its fence left an image that only its record, which recovery will
+  // no longer read, could make again. Fenced with the header, below.
+  WriteBackFreshImages(noted, noted.size());
   // Whatever happens from here on, the index is whole again at the end:
   // the image replaces the frozen layer, or the index is reloaded.
-  Status st = WriteImageOf(*frozen, at, &h, &image);
+  Status st = WriteImageOf(*frozen, at, noted.size(), &h, &image);
   if (!st.ok()) {
     std::unique_lock<SpinSharedMutex> g(index_mu_);
     if (index_.frozen() == frozen.get()) {
@@ -162,7 +169,19 @@ Status Pool::AllocImageBlocks(uint64_t n, std::vector<Run>* runs, uint32_t* head
   return st;
 }
 
-Status Pool::WriteImageOf(const NsIndex& frozen, NsPos at, CheckpointHeader* hp, std::vector<uint64_t>* imagep) {
+void Pool::WriteBackFreshImages(const std::vector<NotedCreation>& noted, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    Inode* in;
+    if (!InodeAt(noted[i].ino, &in).ok()) continue;
+    const uint64_t id = in->ident.load(std::memory_order_acquire);
+    // Another life of the inode, or one known durable: nothing to do.
+    if (noted[i].creation.present && IdentGen(id) == noted[i].creation.gen && (id & kIdentFresh))
+      pm::Flush(in, 2 * kCacheLine);
+  }
+}
+
+Status Pool::WriteImageOf(const NsIndex& frozen, NsPos at, size_t sealed, CheckpointHeader* hp,
+                          std::vector<uint64_t>* imagep) {
   CheckpointHeader& h = *hp;
   std::vector<uint64_t>& image = *imagep;
   // The frozen layer does not change: no lock (lookups and commits go on).
@@ -214,6 +233,8 @@ Status Pool::WriteImageOf(const NsIndex& frozen, NsPos at, CheckpointHeader* hp,
     }
     pm::PersistWord(&mutable_super()->checkpoint);
     index_.Publish(std::move(image_base));
+    UPFS_ASSERT(sealed <= creations_.size());
+    creations_.erase(creations_.begin(), creations_.begin() + ptrdiff_t(sealed));
     seen_checkpoint_.store(header_block, std::memory_order_release);
   }
   RetireOldLog(h.keep_lblock);

@@ -15,6 +15,7 @@
 // data are populated (docs/design.md, "Populating a file's mapping").
 #include <cstring>
 
+#include "container/pool/fresh_inode.h"
 #include "container/pool/pool.h"
 #include "engine/stat_hint.h"
 #include "medium/medium.h"
@@ -195,8 +196,10 @@ Status Pool::FileOfLocked(uint64_t ino, std::shared_ptr<File>* out, FileEntry** 
   }
   Inode* in;
   UPFS_RETURN_IF_ERROR(InodeAt(ino, &in));
-  if (IdentKind(in->ident.load(std::memory_order_acquire)) != FileType::kRegular)
+  const uint64_t id = in->ident.load(std::memory_order_acquire);
+  if (IdentKind(id) != FileType::kRegular)
     return Status::Corrupt("inode", std::to_string(ino) + " is not a regular file");
+  if (id & (kIdentFresh | kIdentCleared)) SealForEngine(in);  // version 9: fresh_inode.h
   bool empty = false;
   if (in->log_head.load(std::memory_order_acquire) == 0) {
     // The first log block, made on first use so that creating a file

@@ -47,8 +47,13 @@ namespace upfs::format::pool {
 // (docs/design.md, "One wait a commit"): its payload words are all nonzero
 // (words 3 and 4 carry kRecordWordTag), so that recovery tells a word a
 // crash lost, in any line of the payload, from damage; an older pool keeps
-// the two-wait protocol its builds recover.
-inline constexpr uint32_t kPoolVersion = 8;
+// the two-wait protocol its builds recover. Version 9 commits the create
+// of a regular file with one persistence wait too: its record carries the
+// new inode's creation values (four words after the name), and the inode's
+// ident its fresh bit until the image is known durable (kIdentFresh;
+// docs/design.md, "One wait a create"); an older pool's creates keep
+// fencing the image before the record.
+inline constexpr uint32_t kPoolVersion = 9;
 inline constexpr uint32_t kOldestPoolVersion = 1;
 inline constexpr uint32_t kFirstPatchPoolVersion = 2;
 inline constexpr uint32_t kFirstTaggedPoolVersion = 3;
@@ -57,6 +62,7 @@ inline constexpr uint32_t kFirstGranulePoolVersion = 5;
 inline constexpr uint32_t kFirstAnywhereShadowPoolVersion = 6;
 inline constexpr uint32_t kFirstLogReservePoolVersion = 7;
 inline constexpr uint32_t kFirstOneWaitPoolVersion = 8;
+inline constexpr uint32_t kFirstFreshCreatePoolVersion = 9;
 // The per-file magic with family byte 0x02: a pool is never taken for a
 // per-file upfs file, nor the other way round.
 inline constexpr unsigned char kPoolMagic[8] = {'U', 'P', 'F', 'S', 0x02, '\r', '\n', 0x1a};
@@ -153,6 +159,12 @@ enum class RecordType : uint8_t {
 //   word 4: victim    (kRename: the inode name2 named, 0 = none;
 //                      kExchange: the inode name2 named)
 //   words 5..: name1 then name2, each padded with zeros to 8 bytes
+//   then, in a version 9 pool's kCreate of a regular file, the creation
+//   words (kCreationWords), each with kRecordWordTag over its value:
+//     c0: gen:32 | mode:12 | consistency:4 | zero:15 | tag
+//     c1: uid:32 | log_head:28 (a recycled log, 0 = none) | zero:3 | tag
+//     c2: gid:32 | zero:31 | tag
+//     c3: created_ns:63 | tag
 // In version 8 pools words 3 and 4 carry kRecordWordTag over their value,
 // so that no payload word of a valid record is zero.
 inline constexpr uint32_t kRecordHeaderWords = 5;
@@ -161,6 +173,9 @@ inline constexpr uint32_t kMaxRecordWords = kRecordHeaderWords + 2 * ((kMaxNameL
 static_assert(kMaxRecordWords + 2 <= kSlotsPerLogBlock);
 
 inline constexpr uint64_t kRecordWordTag = uint64_t{1} << 63;
+inline constexpr uint32_t kCreationWords = 4;
+// A create has one name: its creation words fit where a second name would.
+static_assert(kCreationWords <= (kMaxNameLen + 7) / 8);
 
 // Whether payload word `i` of a valid record whose word 0 is `w0` is never
 // zero: word 0, ino and dir1 always; dir2 in a rename or an exchange; the
@@ -215,7 +230,7 @@ inline constexpr bool InodeNumberInRange(uint64_t ino) {
          ino / kInodesPerBlock < kMaxPoolBlocks;
 }
 
-// The identity word: kind:8 | zero:6 | unlinked:1 | releasing:1 | gen:32 | zero:16.
+// The identity word: kind:8 | zero:4 | cleared:1 | fresh:1 | unlinked:1 | releasing:1 | gen:32 | zero:16.
 // kind kFree = free (gen kept, bumped by each allocation, so that a stale
 // reference is told apart). The releasing bit is set by the one CAS that
 // decides who frees an inode that lost its last name and holder.
@@ -225,6 +240,20 @@ inline constexpr uint64_t EncodeIdent(FileType kind, uint32_t gen) {
 inline constexpr uint64_t kIdentReleasing = uint64_t{1} << 15;
 // Set once the inode's last name is gone (soft: recovery frees such inodes).
 inline constexpr uint64_t kIdentUnlinked = uint64_t{1} << 14;
+// Version 9: a regular file's image may not be durable yet; its create
+// record can make it again (container/pool/fresh_inode.h). Always zero in
+// older pools.
+inline constexpr uint64_t kIdentFresh = uint64_t{1} << 13;
+// Version 9: the creator cleared the fresh bit after its fence without
+// writing the clear back; the first File of the inode writes it back
+// before the engine changes the inode, then drops this bit (soft).
+inline constexpr uint64_t kIdentCleared = uint64_t{1} << 12;
+// The bits a valid ident holds zero: bits 8-11 always, the fresh and
+// cleared bits in pools before version 9, the top 16.
+inline constexpr uint64_t IdentZeroBits(uint32_t pool_version) {
+  return 0x0f00 | (pool_version >= kFirstFreshCreatePoolVersion ? 0 : kIdentFresh | kIdentCleared) |
+         (uint64_t{0xffff} << 48);
+}
 inline FileType IdentKind(uint64_t w) { return FileType(w & 0xff); }
 inline uint32_t IdentGen(uint64_t w) { return uint32_t(w >> 16); }
 

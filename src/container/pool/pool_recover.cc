@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "container/pool/checkpoint.h"
+#include "container/pool/fresh_inode.h"
 #include "container/pool/pool.h"
 #include "engine/log.h"
 #include "medium/pm.h"
@@ -93,8 +94,21 @@ Status Pool::MarkNamespaceBlocks(BlockMarker* marker) {
   return Status::OK();
 }
 
+std::unordered_map<uint64_t, NsCreation> Pool::ImagesFromRecords(const std::unordered_set<uint64_t>& linked) {
+  std::unordered_map<uint64_t, NsCreation> latest;
+  for (const NotedCreation& n : creations_) latest[n.ino] = n.creation;  // in log order: the last life wins
+  std::erase_if(latest, [&](const auto& e) {
+    Inode* in;
+    return !e.second.present || !linked.count(e.first) || !inodes_.At(e.first, &in).ok() ||
+           ImageSealedFor(*in, e.second);
+  });
+  return latest;
+}
+
 Status Pool::MarkInodeBlocks(const std::unordered_set<uint64_t>& linked, BlockMarker* marker,
-                             std::vector<uint32_t>* cut) {
+                             std::vector<uint32_t>* cut,
+                             const std::unordered_map<uint64_t, NsCreation>& from_records) {
+  InodeImage made;
   return inodes_.ForEachBlock([&](uint32_t l) -> Status {
     marker->Mark(l, "inode");
     UPFS_RETURN_IF_ERROR(marker->status());
@@ -102,6 +116,11 @@ Status Pool::MarkInodeBlocks(const std::unordered_set<uint64_t>& linked, BlockMa
       const uint64_t ino = InodeNumber(l, s);
       Inode* in;
       UPFS_RETURN_IF_ERROR(inodes_.At(ino, &in));
+      // An image to be made again from its record is judged as made.
+      if (auto it = from_records.find(ino); it != from_records.end()) {
+        ImageFromCreation(it->second, made.get());
+        in = made.get();
+      }
       const FileType k = IdentKind(in->ident.load(std::memory_order_acquire));
       if (k > FileType::kSymlink) return Status::Corrupt("inode", std::to_string(ino) + " has an unknown kind");
       if (k == FileType::kFree || !linked.count(ino)) continue;  // free, or an orphan to free
@@ -138,7 +157,10 @@ Status Pool::Recover() {
   // Everything is checked before anything durable is written (orphans
   // freed, soft words reset, free inodes relinked): a pool refused for
   // damage found half way must be left as it was, not half recovered.
-  UPFS_RETURN_IF_ERROR(MarkInodeBlocks(linked, &marker, &cut));
+  // New files whose image a crash may have lost (a version 9 pool's one
+  // wait a create): made again from their records, below.
+  const std::unordered_map<uint64_t, NsCreation> from_records = ImagesFromRecords(linked);
+  UPFS_RETURN_IF_ERROR(MarkInodeBlocks(linked, &marker, &cut, from_records));
   // Uncommitted words past the log's tail (a payload whose reservation word
   // a crash lost) go before anyone reserves there again.
   UPFS_RETURN_IF_ERROR(log_.DiscardPastTail());
@@ -148,11 +170,18 @@ Status Pool::Recover() {
     ReplayResult res;
     UPFS_RETURN_IF_ERROR(ReplayChain(access_, head, &table, &res, TailRule::kRecover));
   }
+  for (const auto& [ino, c] : from_records) {
+    Inode* in;
+    UPFS_RETURN_IF_ERROR(inodes_.At(ino, &in));
+    RewriteImage(in, c);  // fenced below, before the pool is marked recovered
+  }
   UPFS_RETURN_IF_ERROR(inodes_.Rebuild([&](uint64_t ino, Inode* in) -> Status {
     pm::Store64(&in->open_count, 0);  // the holds of processes now gone (Take adds to it)
     if (!linked.count(ino)) return inodes_.Free(ino);  // an orphan
-    if (const uint64_t id = in->ident.load(); id & (kIdentUnlinked | kIdentReleasing))
-      pm::Store64(&in->ident, id & ~(kIdentUnlinked | kIdentReleasing));
+    // The cleared bit too: read from the medium, the clear it marks is
+    // durable.
+    constexpr uint64_t kSoft = kIdentUnlinked | kIdentReleasing | kIdentCleared;
+    if (const uint64_t id = in->ident.load(); id & kSoft) pm::Store64(&in->ident, id & ~kSoft);
     if (IdentKind(in->ident.load()) == FileType::kRegular) in->words.Reset();
     return Status::OK();
   }));

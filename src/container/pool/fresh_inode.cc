@@ -1,0 +1,89 @@
+#include "container/pool/fresh_inode.h"
+
+#include <cstring>
+
+#include "medium/pm.h"
+#include "util/assert.h"
+
+namespace upfs {
+
+using namespace format;
+using namespace format::pool;
+
+namespace {
+// The durable words of an image: lines 0 and 1 up to the open count (soft).
+constexpr size_t kDurableBytes = offsetof(Inode, open_count);
+static_assert(kDurableBytes <= 2 * kCacheLine);
+}  // namespace
+
+NsCreation CreationOf(const Inode& image) {
+  NsCreation c;
+  c.present = true;
+  const uint64_t id = image.ident.load(std::memory_order_relaxed);
+  UPFS_ASSERT(IdentKind(id) == FileType::kRegular);
+  c.gen = IdentGen(id);
+  c.mode = uint32_t(image.mode.load(std::memory_order_relaxed) & 07777);
+  c.consistency = image.consistency;
+  c.log_head = uint32_t(image.log_head.load(std::memory_order_relaxed));
+  c.owner = image.owner.load(std::memory_order_relaxed);
+  c.created_ns = image.created_ns;
+  // Every time of a new file is its creation time (PoolNamespace::NewInode):
+  // the record keeps one.
+  UPFS_ASSERT(image.ctime_ns.load(std::memory_order_relaxed) == c.created_ns &&
+              image.times.mtime_ns.load(std::memory_order_relaxed) == c.created_ns);
+  return c;
+}
+
+bool ImageSealedFor(const Inode& in, const NsCreation& c) {
+  const uint64_t id = in.ident.load(std::memory_order_acquire);
+  return IdentKind(id) == FileType::kRegular && IdentGen(id) == c.gen && !(id & kIdentFresh);
+}
+
+void ImageFromCreation(const NsCreation& c, Inode* out) {
+  std::memset(static_cast<void*>(out), 0, sizeof(Inode));
+  out->ident.store(EncodeIdent(FileType::kRegular, c.gen) | kIdentFresh, std::memory_order_relaxed);
+  out->mode.store(c.mode, std::memory_order_relaxed);
+  out->owner.store(c.owner, std::memory_order_relaxed);
+  out->ctime_ns.store(c.created_ns, std::memory_order_relaxed);
+  out->atime_ns.store(c.created_ns, std::memory_order_relaxed);
+  out->created_ns = c.created_ns;
+  out->consistency = c.consistency;
+  out->log_head.store(c.log_head, std::memory_order_relaxed);
+  out->times.mtime_ns.store(c.created_ns, std::memory_order_relaxed);
+  out->times.data_ctime_ns.store(c.created_ns, std::memory_order_relaxed);
+}
+
+void RewriteImage(Inode* in, const NsCreation& c) {
+  InodeImage image;
+  ImageFromCreation(c, image.get());
+  pm::StoreCopy(in, image.get(), kDurableBytes);
+  pm::Flush(in, kDurableBytes);
+}
+
+void SealImage(Inode* in) {
+  pm::Flush(in, kDurableBytes);
+  pm::Fence();
+  uint64_t id = in->ident.load(std::memory_order_acquire);
+  while ((id & kIdentFresh) && !pm::Cas64(&in->ident, id, id & ~kIdentFresh)) {
+  }
+  pm::Flush(&in->ident, 8);
+  pm::Fence();
+}
+
+void ClearFresh(Inode* in) {
+  uint64_t id = in->ident.load(std::memory_order_acquire);
+  while ((id & kIdentFresh) && !pm::Cas64(&in->ident, id, (id & ~kIdentFresh) | kIdentCleared)) {
+  }
+}
+
+void SealForEngine(Inode* in) {
+  uint64_t id = in->ident.load(std::memory_order_acquire);
+  if (id & kIdentFresh) return SealImage(in);
+  if (!(id & kIdentCleared)) return;  // sealed at birth, or its clear written back since
+  pm::Flush(&in->ident, 8);
+  pm::Fence();
+  while ((id & kIdentCleared) && !pm::Cas64(&in->ident, id, id & ~kIdentCleared)) {
+  }
+}
+
+}  // namespace upfs
