@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <utility>
 
 namespace upfs::crashtest {
@@ -186,36 +187,48 @@ void AddTreeWorkloads(std::vector<Workload>* w) {
   }
 }
 
-// Commits raced by a second thread at chosen fences and stores.
-void AddRaceWorkloads(std::vector<Workload>* w) {
-  {
-    // Races: a second thread commits while the first is held after its
-    // inode and its reserved payload are made durable (fence 1), so the
-    // first must skip the other's slots or commit after it; or after the
-    // first committed but before its commit is durable (fence 2, after the
-    // index lock is released), so the second's fence must cover the
-    // first's record too (a create in the directory the first makes: its
-    // record must never survive without the mkdir's); and one that must fail: the directory goes while
-    // a mkdir in it is under way.
-    Workload r{"ns-races",
-               {Mkdir("/a"), Mkdir("/b"), Create("/a/x"), Create("/a/y")},
-               {Raced(Create("/a/p"), Create("/a/q"), 1), Raced(Create("/a/r"), Mkdir("/a/s"), 1),
-                Raced(Rename("/a/x", "/a/x2"), Create("/a/t"), 1),
-                Raced(Mkdir("/a/u"), Unlink("/a/y"), 2),
-                Raced(Mkdir("/a/v"), Create("/a/v/f"), 2), Raced(Mkdir("/b/z"), Rmdir("/b"), 1),
-                Raced(Write("/a/p", 0, 5000, 7), Rename("/a/p", "/a/p2"), 1),
-                RacedAtStore(Create("/a/sa"), Create("/a/sb"), 1), RacedAtStore(Create("/a/sc"), Create("/a/sd"), 2),
-                RacedAtStore(Create("/a/se"), Create("/a/sf"), 3), RacedAtStore(Mkdir("/a/sg"), Create("/a/sh"), 4)}};
-    w->push_back(r);
+// Commits raced by a second thread at chosen fences and stores, on a pool
+// of `version` (0: this build's). A create or mkdir waits twice before
+// version 9 (its image fenced before its record, then the record) and once
+// since; the races are placed where they were meant to be in either.
+Workload NsRaces(uint32_t version) {
+  // Before the commit, its inode and reserved payload durable (a version
+  // 9 create or mkdir has no fence there: held at a store instead), and
+  // after it committed but before it is durable (after the index lock).
+  const bool one_wait = version == 0 || version >= 9;
+  const int committed = one_wait ? 1 : 2;
+  const auto before = [&](NsOp a, NsOp b) { return one_wait ? RacedAtStore(a, b, 1) : Raced(a, b, 1); };
+  // Races: a second thread commits while the first is held before its
+  // commit, so the first must skip the other's slots or commit after it;
+  // or after the first committed but before its commit is durable, so the
+  // second's fence must cover the first's record too (a create in the
+  // directory the first makes: its record must never survive without the
+  // mkdir's); and one that must fail: the directory goes while a mkdir in
+  // it is under way.
+  Workload r{"ns-races",
+             {Mkdir("/a"), Mkdir("/b"), Create("/a/x"), Create("/a/y")},
+             {before(Create("/a/p"), Create("/a/q")), before(Create("/a/r"), Mkdir("/a/s")),
+              Raced(Rename("/a/x", "/a/x2"), Create("/a/t"), 1), Raced(Mkdir("/a/u"), Unlink("/a/y"), committed),
+              Raced(Mkdir("/a/v"), Create("/a/v/f"), committed), before(Mkdir("/b/z"), Rmdir("/b")),
+              Raced(Write("/a/p", 0, 5000, 7), Rename("/a/p", "/a/p2"), 1),
+              RacedAtStore(Create("/a/sa"), Create("/a/sb"), 1), RacedAtStore(Create("/a/sc"), Create("/a/sd"), 2),
+              RacedAtStore(Create("/a/se"), Create("/a/sf"), 3), RacedAtStore(Mkdir("/a/sg"), Create("/a/sh"), 4)}};
+  if (version != 0) {
+    r.name += "-v" + std::to_string(version);
+    r.pool_version = version;
   }
+  return r;
 }
 
-// A version 9 pool's new files (one wait a create: fresh_inode.h), each
-// created and, while its creator is held at its one fence (its image and
-// record written back, not yet fenced), changed by a racer that must seal
-// the image first: a chmod, a file's first write, a checkpoint that takes
-// the record out of what recovery reads, a link and a rename (durable
-// ctime touches); then a file's changes after its creator returned.
+void AddRaceWorkloads(std::vector<Workload>* w) { w->push_back(NsRaces(0)); }
+
+// A version 9 pool's new files and directories (one wait a create:
+// fresh_inode.h), each made and, while its maker is held at its one fence
+// (its image and record written back, not yet fenced), changed by a racer
+// that must seal the image first: a chmod, a file's first write, a
+// checkpoint that takes the record out of what recovery reads, a link and
+// a rename (durable ctime touches), a create in a new directory (its
+// times); then changes after the maker returned.
 void AddFreshImageWorkloads(std::vector<Workload>* w) {
   w->push_back({"fresh-images",
                {Mkdir("/d"), Create("/d/old")},
@@ -224,6 +237,23 @@ void AddFreshImageWorkloads(std::vector<Workload>* w) {
                 Raced(Create("/d/e"), Link("/d/e", "/d/e2"), 1), Raced(Create("/d/f"), Rename("/d/f", "/f2"), 1),
                 Create("/d/g"), Chmod("/d/g", 0600), Write("/d/g", 0, 5000, 2), Checkpoint(),
                 Chmod("/d/g", 0640), Create("/h"), Write("/h", 0, 10, 3)}});
+  w->push_back({"fresh-dirs",
+               {Mkdir("/d")},
+               {Raced(Mkdir("/d/a", 0700), Chmod("/d/a", 0750), 1), Raced(Mkdir("/d/b"), Create("/d/b/f"), 1),
+                Raced(Mkdir("/d/c"), Checkpoint(), 1), Raced(Mkdir("/d/e"), Rename("/d/e", "/e2"), 1),
+                Mkdir("/d/g"), Create("/d/g/x"), Mkdir("/d/g/y"), Checkpoint(), Chmod("/d/g", 0711),
+                Rmdir("/d/g/y"), Mkdir("/k"), Rename("/d/g", "/k/g")}});
+}
+
+// A copy of workload `name` on a pool of `version`, named for it.
+void CopyAtVersion(std::vector<Workload>* w, const std::string& name, uint32_t version) {
+  for (const Workload& x : std::vector<Workload>(*w)) {
+    if (x.name != name) continue;
+    Workload v = x;
+    v.name += "-v" + std::to_string(version);
+    v.pool_version = version;
+    w->push_back(std::move(v));
+  }
 }
 
 // Copies of some of the above on pools of older format versions.
@@ -231,15 +261,12 @@ void AddOlderVersionWorkloads(std::vector<Workload>* w) {
   // Version 7 pools commit with two persistence waits and a payload line
   // left open for the kApply (LosableLine, SettleFilledOpenLine): the
   // workloads whose records and races exercise that, on such a pool.
-  for (const char* name : {"ns-rename", "ns-races"}) {
-    for (const Workload& x : std::vector<Workload>(*w)) {
-      if (x.name != name) continue;
-      Workload v7 = x;
-      v7.name += "-v7";
-      v7.pool_version = 7;
-      w->push_back(std::move(v7));
-    }
-  }
+  CopyAtVersion(w, "ns-rename", 7);
+  w->push_back(NsRaces(7));
+  // Version 8 pools commit a create with two waits (one wait a commit, but
+  // not a create): the races at its fences, and its creates and mkdirs.
+  w->push_back(NsRaces(8));
+  CopyAtVersion(w, "ns-create", 8);
 }
 
 }  // namespace

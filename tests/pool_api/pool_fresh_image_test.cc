@@ -1,5 +1,6 @@
 // A version 9 pool's one wait a create (docs/design.md, "One wait a
-// create"): the record carries the new file's creation values, recovery
+// create"): the record of a new file or directory carries its creation
+// values, recovery
 // writes an image a crash lost again from them, fsck judges such an image
 // by its record, and damaged creation words are refused, never repaired.
 #include <fcntl.h>
@@ -35,7 +36,7 @@ NsRecord CreateRecord(const NsCreation& c) {
   return r;
 }
 
-constexpr NsCreation kValues{true, 7, 04751, 1, kDataStart + 9, (uint64_t{1234} << 32) | 4321,
+constexpr NsCreation kValues{true, FileType::kRegular, 7, 04751, 1, kDataStart + 9, (uint64_t{1234} << 32) | 4321,
                              1'700'000'000'123'456'789ull};
 
 TEST(NsRecordCreation, RoundTripsEveryValue) {
@@ -60,12 +61,20 @@ TEST(NsRecordCreation, RoundTripsEveryValue) {
   for (uint32_t i = 0; i < m; ++i) EXPECT_NE(w[i], 0u) << "word " << i;
 }
 
-TEST(NsRecordCreation, OnlyAVersion9RegularCreateCarriesThem) {
+TEST(NsRecordCreation, OnlyAVersion9CreateOrMkdirCarriesThem) {
   uint64_t w[kMaxRecordWords];
-  NsRecord dir = CreateRecord({});
+  NsCreation dir_values = kValues;
+  dir_values.consistency = 0;
+  dir_values.log_head = 0;
+  NsRecord dir = CreateRecord(dir_values);
   dir.type = RecordType::kMkdir;
   dir.ftype = FileType::kDirectory;
-  EXPECT_EQ(upfs::EncodeRecord(dir, w, true, true), kRecordHeaderWords + 1);
+  const uint32_t d = upfs::EncodeRecord(dir, w, true, true);
+  EXPECT_EQ(d, kRecordHeaderWords + 1 + kCreationWords);
+  NsRecord back;
+  ASSERT_TRUE(upfs::DecodeRecord(w, d, &back, true, true).ok());
+  EXPECT_EQ(back.creation.kind, FileType::kDirectory);
+  EXPECT_EQ(back.creation.mode, kValues.mode);
   NsRecord link = CreateRecord({});
   link.ftype = FileType::kSymlink;
   EXPECT_EQ(upfs::EncodeRecord(link, w, true, true), kRecordHeaderWords + 1);
@@ -73,7 +82,6 @@ TEST(NsRecordCreation, OnlyAVersion9RegularCreateCarriesThem) {
   // of such a record (too short) refuses it.
   const uint32_t n = upfs::EncodeRecord(CreateRecord({}), w, true, false);
   EXPECT_EQ(n, kRecordHeaderWords + 1);
-  NsRecord back;
   EXPECT_TRUE(upfs::DecodeRecord(w, n, &back, true, false).ok());
   EXPECT_FALSE(back.creation.present);
   EXPECT_EQ(upfs::DecodeRecord(w, n, &back, true, true).err(), EUCLEAN);
@@ -158,16 +166,19 @@ class PoolFreshImageTest : public ::testing::Test {
     upfs_umount(mnt_.c_str());
     unlink(pool_.c_str());
   }
-  // Creates `name` in a child that is then killed; returns its inode.
-  uint64_t CreateAndDie(const std::string& name) {
+  // Creates `name` (a directory if `dir`) in a child that is then killed;
+  // returns its inode.
+  uint64_t CreateAndDie(const std::string& name, bool dir = false) {
     int fds[2];
     EXPECT_EQ(pipe(fds), 0);
     const pid_t pid = fork();
     if (pid == 0) {
       if (upfs_mount(pool_.c_str(), mnt_.c_str()) != 0) _exit(2);
-      const int fd = upfs_open((mnt_ + "/" + name).c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);
+      const std::string path = mnt_ + "/" + name;
       struct stat st;
-      if (fd < 0 || upfs_fstat(fd, &st) != 0) _exit(3);
+      if (dir ? upfs_mkdir(path.c_str(), 0700) != 0 || upfs_stat(path.c_str(), &st) != 0
+              : upfs_open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600) < 0 || upfs_stat(path.c_str(), &st) != 0)
+        _exit(3);
       const uint64_t ino = st.st_ino;
       if (write(fds[1], &ino, 8) != 8) _exit(4);
       kill(getpid(), SIGKILL);
@@ -230,6 +241,31 @@ TEST_F(PoolFreshImageTest, ALostImageIsMadeAgainFromItsRecord) {
   EXPECT_EQ(after.orphans, 0u);
 }
 
+TEST_F(PoolFreshImageTest, ALostDirectoryImageIsMadeAgainFromItsRecord) {
+  const uint64_t ino = CreateAndDie("dir", /*dir=*/true);
+  ASSERT_NE(ino, 0u);
+  LoseImage(ino);
+  upfs::PoolReport r;
+  ASSERT_TRUE(upfs::CheckPool(pool_, &r).ok());
+  EXPECT_TRUE(r.problems.empty()) << r.problems[0];
+  EXPECT_EQ(r.images_from_records, 1u);
+  ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
+  struct stat st;
+  ASSERT_EQ(upfs_stat((mnt_ + "/dir").c_str(), &st), 0) << upfs_last_error();
+  EXPECT_EQ(st.st_ino, ino);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  EXPECT_EQ(st.st_nlink, 2u);
+  const int fd = upfs_open((mnt_ + "/dir/inside").c_str(), O_CREAT | O_WRONLY, 0644);
+  ASSERT_GE(fd, 0) << upfs_last_error();
+  ASSERT_EQ(upfs_close(fd), 0);
+  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
+  upfs::PoolReport after;
+  ASSERT_TRUE(upfs::CheckPool(pool_, &after).ok());
+  EXPECT_TRUE(after.problems.empty()) << after.problems[0];
+  EXPECT_EQ(after.images_from_records, 0u);
+}
+
 TEST_F(PoolFreshImageTest, AnImageOfAnotherLifeIsMadeAgainToo) {
   // A half-written image: its ident line lost, its second line (log head,
   // times) kept from the free life before (the free stack's link).
@@ -252,11 +288,11 @@ TEST_F(PoolFreshImageTest, AnImageOfAnotherLifeIsMadeAgainToo) {
   EXPECT_TRUE(r.problems.empty()) << r.problems[0];
 }
 
-TEST_F(PoolFreshImageTest, AFreshBitOnADirectoryIsDamage) {
+TEST_F(PoolFreshImageTest, AFreshBitOnASymbolicLinkIsDamage) {
   ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
-  ASSERT_EQ(upfs_mkdir((mnt_ + "/d").c_str(), 0755), 0);
+  ASSERT_EQ(upfs_symlink("target", (mnt_ + "/l").c_str()), 0);
   struct stat st;
-  ASSERT_EQ(upfs_stat((mnt_ + "/d").c_str(), &st), 0);
+  ASSERT_EQ(upfs_lstat((mnt_ + "/l").c_str(), &st), 0);
   ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
   const int fd = open(pool_.c_str(), O_RDWR);
   ASSERT_GE(fd, 0);

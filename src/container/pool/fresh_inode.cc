@@ -20,7 +20,8 @@ NsCreation CreationOf(const Inode& image) {
   NsCreation c;
   c.present = true;
   const uint64_t id = image.ident.load(std::memory_order_relaxed);
-  UPFS_ASSERT(IdentKind(id) == FileType::kRegular);
+  c.kind = IdentKind(id);
+  UPFS_ASSERT(c.kind == FileType::kRegular || c.kind == FileType::kDirectory);
   c.gen = IdentGen(id);
   c.mode = uint32_t(image.mode.load(std::memory_order_relaxed) & 07777);
   c.consistency = image.consistency;
@@ -36,12 +37,12 @@ NsCreation CreationOf(const Inode& image) {
 
 bool ImageSealedFor(const Inode& in, const NsCreation& c) {
   const uint64_t id = in.ident.load(std::memory_order_acquire);
-  return IdentKind(id) == FileType::kRegular && IdentGen(id) == c.gen && !(id & kIdentFresh);
+  return IdentKind(id) == c.kind && IdentGen(id) == c.gen && !(id & kIdentFresh);
 }
 
 void ImageFromCreation(const NsCreation& c, Inode* out) {
   std::memset(static_cast<void*>(out), 0, sizeof(Inode));
-  out->ident.store(EncodeIdent(FileType::kRegular, c.gen) | kIdentFresh, std::memory_order_relaxed);
+  out->ident.store(EncodeIdent(c.kind, c.gen) | kIdentFresh, std::memory_order_relaxed);
   out->mode.store(c.mode, std::memory_order_relaxed);
   out->owner.store(c.owner, std::memory_order_relaxed);
   out->ctime_ns.store(c.created_ns, std::memory_order_relaxed);

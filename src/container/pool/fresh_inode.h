@@ -1,5 +1,5 @@
-// Fresh inodes: a version 9 pool's new regular file waits for the media
-// once, not twice (docs/design.md, "One wait a create"). Its image is
+// Fresh inodes: a version 9 pool's new regular file or directory waits for
+// the media once, not twice (docs/design.md, "One wait a create"). Its image is
 // stored without a fence of its own, and its create record carries the
 // values the image was made from (NsCreation), so that recovery can write
 // an image a crash lost again from the record. Until the image is known
@@ -26,10 +26,12 @@ struct InodeImage {
   format::pool::Inode* get() { return reinterpret_cast<format::pool::Inode*>(bytes); }
 };
 
-// The values a version 9 create record carries for a new regular file
-// (docs/format.md, "The namespace log": four words after the name).
+// The values a version 9 create record carries for a new regular file or
+// directory (docs/format.md, "The namespace log": four words after the
+// name).
 struct NsCreation {
   bool present = false;
+  format::pool::FileType kind = format::pool::FileType::kRegular;  // the record's file type
   uint32_t gen = 0;          // the inode's generation in its new life
   uint32_t mode = 0;         // permission bits (07777)
   uint32_t consistency = 0;  // Consistency
@@ -38,11 +40,12 @@ struct NsCreation {
   uint64_t created_ns = 0;   // also the first ctime, atime, mtime and data ctime
 };
 
-// The creation values of `image` (a regular file's, ident set).
+// The creation values of `image` (a regular file's or a directory's,
+// ident set).
 NsCreation CreationOf(const format::pool::Inode& image);
 
 // Whether `in`'s current ident says its image is the durable one of the
-// life `c` made: the same generation, a regular file, the fresh bit clear.
+// life `c` made: the same generation and kind, the fresh bit clear.
 bool ImageSealedFor(const format::pool::Inode& in, const NsCreation& c);
 
 // Lines 0 and 1 of the image `c` makes (the rest zero), fresh bit set.

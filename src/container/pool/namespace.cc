@@ -141,7 +141,9 @@ void PoolNamespace::TouchDir(uint64_t dir, CommitFlushes* later) {
   if (in->times.mtime_ns.load(std::memory_order_relaxed) == now &&
       in->ctime_ns.load(std::memory_order_relaxed) == now)
     return;
-  // Persisted by the commit's fence that follows.
+  // Persisted by the commit's fence that follows, line 0 with a clear
+  // fresh bit (a directory made a moment ago: fresh_inode.h).
+  SealIfFresh(in);
   pm::Store64(&in->times.mtime_ns, now);
   pm::Store64(&in->ctime_ns, now);
   FlushLine(&in->ctime_ns, later);
@@ -206,9 +208,9 @@ Status PoolNamespace::CommitNewInode(RecordType type, FileType kind, const Resol
   Inode* in;
   UPFS_RETURN_IF_ERROR(NewInode(kind, at.dir, mode, ino, image, &in));
   NsRecord rec{type, kind, *ino, at.dir, 0, 0, at.name, {}, {}};
-  // A version 9 pool's new regular file: its record carries what the image
-  // holds, and the image its fresh bit until the commit's fence has made it
-  // durable (fresh_inode.h).
+  // A version 9 pool's new regular file or directory: its record carries
+  // what the image holds, and the image its fresh bit until the commit's
+  // fence has made it durable (fresh_inode.h).
   // A kept log given at birth keeps the fence before the record: its lines,
   // rewritten (Pool::TakeRecycledLog), must be durable before any record
   // or image naming the block can be.

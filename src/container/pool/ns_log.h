@@ -164,7 +164,7 @@ class NsLog {
   void SetOneWait(bool on) { one_wait_ = on; }
   bool one_wait() const { return one_wait_; }
   // Version 9 pools (format::pool::kFirstFreshCreatePoolVersion): a
-  // regular file's create record carries its creation words.
+  // regular file's create record and a mkdir's carry creation words.
   void SetCreations(bool on) { creations_ = on; }
   bool creations() const { return creations_; }
 

@@ -86,7 +86,10 @@ Status DecodeRecord(const uint64_t* words, uint32_t n, NsRecord* rec, bool tagge
   if (n != name_end + (carries ? kCreationWords : 0))
     return Status::Corrupt("namespace log", "malformed record header");
   rec->creation = NsCreation{};
-  if (carries) UPFS_RETURN_IF_ERROR(DecodeCreation(words + name_end, &rec->creation));
+  if (carries) {
+    UPFS_RETURN_IF_ERROR(DecodeCreation(words + name_end, &rec->creation));
+    rec->creation.kind = FileType(ftype);
+  }
   rec->type = RecordType(type);
   rec->ftype = FileType(ftype);
   rec->ino = words[1];

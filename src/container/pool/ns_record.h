@@ -21,14 +21,19 @@ struct NsRecord {
   uint64_t victim = 0;
   std::string_view name1;
   std::string_view name2;
-  // A version 9 pool's kCreate of a regular file: the new inode's values.
+  // A version 9 pool's kCreate of a regular file or kMkdir: the new
+  // inode's values.
   NsCreation creation;
 };
 
 // Whether a record of type `t` and file type `f` carries creation words in
-// a pool whose records have them (`creations`).
+// a pool whose records have them (`creations`): a regular file's create
+// and a mkdir.
 inline bool CarriesCreation(format::pool::RecordType t, format::pool::FileType f, bool creations) {
-  return creations && t == format::pool::RecordType::kCreate && f == format::pool::FileType::kRegular;
+  using format::pool::FileType;
+  using format::pool::RecordType;
+  return creations && ((t == RecordType::kCreate && f == FileType::kRegular) ||
+                       (t == RecordType::kMkdir && f == FileType::kDirectory));
 }
 
 // Encodes rec's payload words into `out` (kMaxRecordWords words); returns

@@ -332,7 +332,7 @@ Status Pool::CatchUpLocked() {
 Status Pool::ApplyLocked(const NsRecord& r, bool validated) {
   UPFS_RETURN_IF_ERROR(index_.Apply(r, validated));
   // Any record that makes an inode: one without creation values (a
-  // directory, a symbolic link, an older pool's file) ends what an earlier
+  // symbolic link, an older pool's file or directory) ends what an earlier
   // life's record could say about the inode.
   if (r.type == RecordType::kCreate || r.type == RecordType::kMkdir)
     creations_.push_back(NotedCreation{r.ino, r.creation});

@@ -110,10 +110,14 @@ Status Checker::ReadNamespace() {
   // short, and the log then ends before it.
   log.AcceptTornTail(!r_->clean && r_->attached_processes == 0);
   file_tail_rule_ = !r_->clean && r_->attached_processes == 0 ? TailRule::kCrashed : TailRule::kStrict;
+  const bool crashed = !r_->clean && r_->attached_processes == 0;
   UPFS_RETURN_IF_ERROR(log.ReadNew([&](const NsRecord& rec) {
-    // The last life wins; a directory's or a symbolic link's record
-    // carries none, and ends what an earlier life's said.
-    if (rec.type == RecordType::kCreate || rec.type == RecordType::kMkdir) creations_[rec.ino] = rec.creation;
+    // After a crash, as recovery judges images: the last life wins; a
+    // symbolic link's record carries none, and ends what an earlier life's
+    // said. (In a pool left clean, or in use, every image is what its
+    // creator stored.)
+    if (crashed && (rec.type == RecordType::kCreate || rec.type == RecordType::kMkdir))
+      creations_[rec.ino] = rec.creation;
     return index_.Apply(rec);
   }));
   if (const auto& t = log.torn_tail())
@@ -249,7 +253,7 @@ Status Checker::CheckInode(uint64_t ino, Inode* in) {
   if (kind == FileType::kFree) return Status::OK();
   ++r_->inodes_in_use;
   if (kind > FileType::kSymlink || (id & IdentZeroBits(sb_->version)) != 0 ||
-      ((id & (kIdentFresh | kIdentCleared)) && kind != FileType::kRegular)) {
+      ((id & (kIdentFresh | kIdentCleared)) && kind == FileType::kSymlink)) {
     Problem("inode " + std::to_string(ino) + ": unknown kind");
     return Status::OK();
   }

@@ -44,9 +44,9 @@ struct PoolReport {
   // discards it: not damage); empty if none. Only on a pool nobody is
   // attached to and that was not left clean.
   std::string torn_commit;
-  // New files (version 9) whose image is not yet the durable one of their
+  // New files (version 9) whose image may not be the durable one of their
   // create record: judged from the record, which recovery writes into
-  // them; nonzero only on a pool a crash left.
+  // them; counted only on a pool a crash left.
   uint64_t images_from_records = 0;
   std::vector<std::string> problems;  // empty: the pool is consistent
 };

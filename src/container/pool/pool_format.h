@@ -48,7 +48,7 @@ namespace upfs::format::pool {
 // (words 3 and 4 carry kRecordWordTag), so that recovery tells a word a
 // crash lost, in any line of the payload, from damage; an older pool keeps
 // the two-wait protocol its builds recover. Version 9 commits the create
-// of a regular file with one persistence wait too: its record carries the
+// of a regular file and a mkdir with one persistence wait too: its record carries the
 // new inode's creation values (four words after the name), and the inode's
 // ident its fresh bit until the image is known durable (kIdentFresh;
 // docs/design.md, "One wait a create"); an older pool's creates keep
@@ -159,8 +159,8 @@ enum class RecordType : uint8_t {
 //   word 4: victim    (kRename: the inode name2 named, 0 = none;
 //                      kExchange: the inode name2 named)
 //   words 5..: name1 then name2, each padded with zeros to 8 bytes
-//   then, in a version 9 pool's kCreate of a regular file, the creation
-//   words (kCreationWords), each with kRecordWordTag over its value:
+//   then, in a version 9 pool's kCreate of a regular file and kMkdir, the
+//   creation words (kCreationWords), each with kRecordWordTag over its value:
 //     c0: gen:32 | mode:12 | consistency:4 | zero:15 | tag
 //     c1: uid:32 | log_head:28 (a recycled log, 0 = none) | zero:3 | tag
 //     c2: gid:32 | zero:31 | tag
@@ -240,9 +240,9 @@ inline constexpr uint64_t EncodeIdent(FileType kind, uint32_t gen) {
 inline constexpr uint64_t kIdentReleasing = uint64_t{1} << 15;
 // Set once the inode's last name is gone (soft: recovery frees such inodes).
 inline constexpr uint64_t kIdentUnlinked = uint64_t{1} << 14;
-// Version 9: a regular file's image may not be durable yet; its create
-// record can make it again (container/pool/fresh_inode.h). Always zero in
-// older pools.
+// Version 9: a regular file's or directory's image may not be durable
+// yet; its create record can make it again (container/pool/fresh_inode.h).
+// Always zero in older pools and on symbolic links.
 inline constexpr uint64_t kIdentFresh = uint64_t{1} << 13;
 // Version 9: the creator cleared the fresh bit after its fence without
 // writing the clear back; the first File of the inode writes it back
