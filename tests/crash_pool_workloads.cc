@@ -237,6 +237,16 @@ void AddFreshImageWorkloads(std::vector<Workload>* w) {
                 Raced(Create("/d/e"), Link("/d/e", "/d/e2"), 1), Raced(Create("/d/f"), Rename("/d/f", "/f2"), 1),
                 Create("/d/g"), Chmod("/d/g", 0600), Write("/d/g", 0, 5000, 2), Checkpoint(),
                 Chmod("/d/g", 0640), Create("/h"), Write("/h", 0, 10, 3)}});
+  // New files that take a released file's kept log: its rewritten lines
+  // are durable with the fresh image (the record names no log), by the
+  // creator's fence or by a racer's seal (a chmod, a first write, a
+  // checkpoint).
+  w->push_back({"fresh-kept-logs",
+               {Create("/a"), Write("/a", 0, 512, 1), Create("/b"), Write("/b", 0, 300, 2), Create("/k"),
+                Write("/k", 0, 100, 3)},
+               {Unlink("/a"), Raced(Create("/c"), Chmod("/c", 0600), 1), Write("/c", 0, 10, 4), Unlink("/b"),
+                Raced(Create("/d"), Write("/d", 5, 20, 5), 1), Unlink("/c"), Raced(Create("/e"), Checkpoint(), 1),
+                Unlink("/d"), Create("/f"), Chmod("/f", 0640), Unlink("/k"), Create("/g")}});
   w->push_back({"fresh-dirs",
                {Mkdir("/d")},
                {Raced(Mkdir("/d/a", 0700), Chmod("/d/a", 0750), 1), Raced(Mkdir("/d/b"), Create("/d/b/f"), 1),

@@ -229,7 +229,8 @@ Status LogCompactor::Publish(ThreadBlocks* t, const FullBlocks& f, CompactWriter
   uint64_t expected = f.head;
   if (!pm::Cas64(root_.head, expected, nb[0])) return Status::OK();
   taken.Keep();  // the log's now
-  pm::PersistWord(root_.head);
+  root_.FlushHead();
+  pm::Fence();
   // Publish the boundary before retiring: anyone who pins after this sees
   // that a cursor below it is stale.
   std::atomic<uint64_t>& cs = root_.words->compact_seq;

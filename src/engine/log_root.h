@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "format/format.h"
+#include "medium/pm.h"
 
 namespace upfs {
 
@@ -91,6 +92,17 @@ struct LogRoot {
   // (LogWriter::CommitFence), so that no commit returns
   // before the log holding it can be found after a crash.
   bool head_persisted_by_commit = false;
+  // A word of the owner's, in another cache line, that must be durable
+  // before any change of the log's is: written back with `head` before the
+  // first commit's fence and with every swap of `head` (a pool's version 9
+  // inode: its ident line, whose fresh bit's clear the creator left
+  // unwritten; container/pool/fresh_inode.h). Null: none.
+  const void* persist_with_head = nullptr;
+  // Writes `head` back, and persist_with_head's line; not fenced.
+  void FlushHead() const {
+    pm::Flush(head, sizeof(*head));
+    if (persist_with_head) pm::Flush(persist_with_head, 8);
+  }
 };
 
 }  // namespace upfs

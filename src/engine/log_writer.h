@@ -118,7 +118,7 @@ class LogWriter {
   // knows a fence after the write-back was made.
   void CommitFence() {
     const bool head = !head_durable_.load(std::memory_order_acquire);
-    if (head) pm::Flush(root_.head, sizeof(*root_.head));
+    if (head) root_.FlushHead();
     pm::Fence();
     if (head) head_durable_.store(true, std::memory_order_release);
   }

@@ -61,8 +61,18 @@ void RewriteImage(Inode* in, const NsCreation& c) {
   pm::Flush(in, kDurableBytes);
 }
 
-void SealImage(Inode* in) {
+void WriteBackFreshImage(Inode* in, const BlockAccess& ba) {
   pm::Flush(in, kDurableBytes);
+  // A kept log's block is in the pool (its create mapped it); a damaged
+  // word naming none is left to the checks that read it.
+  char* p;
+  if (const uint64_t l = in->log_head.load(std::memory_order_acquire); l != 0 && l < kMaxPoolBlocks &&
+                                                                        ba.Addr(l, &p).ok())
+    pm::Flush(p, kKeptLogLinesMax * kCacheLine);
+}
+
+void SealImage(Inode* in, const BlockAccess& ba) {
+  WriteBackFreshImage(in, ba);
   pm::Fence();
   uint64_t id = in->ident.load(std::memory_order_acquire);
   while ((id & kIdentFresh) && !pm::Cas64(&in->ident, id, id & ~kIdentFresh)) {
@@ -73,18 +83,9 @@ void SealImage(Inode* in) {
 
 void ClearFresh(Inode* in) {
   uint64_t id = in->ident.load(std::memory_order_acquire);
-  while ((id & kIdentFresh) && !pm::Cas64(&in->ident, id, (id & ~kIdentFresh) | kIdentCleared)) {
+  while ((id & kIdentFresh) && !pm::Cas64(&in->ident, id, id & ~kIdentFresh)) {
   }
 }
 
-void SealForEngine(Inode* in) {
-  uint64_t id = in->ident.load(std::memory_order_acquire);
-  if (id & kIdentFresh) return SealImage(in);
-  if (!(id & kIdentCleared)) return;  // sealed at birth, or its clear written back since
-  pm::Flush(&in->ident, 8);
-  pm::Fence();
-  while ((id & kIdentCleared) && !pm::Cas64(&in->ident, id, id & ~kIdentCleared)) {
-  }
-}
 
 }  // namespace upfs

@@ -8,7 +8,7 @@
 //
 // The rule every writer of an inode's durable words keeps: it calls
 // SealIfFresh first and writes line 0 (the ident's) back before its own
-// fence. Recovery rewrites an image from its create record only while the
+// fence (the engine through LogRoot::persist_with_head). Recovery rewrites an image from its create record only while the
 // bit is set or the ident is not the record's, and then no change after
 // the create can have been made durable.
 #pragma once
@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "container/pool/pool_format.h"
+#include "engine/log.h"
 
 namespace upfs {
 
@@ -56,27 +57,33 @@ void ImageFromCreation(const NsCreation& c, format::pool::Inode* out);
 // the caller fences.
 void RewriteImage(format::pool::Inode* in, const NsCreation& c);
 
-// Makes a fresh image durable and clears its bit: its two lines written
-// back and fenced, then the bit cleared by CAS, written back and fenced.
-void SealImage(format::pool::Inode* in);
+// The most lines of a released file's log that a new file's create
+// rewrites when it takes the block as its own (Pool::TakeRecycledLog):
+// a fresh image that names a kept log is durable only with them.
+inline constexpr uint32_t kKeptLogLinesMax = 8;
+
+// Writes back what a fresh image is durable only with: its two lines and,
+// if it names a log (a kept one, given at birth, which its record does not
+// name), that log's first kKeptLogLinesMax lines. Not fenced.
+void WriteBackFreshImage(format::pool::Inode* in, const BlockAccess& ba);
+
+// Makes a fresh image durable and clears its bit: written back
+// (WriteBackFreshImage) and fenced, then the bit cleared by CAS, written
+// back and fenced.
+void SealImage(format::pool::Inode* in, const BlockAccess& ba);
 
 // Before a durable in-place change of `in`: a fresh image is sealed first.
 // With the bit seen clear, the clear is visible to this thread, and the
 // caller's write-back of line 0 before its fence persists it.
-inline void SealIfFresh(format::pool::Inode* in) {
-  if (in->ident.load(std::memory_order_acquire) & format::pool::kIdentFresh) SealImage(in);
+inline void SealIfFresh(format::pool::Inode* in, const BlockAccess& ba) {
+  if (in->ident.load(std::memory_order_acquire) & format::pool::kIdentFresh) SealImage(in, ba);
 }
 
 // The creator, after its record's fence made the image durable: clears the
-// bit without writing it back (the next durable change of the inode, or a
-// checkpoint, does), and says so in the cleared bit.
+// bit without writing it back. The next durable change of the inode writes
+// it back before its fence: a namespace call's write-back of line 0, the
+// engine's first commit or head swap (LogRoot::persist_with_head), or a
+// checkpoint.
 void ClearFresh(format::pool::Inode* in);
-
-// Before the inode's first engine File: the engine changes the inode's
-// durable words (log head, times) from any thread, and its fences order
-// only that thread's write-backs. A fresh image is sealed; a clear the
-// creator left unwritten (the cleared bit) is written back and fenced,
-// then the bit dropped. An image sealed at birth costs nothing.
-void SealForEngine(format::pool::Inode* in);
 
 }  // namespace upfs

@@ -143,7 +143,7 @@ void PoolNamespace::TouchDir(uint64_t dir, CommitFlushes* later) {
     return;
   // Persisted by the commit's fence that follows, line 0 with a clear
   // fresh bit (a directory made a moment ago: fresh_inode.h).
-  SealIfFresh(in);
+  SealIfFresh(in, pool_->access());
   pm::Store64(&in->times.mtime_ns, now);
   pm::Store64(&in->ctime_ns, now);
   FlushLine(&in->ctime_ns, later);
@@ -164,7 +164,7 @@ void PoolNamespace::TouchCtime(uint64_t ino, bool durable, CommitFlushes* later)
   if (in->ctime_ns.load(std::memory_order_relaxed) == now) return;  // as TouchDir
   // A durable change: a fresh image is sealed first, and the flush of
   // line 0 below takes a clear fresh bit along.
-  if (durable) SealIfFresh(in);
+  if (durable) SealIfFresh(in, pool_->access());
   pm::Store64(&in->ctime_ns, now);
   if (durable) FlushLine(&in->ctime_ns, later);
 }
@@ -202,7 +202,7 @@ Status PoolNamespace::NameStillFree(const Resolved& at) const {
 }
 
 Status PoolNamespace::CommitNewInode(RecordType type, FileType kind, const Resolved& at, mode_t mode,
-                                     Inode* image, uint64_t* ino, bool* committed) {
+                                     Inode* image, uint64_t* ino, bool* committed, uint32_t kept_lines) {
   *ino = 0;
   *committed = false;
   Inode* in;
@@ -210,16 +210,18 @@ Status PoolNamespace::CommitNewInode(RecordType type, FileType kind, const Resol
   NsRecord rec{type, kind, *ino, at.dir, 0, 0, at.name, {}, {}};
   // A version 9 pool's new regular file or directory: its record carries
   // what the image holds, and the image its fresh bit until the commit's
-  // fence has made it durable (fresh_inode.h).
-  // A kept log given at birth keeps the fence before the record: its lines,
-  // rewritten (Pool::TakeRecycledLog), must be durable before any record
-  // or image naming the block can be.
-  bool fresh = false;
-  if (CarriesCreation(type, kind, pool_->log()->creations())) {
-    fresh = image->log_head.load(std::memory_order_relaxed) == 0;
-    if (fresh) image->ident.store(image->ident.load(std::memory_order_relaxed) | kIdentFresh, std::memory_order_relaxed);
+  // fence has made it durable (fresh_inode.h). A kept log given at birth
+  // is not in the record (made again from it, the file is empty and the
+  // block free): its rewritten lines (`kept_lines` of them, stored by
+  // Pool::TakeRecycledLog) are durable with the image, by the commit's
+  // fence or a seal's.
+  const bool fresh = CarriesCreation(type, kind, pool_->log()->creations());
+  if (fresh) {
+    image->ident.store(image->ident.load(std::memory_order_relaxed) | kIdentFresh, std::memory_order_relaxed);
     rec.creation = CreationOf(*image);
+    rec.creation.log_head = 0;
   }
+  UPFS_ASSERT(fresh || kept_lines == 0);
   const auto with_record = [&](CommitFlushes* later) {
     if (fresh) {
       UPFS_ASSERT(later);
@@ -229,6 +231,10 @@ Status PoolNamespace::CommitNewInode(RecordType type, FileType kind, const Resol
       InodeAllocator::WriteImage(in, *image, /*write_back=*/false);
       later->Add(in);
       later->Add(&in->log_head);
+      if (kept_lines != 0) {
+        char* p = pool_->access().AddrUnchecked(image->log_head.load(std::memory_order_relaxed));
+        for (uint32_t i = 0; i < kept_lines; ++i) later->Add(p + i * kCacheLine);
+      }
       return;
     }
     // Else the new inode (and what it names: a symbolic link's target, a
@@ -269,16 +275,19 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
   if (held_gen) image.open_count.store(1, std::memory_order_relaxed);
   // A released file's log this process kept is the new file's from birth:
   // its lines are persisted by the fence that persists the inode (the
-  // record's reservation fence, or CommitNewInode's), before the inode
-  // naming it can be reached, and the file's first write neither makes a
-  // log nor swaps one in (Pool::FileOf: a fence, and the CAS that missed on
-  // the inode's line the create had written back).
-  uint32_t log = 0;
-  if (pool_->TakeRecycledLog(&log)) image.log_head.store(log, std::memory_order_relaxed);
+  // record's reservation fence, or CommitNewInode's; in a version 9 pool
+  // the commit's one fence, or a seal's, with the fresh image), before the
+  // inode naming it can be reached, and the file's first write neither
+  // makes a log nor swaps one in (Pool::FileOf: a fence, and the CAS that
+  // missed on the inode's line the create had written back).
+  uint32_t log = 0, kept_lines = 0;
+  const bool fresh = pool_->log()->creations();
+  if (pool_->TakeRecycledLog(&log, nullptr, fresh ? &kept_lines : nullptr))
+    image.log_head.store(log, std::memory_order_relaxed);
   uint64_t n;
   bool committed;
   if (Status st = CommitNewInode(RecordType::kCreate, FileType::kRegular, at, mode & ~who_->umask, &image, &n,
-                                 &committed);
+                                 &committed, kept_lines);
       !st.ok()) {
     // The creator's hold goes (Take added it to the count, which outlives
     // the inode's life), and the inode with it unless its record is in

@@ -232,9 +232,11 @@ class PoolNamespace {
   // names it as `at`, the image written with the record's payload. *ino:
   // the inode taken (0: none), which a failed call leaves written, for the
   // caller to give back unless *committed (the record that names it is in
-  // the log, though the call failed).
+  // the log, though the call failed). `kept_lines`: the lines of a kept log
+  // the image names that were stored and are to be written back with it.
   Status CommitNewInode(format::pool::RecordType type, format::pool::FileType kind, const Resolved& at,
-                        mode_t mode, format::pool::Inode* image, uint64_t* ino, bool* committed);
+                        mode_t mode, format::pool::Inode* image, uint64_t* ino, bool* committed,
+                        uint32_t kept_lines = 0);
   // Sets a directory's mtime and ctime, written back through `later`
   // (FlushLine).
   void TouchDir(uint64_t dir, CommitFlushes* later);

@@ -170,7 +170,7 @@ Status PoolNamespace::Chmod(uint64_t ino, mode_t mode) {
   if (who_->uid != 0 && IdentKind(in->ident.load()) != FileType::kDirectory &&
       !who_->InGroup(OwnerGid(owner)))
     mode &= ~S_ISGID;
-  SealIfFresh(in);  // and line 0, ident's, is written back below
+  SealIfFresh(in, pool_->access());  // and line 0, ident's, is written back below
   pm::Store64(&in->mode, mode);
   pm::Store64(&in->ctime_ns, Now());
   pm::Flush(&in->mode, 32);
@@ -200,7 +200,7 @@ Status PoolNamespace::Chown(uint64_t ino, uid_t uid, gid_t gid) {
     mode &= ~uint64_t(S_ISUID);
     if (mode & S_IXGRP) mode &= ~uint64_t(S_ISGID);
   }
-  SealIfFresh(in);
+  SealIfFresh(in, pool_->access());
   pm::Store64(&in->owner, uint64_t(new_uid) | (uint64_t(new_gid) << 32));
   pm::Store64(&in->mode, mode);
   pm::Store64(&in->ctime_ns, Now());
@@ -229,7 +229,7 @@ Status PoolNamespace::Utimens(uint64_t ino, const struct timespec ts[2], bool he
     if (ts[i].tv_nsec != UTIME_NOW && ts[i].tv_nsec != UTIME_OMIT &&
         (ts[i].tv_nsec < 0 || ts[i].tv_nsec >= 1000000000))
       return Status::Error(EINVAL, "bad nanoseconds");
-  SealIfFresh(in);
+  SealIfFresh(in, pool_->access());
   if (!ts || ts[0].tv_nsec != UTIME_OMIT) pm::Store64(&in->atime_ns, ts ? value(ts[0]) : now);
   if (!ts || ts[1].tv_nsec != UTIME_OMIT) {
     std::shared_ptr<File> f;

@@ -85,12 +85,11 @@ void PoolNamespace::MaybeRelease(uint64_t ino) {
   uint64_t id = in->ident.load(std::memory_order_seq_cst);
   // Exactly one releaser wins the CAS (a remover and a last closer may
   // both get here); one that loses to another change of the word (a
-  // creator clearing its fresh bit, a File writing the clear back) looks
-  // again.
+  // creator clearing its fresh bit) looks again.
   if (!(id & kIdentUnlinked) || (id & kIdentReleasing) || IdentKind(id) == FileType::kFree) return;
   if (in->open_count.load(std::memory_order_seq_cst) != 0) return;
   for (uint64_t seen = id; !pm::Cas64(&in->ident, id, id | kIdentReleasing); seen = id)
-    if ((id ^ seen) & ~(kIdentFresh | kIdentCleared)) return;
+    if ((id ^ seen) != kIdentFresh) return;
   pool_->ReleaseInode(ino);
 }
 

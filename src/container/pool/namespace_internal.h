@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "container/pool/fresh_inode.h"
 #include "container/pool/pool_format.h"
 #include "medium/pm.h"
 #include "util/assert.h"
@@ -32,7 +33,9 @@ class CommitFlushes {
   }
 
  private:
-  static constexpr uint32_t kMax = 8;  // a rename touches two directories and an inode
+  // A rename touches two directories and an inode; a create its directory,
+  // its image and a kept log's rewritten lines.
+  static constexpr uint32_t kMax = 4 + kKeptLogLinesMax;
   const void* lines_[kMax];
   uint32_t n_ = 0;
 };

@@ -100,6 +100,8 @@ class Pool {
   // Address of inode `ino` (checked against the mapped space and the
   // layout; EUCLEAN otherwise).
   Status InodeAt(uint64_t ino, format::pool::Inode** out) const { return inodes_.At(ino, out); }
+  // The pool's blocks, checked against the mapped space.
+  const BlockAccess& access() const { return access_; }
   // Brings the index up to the log's tail (cheap when nothing is new).
   // Takes the index lock exclusively when there is something to apply.
   // Pins the calling thread while it reads the log.
@@ -183,7 +185,10 @@ class Pool {
   // the block can be reached); nothing is written if the released file left
   // them so. False if none is kept. The caller frees it
   // (FreeBlock) if the create fails. *addr, if asked: the block's address.
-  bool TakeRecycledLog(uint32_t* l, char** addr = nullptr);
+  // `stored_lines`, if given: the lines are only stored, and how many (0:
+  // none written) for the caller to write back (a version 9 create, whose
+  // image is fresh and whose record names no log: fresh_inode.h).
+  bool TakeRecycledLog(uint32_t* l, char** addr = nullptr, uint32_t* stored_lines = nullptr);
   // Entries of the map FileOf keeps, live or not yet swept (for tests).
   size_t FileEntriesForTest();
   // Released files' log blocks kept for new files' logs (for tests).

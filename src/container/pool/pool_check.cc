@@ -253,7 +253,7 @@ Status Checker::CheckInode(uint64_t ino, Inode* in) {
   if (kind == FileType::kFree) return Status::OK();
   ++r_->inodes_in_use;
   if (kind > FileType::kSymlink || (id & IdentZeroBits(sb_->version)) != 0 ||
-      ((id & (kIdentFresh | kIdentCleared)) && kind == FileType::kSymlink)) {
+      ((id & kIdentFresh) && kind == FileType::kSymlink)) {
     Problem("inode " + std::to_string(ino) + ": unknown kind");
     return Status::OK();
   }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "container/pool/checkpoint.h"
+#include "container/pool/fresh_inode.h"
 #include "container/pool/pool.h"
 #include "engine/epoch_pin.h"
 #include "medium/pm.h"
@@ -176,7 +177,7 @@ void Pool::WriteBackFreshImages(const std::vector<NotedCreation>& noted, size_t 
     const uint64_t id = in->ident.load(std::memory_order_acquire);
     // Another life of the inode, or one known durable: nothing to do.
     if (noted[i].creation.present && IdentGen(id) == noted[i].creation.gen && (id & kIdentFresh))
-      pm::Flush(in, 2 * kCacheLine);
+      WriteBackFreshImage(in, access_);
   }
 }
 

@@ -51,8 +51,9 @@ class PoolFileLease final : public StorageLease {
 // attached process holds this many blocks back from files' data.
 constexpr size_t kRecycledLogsMax = 32;
 // A log with more lines written than this is not kept: rewriting them
-// would cost about what zeroing a new block does.
-constexpr uint32_t kRecycleMaxLines = 8;
+// would cost about what zeroing a new block does. A fresh image that names
+// a kept log is written back with this many of its lines (fresh_inode.h).
+constexpr uint32_t kRecycleMaxLines = kKeptLogLinesMax;
 
 // The first line of an empty file log: its block's header (a chain of
 // one block, sequence 1) and zero slots.
@@ -69,13 +70,15 @@ struct EmptyLogLine {
 const EmptyLogLine kEmptyLogLine;
 
 // That line and the rest of a file's first `lines` lines zero, written
-// back: with the block's other lines zero, an empty file log once a fence
-// has ordered them.
-void WriteEmptyLogLines(char* p, uint32_t lines) {
+// back (or only stored, for a caller that writes them back later): with
+// the block's other lines zero, an empty file log once a fence has
+// ordered them.
+void WriteEmptyLogLines(char* p, uint32_t lines, bool write_back = true) {
   alignas(64) static const unsigned char kZeros[kRecycleMaxLines * 64] = {};
   UPFS_ASSERT(lines >= 1 && lines <= kRecycleMaxLines);
-  pm::CopyFlush(p, kEmptyLogLine.bytes, sizeof(kEmptyLogLine.bytes));
-  if (lines > 1) pm::CopyFlush(p + 64, kZeros, (lines - 1) * 64);
+  const auto copy = write_back ? pm::CopyFlush : pm::StoreCopy;
+  copy(p, kEmptyLogLine.bytes, sizeof(kEmptyLogLine.bytes));
+  if (lines > 1) copy(p + 64, kZeros, (lines - 1) * 64);
 }
 
 // Whether a kept log's lines already are what WriteEmptyLogLines writes:
@@ -99,7 +102,7 @@ bool Pool::PopRecycled(RecycledLog* r) {
   return true;
 }
 
-bool Pool::TakeRecycledLog(uint32_t* l, char** addr) {
+bool Pool::TakeRecycledLog(uint32_t* l, char** addr, uint32_t* stored_lines) {
   RecycledLog r;
   char* p;
   if (!PopRecycled(&r)) return false;
@@ -111,7 +114,9 @@ bool Pool::TakeRecycledLog(uint32_t* l, char** addr) {
   // What the released file's replay found: nothing written past its end.
   for (uint64_t i = uint64_t(r.dirty_lines) * 64; i < kBlockSize; ++i) UPFS_ASSERT(p[i] == 0);
 #endif
-  if (!IsEmptyLog(p, r.dirty_lines)) WriteEmptyLogLines(p, r.dirty_lines);
+  const bool rewrite = !IsEmptyLog(p, r.dirty_lines);
+  if (rewrite) WriteEmptyLogLines(p, r.dirty_lines, /*write_back=*/!stored_lines);
+  if (stored_lines) *stored_lines = rewrite ? r.dirty_lines : 0;
   *l = r.block;
   if (addr) *addr = p;
   return true;
@@ -199,7 +204,11 @@ Status Pool::FileOfLocked(uint64_t ino, std::shared_ptr<File>* out, FileEntry** 
   const uint64_t id = in->ident.load(std::memory_order_acquire);
   if (IdentKind(id) != FileType::kRegular)
     return Status::Corrupt("inode", std::to_string(ino) + " is not a regular file");
-  if (id & (kIdentFresh | kIdentCleared)) SealForEngine(in);  // version 9: fresh_inode.h
+  // Version 9 (fresh_inode.h): the engine changes durable words of the
+  // inode (its log head, its times) from any thread, and a fresh image
+  // must be durable first; a fresh bit's clear that its creator left
+  // unwritten goes with the File's first commit or head swap.
+  if (id & kIdentFresh) SealImage(in, access_);
   bool empty = false;
   if (in->log_head.load(std::memory_order_acquire) == 0) {
     // The first log block, made on first use so that creating a file
@@ -233,6 +242,7 @@ Status Pool::FileOfLocked(uint64_t ino, std::shared_ptr<File>* out, FileEntry** 
   // Whoever made the log (this call, another thread or process), the word
   // may not be durable yet.
   root.head_persisted_by_commit = true;
+  if (super()->version >= kFirstFreshCreatePoolVersion) root.persist_with_head = &in->ident;
   if (root.consistency != Consistency::kStrict && root.consistency != Consistency::kSync)
     return Status::Corrupt("inode", std::to_string(ino) + " has no consistency mode");
   std::unique_ptr<File> f;

@@ -230,7 +230,7 @@ inline constexpr bool InodeNumberInRange(uint64_t ino) {
          ino / kInodesPerBlock < kMaxPoolBlocks;
 }
 
-// The identity word: kind:8 | zero:4 | cleared:1 | fresh:1 | unlinked:1 | releasing:1 | gen:32 | zero:16.
+// The identity word: kind:8 | zero:5 | fresh:1 | unlinked:1 | releasing:1 | gen:32 | zero:16.
 // kind kFree = free (gen kept, bumped by each allocation, so that a stale
 // reference is told apart). The releasing bit is set by the one CAS that
 // decides who frees an inode that lost its last name and holder.
@@ -244,14 +244,10 @@ inline constexpr uint64_t kIdentUnlinked = uint64_t{1} << 14;
 // yet; its create record can make it again (container/pool/fresh_inode.h).
 // Always zero in older pools and on symbolic links.
 inline constexpr uint64_t kIdentFresh = uint64_t{1} << 13;
-// Version 9: the creator cleared the fresh bit after its fence without
-// writing the clear back; the first File of the inode writes it back
-// before the engine changes the inode, then drops this bit (soft).
-inline constexpr uint64_t kIdentCleared = uint64_t{1} << 12;
-// The bits a valid ident holds zero: bits 8-11 always, the fresh and
-// cleared bits in pools before version 9, the top 16.
+// The bits a valid ident holds zero: bits 8-12 always, the fresh bit in
+// pools before version 9, the top 16.
 inline constexpr uint64_t IdentZeroBits(uint32_t pool_version) {
-  return 0x0f00 | (pool_version >= kFirstFreshCreatePoolVersion ? 0 : kIdentFresh | kIdentCleared) |
+  return 0x1f00 | (pool_version >= kFirstFreshCreatePoolVersion ? 0 : kIdentFresh) |
          (uint64_t{0xffff} << 48);
 }
 inline FileType IdentKind(uint64_t w) { return FileType(w & 0xff); }

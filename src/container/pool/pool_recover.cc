@@ -178,9 +178,7 @@ Status Pool::Recover() {
   UPFS_RETURN_IF_ERROR(inodes_.Rebuild([&](uint64_t ino, Inode* in) -> Status {
     pm::Store64(&in->open_count, 0);  // the holds of processes now gone (Take adds to it)
     if (!linked.count(ino)) return inodes_.Free(ino);  // an orphan
-    // The cleared bit too: read from the medium, the clear it marks is
-    // durable.
-    constexpr uint64_t kSoft = kIdentUnlinked | kIdentReleasing | kIdentCleared;
+    constexpr uint64_t kSoft = kIdentUnlinked | kIdentReleasing;
     if (const uint64_t id = in->ident.load(); id & kSoft) pm::Store64(&in->ident, id & ~kSoft);
     if (IdentKind(in->ident.load()) == FileType::kRegular) in->words.Reset();
     return Status::OK();
