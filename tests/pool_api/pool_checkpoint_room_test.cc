@@ -156,7 +156,7 @@ TEST(PoolLogPosition, AReservationAtAPositionLeftBehindIsRefused) {
     const upfs::NsPos at = p->log()->PosHint();
     upfs::NsRecord rec{upfs::format::pool::RecordType::kCreate, upfs::format::pool::FileType::kRegular,
                        0, p->root_ino(), 0, 0, "x", {}, {}};
-    rec.creation = upfs::NsCreation{true, upfs::format::pool::FileType::kRegular, 1, 0644, 1, 0, 0, 1};  // a regular file's create carries it
+    rec.creation = upfs::NsCreation{true, upfs::format::pool::FileType::kRegular, 1, 0644, 1, 0, 1};  // a regular file's create carries it
     upfs::NsLog::Reservation r;
     // The same block with another sequence number: made anew since.
     upfs::Status st = p->log()->Reserve(rec, upfs::NsPos{at.lblock, at.slot, at.seq + 1}, &r);

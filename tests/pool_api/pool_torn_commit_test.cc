@@ -79,7 +79,7 @@ class PoolTornCommitTest : public PoolCorruptionTest {
     // A version 9 pool's create of a regular file carries its creation
     // values (these never apply here: every such commit is cut short or
     // refused).
-    if (Creations()) rec.creation = upfs::NsCreation{true, FileType::kRegular, 1, 0644, 1, 0, 0, 1};
+    if (Creations()) rec.creation = upfs::NsCreation{true, FileType::kRegular, 1, 0644, 1, 0, 1};
     return rec;
   }
   static bool Creations() {

@@ -25,7 +25,6 @@ NsCreation CreationOf(const Inode& image) {
   c.gen = IdentGen(id);
   c.mode = uint32_t(image.mode.load(std::memory_order_relaxed) & 07777);
   c.consistency = image.consistency;
-  c.log_head = uint32_t(image.log_head.load(std::memory_order_relaxed));
   c.owner = image.owner.load(std::memory_order_relaxed);
   c.created_ns = image.created_ns;
   // Every time of a new file is its creation time (PoolNamespace::NewInode):
@@ -49,7 +48,6 @@ void ImageFromCreation(const NsCreation& c, Inode* out) {
   out->atime_ns.store(c.created_ns, std::memory_order_relaxed);
   out->created_ns = c.created_ns;
   out->consistency = c.consistency;
-  out->log_head.store(c.log_head, std::memory_order_relaxed);
   out->times.mtime_ns.store(c.created_ns, std::memory_order_relaxed);
   out->times.data_ctime_ns.store(c.created_ns, std::memory_order_relaxed);
 }
@@ -74,9 +72,7 @@ void WriteBackFreshImage(Inode* in, const BlockAccess& ba) {
 void SealImage(Inode* in, const BlockAccess& ba) {
   WriteBackFreshImage(in, ba);
   pm::Fence();
-  uint64_t id = in->ident.load(std::memory_order_acquire);
-  while ((id & kIdentFresh) && !pm::Cas64(&in->ident, id, id & ~kIdentFresh)) {
-  }
+  ClearFresh(in);
   pm::Flush(&in->ident, 8);
   pm::Fence();
 }
@@ -86,6 +82,5 @@ void ClearFresh(Inode* in) {
   while ((id & kIdentFresh) && !pm::Cas64(&in->ident, id, id & ~kIdentFresh)) {
   }
 }
-
 
 }  // namespace upfs

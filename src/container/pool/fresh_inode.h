@@ -1,16 +1,18 @@
 // Fresh inodes: a version 9 pool's new regular file or directory waits for
-// the media once, not twice (docs/design.md, "One wait a create"). Its image is
-// stored without a fence of its own, and its create record carries the
-// values the image was made from (NsCreation), so that recovery can write
-// an image a crash lost again from the record. Until the image is known
-// durable the inode's ident carries format::pool::kIdentFresh; an image
-// whose bit is clear was durable before the bit was cleared ("sealed").
+// the media once, not twice (docs/design.md, "One wait a create"). Its
+// image is stored without a fence of its own, and its create record
+// carries the values the image was made from (NsCreation), so that
+// recovery can write an image a crash lost again from the record. Until
+// the image is known durable the inode's ident carries
+// format::pool::kIdentFresh; an image whose bit is clear was durable
+// before the bit was cleared ("sealed").
 //
 // The rule every writer of an inode's durable words keeps: it calls
 // SealIfFresh first and writes line 0 (the ident's) back before its own
-// fence (the engine through LogRoot::persist_with_head). Recovery rewrites an image from its create record only while the
-// bit is set or the ident is not the record's, and then no change after
-// the create can have been made durable.
+// fence (the engine through LogRoot::persist_with_head). Recovery
+// rewrites an image from its create record only while the bit is set or
+// the ident is not the record's, and then no change after the create can
+// have been made durable.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +38,6 @@ struct NsCreation {
   uint32_t gen = 0;          // the inode's generation in its new life
   uint32_t mode = 0;         // permission bits (07777)
   uint32_t consistency = 0;  // Consistency
-  uint32_t log_head = 0;     // a recycled log given at birth, 0 = none
   uint64_t owner = 0;        // uid:32 | gid:32
   uint64_t created_ns = 0;   // also the first ctime, atime, mtime and data ctime
 };
@@ -49,7 +50,9 @@ NsCreation CreationOf(const format::pool::Inode& image);
 // life `c` made: the same generation and kind, the fresh bit clear.
 bool ImageSealedFor(const format::pool::Inode& in, const NsCreation& c);
 
-// Lines 0 and 1 of the image `c` makes (the rest zero), fresh bit set.
+// Lines 0 and 1 of the image `c` makes (the rest zero), fresh bit set: an
+// empty file (no log: a kept log given at birth is named by the image
+// only) or directory.
 void ImageFromCreation(const NsCreation& c, format::pool::Inode* out);
 
 // Recovery: stores lines 0 and 1 of the image `c` makes into `in`, fresh

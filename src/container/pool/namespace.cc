@@ -219,7 +219,6 @@ Status PoolNamespace::CommitNewInode(RecordType type, FileType kind, const Resol
   if (fresh) {
     image->ident.store(image->ident.load(std::memory_order_relaxed) | kIdentFresh, std::memory_order_relaxed);
     rec.creation = CreationOf(*image);
-    rec.creation.log_head = 0;
   }
   UPFS_ASSERT(fresh || kept_lines == 0);
   const auto with_record = [&](CommitFlushes* later) {
@@ -281,8 +280,8 @@ Status PoolNamespace::Create(const Resolved& at, mode_t mode, Consistency c, uin
   // makes a log nor swaps one in (Pool::FileOf: a fence, and the CAS that
   // missed on the inode's line the create had written back).
   uint32_t log = 0, kept_lines = 0;
-  const bool fresh = pool_->log()->creations();
-  if (pool_->TakeRecycledLog(&log, nullptr, fresh ? &kept_lines : nullptr))
+  const bool with_image = pool_->log()->creations();  // version 9: written back with the fresh image
+  if (pool_->TakeRecycledLog(&log, nullptr, with_image ? &kept_lines : nullptr))
     image.log_head.store(log, std::memory_order_relaxed);
   uint64_t n;
   bool committed;

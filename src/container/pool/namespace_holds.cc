@@ -84,12 +84,14 @@ void PoolNamespace::MaybeRelease(uint64_t ino) {
   // sees the other (both sequentially consistent), so no index is needed.
   uint64_t id = in->ident.load(std::memory_order_seq_cst);
   // Exactly one releaser wins the CAS (a remover and a last closer may
-  // both get here); one that loses to another change of the word (a
-  // creator clearing its fresh bit) looks again.
-  if (!(id & kIdentUnlinked) || (id & kIdentReleasing) || IdentKind(id) == FileType::kFree) return;
-  if (in->open_count.load(std::memory_order_seq_cst) != 0) return;
-  for (uint64_t seen = id; !pm::Cas64(&in->ident, id, id | kIdentReleasing); seen = id)
-    if ((id ^ seen) != kIdentFresh) return;
+  // both get here). One that lost it decides again on the word it lost to:
+  // another releaser's bit sends it away, any other change (a creator
+  // clearing its fresh bit) leaves the inode as releasable as before.
+  for (;;) {
+    if (!(id & kIdentUnlinked) || (id & kIdentReleasing) || IdentKind(id) == FileType::kFree) return;
+    if (in->open_count.load(std::memory_order_seq_cst) != 0) return;
+    if (pm::Cas64(&in->ident, id, id | kIdentReleasing)) break;
+  }
   pool_->ReleaseInode(ino);
 }
 

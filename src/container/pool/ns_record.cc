@@ -19,10 +19,9 @@ bool KnownRecordType(uint64_t t) {
 
 // The creation words (pool_format.h): every one tagged, so never zero.
 void EncodeCreation(const NsCreation& c, uint64_t* w) {
-  UPFS_ASSERT(c.mode <= 07777 && c.consistency < 16 && c.log_head < kMaxPoolBlocks &&
-              !(c.created_ns & kRecordWordTag));
+  UPFS_ASSERT(c.mode <= 07777 && c.consistency < 16 && !(c.created_ns & kRecordWordTag));
   w[0] = kRecordWordTag | c.gen | (uint64_t(c.mode) << 32) | (uint64_t(c.consistency) << 44);
-  w[1] = kRecordWordTag | (c.owner & 0xffffffffu) | (uint64_t(c.log_head) << 32);
+  w[1] = kRecordWordTag | (c.owner & 0xffffffffu);
   w[2] = kRecordWordTag | (c.owner >> 32);
   w[3] = kRecordWordTag | c.created_ns;
 }
@@ -30,7 +29,7 @@ void EncodeCreation(const NsCreation& c, uint64_t* w) {
 Status DecodeCreation(const uint64_t* w, NsCreation* c) {
   for (uint32_t i = 0; i < kCreationWords; ++i)
     if (!(w[i] & kRecordWordTag)) return Status::Corrupt("namespace log", "creation word without its tag");
-  if ((w[0] >> 48) != (kRecordWordTag >> 48) || (w[1] >> 60) != (kRecordWordTag >> 60) ||
+  if ((w[0] >> 48) != (kRecordWordTag >> 48) || (w[1] >> 32) != (kRecordWordTag >> 32) ||
       (w[2] >> 32) != (kRecordWordTag >> 32))
     return Status::Corrupt("namespace log", "creation word with bits set that must be zero");
   c->present = true;
@@ -38,10 +37,7 @@ Status DecodeCreation(const uint64_t* w, NsCreation* c) {
   c->mode = uint32_t(w[0] >> 32) & 07777;
   c->consistency = uint32_t(w[0] >> 44) & 0xf;
   c->owner = uint32_t(w[1]) | (uint64_t(uint32_t(w[2])) << 32);
-  c->log_head = uint32_t(w[1] >> 32) & 0x0fffffff;
   c->created_ns = w[3] & ~kRecordWordTag;
-  if (c->log_head != 0 && c->log_head < kDataStart)
-    return Status::Corrupt("namespace log", "creation names a log block in the pool's header");
   return Status::OK();
 }
 

@@ -338,7 +338,9 @@ Status Checker::Run() {
     index_.List(dir, [&](std::string_view name, const NsEntry& e) {
       Inode* in;
       InodeImage made;
-      if (!inodes_.At(e.ino, &in).ok() || (AsRecovered(e.ino, &in, &made), IdentKind(in->ident.load()) != e.type))
+      const bool found = inodes_.At(e.ino, &in).ok();
+      if (found) AsRecovered(e.ino, &in, &made);
+      if (!found || IdentKind(in->ident.load()) != e.type)
         Problem("name '" + std::string(name) + "' in directory " + std::to_string(dir) +
                 " refers to inode " + std::to_string(e.ino) + ", which is not in use as such");
     });

@@ -208,7 +208,7 @@ Status Pool::FileOfLocked(uint64_t ino, std::shared_ptr<File>* out, FileEntry** 
   // inode (its log head, its times) from any thread, and a fresh image
   // must be durable first; a fresh bit's clear that its creator left
   // unwritten goes with the File's first commit or head swap.
-  if (id & kIdentFresh) SealImage(in, access_);
+  SealIfFresh(in, access_);
   bool empty = false;
   if (in->log_head.load(std::memory_order_acquire) == 0) {
     // The first log block, made on first use so that creating a file

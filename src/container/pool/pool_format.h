@@ -162,7 +162,7 @@ enum class RecordType : uint8_t {
 //   then, in a version 9 pool's kCreate of a regular file and kMkdir, the
 //   creation words (kCreationWords), each with kRecordWordTag over its value:
 //     c0: gen:32 | mode:12 | consistency:4 | zero:15 | tag
-//     c1: uid:32 | log_head:28 (a recycled log, 0 = none) | zero:3 | tag
+//     c1: uid:32 | zero:31 | tag
 //     c2: gid:32 | zero:31 | tag
 //     c3: created_ns:63 | tag
 // In version 8 pools words 3 and 4 carry kRecordWordTag over their value,
