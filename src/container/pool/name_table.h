@@ -73,9 +73,10 @@ class NameTable {
   }
 
   // False if the name is there already.
-  bool Insert(std::string_view name, NsEntry e) {
+  bool Insert(std::string_view name, NsEntry e) { return Insert(name, NameHash(name), e); }
+  // `h`: NameHash(name), known already.
+  bool Insert(std::string_view name, uint32_t h, NsEntry e) {
     if ((count_ + 1) * 4 > slots_.size() * 3) Rehash(slots_.empty() ? 8 : slots_.size() * 2);
-    const uint64_t h = NameHash(name);
     size_t i = h & mask_;
     if (Probe(name, h, &i)) return false;
     Slot& s = slots_[i];
@@ -87,6 +88,17 @@ class NameTable {
     arena_.append(name);
     ++count_;
     return true;
+  }
+  // The name's entry becomes e, whether it was there or not.
+  void Put(std::string_view name, uint32_t h, NsEntry e) {
+    if (count_ != 0) {
+      size_t i = h & mask_;
+      if (Probe(name, h, &i)) {
+        slots_[i].e = e;
+        return;
+      }
+    }
+    Insert(name, h, e);
   }
 
   // False if the name is not there.

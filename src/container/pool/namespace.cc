@@ -508,13 +508,17 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
   };
   bool victim_last = false;  // the name replaced was its inode's last
   UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
-    NsEntry a, b;
-    const bool has_a = idx->Find(from.dir, from.name, &a), has_b = idx->Find(to.dir, to.name, &b);
-    const NsEntry* ea = has_a ? &a : nullptr;
-    const NsEntry* eb = has_b ? &b : nullptr;
-    if (!idx->IsDir(from.dir) || !idx->IsDir(to.dir) || !ea || ea->ino != from.ino ||
-        (eb ? eb->ino : 0) != to.ino)
-      return Stale();
+    // Both names as Resolve found them while nothing was committed since
+    // (both lookups in this view): no need to look again.
+    NsEntry b{to.ino, to.type};
+    if (!SameView(from) || !SameView(to)) {
+      NsEntry a;
+      const bool has_a = idx->Find(from.dir, from.name, &a), has_b = idx->Find(to.dir, to.name, &b);
+      if (!idx->IsDir(from.dir) || !idx->IsDir(to.dir) || !has_a || a.ino != from.ino ||
+          (has_b ? b.ino : 0) != to.ino)
+        return Stale();
+    }
+    const NsEntry* eb = to.ino != 0 ? &b : nullptr;
     if (from.type == FileType::kDirectory && idx->IsAncestorOrSelf(from.ino, to.dir))
       return Status::Error(EINVAL, "a directory cannot move below itself");
     if (exchange && to.type == FileType::kDirectory && idx->IsAncestorOrSelf(to.ino, from.dir))

@@ -154,7 +154,10 @@ void NsIndex::PrefetchLikely(std::string_view name) const {
 }
 
 bool NsIndex::FindIn(const DeltaDir* d, uint64_t dir, std::string_view name, NsEntry* out) const {
-  const uint32_t h = NameHash(name);
+  return FindIn(d, dir, name, NameHash(name), out);
+}
+
+bool NsIndex::FindIn(const DeltaDir* d, uint64_t dir, std::string_view name, uint32_t h, NsEntry* out) const {
   BaseDir b;
   const bool below_in_image = !frozen_ && !(d && d->fresh) && base_ && base_->FindDir(dir, &b);
   // The image's probe starts before the delta's: in a directory too big
@@ -197,6 +200,12 @@ bool NsIndex::DirAndFind(uint64_t dir, std::string_view name, NsDirInfo* info, N
   return true;
 }
 
+bool NsIndex::FindBelow(uint64_t dir, std::string_view name, uint32_t h, NsEntry* out) const {
+  if (frozen_) return frozen_->Find(dir, name, out);
+  BaseDir b;
+  return base_ && base_->FindDir(dir, &b) && base_->FindName(b, name, h, out);
+}
+
 uint32_t NsIndex::FileLinks(uint64_t ino) const {
   if (const uint32_t* l = links_.Find(ino)) return *l;
   return LowerLinks(ino);
@@ -232,13 +241,10 @@ NsIndex::DeltaDir* NsIndex::Touch(uint64_t dir) {
 Status NsIndex::Insert(uint64_t dir, std::string_view name, NsEntry e, bool validated) {
   DeltaDir* d = Touch(dir);
   if (!d) return Misfit("record names a directory that does not exist");
+  const uint32_t h = NameHash(name);
   NsEntry old;
-  if (!validated && Find(dir, name, &old)) return Misfit("record adds a name that exists");
-  if (NsEntry* t = d->names.Find(name)) {
-    *t = e;  // over a tombstone
-  } else {
-    d->names.Insert(name, e);
-  }
+  if (!validated && FindIn(d, dir, name, h, &old)) return Misfit("record adds a name that exists");
+  d->names.Put(name, h, e);  // over a tombstone, if the name had one
   ++d->info.entries;
   if (e.type == FileType::kDirectory) ++d->info.subdirs;
   return Status::OK();
@@ -247,13 +253,20 @@ Status NsIndex::Insert(uint64_t dir, std::string_view name, NsEntry e, bool vali
 Status NsIndex::Remove(uint64_t dir, std::string_view name, uint64_t expect_ino, NsEntry* removed) {
   DeltaDir* d = Touch(dir);
   if (!d) return Misfit("record names a directory that does not exist");
-  if (!Find(dir, name, removed) || removed->ino != expect_ino)
-    return Misfit("record removes a name that does not exist");
+  // One probe of the delta's table: the name is the delta's (then its
+  // entry becomes a tombstone), or the lower layer's (then a tombstone
+  // hides it), or not there.
+  const uint32_t h = NameHash(name);
   const NsEntry tomb{0, FileType::kFree};
-  if (NsEntry* t = d->names.Find(name)) {
+  if (NsEntry* t = d->names.Find(name, h)) {
+    if (t->type == FileType::kFree || t->ino != expect_ino)
+      return Misfit("record removes a name that does not exist");
+    *removed = *t;
     *t = tomb;
   } else {
-    d->names.Insert(name, tomb);  // the name was the image's
+    if (d->fresh || !FindBelow(dir, name, h, removed) || removed->ino != expect_ino)
+      return Misfit("record removes a name that does not exist");
+    d->names.Insert(name, h, tomb);
     ++d->hides_base;
   }
   --d->info.entries;
@@ -292,8 +305,10 @@ Status NsIndex::Apply(const NsRecord& r, bool validated) {
       return Unref(e);
     }
     case RecordType::kRename: {
+      // Checked before anything changes (a record that does not fit
+      // leaves the index as it was), unless the committer just did so.
       NsEntry moved;
-      if (!Find(r.dir1, r.name1, &moved) || moved.ino != r.ino)
+      if (!validated && (!Find(r.dir1, r.name1, &moved) || moved.ino != r.ino))
         return Misfit("rename of a name that does not exist");
       if (!IsDir(r.dir2)) return Misfit("rename into a directory that does not exist");
       if (r.victim != 0) {
@@ -302,9 +317,9 @@ Status NsIndex::Apply(const NsRecord& r, bool validated) {
         UPFS_RETURN_IF_ERROR(Unref(v));
         if (v.type == FileType::kDirectory) BumpShape();  // its name leads elsewhere now
       }
-      NsEntry gone;
-      UPFS_RETURN_IF_ERROR(Remove(r.dir1, r.name1, r.ino, &gone));
-      UPFS_RETURN_IF_ERROR(Insert(r.dir2, r.name2, moved));
+      UPFS_RETURN_IF_ERROR(Remove(r.dir1, r.name1, r.ino, &moved));
+      // The name it takes was checked free (or the victim's, gone now).
+      UPFS_RETURN_IF_ERROR(Insert(r.dir2, r.name2, moved, validated));
       if (moved.type == FileType::kDirectory) BumpShape();
       if (moved.type == FileType::kDirectory && r.dir1 != r.dir2) Touch(moved.ino)->info.parent = r.dir2;
       return Status::OK();

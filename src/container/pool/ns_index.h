@@ -144,6 +144,10 @@ class NsIndex {
   // Find in directory `dir`, whose delta entry is d (null: none; not a
   // removed one).
   bool FindIn(const DeltaDir* d, uint64_t dir, std::string_view name, NsEntry* out) const;
+  // `h`: NameHash(name), known already.
+  bool FindIn(const DeltaDir* d, uint64_t dir, std::string_view name, uint32_t h, NsEntry* out) const;
+  // Find in the layer below the delta alone.
+  bool FindBelow(uint64_t dir, std::string_view name, uint32_t h, NsEntry* out) const;
   uint32_t LowerLinks(uint64_t ino) const;
   template <typename Fn>
   void LowerList(uint64_t dir, Fn fn) const;
