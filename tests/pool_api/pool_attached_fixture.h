@@ -64,4 +64,25 @@ class AttachedPoolTest : public ::testing::Test {
   upfs::Credentials who_;
 };
 
+// The same pool attached twice: other_ is a second attachment (another
+// process, as far as the namespace knows), whose changes the first sees
+// only at its next catch-up.
+class TwoAttachmentsTest : public AttachedPoolTest {
+ protected:
+  explicit TwoAttachmentsTest(const char* tag) : AttachedPoolTest(tag) {}
+  void SetUp() override {
+    AttachedPoolTest::SetUp();
+    upfs::Status st = upfs::Pool::Attach(path_, &other_);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  void TearDown() override {
+    other_.reset();
+    AttachedPoolTest::TearDown();
+  }
+  upfs::PoolNamespace Other() { return upfs::PoolNamespace(other_.get(), &who_); }
+  upfs::Resolved OtherAt(const std::string& path) { return ResolvedIn(Other(), path); }
+
+  std::unique_ptr<upfs::Pool> other_;
+};
+
 }  // namespace pool_test

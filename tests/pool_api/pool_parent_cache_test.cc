@@ -242,17 +242,9 @@ TEST_F(PoolParentCache, CreatesRaceRenamesOfTheirDirectory) {
 // Another attachment of the pool (another process, as far as the
 // namespace knows) moves the directory: the create from this attachment's
 // cache sees it at the log's tail and falls back to the walk.
-class PoolParentCacheAttached : public pool_test::AttachedPoolTest {
+class PoolParentCacheAttached : public pool_test::TwoAttachmentsTest {
  protected:
-  PoolParentCacheAttached() : AttachedPoolTest("parentcache") {}
-  void SetUp() override {
-    AttachedPoolTest::SetUp();
-    ASSERT_TRUE(upfs::Pool::Attach(path_, &other_).ok());
-  }
-  void TearDown() override {
-    other_.reset();
-    AttachedPoolTest::TearDown();
-  }
+  PoolParentCacheAttached() : TwoAttachmentsTest("parentcache") {}
   // Creates `path` by the walk, which keeps its directory.
   uint64_t CreateTraced(upfs::PoolNamespace ns, const std::string& path) {
     ns.KeepParents();
@@ -271,7 +263,6 @@ class PoolParentCacheAttached : public pool_test::AttachedPoolTest {
     if (st->ok()) ns.DropHold(ino, gen);
     return ns.CacheAnswered(path, *st);
   }
-  std::unique_ptr<upfs::Pool> other_;
 };
 
 TEST_F(PoolParentCacheAttached, AMoveByAnotherAttachmentIsSeenAtTheTail) {

@@ -18,20 +18,13 @@ namespace {
 
 using upfs::format::pool::FileType;
 
-class PoolResolveHeld : public pool_test::AttachedPoolTest {
+class PoolResolveHeld : public pool_test::TwoAttachmentsTest {
  protected:
-  PoolResolveHeld() : AttachedPoolTest("resolveheld") {}
-  void SetUp() override {
-    AttachedPoolTest::SetUp();
-    ASSERT_TRUE(upfs::Pool::Attach(path_, &other_).ok());
-  }
+  PoolResolveHeld() : TwoAttachmentsTest("resolveheld") {}
   void TearDown() override {
     upfs::PoolNamespace::BetweenLookupAndHoldForTest(nullptr, nullptr);
-    other_.reset();
-    AttachedPoolTest::TearDown();
+    TwoAttachmentsTest::TearDown();
   }
-  upfs::PoolNamespace Other() { return upfs::PoolNamespace(other_.get(), &who_); }
-  upfs::Resolved OtherAt(const std::string& path) { return ResolvedIn(Other(), path); }
   // The other attachment's change, run by the hook.
   static void RemoveAAndMakeB(void* self) {
     auto* t = static_cast<PoolResolveHeld*>(self);
@@ -53,7 +46,6 @@ class PoolResolveHeld : public pool_test::AttachedPoolTest {
     return a;
   }
 
-  std::unique_ptr<upfs::Pool> other_;
   uint64_t remade_ = 0;
 };
 

@@ -401,6 +401,7 @@ Status PoolNamespace::Link(const Resolved& from, const Resolved& to) {
     TouchCtime(from.ino, /*durable=*/true, later);
   };
   return Commit(rec, [&]() -> Status {
+    if (SameView(from) && SameView(to)) return Status::OK();  // both as Resolve found them
     const NsIndex* idx = pool_->index();
     NsEntry e;
     if (!idx->Find(from.dir, from.name, &e) || e.ino != from.ino) return Stale();
