@@ -103,6 +103,10 @@ class PoolNamespace {
   // hold (the index lock held shared), where a test makes a change from
   // another attachment of the pool. nullptr: nothing runs.
   static void BetweenLookupAndHoldForTest(void (*fn)(void*), void* arg);
+  // Tests only: fn(arg) runs in MaybeRelease between its load of the
+  // inode's ident and its CAS of it, where a test changes the word as a
+  // racing thread would. nullptr: nothing runs.
+  static void BeforeReleaseCasForTest(void (*fn)(void*), void* arg);
   // The same, for a caller that is pinned and holds the index lock shared
   // (Pool::LockLatest).
   Status ResolveLocked(std::string_view path, bool follow, Resolved* out, std::string* escape = nullptr,

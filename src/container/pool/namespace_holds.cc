@@ -8,6 +8,7 @@
 #include "container/pool/namespace_internal.h"
 #include "engine/epoch_pin.h"
 #include "medium/pm.h"
+#include "util/test_hook.h"
 
 namespace upfs {
 
@@ -76,6 +77,12 @@ void PoolNamespace::DropHold(uint64_t ino, uint32_t gen) {
   MaybeRelease(ino);
 }
 
+namespace {
+TestHook g_before_release_cas;
+}  // namespace
+
+void PoolNamespace::BeforeReleaseCasForTest(void (*fn)(void*), void* arg) { g_before_release_cas.Set(fn, arg); }
+
 void PoolNamespace::MaybeRelease(uint64_t ino) {
   Inode* in;
   if (!pool_->InodeAt(ino, &in).ok()) return;
@@ -90,6 +97,7 @@ void PoolNamespace::MaybeRelease(uint64_t ino) {
   for (;;) {
     if (!(id & kIdentUnlinked) || (id & kIdentReleasing) || IdentKind(id) == FileType::kFree) return;
     if (in->open_count.load(std::memory_order_seq_cst) != 0) return;
+    g_before_release_cas.Run();
     if (pm::Cas64(&in->ident, id, id | kIdentReleasing)) break;
   }
   pool_->ReleaseInode(ino);

@@ -10,6 +10,7 @@
 #include "container/pool/namespace.h"
 #include "container/pool/namespace_internal.h"
 #include "engine/epoch_pin.h"
+#include "util/test_hook.h"
 
 namespace upfs {
 
@@ -121,14 +122,10 @@ void SetResolved(Resolved* out, uint64_t dir, std::string_view name, uint64_t in
 }  // namespace
 
 namespace {
-std::atomic<void (*)(void*)> g_before_hold_for_test{nullptr};
-std::atomic<void*> g_before_hold_arg{nullptr};
+TestHook g_before_hold;
 }  // namespace
 
-void PoolNamespace::BetweenLookupAndHoldForTest(void (*fn)(void*), void* arg) {
-  g_before_hold_arg.store(arg, std::memory_order_relaxed);
-  g_before_hold_for_test.store(fn, std::memory_order_release);
-}
+void PoolNamespace::BetweenLookupAndHoldForTest(void (*fn)(void*), void* arg) { g_before_hold.Set(fn, arg); }
 
 Status PoolNamespace::Resolve(std::string_view path, bool follow, Resolved* out, std::string* escape,
                               uint64_t start) {
@@ -148,7 +145,7 @@ Status PoolNamespace::ResolveHeld(std::string_view path, bool follow, Resolved* 
     UPFS_RETURN_IF_ERROR(ResolveLocked(path, follow, out, escape, start));
     out->seen = pool_->log()->view();
     if (!held || out->ino == 0 || !pool_->InodeAt(out->ino, &counted).ok()) return Status::OK();
-    if (auto* fn = g_before_hold_for_test.load(std::memory_order_acquire)) fn(g_before_hold_arg.load());
+    g_before_hold.Run();
     // TakeHold's protocol, its second look made by this one: the count
     // first (sequentially consistent, as a remover's commit, its unlinked
     // bit and its read of the count are), then nothing committed since the
