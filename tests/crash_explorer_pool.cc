@@ -21,9 +21,11 @@
 //     operation (with a racing operation, any linearization of the two),
 //     and at an operation's end the state after it: every operation that
 //     returned is present;
-//   - every directory's mtime and ctime are at least what the last
-//     operation that returned had left them (times are not in the tree:
-//     an interrupted operation may have moved them or not);
+//   - every directory's mtime and ctime, and every other inode's own
+//     ctime (renames, links, attribute changes), are at least what the
+//     last operation that returned had left them (times are not in the
+//     tree: an interrupted operation may have moved them or not; a file's
+//     data times are durable only at an fsync, and are not checked);
 //   - the process that recovered must commit a record (create, unlink);
 //   - fsck (CheckPool) must find nothing, once the pool has been detached;
 //   - the recovered pool must take new records: a probe creates and
@@ -324,11 +326,15 @@ class Explorer {
         break;
       }
       model = matched->tree;
-      // What returned is durable, its directories' times too: a crash from
-      // here on may move them forward (a later operation), never back.
+      // What returned is durable, its durable times too: a crash from here
+      // on may move them forward (a later operation), never back. An
+      // inode number now of another kind (freed and made again) starts
+      // its floor anew.
       for (const auto& [ino, t] : live_times) {
-        auto& f = floors_[ino];
-        f = {std::max(f.first, t.first), std::max(f.second, t.second)};
+        auto [f, fresh] = floors_.emplace(ino, t);
+        if (fresh) continue;
+        if ((f->second.first == kTimeNotDurable) != (t.first == kTimeNotDurable)) f->second = t;
+        f->second = {std::max(f->second.first, t.first), std::max(f->second.second, t.second)};
       }
       if (opt_.verbose)
         std::printf("  op %zu %s: %d fences (racer %d), namespace log at block %u slot %u\n", i,
@@ -480,18 +486,24 @@ class Explorer {
     return "";
   }
 
-  // A directory whose mtime or ctime in a recovered image is older than
-  // an operation that returned had left it ("" if none): the times a
-  // namespace operation stores in its directories are written back before
-  // it returns, as everything else it changed.
+  // An inode whose durable times in a recovered image are older than an
+  // operation that returned had left them ("" if none): the times a
+  // namespace operation stores in its directories, and the ctime of a
+  // file it renames, links or changes the attributes of, are written back
+  // before it returns, as everything else it changed (DumpPool says which
+  // times are durable).
   std::string TimesWentBack(const DirTimes& times) const {
     for (const auto& [ino, t] : times) {
       auto f = floors_.find(ino);
       if (f == floors_.end()) continue;
+      // Another kind of inode: another life of the number, made after the
+      // one the floor is of (which a returned operation removed).
+      if ((t.first == kTimeNotDurable) != (f->second.first == kTimeNotDurable)) continue;
       if (t.first < f->second.first || t.second < f->second.second)
-        return "directory inode " + std::to_string(ino) + ": mtime/ctime " + std::to_string(t.first) + "/" +
-               std::to_string(t.second) + " ns, older than the " + std::to_string(f->second.first) + "/" +
-               std::to_string(f->second.second) + " an operation that returned left";
+        return (t.first == kTimeNotDurable ? "inode " + std::to_string(ino) + ": ctime " + std::to_string(t.second)
+                                           : "directory inode " + std::to_string(ino) + ": mtime/ctime " +
+                                                 std::to_string(t.first) + "/" + std::to_string(t.second)) +
+               " ns, older than the " + std::to_string(f->second.second) + " ns (ctime) an operation that returned left";
     }
     return "";
   }

@@ -256,11 +256,16 @@ class TreeModel {
 // ---------------------------------------------------------------------------
 // The tree a pool shows, walked through its namespace (as root, so that no
 // permission bit hides anything). Returns the canonical dump, or an error
-// describing what could not be read. With dir_times, also every
-// directory's (mtime, ctime) in nanoseconds, by inode number: times are
-// not part of the dump (an interrupted operation may have moved them or
-// not), so a crash test checks them apart.
+// describing what could not be read. With dir_times, also the times a
+// namespace operation makes durable before it returns, by inode number:
+// every directory's (mtime, ctime) in nanoseconds, and every other
+// inode's (kTimeNotDurable, its inode's own ctime: names and attributes
+// changed; the times its data writes set are durable only at an fsync,
+// and stat reports the later of the two ctimes). Times are not part of the
+// dump (an interrupted operation may have moved them or not), so a crash
+// test checks them apart.
 using DirTimes = std::map<uint64_t, std::pair<int64_t, int64_t>>;
+inline constexpr int64_t kTimeNotDurable = INT64_MIN;
 inline int64_t StatNs(const struct timespec& t) { return int64_t(upfs::TimespecNs(t)); }
 inline Status DumpPool(Pool* pool, std::string* out, DirTimes* dir_times = nullptr) {
   Credentials who;
@@ -308,8 +313,12 @@ inline Status DumpPool(Pool* pool, std::string* out, DirTimes* dir_times = nullp
                                                      : FileType::kRegular;
     if (stat_type != s.type)
       return Status::Error(EUCLEAN, s.path + ": the directory entry's type is not the inode's");
-    if (dir_times && s.type == FileType::kDirectory)
-      (*dir_times)[s.ino] = {StatNs(st.st_mtim), StatNs(st.st_ctim)};
+    if (dir_times && s.type == FileType::kDirectory) (*dir_times)[s.ino] = {StatNs(st.st_mtim), StatNs(st.st_ctim)};
+    if (dir_times && s.type != FileType::kDirectory) {
+      format::pool::Inode* in;
+      UPFS_RETURN_IF_ERROR(pool->InodeAt(s.ino, &in));
+      (*dir_times)[s.ino] = {kTimeNotDurable, int64_t(in->ctime_ns.load())};
+    }
     std::string what;
     if (s.type == FileType::kSymlink) {
       UPFS_RETURN_IF_ERROR(ns.Readlink(s.ino, &what));

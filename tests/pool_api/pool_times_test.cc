@@ -156,6 +156,23 @@ TEST_F(PoolTest, TimesMoveAsTheKernelMovesThem) {
   EXPECT_EQ(u.a, 1000 * 1000000000LL + 1);
   EXPECT_EQ(u.m, 2000 * 1000000000LL + 2);
   EXPECT_GE(u.c, f.c) << "utimensat moves ctime to now";
+
+  // A rename over a name of a file that keeps another name moves that
+  // file's ctime too (it lost a name); an exchange moves both files'.
+  ASSERT_EQ(Create("e/v"), 0);
+  ASSERT_EQ(upfs_link(P("e/v").c_str(), P("e/w").c_str()), 0);
+  ASSERT_EQ(Create("e/x"), 0);
+  Times v = times("e/v"), x = times("e/x");
+  tick();
+  ASSERT_EQ(upfs_rename(P("e/x").c_str(), P("e/w").c_str()), 0);
+  EXPECT_EQ(moved(v, times("e/v")), "c") << "a rename over another name of it";
+  EXPECT_EQ(moved(x, times("e/w")), "c") << "the file renamed over it";
+  v = times("e/v");
+  const Times h = times("e/h");
+  tick();
+  ASSERT_EQ(upfs_renameat2(AT_FDCWD, P("e/v").c_str(), AT_FDCWD, P("e/h").c_str(), RENAME_EXCHANGE), 0);
+  EXPECT_EQ(moved(v, times("e/h")), "c") << "an exchange, its source";
+  EXPECT_EQ(moved(h, times("e/v")), "c") << "an exchange, its target";
   ExpectClean();
 }
 

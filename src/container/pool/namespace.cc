@@ -150,7 +150,10 @@ void PoolNamespace::TouchDir(uint64_t dir, CommitFlushes* later) {
   FlushLine(&in->times.mtime_ns, later);
 }
 
-// Called after the commit that changed the inode's names. By then another thread may have
+// Called once the record that changed the inode's names is committed: a
+// durable touch from the commit's `touch` (after the index lock, before
+// the fence that makes the record durable), any other after the commit.
+// By then another thread may have
 // removed the inode's last name and released it, and a create may have
 // taken it: the store then lands on a free inode (whose fields nobody
 // reads) or on a new one, whose ctime it moves forward by the moment
@@ -422,8 +425,13 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
   UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
   UPFS_RETURN_IF_ERROR(CheckSticky(at.dir, at.ino));
   NsRecord rec{RecordType::kUnlink, at.type, at.ino, at.dir, 0, 0, at.name, {}, {}};
-  const auto touch = [&](CommitFlushes* later) { TouchDir(at.dir, later); };
-  bool last = false;  // the name going is the inode's last
+  bool last = false;  // the name going is the inode's last (set by the check at the tail)
+  // A file that keeps a name has its ctime made durable with the record,
+  // by the commit's fence, as the directory's times are.
+  const auto touch = [&](CommitFlushes* later) {
+    TouchDir(at.dir, later);
+    if (!dir && !last) TouchCtime(at.ino, /*durable=*/true, later);
+  };
   UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
     const NsIndex* idx = pool_->index();
     NsEntry e;
@@ -437,7 +445,7 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
     last = dir || idx->Nlink(at.ino, at.type) == 1;
     return Status::OK();
   }, {}, nullptr, touch));
-  if (!dir) TouchCtime(at.ino, /*durable=*/!last, nullptr);
+  if (!dir && last) TouchCtime(at.ino, /*durable=*/false, nullptr);  // for its open descriptors' fstat
   if (last) SetUnlinked(at.ino);
   MaybeRelease(at.ino);
   return Status::OK();
@@ -502,12 +510,16 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
   const NsIndex* idx = pool_->index();
   NsRecord rec{exchange ? RecordType::kExchange : RecordType::kRename, from.type, from.ino,
                from.dir, to.dir, to.ino, from.name, to.name, {}};
+  bool victim_last = false;  // the name replaced was its inode's last (set by the check at the tail)
+  // Durable with the record (the commit's fence): both directories' times,
+  // the ctime of what moved, and of what was exchanged with it or lost a
+  // name to it and keeps another.
   const auto touch = [&](CommitFlushes* later) {
     TouchDir(from.dir, later);
     if (to.dir != from.dir) TouchDir(to.dir, later);
     TouchCtime(from.ino, /*durable=*/true, later);
+    if (to.ino != 0 && (exchange || !victim_last)) TouchCtime(to.ino, /*durable=*/true, later);
   };
-  bool victim_last = false;  // the name replaced was its inode's last
   UPFS_RETURN_IF_ERROR(Commit(rec, [&]() -> Status {
     // Both names as Resolve found them while nothing was committed since
     // (both lookups in this view): no need to look again.
@@ -532,8 +544,10 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
     return Status::OK();
   }, {}, nullptr, touch));
   if (!exchange && to.ino != 0) {
-    TouchCtime(to.ino, /*durable=*/!victim_last, nullptr);
-    if (victim_last) SetUnlinked(to.ino);
+    if (victim_last) {
+      TouchCtime(to.ino, /*durable=*/false, nullptr);  // for its open descriptors' fstat
+      SetUnlinked(to.ino);
+    }
     MaybeRelease(to.ino);
   }
   return Status::OK();
