@@ -134,6 +134,9 @@ class Runner {
       case NsOp::kChmod:
         if (!r.ino) return Status::Error(ENOENT, "no such file");
         return ns.Chmod(r.ino, op.mode);
+      case NsOp::kUtimens:
+        if (!r.ino) return Status::Error(ENOENT, "no such file");
+        return ns.Utimens(r.ino, kUtimensTimes);
       case NsOp::kWrite:
       case NsOp::kAppend:
       case NsOp::kTruncate:

@@ -33,6 +33,11 @@ void AddNamespaceWorkloads(std::vector<Workload>* w) {
                {Mkdir("/a"), Mkdir("/b", 0700), Create("/a/f"), Create("/b/g", 0600), Mkdir("/a/d"),
                 Symlink("/a/s", "f"), Symlink("/b/long", kLongTarget), Create("/a/" + kLongName),
                 Chmod("/a/f", 0604), Chmod("/a", 0711), Chmod("/", 0775)}});
+  // Durable changes of attributes alone: each moves its inode's ctime
+  // (checked against what returned), the tree not at all.
+  w->push_back({"ns-attrs",
+               {Mkdir("/a"), Create("/a/f"), Link("/a/f", "/a/g"), Symlink("/a/s", "f")},
+               {Utimens("/a/f"), Utimens("/a"), Chmod("/a/g", 0600), Utimens("/a/s"), Utimens("/")}});
   w->push_back({"ns-rename",
                {Mkdir("/a"), Mkdir("/b"), Create("/a/f"), Create("/a/g"), Create("/b/h"), Mkdir("/a/d"),
                 Create("/a/d/x"), Mkdir("/b/e"), Mkdir("/a/m")},

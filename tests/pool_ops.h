@@ -4,7 +4,9 @@
 // torture (which runs them through the C API).
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -23,6 +25,7 @@ struct NsOp {
     kUnlinkOpen,  // holds the file, unlinks it, writes to it, lets go (the release)
     kCheckpoint,  // writes a checkpoint of the namespace (the tree does not change)
     kNoFreeBlocks,  // from here on the pool has no free block for its namespace (a full pool)
+    kUtimens,  // utimensat: atime set to a fixed time, mtime left (UTIME_OMIT), ctime to now
   } kind;
   std::string a, b;  // paths; b: the second path, or a symbolic link's target
   uint64_t off = 0, len = 0;
@@ -37,7 +40,7 @@ struct NsOp {
   std::string Describe() const {
     static const char* names[] = {"create", "mkdir", "symlink", "link", "unlink", "rmdir", "rename",
                                   "exchange", "chmod", "write", "append", "truncate", "unlink-open",
-                                  "checkpoint", "no-free-blocks"};
+                                  "checkpoint", "no-free-blocks", "utimens"};
     auto brief = [](const std::string& s) { return s.size() > 40 ? s.substr(0, 37) + "..." : s; };
     std::string d = std::string(names[kind]) + " " + brief(a);
     if (!b.empty()) d += " " + brief(b);
@@ -73,6 +76,7 @@ inline int ApplyModel(TreeModel* t, const NsOp& op) {
     case NsOp::kUnlinkOpen: return t->Unlink(op.a);  // the write lands in an unlinked file
     case NsOp::kCheckpoint: return 0;
     case NsOp::kNoFreeBlocks: return 0;
+    case NsOp::kUtimens: return t->Touch(op.a);
   }
   return EINVAL;
 }
@@ -105,6 +109,11 @@ inline NsOp Append(std::string p, uint64_t len, uint32_t seed) { return Make(NsO
 inline NsOp Truncate(std::string p, uint64_t len) { return Make(NsOp::kTruncate, std::move(p), "", 0, len); }
 inline NsOp Checkpoint() { return Make(NsOp::kCheckpoint, ""); }
 inline NsOp NoFreeBlocks() { return Make(NsOp::kNoFreeBlocks, ""); }
+inline NsOp Utimens(std::string p) { return Make(NsOp::kUtimens, std::move(p)); }
+// The times kUtimens sets: atime, and not mtime (set back, a directory's
+// would go below what an earlier operation left, which the explorer's
+// check of times that never go back would take for a loss).
+inline constexpr struct timespec kUtimensTimes[2] = {{1000, 1}, {0, UTIME_OMIT}};
 inline NsOp UnlinkOpen(std::string p, uint64_t off, uint64_t len, uint32_t seed) {
   return Make(NsOp::kUnlinkOpen, std::move(p), "", off, len, seed);
 }

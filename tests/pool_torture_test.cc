@@ -298,6 +298,7 @@ class Worker {
         rc = upfs_renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE);
         break;
       case NsOp::kChmod: rc = upfs_chmod(a.c_str(), op.mode); break;
+      case NsOp::kUtimens: rc = upfs_utimensat(AT_FDCWD, a.c_str(), upfs::crashtest::kUtimensTimes, 0); break;
       default: return EINVAL;
     }
     return rc == 0 ? 0 : errno;
