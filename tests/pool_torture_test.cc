@@ -255,7 +255,10 @@ class Worker {
       if (model_.IsEmptyDir(d)) *op = ct::Rmdir(d);
       else *op = ct::Rename(d, Name('d', Shared(int(rng_() % kSharedDirs))));  // with its files
     } else if (r < 84) {
-      *op = ct::Chmod(pick(files), rng_() % 2 ? 0640 : 0604);
+      // An attribute change alone: a file's mode, or any name's ctime
+      // (utimensat, which seals a new inode's image as a chmod does).
+      if (rng_() % 3 != 0) *op = ct::Chmod(pick(files), rng_() % 2 ? 0640 : 0604);
+      else *op = ct::Utimens(pick(names));
     } else if (r < 91) {
       *op = ct::Symlink(Name('l', pick(where)), "t-" + std::to_string(id_) + "-" + std::to_string(seq_));
     } else {
@@ -298,7 +301,7 @@ class Worker {
         rc = upfs_renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE);
         break;
       case NsOp::kChmod: rc = upfs_chmod(a.c_str(), op.mode); break;
-      case NsOp::kUtimens: rc = upfs_utimensat(AT_FDCWD, a.c_str(), upfs::crashtest::kUtimensTimes, 0); break;
+      case NsOp::kUtimens: rc = upfs_utimensat(AT_FDCWD, a.c_str(), upfs::crashtest::kUtimensTimes, AT_SYMLINK_NOFOLLOW); break;
       default: return EINVAL;
     }
     return rc == 0 ? 0 : errno;
