@@ -342,6 +342,7 @@ TEST_P(NsIndexLayers, RecordsThatDoNotFitAreRefused) {
       rec(RecordType::kRename, 99, "old", "x"),     // another inode
       rec(RecordType::kRename, 12, "gone", "x"),    // removed
       rec(RecordType::kRename, 11, "new", "old"),   // onto a name, no victim
+      rec(RecordType::kRename, 11, "new", "old", 99),  // onto a name, another victim
       rec(RecordType::kCreate, 14, "old"),          // a name that exists
       rec(RecordType::kCreate, 14, "new"),
   };

@@ -307,11 +307,13 @@ Status NsIndex::Apply(const NsRecord& r, bool validated) {
     case RecordType::kRename: {
       // Checked before anything changes (a record that does not fit
       // leaves the index as it was), unless the committer just did so.
+      // A victim's name is checked by its Remove, the first change; with
+      // none, the name taken must be free before the source's goes.
       NsEntry moved, target;
       if (!validated && (!Find(r.dir1, r.name1, &moved) || moved.ino != r.ino))
         return Misfit("rename of a name that does not exist");
       if (!IsDir(r.dir2)) return Misfit("rename into a directory that does not exist");
-      if (!validated && (Find(r.dir2, r.name2, &target) ? target.ino : 0) != r.victim)
+      if (!validated && r.victim == 0 && Find(r.dir2, r.name2, &target))
         return Misfit("rename onto a name that is not its victim");
       if (r.victim != 0) {
         NsEntry v;
