@@ -312,7 +312,7 @@ class Explorer {
       // seal its image (stores, write-backs and a fence: fresh_inode.h),
       // and a model that missed them would hold as lost what is durable.
       std::string live;
-      DirTimes live_times;
+      InodeTimes live_times;
       Status dst = DumpPool(pool.get(), &live, &live_times);
       const Outcome* matched = nullptr;
       for (const Outcome& o : outcomes)
@@ -335,9 +335,9 @@ class Explorer {
       // its floor anew.
       for (const auto& [ino, t] : live_times) {
         auto [f, fresh] = floors_.emplace(ino, t);
-        if (fresh) continue;
-        if ((f->second.first == kTimeNotDurable) != (t.first == kTimeNotDurable)) f->second = t;
-        f->second = {std::max(f->second.first, t.first), std::max(f->second.second, t.second)};
+        DurableTimes& floor = f->second;
+        if (fresh || floor.dir != t.dir) floor = t;
+        floor = {t.dir, std::max(floor.mtime_ns, t.mtime_ns), std::max(floor.ctime_ns, t.ctime_ns)};
       }
       if (opt_.verbose)
         std::printf("  op %zu %s: %d fences (racer %d), namespace log at block %u slot %u\n", i,
@@ -441,7 +441,7 @@ class Explorer {
       std::unique_ptr<Pool> p;
       Status st = Pool::Attach(ipath, &p);
       if (!st.ok()) return "recovery (attach) failed: " + st.ToString();
-      DirTimes times;
+      InodeTimes times;
       st = DumpPool(p.get(), &tree, &times);
       if (!st.ok()) return "walking the recovered tree failed: " + st.ToString();
       bool match = false;
@@ -495,25 +495,27 @@ class Explorer {
   // file it renames, links or changes the attributes of, are written back
   // before it returns, as everything else it changed (DumpPool says which
   // times are durable).
-  std::string TimesWentBack(const DirTimes& times) const {
+  std::string TimesWentBack(const InodeTimes& times) const {
     for (const auto& [ino, t] : times) {
       auto f = floors_.find(ino);
-      if (f == floors_.end()) continue;
       // Another kind of inode: another life of the number, made after the
       // one the floor is of (which a returned operation removed).
-      if ((t.first == kTimeNotDurable) != (f->second.first == kTimeNotDurable)) continue;
-      if (t.first < f->second.first || t.second < f->second.second)
-        return (t.first == kTimeNotDurable ? "inode " + std::to_string(ino) + ": ctime " + std::to_string(t.second)
-                                           : "directory inode " + std::to_string(ino) + ": mtime/ctime " +
-                                                 std::to_string(t.first) + "/" + std::to_string(t.second)) +
-               " ns, older than the " + std::to_string(f->second.second) + " ns (ctime) an operation that returned left";
+      if (f == floors_.end() || f->second.dir != t.dir) continue;
+      const DurableTimes& floor = f->second;
+      if (t.mtime_ns >= floor.mtime_ns && t.ctime_ns >= floor.ctime_ns) continue;
+      const std::string what = t.dir ? "directory inode " + std::to_string(ino) + ": mtime/ctime "
+                                     : "inode " + std::to_string(ino) + ": ctime ";
+      auto shown = [&](const DurableTimes& x) {
+        return (t.dir ? std::to_string(x.mtime_ns) + "/" : std::string()) + std::to_string(x.ctime_ns);
+      };
+      return what + shown(t) + " ns, older than the " + shown(floor) + " an operation that returned left";
     }
     return "";
   }
 
   Options opt_;
   std::string dir_;
-  DirTimes floors_;  // each directory's latest times after an operation returned
+  InodeTimes floors_;  // each inode's latest durable times after an operation returned
   std::mt19937_64 rng_;
   SparsePersistenceModel model_;
   const Workload* w_ = nullptr;

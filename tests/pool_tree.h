@@ -258,18 +258,22 @@ class TreeModel {
 // ---------------------------------------------------------------------------
 // The tree a pool shows, walked through its namespace (as root, so that no
 // permission bit hides anything). Returns the canonical dump, or an error
-// describing what could not be read. With dir_times, also the times a
-// namespace operation makes durable before it returns, by inode number:
-// every directory's (mtime, ctime) in nanoseconds, and every other
-// inode's (kTimeNotDurable, its inode's own ctime: names and attributes
-// changed; the times its data writes set are durable only at an fsync,
-// and stat reports the later of the two ctimes). Times are not part of the
-// dump (an interrupted operation may have moved them or not), so a crash
-// test checks them apart.
-using DirTimes = std::map<uint64_t, std::pair<int64_t, int64_t>>;
-inline constexpr int64_t kTimeNotDurable = INT64_MIN;
+// describing what could not be read. With `times`, also the times a
+// namespace operation makes durable before it returns, by inode number.
+// Times are not part of the dump (an interrupted operation may have moved
+// them or not), so a crash test checks them apart.
+struct DurableTimes {
+  // A directory: its mtime and ctime. Any other inode: its inode's own
+  // ctime only (names and attributes changed); the times its data writes
+  // set are durable only at an fsync, and stat reports the later of the
+  // two ctimes.
+  bool dir = false;
+  int64_t mtime_ns = 0;  // directories only
+  int64_t ctime_ns = 0;
+};
+using InodeTimes = std::map<uint64_t, DurableTimes>;
 inline int64_t StatNs(const struct timespec& t) { return int64_t(upfs::TimespecNs(t)); }
-inline Status DumpPool(Pool* pool, std::string* out, DirTimes* dir_times = nullptr) {
+inline Status DumpPool(Pool* pool, std::string* out, InodeTimes* times = nullptr) {
   Credentials who;
   who.uid = 0;
   who.gid = 0;
@@ -303,9 +307,9 @@ inline Status DumpPool(Pool* pool, std::string* out, DirTimes* dir_times = nullp
   struct stat st;
   UPFS_RETURN_IF_ERROR(ns.Stat(pool->root_ino(), &st));
   if (!S_ISDIR(st.st_mode)) return Status::Error(ENOTDIR, "the root is not a directory");
-  if (dir_times) {
-    dir_times->clear();
-    (*dir_times)[pool->root_ino()] = {StatNs(st.st_mtim), StatNs(st.st_ctim)};
+  if (times) {
+    times->clear();
+    (*times)[pool->root_ino()] = {true, StatNs(st.st_mtim), StatNs(st.st_ctim)};
   }
   lines.push_back(CanonicalLine("/", FileType::kDirectory, st.st_mode, st.st_nlink, ""));
   for (const Seen& s : seen) {
@@ -315,11 +319,11 @@ inline Status DumpPool(Pool* pool, std::string* out, DirTimes* dir_times = nullp
                                                      : FileType::kRegular;
     if (stat_type != s.type)
       return Status::Error(EUCLEAN, s.path + ": the directory entry's type is not the inode's");
-    if (dir_times && s.type == FileType::kDirectory) (*dir_times)[s.ino] = {StatNs(st.st_mtim), StatNs(st.st_ctim)};
-    if (dir_times && s.type != FileType::kDirectory) {
+    if (times && s.type == FileType::kDirectory) (*times)[s.ino] = {true, StatNs(st.st_mtim), StatNs(st.st_ctim)};
+    if (times && s.type != FileType::kDirectory) {
       format::pool::Inode* in;
       UPFS_RETURN_IF_ERROR(pool->InodeAt(s.ino, &in));
-      (*dir_times)[s.ino] = {kTimeNotDurable, int64_t(in->ctime_ns.load())};
+      (*times)[s.ino] = {false, 0, int64_t(in->ctime_ns.load())};
     }
     std::string what;
     if (s.type == FileType::kSymlink) {
