@@ -153,12 +153,11 @@ void PoolNamespace::TouchDir(uint64_t dir, CommitFlushes* later) {
 // Called once the record that changed the inode's names is committed: a
 // durable touch from the commit's `touch` (after the index lock, before
 // the fence that makes the record durable), any other after the commit.
-// By then another thread may have
-// removed the inode's last name and released it, and a create may have
-// taken it: the store then lands on a free inode (whose fields nobody
-// reads) or on a new one, whose ctime it moves forward by the moment
-// between that create and this store, still a change time the new file
-// could have. So a stale touch is harmless, and no hold is taken for it
+// By then another thread may have removed the inode's last name and
+// released it, and a create may have taken it: the store then lands on a
+// free inode (whose fields nobody reads) or on a new one, whose ctime it
+// moves forward by the moment between that create and this store, still
+// a change time the new file could have. So a stale touch is harmless, and no hold is taken for it
 // (a hold would cost every unlink two more atomic operations).
 void PoolNamespace::TouchCtime(uint64_t ino, bool durable, CommitFlushes* later) {
   Inode* in;
