@@ -503,10 +503,11 @@ class Explorer {
       if (f == floors_.end() || f->second.dir != t.dir) continue;
       const DurableTimes& floor = f->second;
       if (t.mtime_ns >= floor.mtime_ns && t.ctime_ns >= floor.ctime_ns) continue;
-      const std::string what = t.dir ? "directory inode " + std::to_string(ino) + ": mtime/ctime "
-                                     : "inode " + std::to_string(ino) + ": ctime ";
-      auto shown = [&](const DurableTimes& x) {
-        return (t.dir ? std::to_string(x.mtime_ns) + "/" : std::string()) + std::to_string(x.ctime_ns);
+      const bool dir = t.dir;  // a structured binding: not capturable by a lambda in clang 14
+      const std::string what = dir ? "directory inode " + std::to_string(ino) + ": mtime/ctime "
+                                   : "inode " + std::to_string(ino) + ": ctime ";
+      auto shown = [dir](const DurableTimes& x) {
+        return (dir ? std::to_string(x.mtime_ns) + "/" : std::string()) + std::to_string(x.ctime_ns);
       };
       return what + shown(t) + " ns, older than the " + shown(floor) + " an operation that returned left";
     }
