@@ -144,8 +144,13 @@ TEST_F(PoolTest, ForeignAndDamagedPoolsAreRefused) {
   ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
   fd = open(pool_.c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
-  const char bad = 0x7f;
-  ASSERT_EQ(pwrite(fd, &bad, 1, 20), 1);  // inside the checksummed superblock line
+  // Byte 20 lies in the random pool_id, inside the checksummed superblock
+  // line: flipped, not overwritten with a constant (one pool in 256 held
+  // that constant there already, and the test then damaged nothing).
+  char byte;
+  ASSERT_EQ(pread(fd, &byte, 1, 20), 1);
+  byte = char(byte ^ 0xff);
+  ASSERT_EQ(pwrite(fd, &byte, 1, 20), 1);
   close(fd);
   EXPECT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), -1);
   EXPECT_EQ(errno, EUCLEAN);
