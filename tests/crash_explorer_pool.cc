@@ -24,8 +24,9 @@
 //   - every directory's mtime and ctime, and every other inode's own
 //     ctime (renames, links, attribute changes), are at least what the
 //     last operation that returned had left them (times are not in the
-//     tree: an interrupted operation may have moved them or not; a file's
-//     data times are durable only at an fsync, and are not checked);
+//     tree: an interrupted operation may have moved them or not); a
+//     file's data times (its writes' mtime and ctime), durable only at an
+//     fsync, are at least what the last fsync of it that returned saw;
 //   - the process that recovered must commit a record (create, unlink);
 //   - fsck (CheckPool) must find nothing, once the pool has been detached;
 //   - the recovered pool must take new records: a probe creates and
@@ -137,6 +138,17 @@ class Runner {
       case NsOp::kUtimens:
         if (!r.ino) return Status::Error(ENOENT, "no such file");
         return ns.Utimens(r.ino, kUtimensTimes);
+      case NsOp::kFsync: {
+        if (!r.ino) return Status::Error(ENOENT, "no such file");
+        uint32_t gen;
+        UPFS_RETURN_IF_ERROR(ns.TakeHold(r.ino, &gen));
+        std::shared_ptr<File> f;
+        Status st = pool_->FileOf(r.ino, &f);
+        if (st.ok()) st = f->Sync();
+        f.reset();
+        ns.DropHold(r.ino, gen);
+        return st;
+      }
       case NsOp::kWrite:
       case NsOp::kAppend:
       case NsOp::kTruncate:
@@ -333,11 +345,24 @@ class Explorer {
       // on may move them forward (a later operation), never back. An
       // inode number now of another kind (freed and made again) starts
       // its floor anew.
+      // A file's data times join its floor only at an fsync of it.
+      uint64_t synced = 0;
+      if (op.kind == NsOp::kFsync && st.ok()) {
+        Credentials root;  // uid and gid 0
+        Resolved r;
+        if (PoolNamespace(pool.get(), &root).Resolve(op.a, false, &r).ok()) synced = r.ino;
+      }
       for (const auto& [ino, t] : live_times) {
-        auto [f, fresh] = floors_.emplace(ino, t);
+        auto [f, fresh] = floors_.emplace(ino, DurableTimes{});
         DurableTimes& floor = f->second;
-        if (fresh || floor.dir != t.dir) floor = t;
-        floor = {t.dir, std::max(floor.mtime_ns, t.mtime_ns), std::max(floor.ctime_ns, t.ctime_ns)};
+        if (fresh || floor.dir != t.dir) floor = DurableTimes{t.dir};
+        floor.mtime_ns = std::max(floor.mtime_ns, t.mtime_ns);
+        floor.ctime_ns = std::max(floor.ctime_ns, t.ctime_ns);
+        if (ino == synced && t.data) {
+          floor.data = true;
+          floor.data_mtime_ns = t.data_mtime_ns;
+          floor.data_ctime_ns = t.data_ctime_ns;
+        }
       }
       if (opt_.verbose)
         std::printf("  op %zu %s: %d fences (racer %d), namespace log at block %u slot %u\n", i,
@@ -502,6 +527,10 @@ class Explorer {
       // one the floor is of (which a returned operation removed).
       if (f == floors_.end() || f->second.dir != t.dir) continue;
       const DurableTimes& floor = f->second;
+      if (floor.data && t.data && (t.data_mtime_ns < floor.data_mtime_ns || t.data_ctime_ns < floor.data_ctime_ns))
+        return "file inode " + std::to_string(ino) + ": data mtime/ctime " + std::to_string(t.data_mtime_ns) + "/" +
+               std::to_string(t.data_ctime_ns) + " ns, older than the " + std::to_string(floor.data_mtime_ns) +
+               "/" + std::to_string(floor.data_ctime_ns) + " an fsync that returned left";
       if (t.mtime_ns >= floor.mtime_ns && t.ctime_ns >= floor.ctime_ns) continue;
       const bool dir = t.dir;  // a structured binding: not capturable by a lambda in clang 14
       const std::string what = dir ? "directory inode " + std::to_string(ino) + ": mtime/ctime "

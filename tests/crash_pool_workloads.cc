@@ -58,6 +58,15 @@ void AddNamespaceWorkloads(std::vector<Workload>* w) {
 
 // Namespace operations mixed with writes to pool files.
 void AddDataWorkloads(std::vector<Workload>* w) {
+  // A file's data times (mtime, and the ctime its writes set) are durable
+  // from an fsync's return on, as the kernel's; between fsyncs they may
+  // be lost. Each op is explored before the next runs, so the clock moves
+  // between them (the coarse clock's tick is a few ms).
+  w->push_back({"ns-fsync-times",
+               {Create("/f"), Create("/g")},
+               {Write("/f", 0, 100, 1), Write("/f", 200, 100, 2), Fsync("/f"), Write("/f", 50, 10, 3),
+                Truncate("/f", 120), Fsync("/f"), Append("/f", 30, 4), Write("/g", 0, 5000, 5), Fsync("/g"),
+                Rename("/g", "/f"), Fsync("/f"), Write("/f", 10, 10, 6)}});
   w->push_back({"mixed-data",
                {Mkdir("/d"), Create("/d/f")},
                {Write("/d/f", 0, 4096, 1), Write("/d/f", 100, 50, 2), Append("/d/f", 5000, 3),

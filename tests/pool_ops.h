@@ -26,6 +26,7 @@ struct NsOp {
     kCheckpoint,  // writes a checkpoint of the namespace (the tree does not change)
     kNoFreeBlocks,  // from here on the pool has no free block for its namespace (a full pool)
     kUtimens,  // utimensat: atime set to a fixed time, mtime left (UTIME_OMIT), ctime to now
+    kFsync,    // fsync of a regular file: its data times are durable from its return
   } kind;
   std::string a, b;  // paths; b: the second path, or a symbolic link's target
   uint64_t off = 0, len = 0;
@@ -40,7 +41,7 @@ struct NsOp {
   std::string Describe() const {
     static const char* names[] = {"create", "mkdir", "symlink", "link", "unlink", "rmdir", "rename",
                                   "exchange", "chmod", "write", "append", "truncate", "unlink-open",
-                                  "checkpoint", "no-free-blocks", "utimens"};
+                                  "checkpoint", "no-free-blocks", "utimens", "fsync"};
     auto brief = [](const std::string& s) { return s.size() > 40 ? s.substr(0, 37) + "..." : s; };
     std::string d = std::string(names[kind]) + " " + brief(a);
     if (!b.empty()) d += " " + brief(b);
@@ -77,6 +78,7 @@ inline int ApplyModel(TreeModel* t, const NsOp& op) {
     case NsOp::kCheckpoint: return 0;
     case NsOp::kNoFreeBlocks: return 0;
     case NsOp::kUtimens: return t->Touch(op.a);
+    case NsOp::kFsync: return t->Touch(op.a);
   }
   return EINVAL;
 }
@@ -110,6 +112,7 @@ inline NsOp Truncate(std::string p, uint64_t len) { return Make(NsOp::kTruncate,
 inline NsOp Checkpoint() { return Make(NsOp::kCheckpoint, ""); }
 inline NsOp NoFreeBlocks() { return Make(NsOp::kNoFreeBlocks, ""); }
 inline NsOp Utimens(std::string p) { return Make(NsOp::kUtimens, std::move(p)); }
+inline NsOp Fsync(std::string p) { return Make(NsOp::kFsync, std::move(p)); }
 // The times kUtimens sets: atime, and not mtime (set back, a directory's
 // would go below what an earlier operation left, which the explorer's
 // check of times that never go back would take for a loss).

@@ -270,6 +270,11 @@ struct DurableTimes {
   bool dir = false;
   int64_t mtime_ns = 0;  // directories only
   int64_t ctime_ns = 0;
+  // A regular file that has a log: the times its data writes set (the
+  // engine's mtime and data ctime), durable at an fsync.
+  bool data = false;
+  int64_t data_mtime_ns = 0;
+  int64_t data_ctime_ns = 0;
 };
 using InodeTimes = std::map<uint64_t, DurableTimes>;
 inline int64_t StatNs(const struct timespec& t) { return int64_t(upfs::TimespecNs(t)); }
@@ -337,6 +342,14 @@ inline Status DumpPool(Pool* pool, std::string* out, InodeTimes* times = nullptr
         UPFS_RETURN_IF_ERROR(pool->FileOf(s.ino, &f));
         uint64_t size = 0;
         UPFS_RETURN_IF_ERROR(f->Size(&size));
+        if (times) {
+          FileStat fs;
+          UPFS_RETURN_IF_ERROR(f->Stat(&fs));
+          DurableTimes& t = (*times)[s.ino];
+          t.data = true;
+          t.data_mtime_ns = fs.mtime_ns;
+          t.data_ctime_ns = fs.data_ctime_ns;
+        }
         data.resize(size);
         size_t done = 0;
         if (size) UPFS_RETURN_IF_ERROR(f->Read(data.data(), size, 0, &done));
