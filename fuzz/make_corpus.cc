@@ -16,6 +16,7 @@
 //    by InspectFile before it is written.
 //  - Foreign files: text, zeros, 0xff, the magic alone, a header without its
 //    magic (an interrupted creation), a header without a log block.
+//  - With --pool OUTDIR: fuzz_pool's seeds instead (pool_seeds.cc).
 //
 // Prints one summary line; exits non-zero if anything failed.
 #include <fcntl.h>
@@ -34,6 +35,8 @@
 #include <vector>
 
 #include "container/perfile/inspect.h"
+#include "corpus_files.h"
+#include "pool_seeds.h"
 #include "format/format.h"
 #include "upfs/upfs.h"
 #include "util/crc32c.h"
@@ -41,7 +44,8 @@
 namespace {
 
 namespace fmt = upfs::format;
-using Bytes = std::vector<unsigned char>;
+using corpus::Bytes;
+using corpus::WriteFile;
 constexpr uint64_t kB = fmt::kBlockSize;
 
 std::string g_out;
@@ -53,13 +57,6 @@ int g_written = 0, g_clean = 0, g_failures = 0;
 void Fail(const std::string& what) {
   fprintf(stderr, "make_corpus: %s\n", what.c_str());
   ++g_failures;
-}
-
-bool WriteFile(const std::string& path, const Bytes& b) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
-  bool ok = b.empty() || write(fd, b.data(), b.size()) == ssize_t(b.size());
-  return close(fd) == 0 && ok;
 }
 
 bool ReadFile(const std::string& path, Bytes* b) {
@@ -567,77 +564,10 @@ void ForeignSeeds() {
   Emit("foreign-mangled-magic", mangled);
 }
 
-// ---------------------------------------------------------------------------
-// fuzz_pool's seeds: patch lists to its seed pools (fuzz/fuzz_pool.cc has
-// the encoding: a flags byte, then target, offset (2 bytes), length, bytes).
-
-struct PoolSeed {
-  Bytes b;
-  explicit PoolSeed(uint8_t flags) : b{flags} {}
-  PoolSeed& Patch(uint8_t target, uint16_t off, const Bytes& bytes) {
-    b.push_back(target);
-    b.push_back(uint8_t(off));
-    b.push_back(uint8_t(off >> 8));
-    b.push_back(uint8_t(bytes.size() == 8 ? 0 : bytes.size()));
-    b.insert(b.end(), bytes.begin(), bytes.end());
-    return *this;
-  }
-  PoolSeed& Word(uint8_t target, uint16_t off, uint64_t v) {
-    Bytes w(8);
-    memcpy(w.data(), &v, 8);
-    return Patch(target, off, w);
-  }
-};
-
-int PoolSeeds(const std::string& dir) {
-  mkdir(dir.c_str(), 0755);
-  int n = 0, failed = 0;
-  auto emit = [&](const std::string& name, const PoolSeed& s) {
-    if (WriteFile(dir + "/" + name, s.b)) ++n;
-    else ++failed;
-  };
-  emit("pool-clean", PoolSeed(0));
-  emit("pool-crashed", PoolSeed(1));
-  emit("pool-sb-checksum", PoolSeed(2).Patch(0, 20, {0x7f}));
-  emit("pool-sb-root", PoolSeed(0).Word(0, 48, 1));
-  emit("pool-sb-no-checkpoint", PoolSeed(0).Word(0, 80, 0));
-  emit("pool-sb-log-head", PoolSeed(1).Word(0, 64, 12345));
-  emit("pool-ck-nruns", PoolSeed(0).Patch(1, 44, {0, 1, 0, 0}));
-  emit("pool-ck-multi", PoolSeed(0).Word(1, 80, uint64_t{1} << 63));
-  emit("pool-ck-image", PoolSeed(0).Word(2, 0, 0));
-  emit("pool-ck-image-raw", PoolSeed(2).Word(2, 40, 0x1234));
-  // The version 2 seed (untagged checkpoint image).
-  emit("pool-v2-clean", PoolSeed(8));
-  emit("pool-v2-ck-image", PoolSeed(8).Word(2, 0, 0));
-  emit("pool-v2-ck-row", PoolSeed(8).Word(2, 96, 0x3fff));
-  for (uint8_t t = 3; t < 9; ++t) {
-    emit("pool-block" + std::to_string(t) + "-next", PoolSeed(0).Word(t, 0, 0x47534e5500000000ull | 9000));
-    emit("pool-block" + std::to_string(t) + "-slot", PoolSeed(t & 1).Word(t, 16 + 8 * t, 0x5));
-    emit("pool-block" + std::to_string(t) + "-inode", PoolSeed(0).Word(t, 256 + 64, ~uint64_t{0}));
-  }
-  emit("pool-inode-kind", PoolSeed(1).Word(255, 256, 9));
-  emit("pool-volatile-magic", PoolSeed(0).Word(254, 0, 0));
-  emit("pool-bitmap", PoolSeed(0).Word(253, 0, 0));
-  // Several patches in one input: libFuzzer's length limit starts from the
-  // longest seed, so these let inputs with many patches in from the start.
-  for (uint8_t flags : {0, 1, 2, 3}) {
-    PoolSeed multi(flags);
-    for (uint8_t t = 0; t < 12; ++t) multi.Word(uint8_t(t * 7 + flags), uint16_t(16 + 8 * t * (flags + 1)), t);
-    emit("pool-multi-" + std::to_string(flags), multi);
-  }
-  PoolSeed trunc(4), trunc_odd(5);  // the size word follows the flags
-  trunc.b.insert(trunc.b.end(), {6, 0});
-  trunc_odd.b.insert(trunc_odd.b.end(), {7, 0});
-  emit("pool-truncated", trunc);
-  emit("pool-truncated-odd", trunc_odd);
-  printf("make_corpus: %d pool seeds in %s, %d failures\n", n, dir.c_str(), failed);
-  return failed ? 1 : 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 3 && std::string(argv[1]) == "--pool") return PoolSeeds(argv[2]);
+  if (argc == 3 && std::string(argv[1]) == "--pool") return corpus::PoolSeeds(argv[2]);
   if (argc < 2 || argc > 3) {
     fprintf(stderr, "usage: make_corpus OUTDIR [MAX_BYTES]\n       make_corpus --pool OUTDIR\n");
     return 2;
