@@ -316,8 +316,9 @@ int PoolRename(const PoolPath& from, const PoolPath& to, unsigned flags) {
   PoolNamespace ns = Ns(from);
   return WithRetry([&]() -> Status {
     Resolved a, b;
-    UPFS_RETURN_IF_ERROR(ResolveIn(ns, from, false, &a, 0));
-    UPFS_RETURN_IF_ERROR(ResolveIn(ns, to, false, &b, 1));
+    std::string escape_a, escape_b;
+    Status resolved = ns.ResolveTwo(from.inner, from.start, &a, &escape_a, to.inner, to.start, &b, &escape_b);
+    UPFS_RETURN_IF_ERROR(Noting(Noting(resolved, from, escape_a, 0), to, escape_b, 1));
     if (a.ino == 0) return Status::Error(ENOENT, "no such file or directory");
     return ns.Rename(a, b, flags);
   });

@@ -99,6 +99,15 @@ class PoolNamespace {
   // != 0: that did not hold, and the caller takes the hold (TakeHold).
   Status ResolveHeld(std::string_view path, bool follow, Resolved* out, uint32_t* held_gen, bool* held,
                      std::string* escape = nullptr, uint64_t start = 0);
+  // Both paths of a rename, neither's last component followed, under one
+  // pin and one hold of the index lock (both in the same view, as
+  // SameView needs): path a first, as two Resolve calls would. b in the
+  // directory a's walk ended in, when both name it with the same bytes
+  // from the same start: only b's last name is looked up (a's walk
+  // checked the directory's search permission). An escape (EXDEV) is
+  // the path whose *escape is set.
+  Status ResolveTwo(std::string_view path_a, uint64_t start_a, Resolved* a, std::string* escape_a,
+                    std::string_view path_b, uint64_t start_b, Resolved* b, std::string* escape_b);
   // Tests only: fn(arg) runs in ResolveHeld between the lookup and the
   // hold (the index lock held shared), where a test makes a change from
   // another attachment of the pool. nullptr: nothing runs.
@@ -184,6 +193,11 @@ class PoolNamespace {
   // the directories it goes through in *trace (if given).
   Status Walk(std::string_view path, bool follow, Resolved* out, std::string* escape, uint64_t start,
               WalkTrace* trace);
+  // ResolveTwo's shortcut: *b as the name path_b ends in, looked up in
+  // a's directory, if path_b names that directory as path_a does (false:
+  // walk it).
+  bool ResolveSibling(std::string_view path_a, uint64_t start_a, const Resolved& a, std::string_view path_b,
+                      uint64_t start_b, Resolved* b) const;
   // The directory a walk from `start` (0: the root) begins in (index lock
   // held): ENOENT if it was removed, ENOTDIR if the inode is no directory.
   Status WalkStart(uint64_t start, uint64_t* cur) const;

@@ -9,6 +9,7 @@
 
 #include "container/pool/namespace.h"
 #include "container/pool/namespace_internal.h"
+#include "container/pool/parent_cache.h"
 #include "engine/epoch_pin.h"
 #include "util/test_hook.h"
 
@@ -167,6 +168,40 @@ Status PoolNamespace::ResolveHeld(std::string_view path, bool follow, Resolved* 
   // takes the hold the long way, or finds the name gone.
   if (counted->open_count.fetch_sub(1, std::memory_order_seq_cst) == 1) MaybeRelease(out->ino);
   return Status::OK();
+}
+
+Status PoolNamespace::ResolveTwo(std::string_view path_a, uint64_t start_a, Resolved* a, std::string* escape_a,
+                                 std::string_view path_b, uint64_t start_b, Resolved* b, std::string* escape_b) {
+  pool_->index()->PrefetchLikely(LastComponent(path_a));
+  std::optional<EpochPin> pin;
+  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
+  std::shared_lock<SpinSharedMutex> g;
+  UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
+  UPFS_RETURN_IF_ERROR(ResolveLocked(path_a, /*follow=*/false, a, escape_a, start_a));
+  if (!ResolveSibling(path_a, start_a, *a, path_b, start_b, b))
+    UPFS_RETURN_IF_ERROR(ResolveLocked(path_b, /*follow=*/false, b, escape_b, start_b));
+  a->seen = b->seen = pool_->log()->view();
+  return Status::OK();
+}
+
+bool PoolNamespace::ResolveSibling(std::string_view path_a, uint64_t start_a, const Resolved& a,
+                                   std::string_view path_b, uint64_t start_b, Resolved* b) const {
+  // A walk is a function of the index's view, the path and the start: in
+  // one hold of the lock, the same directory bytes lead to the same
+  // directory. a's last component is a plain name without a trailing
+  // slash (SplitCreatePath), so its walk ended in that directory, never
+  // in a link's target or a dot entry's.
+  std::string_view dir_a, name_a, dir_b, name_b;
+  if (start_a != start_b || !SplitCreatePath(path_a, &dir_a, &name_a) ||
+      !SplitCreatePath(path_b, &dir_b, &name_b) || dir_a != dir_b)
+    return false;
+  NsDirInfo d;
+  NsEntry found;
+  bool exists = false;
+  if (!pool_->index()->DirAndFind(a.dir, name_b, &d, &found, &exists)) return false;
+  if (exists) SetResolved(b, a.dir, name_b, found.ino, found.type);
+  else SetResolved(b, a.dir, name_b, 0, FileType::kFree);
+  return true;
 }
 
 bool PoolNamespace::SameView(const Resolved& r) const {
