@@ -62,6 +62,7 @@ template <typename Fn>
 int ChangeAt(const PoolPath& p, Fn fn) {
   OpGuard g(DescriptorUse::None());
   PoolNamespace ns = Ns(p);
+  ns.KeepParents();  // a name removed where names were made, most often
   return WithRetry([&]() -> Status {
     Resolved r;
     UPFS_RETURN_IF_ERROR(ResolveIn(ns, p, false, &r));
@@ -314,6 +315,7 @@ int PoolRename(const PoolPath& from, const PoolPath& to, unsigned flags) {
   OpGuard g(DescriptorUse::None());
   if (from.mount != to.mount) return FailErrno(EXDEV, "rename between pools");
   PoolNamespace ns = Ns(from);
+  ns.KeepParents();  // a file written under a new name renamed over its target, most often
   return WithRetry([&]() -> Status {
     Resolved a, b;
     std::string escape_a, escape_b;

@@ -7,6 +7,12 @@
 // its search permission taken away, reached through a symbolic link, or
 // another pool mounted where it was. Every case checks where the file
 // went, not only that the call returned.
+//
+// The calls that remove or rename a name (unlink, rmdir, a rename's first
+// path) look it up in the directory of an entry under the index lock they
+// hold (PoolNamespace::FromKeptParent), and walk whenever the walk could
+// answer otherwise; stats and opens always walk. Those cases check whether
+// the cache answered, by ParentCache::lookups.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -36,6 +42,10 @@ class PoolParentCache : public pool_test::PoolTest {
     if (fd < 0) return errno;
     EXPECT_EQ(upfs_close(fd), 0);
     return 0;
+  }
+  // lstat (or stat with `follow`) of `rel`: 0 and *st, or the errno.
+  int Stat(const std::string& rel, struct stat* st, bool follow = false) {
+    return (follow ? upfs_stat(P(rel).c_str(), st) : upfs_lstat(P(rel).c_str(), st)) == 0 ? 0 : errno;
   }
   ino_t Ino(const std::string& rel) {
     struct stat st;
@@ -107,7 +117,8 @@ TEST_F(PoolParentCache, ADirectoryRemovedAndMadeAgainGetsTheNewFiles) {
 // An rmdir changes no shape: the directory itself is checked, by its
 // inode's ident. The removed directory's inode is made again as another
 // directory (the free-inode stack gives it back first), and a new one
-// takes the old name: files go to the new one, not to the inode reused.
+// takes the old name: files go to the new one, not to the inode reused,
+// and removals by the old path do not reach the reused one.
 TEST_F(PoolParentCache, AnInodeReusedByAnotherDirectoryIsNotTheCachedOne) {
   ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
   ASSERT_EQ(Excl("d/a"), 0);
@@ -116,6 +127,14 @@ TEST_F(PoolParentCache, AnInodeReusedByAnotherDirectoryIsNotTheCachedOne) {
   ASSERT_EQ(upfs_rmdir(P("d").c_str()), 0);
   ASSERT_EQ(upfs_mkdir(P("e").c_str(), 0755), 0);
   ASSERT_EQ(Ino("e"), old_d);  // the premise: the inode was reused
+  // A removal or rename by the old path (FromKeptParent) finds nothing,
+  // not the other directory's names.
+  ASSERT_EQ(Excl("e/x"), 0);
+  EXPECT_EQ(upfs_unlink(P("d/x").c_str()), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(upfs_rename(P("d/x").c_str(), P("d/y").c_str()), -1);
+  EXPECT_EQ(errno, ENOENT);
+  ASSERT_EQ(upfs_unlink(P("e/x").c_str()), 0);
   ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
   ASSERT_EQ(Excl("d/b"), 0);
   ASSERT_EQ(upfs_mkdir(P("d/c").c_str(), 0755), 0);
@@ -239,12 +258,69 @@ TEST_F(PoolParentCache, CreatesRaceRenamesOfTheirDirectory) {
   ExpectClean();
 }
 
+TEST_F(PoolParentCache, NamesInAKeptDirectoryAreLookedUpWithoutAWalk) {
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  ASSERT_EQ(Excl("d/a"), 0);  // the walk keeps d
+  ASSERT_EQ(upfs_symlink("a", P("d/l").c_str()), 0);
+  const ino_t a = Ino("d/a");
+  ASSERT_NE(a, 0u);
+  struct stat st;
+  const uint64_t before = ParentCache::lookups();
+  ASSERT_EQ(Stat("d/l", &st), 0);  // a stat walks
+  ASSERT_EQ(Stat("d/l", &st, /*follow=*/true), 0);
+  EXPECT_EQ(st.st_ino, a);
+  const int fd = upfs_open(P("d/a").c_str(), O_RDONLY);  // so does an open
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(upfs_close(fd), 0);
+  EXPECT_EQ(ParentCache::lookups(), before);
+  EXPECT_EQ(upfs_unlink(P("d/a/").c_str()), -1);  // a trailing slash: walked
+  EXPECT_EQ(errno, ENOTDIR);
+  EXPECT_EQ(ParentCache::lookups(), before);
+  ASSERT_EQ(upfs_rename(P("d/l").c_str(), P("d/m").c_str()), 0);  // a rename's first path
+  EXPECT_EQ(ParentCache::lookups(), before + 1);
+  ASSERT_EQ(Stat("d/m", &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));  // the link renamed, not what it points to
+  ASSERT_EQ(upfs_unlink(P("d/missing").c_str()), -1);  // answered there
+  EXPECT_EQ(errno, ENOENT);
+  ASSERT_EQ(upfs_unlink(P("d/a").c_str()), 0);
+  EXPECT_EQ(ParentCache::lookups(), before + 3);
+  EXPECT_EQ(Stat("d/a", &st), ENOENT);
+  ASSERT_EQ(upfs_mkdir(P("d/s").c_str(), 0755), 0);
+  ASSERT_EQ(upfs_rmdir(P("d/s").c_str()), 0);
+  EXPECT_EQ(ParentCache::lookups(), before + 4);
+  EXPECT_EQ(List("d"), (std::vector<std::string>{".", "..", "m"}));
+  ExpectClean();
+}
+
+TEST_F(PoolParentCache, ADirectoryMovedIsWalkedAgain) {
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  ASSERT_EQ(Excl("d/a"), 0);
+  const ino_t a = Ino("d/a");
+  ASSERT_EQ(upfs_rename(P("d").c_str(), P("e").c_str()), 0);
+  EXPECT_EQ(upfs_unlink(P("d/a").c_str()), -1);  // not in the directory now named e
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(upfs_rename(P("d/a").c_str(), P("d/b").c_str()), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(Ino("e/a"), a);
+  ASSERT_EQ(upfs_mkdir(P("d").c_str(), 0755), 0);
+  EXPECT_EQ(upfs_unlink(P("d/a").c_str()), -1);
+  EXPECT_EQ(errno, ENOENT);
+  ExpectClean();
+}
+
 // Another attachment of the pool (another process, as far as the
 // namespace knows) moves the directory: the create from this attachment's
 // cache sees it at the log's tail and falls back to the walk.
 class PoolParentCacheAttached : public pool_test::TwoAttachmentsTest {
  protected:
   PoolParentCacheAttached() : TwoAttachmentsTest("parentcache") {}
+  // A namespace whose resolutions use and keep parent cache entries, as a
+  // removal's or a rename's.
+  upfs::PoolNamespace Keeping(const upfs::Credentials& who) {
+    upfs::PoolNamespace ns(pool_.get(), &who);
+    ns.KeepParents();
+    return ns;
+  }
   // Creates `path` by the walk, which keeps its directory.
   uint64_t CreateTraced(upfs::PoolNamespace ns, const std::string& path) {
     ns.KeepParents();
@@ -292,12 +368,18 @@ TEST_F(PoolParentCacheAttached, SearchPermissionIsCheckedAtEveryUse) {
   upfs::Status st;
   ASSERT_TRUE(Cached(user, "/d/b", &st));
   ASSERT_TRUE(st.ok()) << st.ToString();
+  upfs::Resolved r;
+  const uint64_t before = ParentCache::lookups();
+  ASSERT_TRUE(Keeping(user).Resolve("/d/a", false, &r).ok());  // a removal's lookup
+  EXPECT_NE(r.ino, 0u);
+  EXPECT_EQ(ParentCache::lookups(), before + 1);
   // No search permission on /d for others: no create from the cache; the
   // walk refuses it.
   ASSERT_TRUE(Ns().Chmod(d, 0776).ok());
   EXPECT_FALSE(Cached(user, "/d/c", &st));
-  upfs::Resolved r;
   EXPECT_EQ(upfs::PoolNamespace(pool_.get(), &user).Resolve("/d/c", false, &r).err(), EACCES);
+  EXPECT_EQ(Keeping(user).Resolve("/d/a", false, &r).err(), EACCES);
+  EXPECT_EQ(ParentCache::lookups(), before + 1);
   // Search but no write permission: the walk answers, EACCES for a new
   // name and EEXIST for one that exists, in the kernel's order.
   ASSERT_TRUE(Ns().Chmod(d, 0775).ok());
@@ -307,6 +389,35 @@ TEST_F(PoolParentCacheAttached, SearchPermissionIsCheckedAtEveryUse) {
   upfs::PoolNamespace as_user(pool_.get(), &user);
   ASSERT_TRUE(as_user.Resolve("/d/a", false, &r).ok());
   EXPECT_NE(r.ino, 0u);  // the walk finds it: the open's EEXIST
+}
+
+// Another attachment (another process) moves the directory: the lookup's
+// catch-up under the index lock sees the move, and the walk answers.
+TEST_F(PoolParentCacheAttached, AMoveByAnotherAttachmentIsSeen) {
+  ASSERT_TRUE(Ns().Mkdir(At("/d"), 0755).ok());
+  CreateTraced(Ns(), "/d/a");
+  upfs::PoolNamespace other(other_.get(), &who_);
+  ASSERT_TRUE(other.Rename(ResolvedIn(other, "/d"), ResolvedIn(other, "/e"), 0).ok());
+  upfs::Resolved r;
+  const uint64_t before = ParentCache::lookups();
+  EXPECT_EQ(Keeping(who_).Resolve("/d/a", false, &r).err(), ENOENT);
+  EXPECT_EQ(ParentCache::lookups(), before);
+  ASSERT_TRUE(Keeping(who_).Resolve("/e/a", false, &r).ok());
+  EXPECT_NE(r.ino, 0u);
+}
+
+// A resolution that follows a last symbolic link (none of the calls that
+// use entries today) walks: the entry holds no link's target.
+TEST_F(PoolParentCacheAttached, ALinkToFollowIsWalked) {
+  ASSERT_TRUE(Ns().Mkdir(At("/d"), 0755).ok());
+  CreateTraced(Ns(), "/d/a");
+  ASSERT_TRUE(Ns().Symlink(ResolvedIn(Ns(), "/d/l"), "a").ok());
+  upfs::Resolved link, target;
+  ASSERT_TRUE(Keeping(who_).Resolve("/d/l", false, &link).ok());
+  ASSERT_TRUE(Keeping(who_).Resolve("/d/l", true, &target).ok());
+  EXPECT_EQ(link.type, upfs::format::pool::FileType::kSymlink);
+  EXPECT_EQ(target.type, upfs::format::pool::FileType::kRegular);
+  EXPECT_EQ(target.ino, At("/d/a").ino);
 }
 
 }  // namespace

@@ -140,11 +140,13 @@ class PoolNamespace {
   // name, which the kernel's order of checks may answer with EEXIST);
   // those leave nothing done, and the caller walks.
   bool CacheAnswered(std::string_view path, const Status& st);
-  // This object's walks keep the directory they end in (a plain walk from
-  // the root) in this thread's parent cache: for a call that makes a new
-  // name, whose next one there CachedParent answers. Lookups keep none:
-  // starting them at a cached directory cost a stat one directory down
-  // more than the component it skipped (docs/design.md).
+  // This object's resolutions start at the directory this thread's parent
+  // cache holds for the path (FromKeptParent), and its walks keep the
+  // directory they end in (a plain walk from the root) there: for a call
+  // that makes, removes or renames a name, whose next one in that
+  // directory needs no walk. Stats and opens keep none and look in none:
+  // an entry's checks cost a stat one directory down more than the
+  // component it skipped (docs/design.md).
   void KeepParents() { keep_parents_ = true; }
   Status Mkdir(const Resolved& at, mode_t mode);
   Status Symlink(const Resolved& at, std::string_view target);
@@ -193,6 +195,12 @@ class PoolNamespace {
   // the directories it goes through in *trace (if given).
   Status Walk(std::string_view path, bool follow, Resolved* out, std::string* escape, uint64_t start,
               WalkTrace* trace);
+  // ResolveLocked's shortcut (index lock held): *out as the walk of
+  // `dir` + "/" + `name` would find it, from the thread's parent cache entry
+  // for `dir` while no directory moved and its last one is the life the
+  // walk found; false: walk (no entry, a stale one, a search permission
+  // denied, or a symbolic link to follow).
+  bool FromKeptParent(std::string_view dir, std::string_view name, bool follow, Resolved* out) const;
   // ResolveTwo's shortcut: *b as the name path_b ends in, looked up in
   // a's directory, if path_b names that directory as path_a does (false:
   // walk it).

@@ -184,6 +184,32 @@ Status PoolNamespace::ResolveTwo(std::string_view path_a, uint64_t start_a, Reso
   return Status::OK();
 }
 
+bool PoolNamespace::FromKeptParent(std::string_view dir, std::string_view name, bool follow,
+                                   Resolved* out) const {
+  const ParentCache::Entry* e = ParentCache::Find(pool_->instance(), dir);
+  const NsIndex& idx = *pool_->index();
+  // The same shape: no directory moved since the walk, so the path still
+  // leads through the same directories, unless the last was removed (and
+  // its inode perhaps made a directory again elsewhere): its ident says.
+  if (!e || e->walk.shape != idx.shape()) return false;
+  const uint32_t n = e->walk.n;
+  UPFS_ASSERT(n != 0 && e->walk.plain);
+  for (uint32_t i = 0; i < n; ++i) {
+    Inode* d;
+    if (!pool_->InodeAt(e->walk.dirs[i], &d).ok() || !Permit(d, kWantExec).ok()) return false;
+    if (i == n - 1 && d->ident.load(std::memory_order_acquire) != e->walk.ident) return false;
+  }
+  NsDirInfo info;
+  NsEntry found;
+  bool exists = false;
+  if (!idx.DirAndFind(e->walk.dirs[n - 1], name, &info, &found, &exists)) return false;
+  if (exists && found.type == FileType::kSymlink && follow) return false;
+  if (exists) SetResolved(out, e->walk.dirs[n - 1], name, found.ino, found.type);
+  else SetResolved(out, e->walk.dirs[n - 1], name, 0, FileType::kFree);
+  ParentCache::CountLookup();
+  return true;
+}
+
 bool PoolNamespace::ResolveSibling(std::string_view path_a, uint64_t start_a, const Resolved& a,
                                    std::string_view path_b, uint64_t start_b, Resolved* b) const {
   // A walk is a function of the index's view, the path and the start: in
@@ -219,9 +245,10 @@ Status PoolNamespace::ResolveLocked(std::string_view path, bool follow, Resolved
   // for a descriptor, AT_EMPTY_PATH, never get here).
   if (path.empty()) return Status::Error(ENOENT, "empty path");
   std::string_view dir, name;
+  const bool split = keep_parents_ && start == 0 && SplitCreatePath(path, &dir, &name);
+  if (split && FromKeptParent(dir, name, follow, out)) return Status::OK();
   WalkTrace trace;
-  WalkTrace* const traced =
-      keep_parents_ && start == 0 && path.front() == '/' && SplitCreatePath(path, &dir, &name) ? &trace : nullptr;
+  WalkTrace* const traced = split ? &trace : nullptr;
   if (traced) trace.shape = pool_->index()->shape();
   UPFS_RETURN_IF_ERROR(Walk(path, follow, out, escape, start, traced));
   if (!traced) return Status::OK();

@@ -16,6 +16,7 @@ struct ThreadEntries {
   std::array<ParentCache::Entry, kEntries> e;
   size_t next = 0;
   uint64_t uses = 0;
+  uint64_t lookups = 0;
 };
 
 ThreadEntries& Mine() {
@@ -54,6 +55,8 @@ void ParentCache::Forget(uint64_t instance, std::string_view dir) {
 
 uint64_t ParentCache::uses() { return Mine().uses; }
 void ParentCache::CountUse() { ++Mine().uses; }
+uint64_t ParentCache::lookups() { return Mine().lookups; }
+void ParentCache::CountLookup() { ++Mine().lookups; }
 
 bool SplitCreatePath(std::string_view path, std::string_view* dir, std::string_view* name) {
   if (path.empty() || path.front() != '/' || path.back() == '/') return false;

@@ -3,7 +3,10 @@
 // no walk and no index lock held shared (PoolNamespace::CachedParent; the
 // part the kernel's dentry cache plays in its creates), the entry checked
 // at the commit instead. With two threads creating in one directory, the
-// lookup's lock was where each waited for the other's commits.
+// lookup's lock was where each waited for the other's commits. Its
+// removals and renames of names there skip the walk too, the entry checked
+// under the index lock they hold (PoolNamespace::FromKeptParent), and
+// their walks keep entries as the creates' do.
 //
 // An entry is a directory's path inside one attachment of a pool, the
 // inodes the walk to it went through (the root first, the directory last:
@@ -59,6 +62,9 @@ class ParentCache {
   // Calls this thread made from its entries (tests).
   static uint64_t uses();
   static void CountUse();
+  // Lookups this thread answered from its entries (tests).
+  static uint64_t lookups();
+  static void CountLookup();
 };
 
 // Splits an absolute path inside a pool into the directory part and a last
