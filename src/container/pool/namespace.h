@@ -145,8 +145,9 @@ class PoolNamespace {
   // directory they end in (a plain walk from the root) there: for a call
   // that makes, removes or renames a name, whose next one in that
   // directory needs no walk. Stats and opens keep none and look in none:
-  // an entry's checks cost a stat one directory down more than the
-  // component it skipped (docs/design.md).
+  // a thread that stats in turn in more directories than the cache holds
+  // would pay a miss and a keep on every stat (docs/design.md, "The parent
+  // cache").
   void KeepParents() { keep_parents_ = true; }
   Status Mkdir(const Resolved& at, mode_t mode);
   Status Symlink(const Resolved& at, std::string_view target);
