@@ -3,28 +3,30 @@
 // same bytes, looks up only the second path's last name there. Every case
 // here runs the same rename in a pool and in a kernel tmpfs directory
 // holding the same tree: the same error, and the same tree after it
-// (names, types, sizes, link targets, link counts). The cases cover what
-// the shortcut must leave to the full walk: a last name that is a dot
-// entry, too long, or has a trailing slash, a symbolic link as the last
-// name (replaced, not followed), a directory reached through a link,
-// directories that differ, and a directory below the one that moves.
-#include <dirent.h>
+// (pool_side.h's Describe: names, modes, link counts, sizes, contents,
+// link targets). The cases cover what the shortcut must leave to the full
+// walk: a last name that is a dot entry, too long, or has a trailing
+// slash, a symbolic link as the last name (replaced, not followed), a
+// directory reached through a link, directories that differ, and a
+// directory below the one that moves.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdio.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <stdlib.h>
 
 #include <cerrno>
-#include <cstdlib>
-#include <map>
 #include <string>
 #include <vector>
 
+#include "pool_side.h"
 #include "pool_test_fixture.h"
+#include "test_util.h"
 #include "upfs/upfs.h"
 
 namespace {
+
+using pool_test::Describe;
+using pool_test::Side;
 
 class PoolRenamePair : public pool_test::PoolTest {
  protected:
@@ -32,104 +34,48 @@ class PoolRenamePair : public pool_test::PoolTest {
     PoolTest::SetUp();
     char tmpl[] = "/dev/shm/upfs-renamepair.XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
-    kdir_ = tmpl;
-    for (bool pool : {true, false}) {
-      ASSERT_EQ(Mkdir(pool, "d"), 0);
-      ASSERT_EQ(Mkdir(pool, "e"), 0);
-      for (const char* f : {"d/a", "d/b", "d/h1"}) ASSERT_EQ(Make(pool, f, f), 0);
-      ASSERT_EQ(Link(pool, "d/h1", "d/h2"), 0);
-      for (const char* dir : {"d/sub", "d/empty", "d/full"}) ASSERT_EQ(Mkdir(pool, dir), 0);
-      ASSERT_EQ(Make(pool, "d/full/f", "F"), 0);
-      ASSERT_EQ(Symlink(pool, "sub", "d/sym"), 0);
-      ASSERT_EQ(Symlink(pool, "nowhere", "d/dangling"), 0);
-      ASSERT_EQ(Symlink(pool, "d", "l"), 0);
+    kernel_.root = tmpl;
+    pool_side_.root = mnt_;
+    for (Side* s : {&kernel_, &pool_side_}) {
+      ASSERT_EQ(s->Mkdir("/d", 0755), 0);
+      ASSERT_EQ(s->Mkdir("/e", 0755), 0);
+      for (const char* f : {"/d/a", "/d/b", "/d/h1"}) Make(*s, f);
+      ASSERT_EQ(s->Link("/d/h1", "/d/h2"), 0);
+      for (const char* dir : {"/d/sub", "/d/empty", "/d/full"}) ASSERT_EQ(s->Mkdir(dir, 0755), 0);
+      Make(*s, "/d/full/f");
+      ASSERT_EQ(s->Symlink("sub", "/d/sym"), 0);
+      ASSERT_EQ(s->Symlink("nowhere", "/d/dangling"), 0);
+      ASSERT_EQ(s->Symlink("d", "/l"), 0);
     }
   }
   void TearDown() override {
-    const std::string cmd = "rm -rf '" + kdir_ + "'";
-    EXPECT_EQ(system(cmd.c_str()), 0);
+    upfs_test::RemoveTree(kernel_.root);
     PoolTest::TearDown();
   }
 
-  std::string At(bool pool, const std::string& rel) const { return pool ? P(rel) : kdir_ + "/" + rel; }
-  static int Err(int rc) { return rc == 0 ? 0 : errno; }
-  int Mkdir(bool pool, const std::string& rel) {
-    return Err(pool ? upfs_mkdir(At(true, rel).c_str(), 0755) : mkdir(At(false, rel).c_str(), 0755));
+  // A file holding its own path.
+  static void Make(Side& s, const std::string& p) {
+    const int fd = s.Open(p, O_CREAT | O_EXCL | O_WRONLY, 0644);
+    ASSERT_GE(fd, 0) << p;
+    EXPECT_EQ(s.Pwrite(fd, p.data(), p.size(), 0), ssize_t(p.size()));
+    EXPECT_EQ(s.Close(fd), 0);
   }
-  int Link(bool pool, const std::string& from, const std::string& to) {
-    return Err(pool ? upfs_link(At(true, from).c_str(), At(true, to).c_str())
-                    : link(At(false, from).c_str(), At(false, to).c_str()));
-  }
-  int Symlink(bool pool, const std::string& target, const std::string& rel) {
-    return Err(pool ? upfs_symlink(target.c_str(), At(true, rel).c_str())
-                    : symlink(target.c_str(), At(false, rel).c_str()));
-  }
-  int Make(bool pool, const std::string& rel, const std::string& data) {
-    const std::string p = At(pool, rel);
-    const int fd = pool ? upfs_open(p.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644)
-                        : open(p.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
-    if (fd < 0) return errno;
-    const ssize_t n = pool ? upfs_write(fd, data.data(), data.size()) : write(fd, data.data(), data.size());
-    EXPECT_EQ(n, ssize_t(data.size()));
-    EXPECT_EQ(pool ? upfs_close(fd) : close(fd), 0);
-    return 0;
-  }
-  int Rename(bool pool, const std::string& from, const std::string& to, unsigned flags) {
-    const std::string a = At(pool, from), b = At(pool, to);
-    return Err(pool ? upfs_renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), flags)
-                    : renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), flags));
-  }
-
-  // Every name below `rel` (not following links): its type, size or link
-  // target, and link count.
-  void Tree(bool pool, const std::string& rel, std::map<std::string, std::string>* out) {
-    const std::string p = At(pool, rel);
-    std::vector<std::string> names;
-    if (pool) {
-      UPFS_DIR* d = upfs_opendir(p.c_str());
-      ASSERT_NE(d, nullptr) << p;
-      while (struct dirent* e = upfs_readdir(d)) names.push_back(e->d_name);
-      upfs_closedir(d);
-    } else {
-      DIR* d = opendir(p.c_str());
-      ASSERT_NE(d, nullptr) << p;
-      while (struct dirent* e = readdir(d)) names.push_back(e->d_name);
-      closedir(d);
-    }
-    for (const std::string& n : names) {
-      if (n == "." || n == "..") continue;
-      const std::string child = rel.empty() ? n : rel + "/" + n;
-      struct stat st;
-      ASSERT_EQ(pool ? upfs_lstat(At(true, child).c_str(), &st) : lstat(At(false, child).c_str(), &st), 0);
-      std::string what;
-      if (S_ISDIR(st.st_mode)) {
-        what = "dir nlink " + std::to_string(st.st_nlink);
-      } else if (S_ISLNK(st.st_mode)) {
-        char buf[256];
-        const ssize_t k = pool ? upfs_readlink(At(true, child).c_str(), buf, sizeof buf)
-                               : readlink(At(false, child).c_str(), buf, sizeof buf);
-        ASSERT_GT(k, 0);
-        what = "link -> " + std::string(buf, size_t(k));
-      } else {
-        what = "file " + std::to_string(st.st_size) + " bytes nlink " + std::to_string(st.st_nlink);
-      }
-      (*out)[child] = what;
-      if (S_ISDIR(st.st_mode)) Tree(pool, child, out);
-    }
+  static int Rename(Side& s, const std::string& from, const std::string& to, unsigned flags) {
+    return s.Rename("/" + from, "/" + to, flags) == 0 ? 0 : errno;
   }
 
   // The rename on both sides: the same error, the same trees after it.
   void Expect(const std::string& from, const std::string& to, int err, unsigned flags = 0) {
     SCOPED_TRACE(from + " -> " + to);
-    EXPECT_EQ(Rename(false, from, to, flags), err) << "the kernel";
-    EXPECT_EQ(Rename(true, from, to, flags), err) << "the pool";
-    std::map<std::string, std::string> kernel, pool;
-    Tree(false, "", &kernel);
-    Tree(true, "", &pool);
+    EXPECT_EQ(Rename(kernel_, from, to, flags), err) << "the kernel";
+    EXPECT_EQ(Rename(pool_side_, from, to, flags), err) << "the pool";
+    std::vector<std::string> kernel, pool;
+    Describe(kernel_, "", &kernel);
+    Describe(pool_side_, "", &pool);
     EXPECT_EQ(pool, kernel);
   }
 
-  std::string kdir_;
+  Side kernel_{"", false}, pool_side_{"", true};
 };
 
 TEST_F(PoolRenamePair, NamesInOneDirectoryAsTheKernelResolvesThem) {

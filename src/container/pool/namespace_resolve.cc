@@ -120,6 +120,24 @@ void SetResolved(Resolved* out, uint64_t dir, std::string_view name, uint64_t in
   out->type = type;
 }
 
+// *out as a walk whose last component is `name` in directory `dir` finds
+// it, when the directory's search permission is already checked (index
+// lock held). False: `dir` is no directory of the index, or `name` is a
+// symbolic link to follow (the walk answers both).
+bool LastNameIn(const NsIndex& idx, uint64_t dir, std::string_view name, bool follow, Resolved* out) {
+  NsDirInfo info;
+  NsEntry found;
+  bool exists = false;
+  if (!idx.DirAndFind(dir, name, &info, &found, &exists)) return false;
+  if (!exists) {
+    SetResolved(out, dir, name, 0, FileType::kFree);
+    return true;
+  }
+  if (found.type == FileType::kSymlink && follow) return false;
+  SetResolved(out, dir, name, found.ino, found.type);
+  return true;
+}
+
 }  // namespace
 
 namespace {
@@ -199,13 +217,7 @@ bool PoolNamespace::FromKeptParent(std::string_view dir, std::string_view name, 
     if (!pool_->InodeAt(e->walk.dirs[i], &d).ok() || !Permit(d, kWantExec).ok()) return false;
     if (i == n - 1 && d->ident.load(std::memory_order_acquire) != e->walk.ident) return false;
   }
-  NsDirInfo info;
-  NsEntry found;
-  bool exists = false;
-  if (!idx.DirAndFind(e->walk.dirs[n - 1], name, &info, &found, &exists)) return false;
-  if (exists && found.type == FileType::kSymlink && follow) return false;
-  if (exists) SetResolved(out, e->walk.dirs[n - 1], name, found.ino, found.type);
-  else SetResolved(out, e->walk.dirs[n - 1], name, 0, FileType::kFree);
+  if (!LastNameIn(idx, e->walk.dirs[n - 1], name, follow, out)) return false;
   ParentCache::CountLookup();
   return true;
 }
@@ -221,13 +233,7 @@ bool PoolNamespace::ResolveSibling(std::string_view path_a, uint64_t start_a, co
   if (start_a != start_b || !SplitCreatePath(path_a, &dir_a, &name_a) ||
       !SplitCreatePath(path_b, &dir_b, &name_b) || dir_a != dir_b)
     return false;
-  NsDirInfo d;
-  NsEntry found;
-  bool exists = false;
-  if (!pool_->index()->DirAndFind(a.dir, name_b, &d, &found, &exists)) return false;
-  if (exists) SetResolved(b, a.dir, name_b, found.ino, found.type);
-  else SetResolved(b, a.dir, name_b, 0, FileType::kFree);
-  return true;
+  return LastNameIn(*pool_->index(), a.dir, name_b, /*follow=*/false, b);
 }
 
 bool PoolNamespace::SameView(const Resolved& r) const {
