@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/alloc_bitmap.h"
+#include "engine/punched_extents.h"
 #include "engine/reclamation.h"
 #include "format/format.h"
 #include "medium/block_space.h"
@@ -102,12 +103,19 @@ class BlockSource {
   ~BlockSource() { UPFS_ASSERT(!AnyParked() && punched_.empty()); }
 
   // Free space given back to the host (block_source_punch.cc; docs/design.md,
-  // "Giving free space back"): every wholly free 2 MiB extent is claimed
-  // and its memory released (BlockSpace::Release); it stays taken, listed
-  // here as punched, until ReturnPunched gives it memory again. Extents a
-  // rebuild adopted are released too (they may hold memory). Returns how
-  // many blocks this call released (0 where the space cannot release).
-  uint64_t PunchFreeExtents();
+  // "Giving free space back"): wholly free 2 MiB extents are claimed, highest
+  // first, while more than `keep_free_blocks` blocks stay free, and their
+  // memory released (BlockSpace::Release); each stays taken, recorded as
+  // punched, until ReturnPunched gives it memory again. Extents a rebuild
+  // adopted are released too (they may hold memory). Returns how many
+  // blocks this call released (0 where the space cannot release).
+  uint64_t PunchFreeExtents(uint64_t keep_free_blocks = 0);
+  // Where punched extents are recorded: by default a list of this process
+  // (a per-file space, whose shared state goes with its last user); a
+  // space many processes share for good (a pool) lends a shared set
+  // instead, so that any of them takes back what another gave back. Set
+  // before any allocation.
+  void SharePunched(SharedPunchedExtents* set) { shared_punched_ = set; }
   // At least `want` blocks (whole extents, lowest first) of what is
   // punched given memory again and freed; false if nothing is punched. If
   // the space cannot back them (ENOSPC), false with the error in *st and
@@ -118,17 +126,25 @@ class BlockSource {
   // until ReturnPunched provides it) if the rebuilt bitmap has all of it
   // free; false if not (then the caller provides it). On tmpfs a hole may
   // be pages allocated ahead and never written: the next
-  // PunchFreeExtents, once the file is quiet, releases them.
+  // PunchFreeExtents, once the file is quiet, releases them. Not for a
+  // shared set (its owner punches what a rebuild finds free).
   bool AdoptPunched(uint64_t first);
   // The owner's last word on what is punched: with other users of the
   // space, each extent is provided and freed for them (an error leaves it
   // taken until the next rebuild); as its last user (`last`), it is
-  // forgotten, and the next rebuild adopts the holes again.
+  // forgotten, and the next rebuild adopts the holes again. Not for a
+  // shared set, which outlives the process.
   void SettlePunchedAtClose(bool last);
-  uint64_t punched_blocks() const { return punched_blocks_.load(std::memory_order_relaxed); }
+  uint64_t punched_blocks() const {
+    return shared_punched_ ? shared_punched_->blocks() : punched_blocks_.load(std::memory_order_relaxed);
+  }
   // fn(first block) for each punched extent (for an audit).
   template <typename Fn>
   void ForEachPunched(Fn fn) const {
+    if (shared_punched_) {
+      shared_punched_->ForEach([&](uint64_t e) { fn(e * kPartitionBlocks); });
+      return;
+    }
     std::lock_guard<std::mutex> g(punch_mu_);
     for (uint64_t e : punched_) fn(e * kPartitionBlocks);
   }
@@ -200,6 +216,9 @@ class BlockSource {
   uint64_t ReleaseAdoptedLocked();
   pid_t punched_by_ = 0;           // under punch_mu_
   std::atomic<uint64_t> punched_blocks_{0};  // punched_.size() blocks, for ClaimChunk without the lock
+  SharedPunchedExtents* shared_punched_ = nullptr;  // instead of the list (SharePunched)
+  // The claimed extents (ascending) recorded as punched.
+  void RecordPunched(const std::vector<uint64_t>& extents);
 };
 
 // Blocks taken for one operation: given back when the guard goes out of

@@ -40,16 +40,32 @@ uint64_t BlockSource::ReleaseAdoptedLocked() {
   return released;
 }
 
-uint64_t BlockSource::PunchFreeExtents() {
+uint64_t BlockSource::PunchFreeExtents(uint64_t keep_free_blocks) {
   uint64_t released = 0;
-  {
+  if (!shared_punched_) {
     std::lock_guard<std::mutex> g(punch_mu_);
     released = ReleaseAdoptedLocked();
   }
-  const uint64_t cap = bm_->capacity();
+  // Never past the space, whatever the bitmap's capacity word says (a
+  // damaged volatile area of a pool left clean is trusted).
+  const uint64_t cap = std::min(bm_->capacity(), space_->capacity() >> kBlockShift);
+  // What stays free with memory: the next writes take it without a
+  // fallocate (a whole count of the bitmap, only when something is kept).
+  uint64_t free_blocks = 0;
+  if (keep_free_blocks > 0)
+    for (uint64_t w = 0; w < cap / 64; ++w)
+      free_blocks += 64 - uint64_t(__builtin_popcountll(bm_->bits()[w].load(std::memory_order_relaxed)));
   std::vector<uint64_t> claimed;
-  for (uint64_t e = (reserved_ + kPartitionBlocks - 1) / kPartitionBlocks; (e + 1) * kPartitionBlocks <= cap; ++e)
-    if (ClaimRange(e * kPartitionBlocks, kPartitionBlocks)) claimed.push_back(e);
+  const uint64_t lowest = (reserved_ + kPartitionBlocks - 1) / kPartitionBlocks;
+  // Highest first: the space is then given back from its end, and what is
+  // kept lies where the small files' hint starts.
+  for (uint64_t e = cap / kPartitionBlocks; e-- > lowest;) {
+    if (keep_free_blocks > 0 && free_blocks < keep_free_blocks + kPartitionBlocks) break;
+    if (!ClaimRange(e * kPartitionBlocks, kPartitionBlocks)) continue;
+    claimed.push_back(e);
+    free_blocks -= std::min(free_blocks, kPartitionBlocks);
+  }
+  std::reverse(claimed.begin(), claimed.end());
   // Released in runs of neighbouring extents, each one call; what the
   // space cannot release goes back free, untouched.
   uint64_t kept = 0;
@@ -66,6 +82,15 @@ uint64_t BlockSource::PunchFreeExtents() {
   }
   claimed.resize(kept);
   if (claimed.empty()) return released;
+  RecordPunched(claimed);
+  return released + claimed.size() * kPartitionBlocks;
+}
+
+void BlockSource::RecordPunched(const std::vector<uint64_t>& claimed) {
+  if (shared_punched_) {
+    for (uint64_t e : claimed) shared_punched_->Add(e, kPartitionBlocks);
+    return;
+  }
   std::lock_guard<std::mutex> g(punch_mu_);
   PunchedAreOursLocked();
   punched_by_ = getpid();
@@ -74,13 +99,28 @@ uint64_t BlockSource::PunchFreeExtents() {
   std::merge(punched_.begin(), punched_.end(), claimed.begin(), claimed.end(), std::back_inserter(merged));
   punched_.swap(merged);
   punched_blocks_.fetch_add(claimed.size() * kPartitionBlocks, std::memory_order_relaxed);
-  return released + claimed.size() * kPartitionBlocks;
 }
 
 bool BlockSource::ReturnPunched(uint64_t want, Status* st) {
+  const uint64_t extents = want / kPartitionBlocks + (want % kPartitionBlocks != 0);  // no overflow at UINT64_MAX
+  if (shared_punched_) {
+    std::vector<uint64_t> taken;
+    shared_punched_->Take(std::max<uint64_t>(1, extents), kPartitionBlocks, &taken);
+    if (taken.empty()) return false;
+    for (uint64_t e : taken) {
+      *st = space_->Provide((e * kPartitionBlocks) << kBlockShift, ((e + 1) * kPartitionBlocks) << kBlockShift);
+      if (!st->ok()) {
+        // Punched again, all of them (those provided hold memory until the
+        // next give-back releases it).
+        for (uint64_t back : taken) shared_punched_->Add(back, kPartitionBlocks);
+        return false;
+      }
+    }
+    for (uint64_t e : taken) ReturnRange(e * kPartitionBlocks, kPartitionBlocks);
+    return true;
+  }
   std::lock_guard<std::mutex> g(punch_mu_);
   if (!PunchedAreOursLocked() || punched_.empty()) return false;
-  const uint64_t extents = want / kPartitionBlocks + (want % kPartitionBlocks != 0);  // no overflow at UINT64_MAX
   const size_t n = size_t(std::min<uint64_t>(punched_.size(), std::max<uint64_t>(1, extents)));
   for (size_t i = 0; i < n; ++i) {
     const uint64_t first = punched_[i] * kPartitionBlocks;
@@ -94,7 +134,7 @@ bool BlockSource::ReturnPunched(uint64_t want, Status* st) {
 }
 
 bool BlockSource::AdoptPunched(uint64_t first) {
-  UPFS_ASSERT(first % kPartitionBlocks == 0);
+  UPFS_ASSERT(first % kPartitionBlocks == 0 && !shared_punched_);
   if (first < reserved_ || first + kPartitionBlocks > bm_->capacity() || !ClaimRange(first, kPartitionBlocks))
     return false;
   std::lock_guard<std::mutex> g(punch_mu_);
@@ -108,6 +148,7 @@ bool BlockSource::AdoptPunched(uint64_t first) {
 }
 
 void BlockSource::SettlePunchedAtClose(bool last) {
+  UPFS_ASSERT(!shared_punched_);
   if (!last) {
     Status st;
     (void)ReturnPunched(UINT64_MAX, &st);  // every extent; on an error the rest stays taken until a rebuild
