@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "container/pool/pool_check.h"
 #include "pair_idle_age.h"
 #include "upfs/upfs.h"
 
@@ -322,6 +323,65 @@ TEST(FullMedium, AFileThatGaveSpaceBackSaysEnospcWhenItCannotTakeItBack) {
     if (upfs_pwrite(fd, more.data(), kChunk, off_t(kData + appended)) != ssize_t(kChunk))
       return std::string("append with room again: ") + std::strerror(errno);
     upfs_close(fd);
+    return std::string();
+  });
+}
+
+// A pool's detach gives back what removals freed beyond what it keeps
+// (pool_give_back.cc); when the file system has no page left for it, the
+// writer that needs it gets ENOSPC, not a SIGBUS, and keeps what it has.
+TEST(FullMedium, APoolThatGaveSpaceBackSaysEnospcWhenItCannotTakeItBack) {
+  InSmallShm("220m", [] {
+    const std::string pool = "/dev/shm/pool", mnt = "/full-medium-giveback", filler = "/dev/shm/filler";
+    if (upfs_mkfs(pool.c_str(), 0) != 0) return std::string("mkfs: ") + std::strerror(errno);
+    if (upfs_mount(pool.c_str(), mnt.c_str()) != 0) return std::string("mount: ") + std::strerror(errno);
+    constexpr size_t kFile = 4 << 20;
+    constexpr int kFiles = 30;
+    std::vector<unsigned char> data(kFile, 0x3c);
+    const auto name = [&](int i) { return mnt + "/f" + std::to_string(i); };
+    for (int i = 0; i < kFiles; ++i) {
+      const int fd = upfs_open(name(i).c_str(), O_CREAT | O_WRONLY, 0644);
+      if (fd < 0 || upfs_write(fd, data.data(), kFile) != ssize_t(kFile)) return std::string("fill: ") + std::strerror(errno);
+      upfs_close(fd);
+    }
+    for (int i = 0; i < kFiles; ++i) upfs_unlink(name(i).c_str());
+    if (upfs_umount(mnt.c_str()) != 0) return std::string("umount: ") + std::strerror(errno);
+    upfs::PoolReport r;
+    if (!upfs::CheckPool(pool, &r).ok() || r.given_back_blocks <= 0) return std::string("nothing given back");
+    // Someone else takes every page the file system has left.
+    const int f = open(filler.c_str(), O_CREAT | O_WRONLY, 0644);
+    std::vector<unsigned char> junk(kChunk, 0x5a);
+    while (write(f, junk.data(), junk.size()) > 0) {
+    }
+    close(f);
+    if (upfs_mount(pool.c_str(), mnt.c_str()) != 0) return std::string("remount: ") + std::strerror(errno);
+    int made = 0, err = 0;
+    for (; made < kFiles && !err; ++made) {
+      const int fd = upfs_open(name(made).c_str(), O_CREAT | O_WRONLY, 0644);
+      if (fd < 0) {
+        err = errno;
+        break;
+      }
+      if (upfs_write(fd, data.data(), kFile) != ssize_t(kFile)) err = errno;
+      upfs_close(fd);
+    }
+    if (err != ENOSPC) return std::string("writes on a full file system: ") + (err ? std::strerror(err) : "no error");
+    std::vector<unsigned char> got(kFile);
+    for (int i = 0; i + 1 < made; ++i) {
+      const int fd = upfs_open(name(i).c_str(), O_RDONLY);
+      const bool same = fd >= 0 && upfs_read(fd, got.data(), kFile) == ssize_t(kFile) && got == data;
+      upfs_close(fd);
+      if (!same) return "file " + std::to_string(i) + " lost";
+    }
+    unlink(filler.c_str());
+    const int fd = upfs_open(name(kFiles).c_str(), O_CREAT | O_WRONLY, 0644);
+    if (fd < 0 || upfs_write(fd, data.data(), kFile) != ssize_t(kFile))
+      return std::string("write with room again: ") + std::strerror(errno);
+    upfs_close(fd);
+    if (upfs_umount(mnt.c_str()) != 0) return std::string("last umount: ") + std::strerror(errno);
+    if (!upfs::CheckPool(pool, &r).ok() || !r.problems.empty() || r.leaked_blocks != 0)
+      return std::string("fsck after: ") + (r.problems.empty() ? "leaked blocks" : r.problems[0]);
+    unlink(pool.c_str());
     return std::string();
   });
 }

@@ -42,9 +42,13 @@ int RunPoolInfo(const std::string& path) {
   }
   Row("pool:", path);
   // What the version means for the builds that may share the pool
-  // (docs/format.md, "Pools, format version 9").
+  // (docs/format.md, "Pools, format version 10").
   Row("format:", "version " + std::to_string(r.version) +
-                     (r.version >= format::pool::kFirstFreshCreatePoolVersion
+                     (r.version >= format::pool::kFirstGiveBackPoolVersion
+                          ? " (tagged checkpoint images, checked appends and granule flips with anywhere "
+                            "shadows in files' logs, a namespace log reserve, one-wait namespace commits "
+                            "and creates, free space given back)"
+                      : r.version >= format::pool::kFirstFreshCreatePoolVersion
                           ? " (tagged checkpoint images, checked appends and granule flips with anywhere "
                             "shadows in files' logs, a namespace log reserve, one-wait namespace commits "
                             "and creates)"
@@ -99,6 +103,9 @@ int RunPoolInfo(const std::string& path) {
     Row("new files:", Plural(r.images_from_records, "inode", "inodes") +
                           " to be written from their create records by the next attach");
   if (r.leaked_blocks >= 0) Row("leaked blocks:", WithCommas(uint64_t(r.leaked_blocks)));
+  if (r.given_back_blocks > 0)
+    Row("given back:", HumanBytes(uint64_t(r.given_back_blocks) * 4096) +
+                           " of free space, holes in the pool file (taken back as the pool fills)");
   for (const std::string& p : r.problems) std::printf("problem: %s\n", p.c_str());
   return r.problems.empty() ? 0 : 1;
 }

@@ -133,7 +133,7 @@ contains "no such file" "the cold reader names the cause"
 expect 0 "fsck of the first pool" "$UPFS" fsck "$P"
 expect 0 "fsck of the second pool" "$UPFS" fsck "$Q"
 expect 0 "info of the first pool" "$UPFS" info "$P"
-contains "version 9 (tagged checkpoint images, checked appends and granule flips with anywhere shadows in files' logs, a namespace log reserve, one-wait namespace commits and creates)" "info shows the pool's format version"
+contains "version 10 (tagged checkpoint images, checked appends and granule flips with anywhere shadows in files' logs, a namespace log reserve, one-wait namespace commits and creates, free space given back)" "info shows the pool's format version"
 contains "4 blocks in reserve" "info shows the namespace log's reserve"
 contains "files" "info shows the namespace"
 

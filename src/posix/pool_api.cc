@@ -573,7 +573,9 @@ int PoolStatvfs(const PoolPath& p, struct statvfs* buf) {
   const uint64_t host_free = uint64_t(host.f_bavail) * host.f_frsize / format::kBlockSize;
   std::memset(buf, 0, sizeof(*buf));
   buf->f_bsize = buf->f_frsize = format::kBlockSize;
-  buf->f_blocks = cap + host_free;
+  // Extents given back to the host are taken in the bitmap, and their
+  // memory is in host_free: counted there, once.
+  buf->f_blocks = cap - std::min(cap, pool->GivenBackBlocks()) + host_free;
   buf->f_bfree = buf->f_bavail = cap - std::min(cap, taken) + host_free;
   // Inodes: the slots of the inode blocks made so far (in use or free),
   // plus what the free blocks could hold.

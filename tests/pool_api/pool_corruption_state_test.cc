@@ -344,7 +344,9 @@ TEST_F(PoolCorruptionTest, AllocationState) {
   for (uint64_t i = 0; i < 4; ++i)
     ASSERT_TRUE(PWrite(work_, ones.data(), ones.size(), bitmap + ((kDataStart / 8) / kB + i) * kB));
   (void)Try(write_some);
-  // The bitmap's capacity and hint words, and the free-inode stack head.
+  // The bitmap's capacity and hint words, the free-inode stack head, the
+  // count of extents given back and the first 64 extents' bits (all given
+  // back: taken back, with the blocks in use among them, by the writes).
   const uint64_t words = uint64_t(kWordsBlock) * kB;
   for (const auto& [off, v] :
        std::vector<std::pair<uint64_t, uint64_t>>{{offsetof(PoolWords, bitmap), ~uint64_t{0}},
@@ -352,7 +354,9 @@ TEST_F(PoolCorruptionTest, AllocationState) {
                                                   {offsetof(PoolWords, bitmap) + 8, ~uint64_t{0}},
                                                   {offsetof(PoolWords, free_inodes), ~uint64_t{0}},
                                                   {offsetof(PoolWords, free_inodes), layout_.ino_big},
-                                                  {offsetof(PoolWords, free_inodes), 17}}) {
+                                                  {offsetof(PoolWords, free_inodes), 17},
+                                                  {offsetof(PoolWords, punched_blocks), ~uint64_t{0}},
+                                                  {uint64_t(kPunchedBlock - kWordsBlock) * kB, ~uint64_t{0}}}) {
     SCOPED_TRACE("volatile word at " + std::to_string(off) + " = " + std::to_string(v));
     ASSERT_TRUE(CopySparse(base_, work_));
     SetWord(work_, words + off, v);

@@ -251,6 +251,7 @@ Status Pool::InitVolatile(bool first) {
   epochs_->KeepReleasedSlots();
   source_ = std::make_unique<BlockSource>(medium_.get(), bitmap_.get(), epochs_.get(), kDataStart);
   source_->ParkClosedChunks();  // returned in ~Pool
+  UPFS_RETURN_IF_ERROR(SharePunchedExtents(words));
   inodes_.Init(&access_, mutable_super(), words, [this](uint32_t* l) { return AllocBlock(l); });
   log_.SetOneWait(super()->version >= kFirstOneWaitPoolVersion);  // before any thread reads the log
   log_.SetCreations(super()->version >= kFirstFreshCreatePoolVersion);
@@ -455,6 +456,11 @@ Pool::~Pool() {
     left_blocks = !retired_.limbo.empty();
     source_->ReturnAll(&retired_);
   }
+  // What this process freed and nobody uses: its memory goes back to the
+  // host beyond what the next writers want at hand. The background growth
+  // stops first: one still running would add memory after the count.
+  medium_->JoinBackground();
+  GiveBackFreeSpace();
   for (auto& s : ns_slots_)
     if (const uint32_t v = s.load(); v < kMaxSlots) epochs_->ReleaseSlot(v);
   // Blocks still retired are lost to this process's memory: its slot stays

@@ -151,6 +151,18 @@ class Pool {
   // another process is writing one (EBUSY).
   Status Checkpoint();
 
+  // Gives the memory of wholly free 2 MiB extents back to the host, highest
+  // first, keeping `keep_blocks` free blocks with memory (pool_give_back.cc;
+  // docs/design.md, "Giving free space back"). Version 10 pools only: 0
+  // given back otherwise. Returns the blocks given back; any process takes
+  // them back (with memory again) before the pool grows.
+  uint64_t GiveBackFreeSpace(uint64_t keep_blocks = kKeepFreeBlocks);
+  // What a detach and a checkpoint keep free with memory: the next writes
+  // of a few hundred files need no fallocate (64 MiB).
+  static constexpr uint64_t kKeepFreeBlocks = 16384;
+  // Blocks given back and not taken back since (0 before version 10).
+  uint64_t GivenBackBlocks() const { return punched_ ? punched_->blocks() : 0; }
+
   // One block for namespace structures (log and inode blocks), and back.
   Status AllocBlock(uint32_t* l);
   void FreeBlock(uint32_t l);
@@ -209,6 +221,11 @@ class Pool {
   Status Join();
   // pool_recover.cc: Recover and its steps.
   Status Recover();
+  // Recovery of a version 10 pool, its bitmap rebuilt: every wholly free
+  // extent given back (those given back before a crash are holes again),
+  // and whatever of [from, to) the space could not give back provided, so
+  // that every free block has memory (pool_give_back.cc).
+  Status GiveBackAfterRebuild(uint64_t from, uint64_t to);
   // Resets the words processes share (the header's fixed part, the thread
   // slots, the bitmap and its summaries); *words: the pool's words.
   Status ResetSharedWords(uint64_t capacity, format::pool::PoolWords** words);
@@ -276,6 +293,9 @@ class Pool {
   std::unique_ptr<AllocationBitmap> bitmap_;
   std::unique_ptr<EpochDomain> epochs_;
   std::unique_ptr<BlockSource> source_;
+  std::unique_ptr<SharedPunchedExtents> punched_;  // version 10 (kPunchedBlock), lent to source_
+  // Version 10: the punched set's memory, and source_ told to use it.
+  Status SharePunchedExtents(format::pool::PoolWords* words);
   NsLog log_;
   NsIndex index_;
   InodeAllocator inodes_;

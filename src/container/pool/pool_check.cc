@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cstring>
 #include <memory>
 #include <unordered_map>
@@ -302,10 +303,27 @@ void Checker::CompareBitmap() {
       words->pool_id != sb_->pool_id)
     return;
   const auto* bits = reinterpret_cast<const std::atomic<uint64_t>*>(ba_.AddrUnchecked(kBitmapBlock));
-  int64_t leaked = 0;
+  // Extents given back (version 10): taken, referenced by nothing.
+  const std::atomic<uint64_t>* punched = nullptr;
+  if (sb_->version >= kFirstGiveBackPoolVersion)
+    punched = reinterpret_cast<const std::atomic<uint64_t>*>(ba_.AddrUnchecked(kPunchedBlock));
+  auto given_back = [&](uint64_t b) {
+    const uint64_t e = b / kPartitionBlocks;
+    return punched && (punched[e >> 6].load() >> (e & 63)) & 1;
+  };
+  int64_t leaked = 0, punched_blocks = 0;
   for (uint64_t b = kDataStart; b < r_->capacity_blocks; ++b) {
     const bool taken = (bits[b >> 6].load() >> (b & 63)) & 1;
     const bool used = bitmap_.Test(b);
+    if (given_back(b)) {
+      ++punched_blocks;
+      if (used || !taken) {
+        Problem("block " + std::to_string(b) + " lies in an extent given back to the host but is " +
+                (used ? "in use" : "free in the allocation bitmap"));
+        break;
+      }
+      continue;
+    }
     if (taken && !used) ++leaked;
     if (used && !taken) {
       Problem("block " + std::to_string(b) + " is in use but free in the allocation bitmap");
@@ -313,6 +331,15 @@ void Checker::CompareBitmap() {
     }
   }
   r_->leaked_blocks = leaked;
+  r_->given_back_blocks = punched_blocks;
+  // The count covers every bit, also those of extents a truncation of the
+  // file cut off (holes either way).
+  uint64_t recorded = 0;
+  for (uint64_t w = 0; punched && w < kMaxPoolBlocks / kPartitionBlocks / 64; ++w)
+    recorded += uint64_t(std::popcount(punched[w].load())) * kPartitionBlocks;
+  if (punched && recorded != words->punched_blocks.load())
+    Problem("the volatile area counts " + std::to_string(words->punched_blocks.load()) +
+            " blocks given back, its extents hold " + std::to_string(recorded));
   // The summaries must hide no free space (on a quiet pool they agree).
   auto* mbits = const_cast<std::atomic<uint64_t>*>(bits);
   auto* summary = reinterpret_cast<std::atomic<uint64_t>*>(ba_.AddrUnchecked(kSummaryBlock));

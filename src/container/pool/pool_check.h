@@ -40,6 +40,10 @@ struct PoolReport {
   // Blocks the bitmap holds but nothing references, when it can be read
   // (nobody attached and the volatile area clean); -1 otherwise.
   int64_t leaked_blocks = -1;
+  // Blocks of the 2 MiB extents given back to the host (version 10: taken
+  // in the bitmap, referenced by nothing, holes in the file), when the
+  // bitmap can be read; -1 otherwise. Not counted as leaked.
+  int64_t given_back_blocks = -1;
   // Where the namespace log holds a commit a crash cut short (recovery
   // discards it: not damage); empty if none. Only on a pool nobody is
   // attached to and that was not left clean.

@@ -48,8 +48,12 @@ void Pool::MaybeCheckpoint(bool due) {
   // a little more of it, so that a checkpoint that cannot be written (no
   // room for its image) costs an image build per kCheckpointRetryBlocks,
   // not one per commit.
-  if (Status st = Checkpoint(); !st.ok() && st.err() != EBUSY)
+  Status st = Checkpoint();
+  if (!st.ok() && st.err() != EBUSY)
     checkpoint_retry_seq_.store(log_.PosHint().seq + kCheckpointRetryBlocks, std::memory_order_relaxed);
+  // A process that runs for long gives back what its removals freed as it
+  // goes, not only when it detaches (at most once a checkpoint interval).
+  if (st.ok()) GiveBackFreeSpace();
 }
 
 Status Pool::Checkpoint() {

@@ -53,7 +53,7 @@ namespace upfs::format::pool {
 // ident its fresh bit until the image is known durable (kIdentFresh;
 // docs/design.md, "One wait a create"); an older pool's creates keep
 // fencing the image before the record.
-inline constexpr uint32_t kPoolVersion = 9;
+inline constexpr uint32_t kPoolVersion = 10;
 inline constexpr uint32_t kOldestPoolVersion = 1;
 inline constexpr uint32_t kFirstPatchPoolVersion = 2;
 inline constexpr uint32_t kFirstTaggedPoolVersion = 3;
@@ -63,6 +63,10 @@ inline constexpr uint32_t kFirstAnywhereShadowPoolVersion = 6;
 inline constexpr uint32_t kFirstLogReservePoolVersion = 7;
 inline constexpr uint32_t kFirstOneWaitPoolVersion = 8;
 inline constexpr uint32_t kFirstFreshCreatePoolVersion = 9;
+// Free 2 MiB extents given back to the host (holes), recorded in the
+// volatile area (kPunchedBlock); a build before it would hand them out
+// without memory.
+inline constexpr uint32_t kFirstGiveBackPoolVersion = 10;
 // The per-file magic with family byte 0x02: a pool is never taken for a
 // per-file upfs file, nor the other way round.
 inline constexpr unsigned char kPoolMagic[8] = {'U', 'P', 'F', 'S', 0x02, '\r', '\n', 0x1a};
@@ -82,7 +86,12 @@ inline constexpr uint32_t kSummaryBlocks =
 // Data starts on a 2 MiB boundary (huge pages): block 8704 (34 MiB).
 inline constexpr uint32_t kDataStart = (kBitmapBlock + kBitmapBlocks + 511) / 512 * 512;
 static_assert(kSummaryBlocks == 277);
-static_assert(kSummaryBlock + kSummaryBlocks <= kDataStart);
+// The extents given back to the host (engine/punched_extents.h): one bit
+// per 2 MiB extent of the largest pool, after the summaries (version 10).
+inline constexpr uint32_t kPunchedBlock = kSummaryBlock + kSummaryBlocks;
+inline constexpr uint32_t kPunchedBlocks = uint32_t(kMaxPoolBlocks / kPartitionBlocks / 8 / kBlockSize);
+static_assert(kPunchedBlocks == 16);
+static_assert(kPunchedBlock + kPunchedBlocks <= kDataStart);
 static_assert(kDataStart == 8704);
 
 // Blocks the namespace log keeps in reserve for removals in a full pool.
@@ -374,6 +383,9 @@ struct PoolWords {
   alignas(kCacheLine) std::atomic<uint64_t> free_inodes;
   // The process slot + 1 of the process writing a checkpoint, 0 = none.
   alignas(kCacheLine) std::atomic<uint64_t> checkpoint_owner;
+  // Blocks in the extents kPunchedBlock's bits name (version 10; zero in
+  // an older area, whose bits are zero too).
+  alignas(kCacheLine) std::atomic<uint64_t> punched_blocks;
 };
 static_assert(sizeof(PoolWords) <= kBlockSize);
 

@@ -52,6 +52,7 @@ Status Pool::ResetSharedWords(uint64_t capacity, PoolWords** words) {
   w->epochs.Reset();
   w->bitmap.Reset(capacity);
   w->free_inodes.store(0);
+  w->punched_blocks.store(0);
   *words = w;
   UPFS_RETURN_IF_ERROR(access_.Addr(kSlotsBlock, &p));
   pm::ZeroNT(p, uint64_t(kSlotBlocks) * kBlockSize);
@@ -66,6 +67,10 @@ Status Pool::ResetSharedWords(uint64_t capacity, PoolWords** words) {
     pm::ZeroNT(p, (capacity + 7) / 8);
     UPFS_RETURN_IF_ERROR(access_.Addr(kSummaryBlock, &p));
     pm::ZeroNT(p, uint64_t(kSummaryBlocks) * kBlockSize);
+  }
+  if (punched_) {  // nothing punched (memory given by SharePunchedExtents)
+    UPFS_RETURN_IF_ERROR(access_.Addr(kPunchedBlock, &p));
+    pm::ZeroNT(p, uint64_t(kPunchedBlocks) * kBlockSize);
   }
   pm::Fence();
   return Status::OK();
@@ -189,9 +194,15 @@ Status Pool::Recover() {
   // that recovery walks no pages in use (SEEK_HOLE over 1 GiB of small
   // pages costs 11-24 ms here). A full file system is then an error of
   // this attach, not a SIGBUS of a later store.
-  UPFS_RETURN_IF_ERROR(medium_->Provide(std::max<uint64_t>(marker.end(), kDataStart) * kBlockSize,
-                                        capacity * kBlockSize));
+  // A version 10 pool gives back every wholly free extent instead (its
+  // holes may be anywhere: extents given back before the crash).
+  const uint64_t in_use_end = std::max<uint64_t>(marker.end(), kDataStart);
+  const uint64_t provide_end =
+      punched_ ? std::min(capacity, (in_use_end + kPartitionBlocks - 1) / kPartitionBlocks * kPartitionBlocks)
+               : capacity;
+  UPFS_RETURN_IF_ERROR(medium_->Provide(in_use_end * kBlockSize, provide_end * kBlockSize));
   bitmap_->RebuildSummaries(words->bitmap.capacity_blocks.load());
+  if (punched_) UPFS_RETURN_IF_ERROR(GiveBackAfterRebuild(provide_end, capacity));
   words->pool_id = super()->pool_id;
   pm::Fence();
   words->magic = kVolatileMagic;
