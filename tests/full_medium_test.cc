@@ -348,11 +348,14 @@ TEST(FullMedium, APoolThatGaveSpaceBackSaysEnospcWhenItCannotTakeItBack) {
     if (upfs_umount(mnt.c_str()) != 0) return std::string("umount: ") + std::strerror(errno);
     upfs::PoolReport r;
     if (!upfs::CheckPool(pool, &r).ok() || r.given_back_blocks <= 0) return std::string("nothing given back");
-    // Someone else takes every page the file system has left.
+    // Someone else takes every page the file system has left, but 1 MiB:
+    // a taken-back extent's first pages fit, its huge page does not.
     const int f = open(filler.c_str(), O_CREAT | O_WRONLY, 0644);
     std::vector<unsigned char> junk(kChunk, 0x5a);
     while (write(f, junk.data(), junk.size()) > 0) {
     }
+    const off_t filled = lseek(f, 0, SEEK_END);
+    if (filled < (1 << 20) || ftruncate(f, filled - (1 << 20)) != 0) return std::string("filler: ") + std::strerror(errno);
     close(f);
     if (upfs_mount(pool.c_str(), mnt.c_str()) != 0) return std::string("remount: ") + std::strerror(errno);
     int made = 0, err = 0;

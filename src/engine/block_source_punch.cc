@@ -108,7 +108,7 @@ bool BlockSource::ReturnPunched(uint64_t want, Status* st) {
     shared_punched_->Take(std::max<uint64_t>(1, extents), kPartitionBlocks, &taken);
     if (taken.empty()) return false;
     for (uint64_t e : taken) {
-      *st = space_->Provide((e * kPartitionBlocks) << kBlockShift, ((e + 1) * kPartitionBlocks) << kBlockShift);
+      *st = space_->ProvideExtents((e * kPartitionBlocks) << kBlockShift, ((e + 1) * kPartitionBlocks) << kBlockShift);
       if (!st->ok()) {
         // Punched again, all of them (those provided hold memory until the
         // next give-back releases it).
@@ -124,7 +124,7 @@ bool BlockSource::ReturnPunched(uint64_t want, Status* st) {
   const size_t n = size_t(std::min<uint64_t>(punched_.size(), std::max<uint64_t>(1, extents)));
   for (size_t i = 0; i < n; ++i) {
     const uint64_t first = punched_[i] * kPartitionBlocks;
-    *st = space_->Provide(first << kBlockShift, (first + kPartitionBlocks) << kBlockShift);
+    *st = space_->ProvideExtents(first << kBlockShift, (first + kPartitionBlocks) << kBlockShift);
     if (!st->ok()) return false;  // the ones provided stay listed: provided twice later, harmless
   }
   for (size_t i = 0; i < n; ++i) ReturnRange(punched_[i] * kPartitionBlocks, kPartitionBlocks);

@@ -48,6 +48,9 @@ class BlockSpace {
   // that a store there cannot fault for want of space (medium/provide.h):
   // ENOSPC instead. Bytes past the capacity are not provided.
   virtual Status Provide(uint64_t from, uint64_t to) = 0;
+  // Provide for whole 2 MiB extents taken back after a Release (from and
+  // to on extent boundaries): where the space can, each one huge page.
+  virtual Status ProvideExtents(uint64_t from, uint64_t to) { return Provide(from, to); }
   // Gives the memory (or media) behind [from, to) back to the host file
   // system: the bytes read as zeros after it, and nothing may be stored
   // there before a Provide. EOPNOTSUPP where the space cannot.

@@ -181,6 +181,23 @@ Status Medium::Provide(uint64_t from, uint64_t to) {
   return ProvideFileRange(fd_, from, std::min(to, capacity()), path_);
 }
 
+Status Medium::ProvideExtents(uint64_t from, uint64_t to) {
+  if (read_only_) return Status::Error(EROFS, "medium opened read-only");
+  to = std::min(to, capacity());
+  // (A collapse needs the extent in this process's mapping.)
+  if (kind_ != MediumKind::kTmpfs || !HugePagesWanted() || from % kExtentSize != 0 || to % kExtentSize != 0 ||
+      to > mapped_bytes())
+    return Provide(from, to);
+  for (uint64_t e = from; e < to; e += kExtentSize) {
+    // The seed's pages first (ENOSPC is an error, not a SIGBUS), then the
+    // collapse, which gives the rest of the extent its memory at once.
+    if (const int rc = posix_fallocate(fd_, off_t(e), off_t(kCollapseSeed)); rc != 0)
+      return Status::Error(rc, "provide " + path_);
+    if (!TryCollapse(e)) UPFS_RETURN_IF_ERROR(Provide(e, e + kExtentSize));
+  }
+  return Status::OK();
+}
+
 Status Medium::Release(uint64_t from, uint64_t to) {
   if (read_only_) return Status::Error(EROFS, "medium opened read-only");
   to = std::min(to, capacity());
@@ -334,16 +351,20 @@ Status Medium::GrowStep(uint64_t bytes, const ReadyFn& ready) {
   return Status::OK();
 }
 
+bool Medium::TryCollapse(uint64_t e) {
+  const HugePageChoice::Choice c = g_huge_pages.Now(SteadyNs());
+  if (c == HugePageChoice::kSmall) return false;
+  madvise(base() + e, kCollapseSeed, MADV_POPULATE_WRITE);
+  const int64_t t0 = SteadyNs();
+  const bool ok = madvise(base() + e, kExtentSize, MADV_COLLAPSE) == 0;
+  const int64_t t1 = SteadyNs();
+  g_huge_pages.NoteCollapse(c, t1 - t0, ok, t1);
+  return ok;
+}
+
 bool Medium::ProvisionExtent(uint64_t e) {
   char* b = base();
-  if (const HugePageChoice::Choice c = g_huge_pages.Now(SteadyNs()); c != HugePageChoice::kSmall) {
-    madvise(b + e, kCollapseSeed, MADV_POPULATE_WRITE);
-    const int64_t t0 = SteadyNs();
-    const bool ok = madvise(b + e, kExtentSize, MADV_COLLAPSE) == 0;
-    const int64_t t1 = SteadyNs();
-    g_huge_pages.NoteCollapse(c, t1 - t0, ok, t1);
-    if (ok) return true;
-  }
+  if (TryCollapse(e)) return true;
   const int64_t t0 = SteadyNs();
   if (const int rc = posix_fallocate(fd_, off_t(e), off_t(kExtentSize)); rc != 0) {
     work_.Fail(rc);

@@ -124,6 +124,10 @@ class Medium final : public BlockSpace {
   Status Provide(uint64_t from, uint64_t to) override;
   // A hole punched over [from, to), the host file's size kept.
   Status Release(uint64_t from, uint64_t to) override;
+  // On tmpfs with huge pages wanted, each extent seeded and collapsed into
+  // one huge page, as a growth provisions it (faster than 512 small pages,
+  // and reads of it miss the TLB less); else Provide.
+  Status ProvideExtents(uint64_t from, uint64_t to) override;
 
  private:
   Medium(int fd, std::string path, MediumKind kind, bool read_only);
@@ -150,6 +154,10 @@ class Medium final : public BlockSpace {
   // provides them so), and mincore reports such pages as absent (tried: medium_populate_test's reader and
   // writer then took 4,096 faults each).
   bool ProbeSmallPages(uint64_t at, int advice, bool data_only);
+  // Extent e (its first kCollapseSeed bytes allocated) made one huge page,
+  // unless huge pages are found too dear now (huge_page_choice.h); whether
+  // it is one.
+  bool TryCollapse(uint64_t e);
   // Gives the extent at offset e its pages: a huge page while collapsing
   // costs less than small pages (huge_page_choice.h), else small pages. Tmpfs,
   // the file already long enough and mapped; run by Grow and HelpGrow.
