@@ -18,56 +18,21 @@
 #include "container/pool/pool_check.h"
 #include "container/pool/pool_format.h"
 #include "label_version.h"
+#include "pool_api/pool_host_memory.h"
 #include "upfs/upfs.h"
 
 namespace {
 
 namespace fp = upfs::format::pool;
 using upfs::format::kBlockSize;
+using upfs_test::FreeBlocksWithoutMemory;
+using upfs_test::Host;
+using upfs_test::HostOf;
 
 constexpr uint64_t kMiB = 1 << 20;
 constexpr int kFiles = 40;  // of 4 MiB: 160 MiB, well past what a detach keeps
 constexpr uint64_t kFileBytes = 4 * kMiB;
 constexpr uint64_t kKeptBytes = upfs::Pool::kKeepFreeBlocks * kBlockSize;
-
-struct Host {
-  uint64_t bytes;  // memory the pool file holds (what du shows)
-  uint64_t size;
-};
-
-Host HostOf(const std::string& path) {
-  struct stat st;
-  EXPECT_EQ(stat(path.c_str(), &st), 0);
-  return Host{uint64_t(st.st_blocks) * 512, uint64_t(st.st_size)};
-}
-
-// Blocks the (detached, clean) pool's bitmap has free whose page has no
-// memory behind it, where a store could be a SIGBUS on a full file system.
-// An allocation of the page tells (mincore and SEEK_DATA do not, on tmpfs):
-// it adds to st_blocks only where there was none.
-uint64_t FreeBlocksWithoutMemory(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDWR);
-  EXPECT_GE(fd, 0);
-  const size_t header = size_t(fp::kDataStart) * kBlockSize;
-  void* m = mmap(nullptr, header, PROT_READ, MAP_SHARED, fd, 0);
-  EXPECT_NE(m, MAP_FAILED);
-  const auto* base = static_cast<const char*>(m);
-  const auto* words = reinterpret_cast<const fp::PoolWords*>(base + size_t(fp::kWordsBlock) * kBlockSize);
-  const auto* bits = reinterpret_cast<const uint64_t*>(base + size_t(fp::kBitmapBlock) * kBlockSize);
-  const uint64_t cap = words->bitmap.capacity_blocks.load();
-  uint64_t n = 0;
-  for (uint64_t b = fp::kDataStart; b < cap; ++b) {
-    if ((bits[b / 64] >> (b % 64)) & 1) continue;
-    struct stat before, after;
-    EXPECT_EQ(fstat(fd, &before), 0);
-    EXPECT_EQ(fallocate(fd, FALLOC_FL_KEEP_SIZE, off_t(b * kBlockSize), off_t(kBlockSize)), 0);
-    EXPECT_EQ(fstat(fd, &after), 0);
-    n += after.st_blocks > before.st_blocks;
-  }
-  munmap(m, header);
-  close(fd);
-  return n;
-}
 
 class PoolGiveBack : public ::testing::Test {
  protected:
