@@ -194,8 +194,10 @@ Status Pool::Recover() {
   // that recovery walks no pages in use (SEEK_HOLE over 1 GiB of small
   // pages costs 11-24 ms here). A full file system is then an error of
   // this attach, not a SIGBUS of a later store.
-  // A version 10 pool gives back every wholly free extent instead (its
-  // holes may be anywhere: extents given back before the crash).
+  // A version 10 pool provides only up to the next extent boundary: its
+  // holes may be anywhere (extents given back before the crash), and
+  // GiveBackAfterRebuild gives back what a detach would and provides the
+  // rest.
   const uint64_t in_use_end = std::max<uint64_t>(marker.end(), kDataStart);
   const uint64_t provide_end =
       punched_ ? std::min(capacity, (in_use_end + kPartitionBlocks - 1) / kPartitionBlocks * kPartitionBlocks)
