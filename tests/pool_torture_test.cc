@@ -32,7 +32,8 @@
 //   - the shared directories are still there, and nothing else is;
 //   - recovery freed the orphans: the inodes in use are exactly those the
 //     tree names (plus the root);
-//   - after the supervisor detaches, CheckPool finds no problem.
+//   - after the supervisor detaches, CheckPool finds no problem and no
+//     leaked block, and every block free in the bitmap has memory.
 //
 // Knobs: UPFS_TEST_SCALE multiplies the number of rounds (30 at 1.0);
 // UPFS_TORTURE_LONG=1 runs 200 rounds; UPFS_TEST_SEED fixes the workers'
@@ -58,6 +59,7 @@
 
 #include "container/pool/pool.h"
 #include "container/pool/pool_check.h"
+#include "pool_api/pool_host_memory.h"
 #include "pool_ops.h"
 #include "pool_tree.h"
 #include "test_util.h"
@@ -515,6 +517,11 @@ TEST(PoolTorture, KilledWorkersLoseNothingAcknowledged) {
     for (const std::string& p : rep.problems) problems += "\n  " + p;
     ASSERT_TRUE(rep.problems.empty()) << "round " << round << ": fsck found" << problems;
     EXPECT_EQ(rep.orphans, 0u);
+    EXPECT_LE(rep.leaked_blocks, 0) << "round " << round;
+    // Recovery gave back what was wholly free beyond what it keeps, and
+    // gave memory to what it kept (holes of a growth a kill cut short, of
+    // extents given back before): a store to a free block never faults.
+    EXPECT_EQ(upfs_test::FreeBlocksWithoutMemory(pool_path), 0u) << "round " << round;
   }
   std::printf("%llu rounds, %llu operations acknowledged, %llu in flight at a kill (%llu of them done)\n",
               (unsigned long long)rounds, (unsigned long long)total_acked,
