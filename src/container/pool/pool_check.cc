@@ -3,9 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <bit>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -303,14 +303,14 @@ void Checker::CompareBitmap() {
       words->pool_id != sb_->pool_id)
     return;
   const auto* bits = reinterpret_cast<const std::atomic<uint64_t>*>(ba_.AddrUnchecked(kBitmapBlock));
-  // Extents given back (version 10): taken, referenced by nothing.
-  const std::atomic<uint64_t>* punched = nullptr;
+  // Extents given back (version 10): taken, referenced by nothing. Read
+  // through the set the pool's processes use (engine/punched_extents.h).
+  std::optional<SharedPunchedExtents> punched;
   if (sb_->version >= kFirstGiveBackPoolVersion)
-    punched = reinterpret_cast<const std::atomic<uint64_t>*>(ba_.AddrUnchecked(kPunchedBlock));
-  auto given_back = [&](uint64_t b) {
-    const uint64_t e = b / kPartitionBlocks;
-    return punched && (punched[e >> 6].load() >> (e & 63)) & 1;
-  };
+    punched.emplace(reinterpret_cast<std::atomic<uint64_t>*>(ba_.AddrUnchecked(kPunchedBlock)),
+                    kMaxPoolBlocks / kPartitionBlocks,
+                    const_cast<std::atomic<uint64_t>*>(&words->punched_blocks));
+  auto given_back = [&](uint64_t b) { return punched && punched->Test(b / kPartitionBlocks); };
   int64_t leaked = 0, punched_blocks = 0;
   for (uint64_t b = kDataStart; b < r_->capacity_blocks; ++b) {
     const bool taken = (bits[b >> 6].load() >> (b & 63)) & 1;
@@ -335,10 +335,9 @@ void Checker::CompareBitmap() {
   // The count covers every bit, also those of extents a truncation of the
   // file cut off (holes either way).
   uint64_t recorded = 0;
-  for (uint64_t w = 0; punched && w < kMaxPoolBlocks / kPartitionBlocks / 64; ++w)
-    recorded += uint64_t(std::popcount(punched[w].load())) * kPartitionBlocks;
-  if (punched && recorded != words->punched_blocks.load())
-    Problem("the volatile area counts " + std::to_string(words->punched_blocks.load()) +
+  if (punched) punched->ForEach([&](uint64_t) { recorded += kPartitionBlocks; });
+  if (punched && recorded != punched->blocks())
+    Problem("the volatile area counts " + std::to_string(punched->blocks()) +
             " blocks given back, its extents hold " + std::to_string(recorded));
   // The summaries must hide no free space (on a quiet pool they agree).
   auto* mbits = const_cast<std::atomic<uint64_t>*>(bits);
