@@ -88,7 +88,7 @@ uint64_t BlockSource::PunchFreeExtents(uint64_t keep_free_blocks) {
 
 void BlockSource::RecordPunched(const std::vector<uint64_t>& claimed) {
   if (shared_punched_) {
-    for (uint64_t e : claimed) shared_punched_->Add(e, kPartitionBlocks);
+    for (uint64_t e : claimed) shared_punched_->Add(e);
     return;
   }
   std::lock_guard<std::mutex> g(punch_mu_);
@@ -105,14 +105,14 @@ bool BlockSource::ReturnPunched(uint64_t want, Status* st) {
   const uint64_t extents = want / kPartitionBlocks + (want % kPartitionBlocks != 0);  // no overflow at UINT64_MAX
   if (shared_punched_) {
     std::vector<uint64_t> taken;
-    shared_punched_->Take(std::max<uint64_t>(1, extents), kPartitionBlocks, &taken);
+    shared_punched_->Take(std::max<uint64_t>(1, extents), &taken);
     if (taken.empty()) return false;
     for (uint64_t e : taken) {
       *st = space_->ProvideExtents((e * kPartitionBlocks) << kBlockShift, ((e + 1) * kPartitionBlocks) << kBlockShift);
       if (!st->ok()) {
         // Punched again, all of them (those provided hold memory until the
         // next give-back releases it).
-        for (uint64_t back : taken) shared_punched_->Add(back, kPartitionBlocks);
+        for (uint64_t back : taken) shared_punched_->Add(back);
         return false;
       }
     }

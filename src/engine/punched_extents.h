@@ -15,12 +15,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/alloc_bitmap.h"
+
 namespace upfs {
 
 class SharedPunchedExtents {
  public:
   // `bits` holds one bit per extent of the largest space (extents / 64
-  // words); `count` the blocks punched (extents x blocks per extent).
+  // words); `count` the blocks punched (kPartitionBlocks an extent).
   SharedPunchedExtents(std::atomic<uint64_t>* bits, uint64_t extents, std::atomic<uint64_t>* count)
       : bits_(bits), words_((extents + 63) / 64), count_(count) {}
   SharedPunchedExtents(const SharedPunchedExtents&) = delete;
@@ -28,10 +30,10 @@ class SharedPunchedExtents {
 
   // Extent e is punched now (the caller claimed it in the bitmap and
   // released its memory).
-  void Add(uint64_t e, uint64_t blocks_per_extent);
+  void Add(uint64_t e);
   // Takes up to n punched extents, lowest first, each by clearing its bit
   // (so no other process takes it too), into *out (ascending).
-  void Take(uint64_t n, uint64_t blocks_per_extent, std::vector<uint64_t>* out);
+  void Take(uint64_t n, std::vector<uint64_t>* out);
   // Blocks punched, for the allocator's decisions (moves as others punch
   // and take back).
   uint64_t blocks() const { return count_->load(std::memory_order_relaxed); }
