@@ -46,6 +46,10 @@ uint64_t BlockSource::PunchFreeExtents(uint64_t keep_free_blocks) {
     std::lock_guard<std::mutex> g(punch_mu_);
     released = ReleaseAdoptedLocked();
   }
+  // Another process may have grown the space since this one last looked
+  // (a pool attached before a growth it did not make): without a fresh
+  // look, what that growth added is never given back from here.
+  if (bm_->capacity() > space_->capacity() >> kBlockShift) (void)space_->RefreshCapacity();
   // Never past the space, whatever the bitmap's capacity word says (a
   // damaged volatile area of a pool left clean is trusted).
   const uint64_t cap = std::min(bm_->capacity(), space_->capacity() >> kBlockShift);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "container/pool/pool.h"
@@ -80,12 +81,16 @@ class PoolGiveBack : public ::testing::Test {
   }
   // Written, removed, detached: what the detach gave back.
   void FillAndEmpty(Host* full, Host* emptied) {
+    ASSERT_NO_FATAL_FAILURE(FillAndEmptyKeepingAttached(full));
+    ASSERT_EQ(upfs_umount(mnt_.c_str()), 0) << upfs_last_error();
+    *emptied = HostOf(pool_);
+  }
+  // Written and removed, still mounted: *full, what the files held.
+  void FillAndEmptyKeepingAttached(Host* full) {
     ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
     ASSERT_NO_FATAL_FAILURE(WriteFiles(kFiles, 0));
     *full = HostOf(pool_);
     ASSERT_NO_FATAL_FAILURE(RemoveFiles(kFiles));
-    ASSERT_EQ(upfs_umount(mnt_.c_str()), 0) << upfs_last_error();
-    *emptied = HostOf(pool_);
   }
   std::string pool_, mnt_;
 };
@@ -226,6 +231,27 @@ TEST_F(PoolGiveBack, AnotherAttachedProcessTakesBackWhatOneGaveBack) {
   ASSERT_EQ(upfs_read(fd, got.data(), got.size()), ssize_t(got.size()));
   upfs_close(fd);
   EXPECT_EQ(got, std::string(kFileBytes, 'q'));
+}
+
+// A process attached before another grew the pool (a long-lived one: a
+// FUSE mount, a shell under the preload library) gives back what that
+// growth added once it is free, at its checkpoints and its detach: it looks
+// at the pool's size anew, not at the size it mapped (it gave back only the
+// first 6 MiB of 160 MiB freed before it did).
+TEST_F(PoolGiveBack, AnAttachmentThatDidNotGrowThePoolGivesBackWhatTheGrowthAdded) {
+  std::unique_ptr<upfs::Pool> early;
+  ASSERT_TRUE(upfs::Pool::Attach(pool_, &early).ok());
+  Host full, emptied;
+  ASSERT_NO_FATAL_FAILURE(FillAndEmptyKeepingAttached(&full));
+  const uint64_t given = early->GiveBackFreeSpace(upfs::Pool::kKeepFreeBlocks);
+  const uint64_t data = kFiles * kFileBytes;
+  EXPECT_GE(given * kBlockSize, data - kKeptBytes - 16 * kMiB) << "of " << data / kMiB << " MiB freed";
+  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0) << upfs_last_error();
+  early.reset();
+  emptied = HostOf(pool_);
+  EXPECT_LE(emptied.bytes, kKeptBytes + 48 * kMiB) << "held " << full.bytes / kMiB << " MiB full";
+  EXPECT_EQ(Check().leaked_blocks, 0);
+  EXPECT_EQ(FreeBlocksWithoutMemory(pool_), 0u);
 }
 
 // fsck: an extent recorded as given back must be taken and unused, and the
