@@ -361,6 +361,14 @@ Status EndAfterCrash(const BlockAccess& ba, LogBlock* b, uint32_t lblock, uint32
 
 }  // namespace
 
+Status CheckChainLength(const BlockAccess& ba, uint64_t walked, uint64_t* max_blocks, const char* what) {
+  if (walked <= *max_blocks) return Status::OK();
+  UPFS_RETURN_IF_ERROR(ba.space()->RefreshCapacity());
+  *max_blocks = ba.space()->capacity() >> kBlockShift;
+  if (walked > *max_blocks) return Status::Corrupt("log chain", what);
+  return Status::OK();
+}
+
 Status ReplayChain(const BlockAccess& ba, uint32_t head, BlockTable* table, ReplayResult* res,
                    TailRule rule) {
   const bool live = rule == TailRule::kLive || rule == TailRule::kReadOnly;
@@ -386,13 +394,8 @@ Status ReplayChain(const BlockAccess& ba, uint32_t head, BlockTable* table, Repl
   uint32_t lblock = head, prev = 0;
   for (;;) {
     res->log_blocks.push_back(lblock);
-    if (res->log_blocks.size() > max_blocks) {
-      // Live writers may have grown the file (and the chain) meanwhile.
-      UPFS_RETURN_IF_ERROR(ba.space()->RefreshCapacity());
-      max_blocks = ba.space()->capacity() >> kBlockShift;
-      if (res->log_blocks.size() > max_blocks)
-        return Status::Corrupt("log chain", "longer than the file (a cycle?)");
-    }
+    // Live writers may have grown the file (and the chain) meanwhile.
+    UPFS_RETURN_IF_ERROR(CheckChainLength(ba, res->log_blocks.size(), &max_blocks, "longer than the file (a cycle?)"));
     uint32_t slot = 0, cut = LogPos::kNoSlot;
     uint32_t* cut_ptr = rule == TailRule::kLive || rule == TailRule::kStrict ? nullptr : &cut;
     UPFS_RETURN_IF_ERROR(
