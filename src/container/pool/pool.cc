@@ -429,6 +429,7 @@ Status Pool::ReleaseInode(uint64_t ino) {
   const bool kept = RecycleFileLog(res);  // its one log block, if so
   for (uint32_t l : blocks)
     if (!kept || l != res.log_blocks[0]) bitmap_->Clear(l);
+  NoteReleased(blocks.size());
   return Status::OK();
 }
 

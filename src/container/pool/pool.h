@@ -162,6 +162,12 @@ class Pool {
   static constexpr uint64_t kKeepFreeBlocks = 16384;
   // Blocks given back and not taken back since (0 before version 10).
   uint64_t GivenBackBlocks() const { return punched_ ? punched_->blocks() : 0; }
+  // Files' blocks this process releases (ReleaseInode) between two
+  // give-backs of its own: the releaser past it gives back, so that a
+  // process that stays attached (a FUSE mount, a shell under the preload
+  // library) and removes a tree returns its memory as it goes, not at a
+  // checkpoint its few records may never reach (64 MiB).
+  static constexpr uint64_t kGiveBackAfterFreedBlocks = 16384;
 
   // One block for namespace structures (log and inode blocks), and back.
   Status AllocBlock(uint32_t* l);
@@ -349,6 +355,14 @@ class Pool {
   // Set once ReloadIndexLocked failed (index lock held; read with it).
   std::atomic<bool> index_lost_{false};
   std::atomic<bool> refuse_blocks_for_test_{false};
+  // Blocks released since this process last gave back, and whether one of
+  // its threads is giving back now (NoteReleased).
+  // (A line of its own: every release of every thread adds to it.)
+  alignas(64) std::atomic<uint64_t> released_since_give_back_{0};
+  std::atomic<bool> giving_back_{false};
+  // Counts `blocks` a release freed; past kGiveBackAfterFreedBlocks, gives
+  // back in the calling thread (one thread of the process at a time).
+  void NoteReleased(uint64_t blocks);
   std::string lost_why_;
   Status IndexLost() const;
   // The checkpoint this process last saw (its header block, 0 = none).

@@ -29,7 +29,17 @@ Status Pool::SharePunchedExtents(PoolWords* words) {
 
 uint64_t Pool::GiveBackFreeSpace(uint64_t keep_blocks) {
   if (!punched_) return 0;
+  released_since_give_back_.store(0, std::memory_order_relaxed);
   return source_->PunchFreeExtents(keep_blocks);
+}
+
+void Pool::NoteReleased(uint64_t blocks) {
+  if (!punched_) return;
+  if (released_since_give_back_.fetch_add(blocks, std::memory_order_relaxed) + blocks < kGiveBackAfterFreedBlocks)
+    return;
+  if (giving_back_.exchange(true, std::memory_order_acquire)) return;  // another thread is at it
+  GiveBackFreeSpace();
+  giving_back_.store(false, std::memory_order_release);
 }
 
 Status Pool::GiveBackAfterRebuild(uint64_t from, uint64_t to) {
