@@ -564,7 +564,10 @@ int PoolStatvfs(const PoolPath& p, struct statvfs* buf) {
   struct statvfs host;
   if (fstatvfs(pool->medium()->fd(), &host) != 0) return FailErrno(errno, "statvfs of the pool's file system");
   // The pool's own blocks (taken or free), plus what the file system under
-  // it can still give the pool as it grows.
+  // it can still give the pool as it grows: the pool's size as the host
+  // file has it now, not as this process last saw it (another may have
+  // grown it since: its blocks were neither the pool's nor the host's).
+  if (Status s = pool->medium()->RefreshCapacity(); !s.ok()) return Fail(s);
   const uint64_t cap = std::min<uint64_t>(pool->medium()->capacity() / format::kBlockSize,
                                           format::pool::kMaxPoolBlocks);
   uint64_t taken = 0;
