@@ -139,10 +139,23 @@ TEST_F(PoolCorruptionTest, TruncatedPoolsAreRefused) {
       EXPECT_TRUE(o.unchanged) << o.mount_error;
     }
   }
-  // Truncated past everything in use (to whole blocks): still a pool.
+  // Truncated past everything in use (to whole blocks): still a pool, and
+  // one that grows again. The base is clean: its volatile area still
+  // records the capacity before the cut, and the attach makes it again
+  // (before, a write needing a block past the cut failed with EUCLEAN).
   ASSERT_TRUE(CopySparse(base_, work_));
   ASSERT_EQ(truncate(work_.c_str(), off_t((used + 1) * kB)), 0);
-  ExpectHarmless(Try());
+  ExpectHarmless(Try([&] {
+    const std::string f = mnt_ + "/grown-after-the-cut";
+    const std::string data(size - used * kB + (8 << 20), 'g');
+    const int fd = upfs_open(f.c_str(), O_CREAT | O_RDWR, 0644);
+    ASSERT_GE(fd, 0) << upfs_last_error();
+    EXPECT_EQ(upfs_write(fd, data.data(), data.size()), ssize_t(data.size())) << upfs_last_error();
+    std::string got(data.size(), 0);
+    EXPECT_EQ(upfs_pread(fd, got.data(), got.size(), 0), ssize_t(got.size())) << upfs_last_error();
+    EXPECT_TRUE(got == data);
+    EXPECT_EQ(upfs_close(fd), 0);
+  }));
 }
 
 // -- superblock ------------------------------------------------------------------

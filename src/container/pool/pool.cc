@@ -256,8 +256,21 @@ Status Pool::InitVolatile(bool first) {
   log_.SetOneWait(super()->version >= kFirstOneWaitPoolVersion);  // before any thread reads the log
   log_.SetCreations(super()->version >= kFirstFreshCreatePoolVersion);
   const bool valid = words->magic == kVolatileMagic && words->pool_id == super()->pool_id;
-  const bool recover = first && (!valid || super()->clean.load() != 1);
+  // A pool file cut shorter than the capacity its volatile area records (by
+  // hand, while clean) has lost blocks that area hands out: the first to
+  // attach makes the area again (recovery judges what the cut took); with
+  // others attached, it is damage. (The size is read anew: a growth
+  // publishes the capacity only after the file has grown.)
+  bool cut = false;
+  if (valid) {
+    UPFS_RETURN_IF_ERROR(medium_->RefreshCapacity());
+    cut = words->bitmap.capacity_blocks.load(std::memory_order_acquire) > medium_->capacity() >> kBlockShift;
+  }
+  const bool recover = first && (!valid || cut || super()->clean.load() != 1);
   if (!recover && !valid) return Status::Corrupt("volatile area", path_ + ": in use but not initialized");
+  if (!recover && cut)
+    return Status::Corrupt("pool file", path_ + ": shorter than the capacity its attached processes use (" +
+                                            std::to_string(medium_->capacity()) + " bytes; cut while in use?)");
   if (recover) UPFS_RETURN_IF_ERROR(Recover());  // resets the slots: claim ours after it
   if (Status st = epochs_->ClaimSlot(&process_slot_); !st.ok())
     return Status::Error(st.err(), path_ + ": process slot: " + st.message());
