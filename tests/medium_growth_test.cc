@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <memory>
@@ -125,6 +126,35 @@ TEST(MediumGrowth, AHelperReportsTheBottomItFinished) {
     EXPECT_GE(r.back(), want);
     EXPECT_EQ(g.failed(), 0);
     EXPECT_EQ(g.without_pages(), 0) << "round " << round << ": a report past an extent without pages";
+  }
+}
+
+// Another process grew the file: a Provide (or ProvideExtents) past the
+// size this medium last saw gives that range memory instead of stopping at
+// the old size. (A pool's take-back of an extent another process's growth
+// added stopped there: the blocks it then handed out had no memory.)
+TEST(MediumGrowth, ProvideReachesPastASizeAnotherProcessGrew) {
+  upfs_test::TempDir dir;
+  for (const bool extents : {false, true}) {
+    SCOPED_TRACE(extents ? "ProvideExtents" : "Provide");
+    const std::string path = dir.File(extents ? "grown-extents" : "grown");
+    const int fd = open(path.c_str(), O_CREAT | O_RDWR, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, 2 << 20), 0);
+    std::unique_ptr<Medium> m;
+    Status st = Medium::Open(fd, path, &m, /*read_only=*/false);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    const int other = open(path.c_str(), O_RDWR);  // the other process
+    ASSERT_GE(other, 0);
+    ASSERT_EQ(ftruncate(other, 8 << 20), 0);
+    close(other);
+    constexpr uint64_t kFrom = 4 << 20, kTo = 6 << 20;
+    st = extents ? m->ProvideExtents(kFrom, kTo) : m->Provide(kFrom, kTo);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    struct stat sb;
+    ASSERT_EQ(fstat(m->fd(), &sb), 0);
+    EXPECT_GE(uint64_t(sb.st_blocks) * 512, kTo - kFrom);
+    m->JoinBackground();
   }
 }
 

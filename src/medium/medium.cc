@@ -176,18 +176,24 @@ Status Medium::RefreshCapacity() {
   return Status::OK();
 }
 
+uint64_t Medium::ClampToCapacity(uint64_t to) {
+  if (to > capacity()) (void)RefreshCapacity();  // an error leaves the last size
+  return std::min(to, capacity());
+}
+
 Status Medium::Provide(uint64_t from, uint64_t to) {
   if (read_only_) return Status::Error(EROFS, "medium opened read-only");
-  return ProvideFileRange(fd_, from, std::min(to, capacity()), path_);
+  return ProvideFileRange(fd_, from, ClampToCapacity(to), path_);
 }
 
 Status Medium::ProvideExtents(uint64_t from, uint64_t to) {
   if (read_only_) return Status::Error(EROFS, "medium opened read-only");
-  to = std::min(to, capacity());
-  // (A collapse needs the extent in this process's mapping.)
-  if (kind_ != MediumKind::kTmpfs || !HugePagesWanted() || from % kExtentSize != 0 || to % kExtentSize != 0 ||
-      to > mapped_bytes())
+  to = ClampToCapacity(to);
+  if (kind_ != MediumKind::kTmpfs || !HugePagesWanted() || from % kExtentSize != 0 || to % kExtentSize != 0)
     return Provide(from, to);
+  // A collapse needs the extent in this process's mapping (which the
+  // caller's first store to it would make anyway).
+  if (to > mapped_bytes() && !EnsureMapped(to).ok()) return Provide(from, to);
   for (uint64_t e = from; e < to; e += kExtentSize) {
     // The seed's pages first (ENOSPC is an error, not a SIGBUS), then the
     // collapse, which gives the rest of the extent its memory at once.
