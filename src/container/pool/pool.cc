@@ -259,12 +259,14 @@ Status Pool::InitVolatile(bool first) {
   // A pool file cut shorter than the capacity its volatile area records (by
   // hand, while clean) has lost blocks that area hands out: the first to
   // attach makes the area again (recovery judges what the cut took); with
-  // others attached, it is damage. (The size is read anew: a growth
-  // publishes the capacity only after the file has grown.)
+  // others attached, it is damage. The capacity is read first and the
+  // file's size after it: a growth publishes the capacity only once the
+  // file has grown, so a growth racing this attach cannot look like a cut.
   bool cut = false;
   if (valid) {
+    const uint64_t recorded = words->bitmap.capacity_blocks.load(std::memory_order_acquire);
     UPFS_RETURN_IF_ERROR(medium_->RefreshCapacity());
-    cut = words->bitmap.capacity_blocks.load(std::memory_order_acquire) > medium_->capacity() >> kBlockShift;
+    cut = recorded > medium_->capacity() >> kBlockShift;
   }
   const bool recover = first && (!valid || cut || super()->clean.load() != 1);
   if (!recover && !valid) return Status::Corrupt("volatile area", path_ + ": in use but not initialized");
