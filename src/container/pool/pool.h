@@ -147,7 +147,7 @@ class Pool {
   void MaybeCheckpoint(bool due);
   // Whether the log has grown enough for a checkpoint (index lock held).
   bool CheckpointDue() const;
-  // Writes a checkpoint now (for tests and `upfs checkpoint`), unless
+  // Writes a checkpoint now (for tests; no CLI command asks for one yet), unless
   // another process is writing one (EBUSY).
   Status Checkpoint();
 
