@@ -46,13 +46,12 @@ uint64_t BlockSource::PunchFreeExtents(uint64_t keep_free_blocks) {
     std::lock_guard<std::mutex> g(punch_mu_);
     released = ReleaseAdoptedLocked();
   }
-  // Another process may have grown the space since this one last looked
-  // (a pool attached before a growth it did not make): without a fresh
-  // look, what that growth added is never given back from here.
-  if (bm_->capacity() > space_->capacity() >> kBlockShift) (void)space_->RefreshCapacity();
   // Never past the space, whatever the bitmap's capacity word says (a
-  // damaged volatile area of a pool left clean is trusted).
-  const uint64_t cap = std::min(bm_->capacity(), space_->capacity() >> kBlockShift);
+  // damaged volatile area of a pool left clean is trusted), and up to the
+  // space as it is now (another process may have grown it since this one
+  // looked: a pool attached before a growth it did not make).
+  const uint64_t cap =
+      space_->ClampToCapacity(std::min(bm_->capacity(), UINT64_MAX >> kBlockShift) << kBlockShift) >> kBlockShift;
   // What stays free with memory: the next writes take it without a
   // fallocate (a whole count of the bitmap, only when something is kept).
   uint64_t free_blocks = 0;

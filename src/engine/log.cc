@@ -361,11 +361,9 @@ Status EndAfterCrash(const BlockAccess& ba, LogBlock* b, uint32_t lblock, uint32
 
 }  // namespace
 
-Status CheckChainLength(const BlockAccess& ba, uint64_t walked, uint64_t* max_blocks, const char* what) {
-  if (walked <= *max_blocks) return Status::OK();
-  UPFS_RETURN_IF_ERROR(ba.space()->RefreshCapacity());
-  *max_blocks = ba.space()->capacity() >> kBlockShift;
-  if (walked > *max_blocks) return Status::Corrupt("log chain", what);
+Status CheckChainLength(const BlockAccess& ba, uint64_t walked, const char* what) {
+  const uint64_t bytes = walked << kBlockShift;  // no overflow: a walk stops one block past the capacity
+  if (ba.space()->ClampToCapacity(bytes) < bytes) return Status::Corrupt("log chain", what);
   return Status::OK();
 }
 
@@ -390,12 +388,10 @@ Status ReplayChain(const BlockAccess& ba, uint32_t head, BlockTable* table, Repl
   res->overflow.clear();
   res->entries = 0;
   res->cut_short_words = 0;
-  uint64_t max_blocks = ba.space()->capacity() >> kBlockShift;
   uint32_t lblock = head, prev = 0;
   for (;;) {
     res->log_blocks.push_back(lblock);
-    // Live writers may have grown the file (and the chain) meanwhile.
-    UPFS_RETURN_IF_ERROR(CheckChainLength(ba, res->log_blocks.size(), &max_blocks, "longer than the file (a cycle?)"));
+    UPFS_RETURN_IF_ERROR(CheckChainLength(ba, res->log_blocks.size(), "longer than the file (a cycle?)"));
     uint32_t slot = 0, cut = LogPos::kNoSlot;
     uint32_t* cut_ptr = rule == TailRule::kLive || rule == TailRule::kStrict ? nullptr : &cut;
     UPFS_RETURN_IF_ERROR(

@@ -97,11 +97,10 @@ Status DecodeEntry(const BlockAccess& ba, const format::LogBlock* b, uint32_t b_
 Status CheckLogBlock(const BlockAccess& ba, uint32_t lblock, uint64_t seq,
                      format::LogBlock** out);
 
-// A chain that has walked `walked` blocks is longer than the space holds:
-// a cycle (Corrupt, naming `what`). Checked against *max_blocks, the
-// capacity last seen, and then against the space's own (another process
-// may have grown it since: a pool), which *max_blocks becomes.
-Status CheckChainLength(const BlockAccess& ba, uint64_t walked, uint64_t* max_blocks, const char* what);
+// A chain that has walked `walked` blocks is longer than the space holds
+// (BlockSpace::ClampToCapacity: as it is now, which live writers or another
+// process may have grown): a cycle (Corrupt, naming `what`).
+Status CheckChainLength(const BlockAccess& ba, uint64_t walked, const char* what);
 
 // A payload commit persists in one round (LogWriter::Commit), so a crash
 // may keep its apply word and lose a payload line. Such an apply can only

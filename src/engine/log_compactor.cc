@@ -111,14 +111,13 @@ Status LogCompactor::ReplayFullBlocks(FullBlocks* f) {
   uint64_t entries = 0;
   uint32_t l = f->head;
   uint64_t seq = b->seq;
-  uint64_t max_blocks = access_.space()->capacity() >> kBlockShift;
   for (;;) {
     uint32_t n = NextBlock(b->next.load(std::memory_order_acquire));
     if (n == 0) break;
     uint32_t end_slot = 0;
     UPFS_RETURN_IF_ERROR(ApplyLogBlock(access_, b, l, &f->state, &f->overflow, &end_slot, &entries));
     f->blocks.push_back(l);
-    UPFS_RETURN_IF_ERROR(CheckChainLength(access_, f->blocks.size(), &max_blocks, "cycle"));
+    UPFS_RETURN_IF_ERROR(CheckChainLength(access_, f->blocks.size(), "cycle"));
     UPFS_RETURN_IF_ERROR(CheckLogBlock(access_, n, seq + 1, &b));
     l = n;
     seq += 1;

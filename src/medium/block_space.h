@@ -61,6 +61,14 @@ class BlockSpace {
   }
   // Re-reads the capacity (another process may have grown the space).
   virtual Status RefreshCapacity() = 0;
+  // `bytes`, or the capacity if that is smaller, after a fresh look at it
+  // when `bytes` lies past the last one: another process may have grown
+  // the space (a pool), and what lies past the size this one saw must not
+  // be cut off (left unprovided, not given back, taken for a cycle).
+  uint64_t ClampToCapacity(uint64_t bytes) {
+    if (bytes > capacity()) (void)RefreshCapacity();  // an error leaves the last size
+    return bytes < capacity() ? bytes : capacity();
+  }
   // Makes everything written to [offset, offset + bytes) durable.
   virtual Status Sync(uint64_t offset, uint64_t bytes) = 0;
   // Waits until background work (growth, huge pages) is done.

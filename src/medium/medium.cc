@@ -176,11 +176,6 @@ Status Medium::RefreshCapacity() {
   return Status::OK();
 }
 
-uint64_t Medium::ClampToCapacity(uint64_t to) {
-  if (to > capacity()) (void)RefreshCapacity();  // an error leaves the last size
-  return std::min(to, capacity());
-}
-
 Status Medium::Provide(uint64_t from, uint64_t to) {
   if (read_only_) return Status::Error(EROFS, "medium opened read-only");
   return ProvideFileRange(fd_, from, ClampToCapacity(to), path_);

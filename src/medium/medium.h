@@ -132,11 +132,6 @@ class Medium final : public BlockSpace {
  private:
   Medium(int fd, std::string path, MediumKind kind, bool read_only);
   void RaiseCapacity(uint64_t bytes);
-  // `to`, or the capacity if that is smaller, after a fresh look at the
-  // file's size when `to` lies past the last one: another process may have
-  // grown the file (a pool), and a range past what this one saw must not
-  // be cut off unprovided (the caller then hands out its blocks).
-  uint64_t ClampToCapacity(uint64_t to);
   // Maps [0, bytes). `populate`: in ordinary pages on tmpfs, maps the
   // pages too, in one call (growth); false at open, where the file's
   // content is mapped as it is used, or ahead by the worker (PopulateAhead).
