@@ -257,8 +257,8 @@ TEST_F(PoolGiveBack, AnAttachmentThatStaysGivesBackWhatItsRemovalsFreed) {
 // A process attached before another grew the pool (a long-lived one: a
 // FUSE mount, a shell under the preload library) gives back what that
 // growth added once it is free, at its checkpoints and its detach: it looks
-// at the pool's size anew, not at the size it mapped (it gave back only the
-// first 6 MiB of 160 MiB freed before it did). The files are cut to
+// at the pool's size anew, not at the size it mapped (it gave back nothing
+// of the 160 MiB freed here before it did). The files are cut to
 // nothing rather than removed: a removal's own give-back would leave it
 // little to find.
 TEST_F(PoolGiveBack, AnAttachmentThatDidNotGrowThePoolGivesBackWhatTheGrowthAdded) {
