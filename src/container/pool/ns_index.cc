@@ -26,9 +26,11 @@ void NsIndex::Rebase(uint64_t root, std::unique_ptr<BaseImage> base) {
   dirs_.Clear();
   links_.Clear();
   records_ = 0;
+  ++delta_salt_;
   BumpShape();  // a reload may stand for any directories
   if (!base_) {
     DeltaDir& r = dirs_.Get(root);
+    r.names = NewNames(root);
     r.info.parent = root;
     r.fresh = true;
   }
@@ -45,6 +47,7 @@ std::shared_ptr<const NsIndex> NsIndex::Freeze() {
   dirs_.Clear();
   links_.Clear();
   records_ = 0;
+  ++delta_salt_;
   frozen_ = f;
   return f;
 }
@@ -235,6 +238,7 @@ NsIndex::DeltaDir* NsIndex::Touch(uint64_t dir) {
   if (!LowerDir(dir, &lower)) return nullptr;
   DeltaDir& d = dirs_.Get(dir);
   d.info = lower;
+  d.names = NewNames(dir);
   return &d;
 }
 
@@ -295,6 +299,7 @@ Status NsIndex::Apply(const NsRecord& r, bool validated) {
       UPFS_RETURN_IF_ERROR(Insert(r.dir1, r.name1, NsEntry{r.ino, FileType::kDirectory}, validated));
       DeltaDir& d = dirs_.Get(r.ino);
       d = DeltaDir();
+      d.names = NewNames(r.ino);
       d.info.parent = r.dir1;
       d.fresh = true;
       return Status::OK();

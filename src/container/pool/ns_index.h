@@ -133,6 +133,7 @@ class NsIndex {
     NameTable names;     // type kFree: a tombstone (the name is gone)
   };
   DeltaDir* Touch(uint64_t dir);
+  NameTable NewNames(uint64_t dir) const { return NameTable(MixIno(dir) ^ delta_salt_); }
   Status Insert(uint64_t dir, std::string_view name, NsEntry e, bool validated = false);
   Status Remove(uint64_t dir, std::string_view name, uint64_t expect_ino, NsEntry* removed);
   uint32_t FileLinks(uint64_t ino) const;
@@ -175,6 +176,9 @@ class NsIndex {
   DirTable<DeltaDir> dirs_;
   LinkTable links_;
   uint64_t records_ = 0;
+  // Each delta's tables place names apart from the layers below (whose
+  // listing order an `rm -rf` removes in): NameTable's salt.
+  uint64_t delta_salt_ = 0;
   std::atomic<uint64_t> shape_{1};
 };
 
