@@ -338,6 +338,20 @@ Status BlockSource::AllocContiguous(ThreadBlocks* t, uint64_t n, Run* out) {
       *out = Run{uint32_t(first), uint32_t(n)};
       return Status::OK();
     }
+    // Space given back to the host is free space too: a run of it is
+    // taken back before the space grows. (Without this, a pool whose
+    // checkpoint images are each given back once the next replaces it
+    // grew by an eighth for every image, and held the memory of each
+    // growth: 17 GiB long, 1.6 GiB of memory and rising for 134 MiB in
+    // use, 300,000 files and a create + unlink churn beside them.)
+    Status provided;
+    if (ReturnPunchedRun(n, &provided)) {
+      if (uint64_t first; ClaimFreeRun(cap, n, &first)) {
+        *out = Run{uint32_t(first), uint32_t(n)};
+        return Status::OK();
+      }
+    }
+    UPFS_RETURN_IF_ERROR(provided);
     // The free space is in pieces shorter than n (a pool after many small
     // files; CI once failed a pool bench's prefill so): take fresh space
     // at the end, where nothing is claimed yet.

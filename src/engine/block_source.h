@@ -121,6 +121,12 @@ class BlockSource {
   // the space cannot back them (ENOSPC), false with the error in *st and
   // nothing freed.
   bool ReturnPunched(uint64_t want, Status* st);
+  // The same for a contiguous run of n blocks: the lowest ceil(n / 2 MiB)
+  // neighbouring punched extents, given memory again and freed, for the
+  // scan that looks for n free blocks in a row. False if no such
+  // neighbours are punched (or another process took one of them first;
+  // those taken are freed with memory), *st the error if providing failed.
+  bool ReturnPunchedRun(uint64_t n, Status* st);
   // After a rebuild: the extent [first, first + kPartitionBlocks), a hole
   // in the space, taken and listed as punched (nothing is stored there
   // until ReturnPunched provides it) if the rebuilt bitmap has all of it

@@ -136,6 +136,54 @@ bool BlockSource::ReturnPunched(uint64_t want, Status* st) {
   return true;
 }
 
+bool BlockSource::ReturnPunchedRun(uint64_t n, Status* st) {
+  *st = Status::OK();
+  const uint64_t k = n / kPartitionBlocks + (n % kPartitionBlocks != 0);
+  if (k == 0 || punched_blocks() < k * kPartitionBlocks) return false;
+  std::vector<uint64_t> punched;
+  std::unique_lock<std::mutex> g(punch_mu_, std::defer_lock);
+  if (shared_punched_) {
+    shared_punched_->ForEach([&](uint64_t e) { punched.push_back(e); });
+  } else {
+    g.lock();
+    if (!PunchedAreOursLocked()) return false;
+    punched = punched_;
+  }
+  // The lowest k neighbours (ascending lists).
+  size_t from = punched.size();
+  for (size_t i = 0, run = 0; i < punched.size(); ++i) {
+    run = i > 0 && punched[i] == punched[i - 1] + 1 ? run + 1 : 1;
+    if (run == k) {
+      from = i + 1 - k;
+      break;
+    }
+  }
+  if (from == punched.size()) return false;
+  std::vector<uint64_t> taken;
+  for (size_t i = from; i < from + k; ++i) {
+    if (shared_punched_ ? !shared_punched_->TakeOne(punched[i]) : false) break;
+    taken.push_back(punched[i]);
+  }
+  if (!shared_punched_) {
+    punched_.erase(punched_.begin() + ptrdiff_t(from), punched_.begin() + ptrdiff_t(from + k));
+    punched_blocks_.fetch_sub(k * kPartitionBlocks, std::memory_order_relaxed);
+  }
+  // Memory before the blocks are free to anyone (a store there must not
+  // fault); an extent that cannot have it is punched again.
+  for (size_t i = 0; i < taken.size(); ++i) {
+    const uint64_t first = taken[i] * kPartitionBlocks;
+    *st = space_->ProvideExtents(first << kBlockShift, (first + kPartitionBlocks) << kBlockShift);
+    if (!st->ok()) {
+      if (g.owns_lock()) g.unlock();
+      RecordPunched(std::vector<uint64_t>(taken.begin() + ptrdiff_t(i), taken.end()));
+      taken.resize(i);
+      break;
+    }
+  }
+  for (uint64_t e : taken) ReturnRange(e * kPartitionBlocks, kPartitionBlocks);
+  return st->ok() && taken.size() == k;
+}
+
 bool BlockSource::AdoptPunched(uint64_t first) {
   UPFS_ASSERT(first % kPartitionBlocks == 0 && !shared_punched_);
   if (first < reserved_ || first + kPartitionBlocks > bm_->capacity() || !ClaimRange(first, kPartitionBlocks))

@@ -31,4 +31,12 @@ void SharedPunchedExtents::Take(uint64_t n, std::vector<uint64_t>* out) {
   }
 }
 
+bool SharedPunchedExtents::TakeOne(uint64_t e) {
+  if (e / 64 >= words_) return false;
+  const uint64_t bit = uint64_t{1} << (e % 64);
+  if ((bits_[e / 64].fetch_and(~bit, std::memory_order_acq_rel) & bit) == 0) return false;
+  count_->fetch_sub(kPartitionBlocks, std::memory_order_relaxed);
+  return true;
+}
+
 }  // namespace upfs

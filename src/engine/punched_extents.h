@@ -34,6 +34,9 @@ class SharedPunchedExtents {
   // Takes up to n punched extents, lowest first, each by clearing its bit
   // (so no other process takes it too), into *out (ascending).
   void Take(uint64_t n, std::vector<uint64_t>* out);
+  // Takes extent e if it is punched (clears its bit): false if it is not,
+  // or another process took it first.
+  bool TakeOne(uint64_t e);
   // Blocks punched, for the allocator's decisions (moves as others punch
   // and take back).
   uint64_t blocks() const { return count_->load(std::memory_order_relaxed); }

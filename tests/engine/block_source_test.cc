@@ -331,6 +331,59 @@ TEST(BlockSourcePartitions, AContiguousRunAmongPiecesIsFoundBeforeTheSpaceGrows)
   EXPECT_EQ(taken, (4096 - 2) / 2 - 20 + 40) << "blocks leaked by the attempts, or the run not taken";
 }
 
+// Free space given back to the host (punched extents, taken in the bitmap)
+// is taken back for a contiguous run before the space grows, as
+// neighbouring extents (the lowest given-back ones, which a claim takes
+// back when it finds nothing free, need not be neighbours). Before, a
+// pool's checkpoint image, placed in one run, grew the pool by an eighth
+// every time the previous image's extents had been given back: a churn of
+// creates and unlinks beside 300,000 files made a pool 17 GiB long, its
+// memory rising past 1.6 GiB for 134 MiB in use.
+TEST(BlockSourcePartitions, AContiguousRunIsTakenBackFromGivenBackSpaceBeforeTheSpaceGrows) {
+  for (const bool shared : {false, true}) {
+    MemoryStorage ms = PoolStorage(4096);
+    BlockSource& src = ms.source();
+    std::vector<std::atomic<uint64_t>> bits(kPoolMax / kPartitionBlocks / 64 + 1);
+    std::atomic<uint64_t> count{0};
+    SharedPunchedExtents set(bits.data(), kPoolMax / kPartitionBlocks, &count);
+    if (shared) src.SharePunched(&set);
+    // Extents 1, 3, 5, 6 and 7 free, then given back (2 and 4 stay in
+    // use: the lowest given-back extents are not neighbours); extent 0
+    // free in pieces (every other block).
+    const std::vector<uint32_t> blocks = TakeEveryBlock(ms);
+    for (uint32_t b : blocks) {
+      const uint64_t e = b / kPartitionBlocks;
+      if (e != 0 && e != 2 && e != 4) ms.bitmap().Clear(b);
+    }
+    const uint64_t given = src.PunchFreeExtents(0);
+    ASSERT_EQ(given, 5 * kPartitionBlocks) << "shared " << shared;
+    for (uint32_t b : blocks)
+      if (b < kPartitionBlocks && b % 2 == 0) ms.bitmap().Clear(b);
+    EXPECT_EQ(src.punched_blocks(), given);
+    const int grows = ms.space().grows;
+    const uint64_t cap = ms.bitmap().capacity();
+    ThreadBlocks u;
+    FRun run{};
+    ASSERT_TRUE(src.AllocContiguous(&u, kPartitionBlocks + 100, &run).ok()) << "shared " << shared;
+    EXPECT_EQ(ms.space().grows, grows) << "shared " << shared << ": grew although given-back space was there";
+    EXPECT_LE(run.lblock + run.count, cap);
+    EXPECT_EQ(run.count, kPartitionBlocks + 100);
+    EXPECT_TRUE(AllTaken(ms, {run}, true));
+    EXPECT_GE(run.lblock, 5 * kPartitionBlocks) << "the neighbours 5 and 6";
+    src.ReturnAll(&u);
+    ExpectSummariesAgree(ms);
+    // Given back again, so that the source ends with nothing taken back.
+    src.FreeRuns(&u, {run});
+    src.ReturnAll(&u);
+    std::vector<uint64_t> all;
+    if (shared) set.Take(UINT64_MAX, &all);
+    else while (src.punched_blocks() != 0) {
+      Status st;
+      if (!src.ReturnPunched(kPartitionBlocks, &st)) break;
+    }
+  }
+}
+
 // Single blocks for a container's own structures pack into words that
 // have room: each used to take a chunk (a whole word, the rest given
 // back), one used block in every word the hint passed. Every free block,

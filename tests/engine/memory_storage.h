@@ -59,11 +59,19 @@ class MemorySpace final : public BlockSpace {
   bool HelpGrow() override { return false; }  // no background growth to share
   Status RefreshCapacity() override { return Status::OK(); }
   Status Provide(uint64_t, uint64_t) override { return Status::OK(); }  // anonymous memory
+  // Gives the pages back (they read as zeros after it, as a punched hole).
+  Status Release(uint64_t from, uint64_t to) override {
+    if (to > capacity() || madvise(base() + from, to - from, MADV_DONTNEED) != 0)
+      return Status::Error(EINVAL, "release past the space");
+    released += to - from;
+    return Status::OK();
+  }
   Status Sync(uint64_t, uint64_t) override { return Status::OK(); }
   void Settle() override {}
   void JoinBackground() override {}
 
   int grows = 0;
+  uint64_t released = 0;  // bytes
 
  private:
   uint64_t max_;
