@@ -50,6 +50,16 @@ std::string NameOf(uint64_t k) {
   return n;
 }
 
+NsRecord RecordOf(RecordType t, FileType f, uint64_t ino, uint64_t dir, std::string_view name) {
+  NsRecord r;
+  r.type = t;
+  r.ftype = f;
+  r.ino = ino;
+  r.dir1 = dir;
+  r.name1 = name;
+  return r;
+}
+
 class Driver {
  public:
   explicit Driver(uint64_t seed) : rng_(seed) { m_.dirs[1] = {1, {}}; }
@@ -184,14 +194,9 @@ class Driver {
     m_.freed.push_back(ino);
   }
   NsRecord Rec(RecordType t, FileType f, uint64_t ino, uint64_t d1, uint64_t d2, uint64_t victim) {
-    NsRecord r;
-    r.type = t;
-    r.ftype = f;
-    r.ino = ino;
-    r.dir1 = d1;
+    NsRecord r = RecordOf(t, f, ino, d1, name1_);
     r.dir2 = d2;
     r.victim = victim;
-    r.name1 = name1_;
     r.name2 = name2_;
     return r;
   }
@@ -243,11 +248,13 @@ std::unique_ptr<BaseImage> PlaceImage(const std::vector<uint64_t>& image, upfs_e
 }
 
 // The image of `idx`, placed and opened (PlaceImage).
+// `copied`: if given, the directories whose tables were copied as they were.
 std::unique_ptr<BaseImage> WriteImage(const NsIndex& idx, upfs_engine_test::MemorySpace* space,
-                                      format::pool::CheckpointHeader* h, bool tagged, bool scattered = false) {
+                                      format::pool::CheckpointHeader* h, bool tagged, bool scattered = false,
+                                      uint64_t* copied = nullptr) {
   std::vector<uint64_t> image;
   std::memset(h, 0, sizeof(*h));
-  idx.BuildImage(&image, h, tagged);
+  idx.BuildImage(&image, h, tagged, copied);
   std::unique_ptr<BaseImage> base = PlaceImage(image, space, h, /*verify=*/true, scattered);
   EXPECT_EQ(base->tagged(), tagged);
   // Every table passes fsck's check.
@@ -299,6 +306,64 @@ TEST_P(NsIndexLayers, FrozenLayerAndItsImageAnswerAsTheWholeView) {
       drv.ExpectSame(idx, r + ", over the image");
     }
   }
+}
+
+// A directory no record touched since the image below keeps its table,
+// copied word for word from a flat tagged image (ImageWriter::CopyDir),
+// and its names too long for a slot are placed again in the new image:
+// every name answers as before, in a directory of 3,000 and in one of 3,
+// and fsck's check passes (WriteImage). From an image in runs, or of the
+// untagged format, the table is built name by name.
+TEST_P(NsIndexLayers, TablesOfUntouchedDirectoriesAreCopied) {
+  upfs_engine_test::MemorySpace space(format::kBlockSize, uint64_t{64} << 20);
+  NsIndex idx;
+  idx.Rebase(1, nullptr);
+  auto apply = [&](RecordType t, FileType f, uint64_t ino, uint64_t dir, const std::string& name) {
+    Status st = idx.Apply(RecordOf(t, f, ino, dir, name));
+    ASSERT_TRUE(st.ok()) << name << ": " << st.message();
+  };
+  constexpr uint64_t kBig = 2, kSmall = 3, kBusy = 4;
+  apply(RecordType::kMkdir, FileType::kDirectory, kBig, 1, "big");
+  apply(RecordType::kMkdir, FileType::kDirectory, kSmall, 1, "small");
+  apply(RecordType::kMkdir, FileType::kDirectory, kBusy, 1, "busy");
+  uint64_t ino = 10;
+  for (uint64_t k = 0; k < 3000; ++k) apply(RecordType::kCreate, FileType::kRegular, ino++, kBig, NameOf(k));
+  for (uint64_t k = 0; k < 3; ++k) apply(RecordType::kCreate, FileType::kRegular, ino++, kSmall, NameOf(k + 2));
+  std::vector<std::unique_ptr<format::pool::CheckpointHeader>> headers;
+  uint64_t copied_from_flat = 0;
+  for (int round = 0; round < 4; ++round) {
+    for (uint64_t k = 0; k < 50; ++k) apply(RecordType::kCreate, FileType::kRegular, ino++, kBusy, NameOf(ino));
+    std::shared_ptr<const NsIndex> frozen = idx.Freeze();
+    headers.push_back(std::make_unique<format::pool::CheckpointHeader>());
+    // Images of rounds 1 and 3 in runs of a block: copied from in rounds 2
+    // and 4 (none), those of 0 and 2 in one run (copied from in 1 and 3).
+    const bool below_flat = round % 2 == 1;
+    uint64_t copied = 0;
+    idx.Publish(WriteImage(*frozen, &space, headers.back().get(), GetParam(), round % 2 == 1, &copied));
+    frozen.reset();
+    // After round 0 only busy's table changes: the root's, big's and
+    // small's are copied when the image below is flat and tagged.
+    if (!GetParam() || !below_flat) EXPECT_EQ(copied, 0u) << "round " << round;
+    else copied_from_flat += copied;
+    uint64_t k_ino = 10;
+    for (uint64_t k = 0; k < 3000; ++k, ++k_ino) {
+      NsEntry e;
+      ASSERT_TRUE(idx.Find(kBig, NameOf(k), &e)) << "round " << round << ": " << NameOf(k);
+      ASSERT_EQ(e.ino, k_ino) << NameOf(k);
+    }
+    for (uint64_t k = 0; k < 3; ++k, ++k_ino) {
+      NsEntry e;
+      ASSERT_TRUE(idx.Find(kSmall, NameOf(k + 2), &e)) << "round " << round << ": " << NameOf(k + 2);
+      ASSERT_EQ(e.ino, k_ino);
+    }
+    NsEntry e;
+    EXPECT_FALSE(idx.Find(kBig, NameOf(3000), &e));
+    uint64_t listed = 0;
+    idx.List(kBig, [&](std::string_view, const NsEntry&) { ++listed; });
+    EXPECT_EQ(listed, 3000u);
+  }
+  // Rounds 1 and 3 copied the root's, big's and small's tables.
+  if (GetParam()) EXPECT_EQ(copied_from_flat, 6u);
 }
 
 // A damaged slot of an untagged image (tagged ones hold 32-bit numbers)

@@ -65,13 +65,30 @@ uint64_t ImageWriter::PlaceName(std::string_view name) {
   return at;
 }
 
-void ImageWriter::AddDir(uint64_t ino, uint64_t parent, uint64_t subdirs, const std::vector<Name>& names) {
-  UPFS_ASSERT(dirs_ < dirs_expected_);
-  const uint64_t slots = TableSlots(names.size(), tagged_);
-  // The table, 4-word aligned (so no slot crosses a block: the tags are a
+uint64_t ImageWriter::AlignTable() {
+  // 4-word aligned, so that no slot crosses a block (the tags are a
   // multiple of 4 words too).
   while (img_.size() % kNameSlotWords) img_.push_back(0);
-  const uint64_t table = img_.size();
+  return img_.size();
+}
+
+void ImageWriter::AddRow(uint64_t ino, uint64_t parent, uint64_t subdirs, uint64_t entries, uint64_t table,
+                         uint64_t slots) {
+  UPFS_ASSERT(dirs_ < dirs_expected_);
+  uint64_t* row = &img_[dirs_ * kDirRowWords];
+  row[0] = ino;
+  row[1] = parent;
+  row[2] = subdirs;
+  row[3] = entries;
+  row[4] = table;
+  row[5] = slots;
+  ++dirs_;
+  entries_ += entries;
+}
+
+void ImageWriter::AddDir(uint64_t ino, uint64_t parent, uint64_t subdirs, const std::vector<Name>& names) {
+  const uint64_t slots = TableSlots(names.size(), tagged_);
+  const uint64_t table = AlignTable();
   const uint64_t first_slot = table + (tagged_ ? slots : 0);
   img_.resize(table + TableWords(names.size(), tagged_), 0);
   // The hash as the source keeps it (an image's slot, a delta's table):
@@ -89,15 +106,37 @@ void ImageWriter::AddDir(uint64_t ino, uint64_t parent, uint64_t subdirs, const 
     else slot[2] = name_at;
     if (tagged_) img_[table + s] = (uint64_t(crc) << 32) | e.ino;
   }
-  uint64_t* row = &img_[dirs_ * kDirRowWords];
-  row[0] = ino;
-  row[1] = parent;
-  row[2] = subdirs;
-  row[3] = names.size();
-  row[4] = table;
-  row[5] = slots;
-  ++dirs_;
-  entries_ += names.size();
+  AddRow(ino, parent, subdirs, names.size(), table, slots);
+}
+
+bool ImageWriter::CopyDir(const BaseImage& from, const BaseDir& d, uint64_t parent, uint64_t subdirs) {
+  const uint64_t* src = from.FlatTable(d);
+  if (!tagged_ || !from.tagged() || !src || d.slots != TableSlots(d.entries, true)) return false;
+  const uint64_t mark = img_.size();
+  const uint64_t table = AlignTable();
+  img_.insert(img_.end(), src, src + TableWords(d.entries, true));
+  const uint64_t first_slot = table + d.slots;
+  uint64_t used = 0;
+  for (uint64_t s = 0; s < d.slots; ++s) {
+    const uint64_t at = first_slot + s * kNameSlotWords;
+    if (img_[at] == 0) continue;
+    ++used;
+    // A name past a slot's bytes lies apart, where this image places it.
+    if (((img_[at + 1] >> 40) & 0xff) <= kInlineNameMax) continue;
+    std::string_view name;
+    if (!from.NameInSlot(d, s, &name)) {
+      img_.resize(mark);
+      return false;
+    }
+    const uint64_t name_at = PlaceName(name);  // grows img_: assigned after
+    img_[at + 2] = name_at;
+  }
+  if (used != d.entries) {
+    img_.resize(mark);
+    return false;
+  }
+  AddRow(d.ino, parent, subdirs, d.entries, table, d.slots);
+  return true;
 }
 
 void ImageWriter::Finish(CheckpointHeader* h) {

@@ -90,6 +90,14 @@ class BaseImage {
       if (RowAt(i, &d)) fn(d);
     }
   }
+  // d's table (its tags and slots) as words side by side, for a copy of it
+  // as it is: null unless the image is flat.
+  const uint64_t* FlatTable(const BaseDir& d) const { return flat_ ? flat_ + d.table : nullptr; }
+  // The name in slot s of d; false if the slot does not decode.
+  bool NameInSlot(const BaseDir& d, uint64_t s, std::string_view* name) const {
+    NsEntry e;
+    return DecodeSlot(SlotAt(d, s), name, &e);
+  }
   // Links of a non-directory the image holds: the multi-link table's
   // count, else 1.
   uint32_t Links(uint64_t ino) const;
@@ -149,6 +157,15 @@ class ImageWriter {
     uint32_t hash;  // NameHash(name)
   };
   void AddDir(uint64_t ino, uint64_t parent, uint64_t subdirs, const std::vector<Name>& names);
+  // Adds directory d of image `from`, none of whose names changed since:
+  // its table copied word for word (where linear probing placed each name
+  // depends only on the set of names and the table's size), the names too
+  // long for a slot placed again. About a tenth of what AddDir costs for
+  // the names of a directory no record touched (docs/design.md,
+  // "Checkpoints and the log bound"). False, nothing added, if the table
+  // cannot be copied so: `from` not flat, untagged, or of other sizing, or
+  // a slot that does not decode (AddDir then takes what decodes).
+  bool CopyDir(const BaseImage& from, const BaseDir& d, uint64_t parent, uint64_t subdirs);
   void AddMultiLink(uint64_t ino, uint32_t links) { multi_.emplace_back(ino, links); }
   // Completes the image's words; fills the header's magic (the format) and
   // counts (dirs, entries, multi, multi_words, image_words, image_crc).
@@ -161,6 +178,9 @@ class ImageWriter {
 
  private:
   uint64_t PlaceName(std::string_view name);
+  // The 4-word aligned start of a new table.
+  uint64_t AlignTable();
+  void AddRow(uint64_t ino, uint64_t parent, uint64_t subdirs, uint64_t entries, uint64_t table, uint64_t slots);
   const bool tagged_;
   uint64_t dirs_expected_;
   uint64_t dirs_ = 0;

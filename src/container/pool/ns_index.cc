@@ -67,7 +67,8 @@ void NsIndex::CollectMultiLinks(std::unordered_map<uint64_t, uint32_t>* out) con
   });
 }
 
-void NsIndex::BuildImage(std::vector<uint64_t>* image, format::pool::CheckpointHeader* h, bool tagged) const {
+void NsIndex::BuildImage(std::vector<uint64_t>* image, format::pool::CheckpointHeader* h, bool tagged,
+                         uint64_t* copied_dirs) const {
   std::vector<std::pair<uint64_t, NsDirInfo>> dirs;
   ForEachDir([&](uint64_t ino, const NsDirInfo& i) { dirs.emplace_back(ino, i); });
   std::sort(dirs.begin(), dirs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -78,7 +79,17 @@ void NsIndex::BuildImage(std::vector<uint64_t>* image, format::pool::CheckpointH
     words += ImageWriter::TableWords(info.entries, tagged) + 2 * info.entries + format::pool::kNameSlotWords;
   ImageWriter w(image, dirs.size(), words + words / 8, tagged);
   std::vector<ImageWriter::Name> names;
+  uint64_t copied = 0;
   for (const auto& [ino, info] : dirs) {
+    // A directory no record touched since the image below: its table as
+    // it is. (A frozen layer, which BuildImage is called on, has the image
+    // right below it.)
+    BaseDir b;
+    if (!frozen_ && base_ && !dirs_.Find(ino) && base_->FindDir(ino, &b) &&
+        w.CopyDir(*base_, b, info.parent, info.subdirs)) {
+      ++copied;
+      continue;
+    }
     names.clear();
     names.reserve(info.entries);
     ListHashed(ino, [&](std::string_view n, const NsEntry& e, uint32_t h) { names.push_back({n, e, h}); });
@@ -88,6 +99,7 @@ void NsIndex::BuildImage(std::vector<uint64_t>* image, format::pool::CheckpointH
   CollectMultiLinks(&multi);
   for (const auto& [ino, links] : multi) w.AddMultiLink(ino, links);
   w.Finish(h);
+  if (copied_dirs) *copied_dirs = copied;
 }
 
 bool NsIndex::LowerDir(uint64_t ino, NsDirInfo* out) const {

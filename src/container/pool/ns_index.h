@@ -60,7 +60,10 @@ class NsIndex {
   // The checkpoint image of the whole view (ImageWriter), of the tagged
   // format or not: *h gets the image's fields; the caller places the image
   // and fills in its runs.
-  void BuildImage(std::vector<uint64_t>* image, format::pool::CheckpointHeader* h, bool tagged) const;
+  // `copied_dirs`: if given, how many directories' tables were copied as
+  // they were (ImageWriter::CopyDir).
+  void BuildImage(std::vector<uint64_t>* image, format::pool::CheckpointHeader* h, bool tagged,
+                  uint64_t* copied_dirs = nullptr) const;
   // Every non-directory with more than one link, and its count.
   void CollectMultiLinks(std::unordered_map<uint64_t, uint32_t>* out) const;
   uint64_t delta_records() const { return records_; }
