@@ -184,7 +184,8 @@ Status File::FlipOnce(ThreadCtx* c, BlockTable* t, const void* buf, size_t n, ui
   UPFS_ASSERT(claim->load(std::memory_order_relaxed) == c->tail_claim_id);
   if (zero_past_size) ZeroPastSize(access_.AddrUnchecked(l), valid);
   const char* in = static_cast<const char*>(buf);
-  std::vector<Run> fresh;
+  std::vector<Run>& fresh = c->flip_fresh;
+  fresh.clear();
   UncommittedBlocks taken(&writer_, &c->blocks, &c->pending, &fresh);
   uint32_t named, granules;
   bool staged;
