@@ -18,7 +18,7 @@
 // order is a stretch of the bits that would place them: placed by those
 // bits, the tombstones filled the low half of a delta of 16,384 slots at
 // the image's density, the names made since the checkpoint lay over them,
-// and one probe run was 9,876 slots long. A lookup that missed walked 622
+// and one probe run was 9,876 slots long. A lookup walked 622
 // slots on average (about 4,400 instructions), and the checkpoints while a
 // 100,000-name directory was removed took 2 billion (`upfs bench --pool
 // --quick --filter pool-stat --rounds 1 --seconds 0.05`, under callgrind).
