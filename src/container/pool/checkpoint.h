@@ -160,9 +160,8 @@ class ImageWriter {
   // Adds directory d of image `from`, none of whose names changed since:
   // its table copied word for word (where linear probing placed each name
   // depends only on the set of names and the table's size), the names too
-  // long for a slot placed again. About a tenth of what AddDir costs for
-  // the names of a directory no record touched (docs/design.md,
-  // "Checkpoints and the log bound"). False, nothing added, if the table
+  // long for a slot placed again (docs/design.md, "Checkpoints and the log
+  // bound", for what it saved). False, nothing added, if the table
   // cannot be copied so: `from` not flat, untagged, or of other sizing, or
   // a slot that does not decode (AddDir then takes what decodes).
   bool CopyDir(const BaseImage& from, const BaseDir& d, uint64_t parent, uint64_t subdirs);
