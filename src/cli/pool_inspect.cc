@@ -78,8 +78,11 @@ int RunPoolInfo(const std::string& path) {
   Row("namespace log:", Plural(r.log_blocks, "block", "blocks") + ", " +
                             Plural(r.log_records, "record", "records") + "; " +
                             (r.checkpoint_number ? "checkpoint " + std::to_string(r.checkpoint_number) +
-                                                       " (" + Plural(r.checkpoint_entries, "entry", "entries") + ")"
+                                                       " (" + Plural(r.checkpoint_entries, "entry", "entries") +
+                                                       " in " + Plural(r.checkpoint_image_blocks, "block", "blocks") +
+                                                       ")"
                                                  : std::string("no checkpoint yet")) +
+                            ", the next after " + Plural(r.checkpoint_interval_blocks, "block", "blocks") +
                             (r.version >= format::pool::kFirstLogReservePoolVersion
                                  ? "; " + Plural(r.log_reserve_blocks, "block", "blocks") + " in reserve"
                                  : std::string()));

@@ -42,7 +42,7 @@ TEST_F(PoolTest, CheckpointsKeepEverythingAndBoundTheLog) {
   EXPECT_GE(r.checkpoint_number, 1u);
   EXPECT_EQ(r.files, 10000u);
   EXPECT_EQ(r.extra_links, 1u);
-  EXPECT_LE(r.log_blocks, 2 * 256u + 2);
+  EXPECT_LE(r.log_blocks, 2 * r.checkpoint_interval_blocks + 2);
   ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0);
   struct stat st;
   ASSERT_EQ(upfs_stat(P("d/f0").c_str(), &st), 0);

@@ -38,6 +38,8 @@ class BaseImage {
               bool verify = true);
   uint64_t header_block() const { return header_block_; }
   const format::pool::CheckpointHeader& header() const { return *h_; }
+  // The header's image_words, as Open checked it (read from DRAM).
+  uint64_t image_words() const { return image_words_; }
 
   // The row of directory `ino`: from this thread's cache of rows it found
   // in this image, else by a binary search of the directory table.

@@ -51,8 +51,21 @@ Status CheckSuperblockImage(const format::pool::Superblock& sb, uint64_t file_by
                             const std::string& path);
 
 // The namespace log is checkpointed every this many log blocks (about
-// 14,000 records of creates); the log keeps at most two intervals.
+// 14,000 records of creates) at least; the log keeps at most two intervals.
 inline constexpr uint64_t kCheckpointEveryBlocks = 256;
+// ... and, behind an image of more than 4 x 256 blocks (about 80,000
+// names), every image's blocks / this many: a checkpoint rewrites the
+// whole image, so a fixed interval made each record pay for a share of
+// the whole namespace (docs/design.md, "What a checkpoint costs as the
+// namespace grows"); in proportion, it pays a constant share, and the log
+// stays below half the image's size.
+inline constexpr uint64_t kImageBlocksPerLogBlock = 4;
+// The log blocks between two checkpoints behind an image of `image_words`.
+inline constexpr uint64_t CheckpointIntervalBlocks(uint64_t image_words) {
+  const uint64_t image_blocks = format::CeilBlocks(image_words * 8);
+  return image_blocks / kImageBlocksPerLogBlock > kCheckpointEveryBlocks ? image_blocks / kImageBlocksPerLogBlock
+                                                                         : kCheckpointEveryBlocks;
+}
 // After a checkpoint failed: log blocks to wait before the next try.
 inline constexpr uint64_t kCheckpointRetryBlocks = 32;
 
@@ -141,7 +154,7 @@ class Pool {
   // This thread's slot in the pool's epoch domain for namespace work
   // (reading the log, whose blocks a checkpoint retires).
   Status NamespaceSlot(uint32_t* slot);
-  // Writes a checkpoint if the log has grown by kCheckpointEveryBlocks
+  // Writes a checkpoint if the log has grown by CheckpointIntervalBlocks
   // since the last one and no other process is writing one (`due` is the
   // caller's reading of that, taken under the index lock).
   void MaybeCheckpoint(bool due);

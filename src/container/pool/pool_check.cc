@@ -103,9 +103,12 @@ Status Checker::ReadNamespace() {
     ForEachCheckpointBlock(ck, *h, [&](uint32_t l) { marker_.Mark(l, "checkpoint"); });
     r_->checkpoint_number = h->number;
     r_->checkpoint_entries = h->entries;
+    r_->checkpoint_image_blocks = CeilBlocks(h->image_words * 8);
+    r_->checkpoint_interval_blocks = CheckpointIntervalBlocks(h->image_words);
   } else {
     UPFS_RETURN_IF_ERROR(log.Init(&ba_, uint32_t(sb_->nslog_head.load()), no_alloc, [](uint32_t) {}));
     index_.Rebase(sb_->root_ino, nullptr);
+    r_->checkpoint_interval_blocks = kCheckpointEveryBlocks;
   }
   // After a crash (as recovery reads it): the last commit may have been cut
   // short, and the log then ends before it.

@@ -31,6 +31,9 @@ struct PoolReport {
   uint64_t log_reserve_blocks = 0;  // set aside for removals in a full pool (version 7)
   uint64_t checkpoint_number = 0;  // 0: none yet
   uint64_t checkpoint_entries = 0;
+  uint64_t checkpoint_image_blocks = 0;
+  // Log blocks after which the next checkpoint is due (CheckpointIntervalBlocks).
+  uint64_t checkpoint_interval_blocks = 0;
   uint64_t referenced_blocks = 0;  // every block a structure references
   uint64_t file_blocks = 0;        // data, log and overflow blocks of files
   uint64_t data_blocks = 0;        // files' data blocks

@@ -37,8 +37,10 @@ PoolWords* Words(const BlockAccess& ba) {
 
 bool Pool::CheckpointDue() const {
   if (index_.frozen()) return false;  // one is being written
-  const uint64_t base = index_.base() ? index_.base()->header().cont_seq : 1;
-  return log_.pos().seq >= base + kCheckpointEveryBlocks &&
+  const BaseImage* b = index_.base();
+  const uint64_t since = b ? b->header().cont_seq : 1;
+  const uint64_t interval = b ? CheckpointIntervalBlocks(b->image_words()) : kCheckpointEveryBlocks;
+  return log_.pos().seq >= since + interval &&
          log_.pos().seq >= checkpoint_retry_seq_.load(std::memory_order_relaxed);
 }
 
