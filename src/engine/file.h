@@ -441,7 +441,6 @@ class File {
   // other threads' contexts come from the heap.
   ThreadCtx first_ctx_;
   std::atomic<bool> first_ctx_taken_{false};
-  std::atomic<uint64_t> last_mtime_tick_{0};
   std::atomic<uint64_t> last_mtime_stored_{0};  // the mtime this process last stored
   // ShadowIndex::Now() + 1 of the last fold request by a reader (0: none).
   std::atomic<uint32_t> last_fold_request_{0};

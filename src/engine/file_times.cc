@@ -3,7 +3,6 @@
 #include "engine/file.h"
 
 #include <time.h>
-#include <x86intrin.h>
 
 #include <algorithm>
 
@@ -16,18 +15,18 @@ namespace upfs {
 using namespace format;
 
 void File::TouchMtime() {
-  // The clock is read at most every ~2^20 cycles (about 0.3 ms): mtime
-  // needs no finer grain than the coarse clock gives, and this keeps the
-  // times' shared cache line out of the write path. A value this process did not
-  // store (utimensat, here or elsewhere) is replaced at once, as the
-  // kernel's write replaces any mtime by the current time.
-  uint64_t tsc = __rdtsc();
-  uint64_t last = last_mtime_tick_.load(std::memory_order_relaxed);
-  uint64_t m = root_.times->mtime_ns.load(std::memory_order_relaxed);
-  if (tsc - last < (uint64_t{1} << 20) && m == last_mtime_stored_.load(std::memory_order_relaxed))
-    return;
-  last_mtime_tick_.store(tsc, std::memory_order_relaxed);
+  // mtime needs no finer grain than the coarse clock (the kernel's tick,
+  // as the kernel's own file times): one vDSO read of a word the kernel
+  // keeps, about 9 ns here, against 20-22 for an rdtsc under this VM's
+  // hypervisor (the check this replaced read the TSC and the clock only
+  // every 2^20 cycles). Within one tick nothing is stored, which keeps the
+  // times' shared cache line out of the write path. A value this process
+  // did not store (utimensat, here or elsewhere) is replaced at once, as
+  // the kernel's write replaces any mtime by the current time.
   const uint64_t now = ClockNs(CLOCK_REALTIME_COARSE);
+  const uint64_t m = root_.times->mtime_ns.load(std::memory_order_relaxed);
+  const uint64_t stored = last_mtime_stored_.load(std::memory_order_relaxed);
+  if (now == stored && m == stored) return;
   if (m != now) pm::Store64(&root_.times->mtime_ns, now);
   if (root_.times->data_ctime_ns.load(std::memory_order_relaxed) != now)
     pm::Store64(&root_.times->data_ctime_ns, now);
