@@ -60,8 +60,8 @@ endif()
 
 # --- upfs.pc ------------------------------------------------------------------
 # Relocatable: prefix is found from the .pc file's own directory, so that
-# `cmake --install --prefix P` gives a correct file for any P. libpmem and
-# the C++ runtime matter only for static linking, which would need them
+# `cmake --install --prefix P` gives a correct file for any P. libpmem,
+# ISA-L and the C++ runtime matter only for static linking, which would need them
 # spelled out (no static libupfs is installed today).
 if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
   set(UPFS_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
@@ -86,7 +86,7 @@ includedir=@UPFS_PC_INCLUDEDIR@
 Name: upfs
 Description: Userspace file system for persistent memory (C API)
 Version: @PROJECT_VERSION@
-Requires.private: libpmem
+Requires.private: libpmem libisal
 Libs: -L${libdir} -lupfs
 Libs.private: -lstdc++ -lpthread
 Cflags: -I${includedir}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything upfs needs to build, test and benchmark on Debian 12:
 # compilers (GCC 12, clang-14 with its sanitizer runtimes), CMake, Ninja,
-# libpmem, GoogleTest, Google Benchmark and Python 3, and the real
+# libpmem, ISA-L (its CRC-32C), GoogleTest, Google Benchmark and Python 3, and the real
 # applications the preload tests and the application benchmark run (SQLite,
 # RocksDB's tools, LevelDB through plyvel, Redis, fio).
 #
@@ -11,7 +11,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential g++-12 cmake ninja-build pkg-config
-  libpmem-dev
+  libpmem-dev libisal-dev
   libgtest-dev googletest
   libbenchmark-dev
   clang-14 libclang-rt-14-dev llvm-14

@@ -344,6 +344,31 @@ TEST(Crc32c, MatchesReferenceAtAllLengthsAndAlignments) {
   EXPECT_EQ(upfs::Crc32c(data.data() + 3, 4197), RefCrc32c(data.data() + 3, 4197));
 }
 
+// The two paths Crc32c takes (the inline loop below kCrc32cLibraryFrom,
+// ISA-L from it on) give the same value for every length and seed, so a
+// checksum never depends on which one wrote it, and a chain may cross from
+// one to the other.
+TEST(Crc32c, BothPathsAgreeWithSeedsAndAcrossTheThreshold) {
+  std::mt19937_64 rng(11);
+  std::vector<unsigned char> data(3 << 20);
+  for (auto& c : data) c = static_cast<unsigned char>(rng());
+  std::vector<size_t> lengths = {0, 1, 7, 8, 9, 63, 64, 65, 4096, 4097, size_t(3) << 20};
+  for (size_t n = upfs::kCrc32cLibraryFrom - 20; n < upfs::kCrc32cLibraryFrom + 20; ++n) lengths.push_back(n);
+  for (size_t n : lengths) {
+    for (uint32_t seed : {0u, 1u, 0xffffffffu, uint32_t(rng())}) {
+      const size_t off = n == data.size() ? 0 : size_t(rng() % 8);
+      const uint32_t in = upfs::Crc32cInline(data.data() + off, n, seed);
+      ASSERT_EQ(upfs::Crc32cLibrary(data.data() + off, n, seed), in) << "n " << n << " seed " << seed;
+      ASSERT_EQ(upfs::Crc32c(data.data() + off, n, seed), in) << "n " << n << " seed " << seed;
+    }
+  }
+  // A chain whose first part takes the loop and second the library.
+  const uint32_t whole = upfs::Crc32c(data.data(), 1000);
+  EXPECT_EQ(whole, RefCrc32c(data.data(), 1000));
+  EXPECT_EQ(upfs::Crc32c(data.data() + 100, 900, upfs::Crc32c(data.data(), 100)), whole);
+  EXPECT_EQ(upfs::Crc32c(data.data() + 700, 300, upfs::Crc32c(data.data(), 700)), whole);
+}
+
 TEST(Crc32c, SeedChains) {
   const char* s = "The quick brown fox jumps over the lazy dog";
   size_t n = std::strlen(s);
