@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -30,8 +31,10 @@ constexpr off_t kSlotLockBase = kAttachByte + 64;
 // The data region a pool starts with when mkfs is given no size: provisioned
 // at once (on tmpfs, huge pages), so kept small; growth adds the rest.
 constexpr uint64_t kDefaultInitialBytes = 8ull << 20;
-// A detaching process whose delta holds this many records checkpoints.
+// A detaching process checkpoints when its delta holds this many records,
+// or a 64th of the checkpoint's entries if that is more (~Pool).
 constexpr uint64_t kCheckpointAtDetachRecords = 1024;
+constexpr uint64_t kDetachCheckpointEntriesPerRecord = 64;
 // How long a detaching process waits for others' readers to leave the
 // epoch of its retired blocks: 1000 x 200 us, 0.2 s at most.
 constexpr int kDetachDrainTries = 1000;
@@ -455,9 +458,18 @@ Pool::~Pool() {
   if (source_) source_->ReturnParked();
   if (!joined_) return;
   FreeRecycledLogs();
-  // A long delta costs the next process to attach its replay: leave a
-  // checkpoint instead (at most one interval of records, written once).
-  if (index_.delta_records() >= kCheckpointAtDetachRecords) (void)Checkpoint();
+  // A long delta costs every later attach its replay: leave a checkpoint
+  // instead (at most one interval of records, written once), when that
+  // pays. A checkpoint rewrites the whole image: 32-36 ms for 300,000
+  // names, which a process that made 1,100 files there paid at every
+  // detach; a record replays in about 0.3 us (docs/design.md, "Attach
+  // time"). So a delta of a 64th of the image's entries or more: an
+  // attach of 300,000 names replays at most about 1.5 ms more, one of
+  // 100,000 (1,562 records) about what it did.
+  const BaseImage* base = index_.base();
+  const uint64_t entries = base ? base->header().entries : 0;
+  if (index_.delta_records() >= std::max(kCheckpointAtDetachRecords, entries / kDetachCheckpointEntriesPerRecord))
+    (void)Checkpoint();
   bool left_blocks = false;
   {
     std::lock_guard<std::mutex> g(retired_mu_);
