@@ -460,12 +460,12 @@ Pool::~Pool() {
   FreeRecycledLogs();
   // A long delta costs every later attach its replay: leave a checkpoint
   // instead (at most one interval of records, written once), when that
-  // pays. A checkpoint rewrites the whole image: 32-36 ms for 300,000
+  // pays. A checkpoint rewrites the whole image: 32-37 ms for 300,000
   // names, which a process that made 1,100 files there paid at every
-  // detach; a record replays in about 0.3 us (docs/design.md, "Attach
-  // time"). So a delta of a 64th of the image's entries or more: an
-  // attach of 300,000 names replays at most about 1.5 ms more, one of
-  // 100,000 (1,562 records) about what it did.
+  // detach; a record replays in 0.6-0.9 us in a fresh process
+  // (docs/design.md, "Attach time"). So only a delta of a 64th of the
+  // image's entries or more: up to about 4,700 records (3-4 ms) more for
+  // an attach of 300,000 names, 1,562 instead of 1,024 for 100,000.
   const BaseImage* base = index_.base();
   const uint64_t entries = base ? base->header().entries : 0;
   if (index_.delta_records() >= std::max(kCheckpointAtDetachRecords, entries / kDetachCheckpointEntriesPerRecord))

@@ -14,6 +14,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -61,10 +62,9 @@ inline constexpr uint64_t kCheckpointEveryBlocks = 256;
 // stays below half the image's size.
 inline constexpr uint64_t kImageBlocksPerLogBlock = 4;
 // The log blocks between two checkpoints behind an image of `image_words`.
+// (0: no image yet).
 inline constexpr uint64_t CheckpointIntervalBlocks(uint64_t image_words) {
-  const uint64_t image_blocks = format::CeilBlocks(image_words * 8);
-  return image_blocks / kImageBlocksPerLogBlock > kCheckpointEveryBlocks ? image_blocks / kImageBlocksPerLogBlock
-                                                                         : kCheckpointEveryBlocks;
+  return std::max(kCheckpointEveryBlocks, format::CeilBlocks(image_words * 8) / kImageBlocksPerLogBlock);
 }
 // After a checkpoint failed: log blocks to wait before the next try.
 inline constexpr uint64_t kCheckpointRetryBlocks = 32;

@@ -108,7 +108,7 @@ Status Checker::ReadNamespace() {
   } else {
     UPFS_RETURN_IF_ERROR(log.Init(&ba_, uint32_t(sb_->nslog_head.load()), no_alloc, [](uint32_t) {}));
     index_.Rebase(sb_->root_ino, nullptr);
-    r_->checkpoint_interval_blocks = kCheckpointEveryBlocks;
+    r_->checkpoint_interval_blocks = CheckpointIntervalBlocks(0);
   }
   // After a crash (as recovery reads it): the last commit may have been cut
   // short, and the log then ends before it.

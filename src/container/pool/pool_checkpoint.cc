@@ -39,8 +39,7 @@ bool Pool::CheckpointDue() const {
   if (index_.frozen()) return false;  // one is being written
   const BaseImage* b = index_.base();
   const uint64_t since = b ? b->header().cont_seq : 1;
-  const uint64_t interval = b ? CheckpointIntervalBlocks(b->image_words()) : kCheckpointEveryBlocks;
-  return log_.pos().seq >= since + interval &&
+  return log_.pos().seq >= since + CheckpointIntervalBlocks(b ? b->image_words() : 0) &&
          log_.pos().seq >= checkpoint_retry_seq_.load(std::memory_order_relaxed);
 }
 
