@@ -371,11 +371,13 @@ Status ReplayChain(const BlockAccess& ba, uint32_t head, BlockTable* table, Repl
                    TailRule rule) {
   const bool live = rule == TailRule::kLive || rule == TailRule::kReadOnly;
   const bool after_crash = rule == TailRule::kCrashed || rule == TailRule::kRecover;
-  std::string hname = "file header";
-  if (head == 0) return Status::Corrupt(hname, "log head is zero");
+  // A literal, not a std::string: every open and every release of a pool
+  // file replays, and the name is wanted only on damage.
+  constexpr const char* kHeader = "file header";
+  if (head == 0) return Status::Corrupt(kHeader, "log head is zero");
   {
     Status st = ba.CheckRange(head, 1, "log head");
-    if (!st.ok()) return Status::Corrupt(hname, "log head lies past the end of the file");
+    if (!st.ok()) return Status::Corrupt(kHeader, "log head lies past the end of the file");
   }
   char* a;
   UPFS_RETURN_IF_ERROR(ba.Addr(head, &a));

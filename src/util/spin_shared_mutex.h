@@ -20,7 +20,14 @@
 // Readers are preferred (a waiting writer does not stop them), as glibc's
 // default rwlock prefers them, so that a thread may take the shared lock
 // while it holds it: its own count keeps any writer from reaching 2.
-// Threads beyond kSlots share slots; the counts stay right.
+//
+// A slot is one thread's alone, but the last (kSharedSlot): threads beyond
+// kSlots - 1 alive at once share it, with atomic read-modify-writes. A
+// thread alone in its slot leaves with a plain release store (no locked
+// instruction), and may enter with a seq_cst fence that another store-load
+// protocol shares (lock_shared_sharing_fence: Pool::PinAndLockLatest makes
+// one fence serve the epoch pin and this lock): a locked instruction costs
+// 6-7 ns here, and a stat of a pool file made four.
 // Meets the SharedMutex requirements (std::shared_lock, std::unique_lock).
 #pragma once
 
@@ -38,6 +45,8 @@ namespace upfs {
 
 namespace spin_lock_internal {
 inline constexpr uint32_t kSlots = 64;
+// The slot every thread beyond the first kSlots - 1 alive at once shares.
+inline constexpr uint32_t kSharedSlot = kSlots - 1;
 
 // This thread's reader slot: small numbers, reused after a thread exits,
 // so that writers scan only as many slots as threads have lived at once.
@@ -64,13 +73,13 @@ class SlotNumbers {
         free().pop_back();
         return;
       }
-      slot = next()++ % kSlots;
+      slot = next() < kSharedSlot ? next()++ : kSharedSlot;
       uint32_t h = high().load(std::memory_order_relaxed);
       if (slot + 1 > h) high().store(slot + 1);
     }
     ~Holder() {
       std::lock_guard<std::mutex> g(mu());
-      free().push_back(slot);
+      if (slot != kSharedSlot) free().push_back(slot);
     }
   };
   static std::mutex& mu() {
@@ -141,9 +150,41 @@ class SpinSharedMutex {
     return false;
   }
   void unlock_shared() {
-    const uint32_t was = MySlot().fetch_sub(1, std::memory_order_release);
+    const uint32_t s = spin_lock_internal::SlotNumbers::Mine();
+    std::atomic<uint32_t>& mine = slots_[s].readers;
+    if (s == spin_lock_internal::kSharedSlot) {
+      const uint32_t was = mine.fetch_sub(1, std::memory_order_release);
+      UPFS_ASSERT(was != 0);
+      (void)was;
+      return;
+    }
+    // This thread's slot alone: nobody else writes it.
+    const uint32_t was = mine.load(std::memory_order_relaxed);
     UPFS_ASSERT(was != 0);
-    (void)was;
+    mine.store(was - 1, std::memory_order_release);
+  }
+  // lock_shared with one std::atomic_thread_fence(seq_cst) that another
+  // store-load protocol shares (see above): announce() makes that
+  // protocol's stores, before the fence; confirm() its loads, after it.
+  // Both run exactly once, whether or not the thread has a slot alone.
+  template <typename Announce, typename Confirm>
+  void lock_shared_sharing_fence(Announce&& announce, Confirm&& confirm) {
+    const uint32_t s = spin_lock_internal::SlotNumbers::Mine();
+    std::atomic<uint32_t>& mine = slots_[s].readers;
+    const bool alone = s != spin_lock_internal::kSharedSlot;
+    // The count, unordered: the fence below orders it before the look at
+    // the writer word, as a writer's seq_cst store of 2 is before its look
+    // at the slots; so a writer that could come in sees it.
+    if (alone) mine.store(mine.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    announce();
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    confirm();
+    if (!alone) {
+      lock_shared();
+    } else if (writer_.load(std::memory_order_acquire) == 2) {
+      unlock_shared();  // a writer is in: out again, and wait as lock_shared does
+      lock_shared();
+    }
   }
 
  private:

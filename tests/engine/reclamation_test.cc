@@ -1,9 +1,12 @@
 // EpochDomain without a container: the epoch waits for live pinned
-// threads, not for dead ones; a slot is never owned twice; the live-slot
-// scan sees only slots held by others.
+// threads, not for dead ones, and for a pin confirmed after its caller's
+// fence; a slot is never owned twice; the live-slot scan sees only slots
+// held by others.
 #include "engine/reclamation.h"
 
 #include <gtest/gtest.h>
+
+#include <atomic>
 
 #include "engine/epoch_pin.h"
 #include "tests/engine/memory_storage.h"
@@ -26,6 +29,35 @@ TEST(Reclamation, TheEpochWaitsForALivePinnedThreadOnly) {
   ms.liveness().foreign.erase(9);
   EXPECT_EQ(d.TryAdvanceEpoch(), e0 + 2);
   EXPECT_EQ(d.slot(9)->pinned.load(), 0u);
+}
+
+// A pin whose fence is its caller's (EpochPin::FenceFollows) holds the
+// epoch it confirms: if the epoch moved between its unordered store and
+// the caller's fence, Confirm pins the new one, so that an older pin never
+// survives an advance it did not stop.
+TEST(Reclamation, APinConfirmedAfterAnAdvancePinsTheNewEpoch) {
+  MemoryStorage ms;
+  EpochDomain& d = ms.epochs();
+  const uint32_t s = ClaimedSlot(d);
+  const uint64_t e0 = d.epoch().load();
+  {
+    EpochPin pin(&d, s, EpochPin::FenceFollows{});
+    EXPECT_EQ(d.slot(s)->pinned.load(), e0);
+    // An advance that raced the announcement: it saw the pin (in the
+    // current epoch, which does not hold it) or came before it.
+    EXPECT_EQ(d.TryAdvanceEpoch(), e0 + 1);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    pin.Confirm();
+    EXPECT_EQ(d.slot(s)->pinned.load(), e0 + 1) << "the pin stayed in the epoch the advance left";
+    EXPECT_EQ(d.TryAdvanceEpoch(), e0 + 2) << "a pin in the current epoch does not hold it";
+    EXPECT_EQ(d.TryAdvanceEpoch(), e0 + 2) << "the confirmed pin holds the epoch after";
+    // Nested: the thread is pinned already, the inner pin is nothing.
+    EpochPin inner(&d, s, EpochPin::FenceFollows{});
+    inner.Confirm();
+    EXPECT_EQ(d.slot(s)->pinned.load(), e0 + 1);
+  }
+  EXPECT_EQ(d.slot(s)->pinned.load(), 0u);
+  EXPECT_EQ(d.TryAdvanceEpoch(), e0 + 3);
 }
 
 TEST(Reclamation, ClaimedSlotsAreDistinctAndReusedAfterRelease) {

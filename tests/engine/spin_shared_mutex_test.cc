@@ -1,5 +1,5 @@
 // SpinSharedMutex and SpinMutex: a writer is alone (no reader, no other
-// writer with it), readers share, a thread may take the shared lock again
+// writer with it, readers entering with a shared fence too), readers share, a thread may take the shared lock again
 // while it holds it even with a writer waiting, and try_lock fails while
 // readers are in. Also run under ThreadSanitizer (label unit-concurrency).
 #include "util/spin_shared_mutex.h"
@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/sanitized.h"
 #include "util/spin_mutex.h"
 
 namespace upfs {
@@ -22,7 +23,7 @@ namespace {
 struct ExclusionCheck {
   SpinSharedMutex mu;
   std::atomic<int> readers{0}, writers{0}, max_readers{0};
-  std::atomic<bool> overlap{false};
+  std::atomic<bool> overlap{false}, misordered{false};
   uint64_t guarded = 0;  // written only under the exclusive lock
 
   void Write() {
@@ -32,8 +33,18 @@ struct ExclusionCheck {
     writers.fetch_sub(1);
   }
   // `twice`: the shared lock taken again while held (counts of 2).
-  void Read(bool twice) {
-    std::shared_lock<SpinSharedMutex> g(mu);
+  // `fenced`: taken with lock_shared_sharing_fence, whose announcement and
+  // confirmation each run once, in that order.
+  void Read(bool twice, bool fenced = false) {
+    std::shared_lock<SpinSharedMutex> g(mu, std::defer_lock);
+    if (fenced) {
+      int step = 0;
+      mu.lock_shared_sharing_fence([&] { step = step == 0 ? 1 : -1; }, [&] { step = step == 1 ? 2 : -1; });
+      if (step != 2) misordered = true;
+      g = std::shared_lock<SpinSharedMutex>(mu, std::adopt_lock);
+    } else {
+      g.lock();
+    }
     std::shared_lock<SpinSharedMutex> again(mu, std::defer_lock);
     if (twice) again.lock();
     const int r = readers.fetch_add(1) + 1;
@@ -65,8 +76,46 @@ TEST(SpinSharedMutex, WritersAreAloneAndReadersShare) {
   std::printf("most readers in at once: %d\n", c.max_readers.load());
 }
 
-// More threads alive at once than there are slots: threads share slots,
-// their counts stay right, and the lock excludes all the same.
+// Readers that take the lock with a fence they share (the pool's pin and
+// index lock: Pool::PinAndLockLatest) are kept out by a writer as others
+// are. It is a store-load pattern: without the fence the reader's count
+// can wait in its store buffer while it reads the writer word, and a
+// writer that just took the word finds no reader. So a reader and a
+// writer start each round together, many rounds, and a third thread
+// mixes in as before.
+TEST(SpinSharedMutex, ReadersSharingTheirFenceAreExcludedAsOthers) {
+  ExclusionCheck c;
+  const int rounds = kSanitized ? 50000 : 1000000;
+  std::atomic<int> arrived[2] = {{0}, {0}};
+  auto together = [&](int side, int round) {
+    arrived[side].store(round, std::memory_order_release);
+    while (arrived[1 - side].load(std::memory_order_acquire) < round) {
+    }
+  };
+  std::thread writer([&] {
+    for (int r = 1; r <= rounds; ++r) {
+      together(0, r);
+      c.Write();
+    }
+  });
+  std::thread reader([&] {
+    for (int r = 1; r <= rounds; ++r) {
+      together(1, r);
+      c.Read(r % 7 == 0, /*fenced=*/true);
+    }
+  });
+  writer.join();
+  reader.join();
+  EXPECT_FALSE(c.overlap.load());
+  EXPECT_FALSE(c.misordered.load());
+  EXPECT_EQ(c.guarded, uint64_t(rounds));
+  EXPECT_TRUE(c.mu.try_lock());  // every count went back to 0
+  c.mu.unlock();
+}
+
+// More threads alive at once than there are slots: the last slot is
+// shared, its counts stay right (atomic read-modify-writes, fenced entry
+// or not), and the lock excludes all the same.
 TEST(SpinSharedMutex, ThreadsBeyondTheSlotsShareThemAndStillExclude) {
   ExclusionCheck c;
   constexpr int kThreads = int(spin_lock_internal::kSlots) + 16, kIters = 400;
@@ -85,7 +134,7 @@ TEST(SpinSharedMutex, ThreadsBeyondTheSlotsShareThemAndStillExclude) {
       const int iters = t >= kThreads - 24 ? 50 * kIters : kIters;
       for (int i = 0; i < iters; ++i) {
         if (i < kIters && (i + t) % 8 == 0) c.Write();
-        else c.Read(true);
+        else c.Read(true, /*fenced=*/i % 2 == 0);
       }
     });
   }

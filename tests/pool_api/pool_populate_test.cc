@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/sanitized.h"
 #include "upfs/upfs.h"
 
 namespace {
@@ -24,18 +25,7 @@ constexpr size_t kFileBytes = 8u << 20;
 constexpr size_t kSmallBytes = 3u << 20;
 // Under ASan (and TSan) every copy out of the pool also faults in its
 // shadow (a page per 32 KiB read under ASan): fault counts are then not
-// the pool's.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+// the pool's (kSanitized).
 
 long MinorFaults() {
   struct rusage ru;

@@ -554,9 +554,8 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
 
 Status PoolNamespace::List(uint64_t dir, std::vector<Listed>* out) {
   std::optional<EpochPin> pin;
-  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   std::shared_lock<SpinSharedMutex> g;
-  UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
+  UPFS_RETURN_IF_ERROR(pool_->PinAndLockLatest(&pin, &g));
   NsDirInfo d;
   if (!pool_->index()->Dir(dir, &d)) return Status::Error(ENOENT, "directory removed");
   out->clear();

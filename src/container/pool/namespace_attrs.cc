@@ -137,20 +137,19 @@ Status PoolNamespace::StatPath(std::string_view path, bool follow, struct stat* 
                                uint64_t start) {
   pool_->index()->PrefetchLikely(LastComponent(path));
   std::optional<EpochPin> pin;
-  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
+  // One pin and one hold of the index lock for the lookup and the
+  // attributes, entered with one fence: stat is the call programs make most.
+  std::shared_lock<SpinSharedMutex> g;
+  UPFS_RETURN_IF_ERROR(pool_->PinAndLockLatest(&pin, &g));
   for (int attempt = 0;; ++attempt) {
     Resolved r;
     bool needs_file;
     uint64_t ident = 0;
-    {
-      // One pin and one hold of the index lock for the lookup and the
-      // attributes: stat is the call programs make most.
-      std::shared_lock<SpinSharedMutex> g;
-      UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
-      UPFS_RETURN_IF_ERROR(ResolveLocked(path, follow, &r, escape, start));
-      if (r.ino == 0) return Status::Error(ENOENT, "no such file or directory");
-      UPFS_RETURN_IF_ERROR(StatLocked(r.ino, st, &needs_file, &ident));
-    }
+    if (!g.owns_lock()) UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
+    UPFS_RETURN_IF_ERROR(ResolveLocked(path, follow, &r, escape, start));
+    if (r.ino == 0) return Status::Error(ENOENT, "no such file or directory");
+    UPFS_RETURN_IF_ERROR(StatLocked(r.ino, st, &needs_file, &ident));
+    g.unlock();
     if (!needs_file) return Status::OK();
     // The size comes from the file's engine, under a hold taken after the
     // lock: if the name has moved on meanwhile (removed, or its inode

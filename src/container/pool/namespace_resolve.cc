@@ -156,11 +156,10 @@ Status PoolNamespace::ResolveHeld(std::string_view path, bool follow, Resolved* 
   if (held) *held = false;
   pool_->index()->PrefetchLikely(LastComponent(path));
   std::optional<EpochPin> pin;
-  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   Inode* counted = nullptr;
   {
     std::shared_lock<SpinSharedMutex> g;
-    UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
+    UPFS_RETURN_IF_ERROR(pool_->PinAndLockLatest(&pin, &g));
     UPFS_RETURN_IF_ERROR(ResolveLocked(path, follow, out, escape, start));
     out->seen = pool_->log()->view();
     if (!held || out->ino == 0 || !pool_->InodeAt(out->ino, &counted).ok()) return Status::OK();
@@ -192,9 +191,8 @@ Status PoolNamespace::ResolveTwo(std::string_view path_a, uint64_t start_a, Reso
                                  std::string_view path_b, uint64_t start_b, Resolved* b, std::string* escape_b) {
   pool_->index()->PrefetchLikely(LastComponent(path_a));
   std::optional<EpochPin> pin;
-  UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
   std::shared_lock<SpinSharedMutex> g;
-  UPFS_RETURN_IF_ERROR(pool_->LockLatest(&g));
+  UPFS_RETURN_IF_ERROR(pool_->PinAndLockLatest(&pin, &g));
   UPFS_RETURN_IF_ERROR(ResolveLocked(path_a, /*follow=*/false, a, escape_a, start_a));
   if (!ResolveSibling(path_a, start_a, *a, path_b, start_b, b))
     UPFS_RETURN_IF_ERROR(ResolveLocked(path_b, /*follow=*/false, b, escape_b, start_b));

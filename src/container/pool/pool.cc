@@ -377,7 +377,18 @@ Status Pool::IndexLost() const {
 }
 
 Status Pool::LockLatest(std::shared_lock<SpinSharedMutex>* g) {
-  std::shared_lock<SpinSharedMutex> s(index_mu_);
+  return Latest(std::shared_lock<SpinSharedMutex>(index_mu_), g);
+}
+
+Status Pool::PinAndLockLatest(std::optional<EpochPin>* pin, std::shared_lock<SpinSharedMutex>* g) {
+  uint32_t slot;
+  UPFS_RETURN_IF_ERROR(NamespaceSlot(&slot));
+  index_mu_.lock_shared_sharing_fence([&] { pin->emplace(epochs_.get(), slot, EpochPin::FenceFollows{}); },
+                                      [&] { (*pin)->Confirm(); });
+  return Latest(std::shared_lock<SpinSharedMutex>(index_mu_, std::adopt_lock), g);
+}
+
+Status Pool::Latest(std::shared_lock<SpinSharedMutex> s, std::shared_lock<SpinSharedMutex>* g) {
   if (IndexCurrent()) {
     *g = std::move(s);
     return Status::OK();

@@ -135,6 +135,9 @@ class Pool {
   // committed before the call (catching up first if the log moved). The
   // caller is pinned. One lock round trip when nothing is new.
   Status LockLatest(std::shared_lock<SpinSharedMutex>* g);
+  // Pin and then LockLatest, with one store-load fence for both (the
+  // common start of a namespace call; spin_shared_mutex.h).
+  Status PinAndLockLatest(std::optional<EpochPin>* pin, std::shared_lock<SpinSharedMutex>* g);
   // Whether the index holds every record committed before this call and
   // can be read (index lock held shared or exclusive, pinned).
   bool IndexCurrent() const {
@@ -378,6 +381,8 @@ class Pool {
   void NoteReleased(uint64_t blocks);
   std::string lost_why_;
   Status IndexLost() const;
+  // LockLatest's work once `s` holds the lock shared.
+  Status Latest(std::shared_lock<SpinSharedMutex> s, std::shared_lock<SpinSharedMutex>* g);
   // The checkpoint this process last saw (its header block, 0 = none).
   std::atomic<uint64_t> seen_checkpoint_{0};
   // No checkpoint is tried before the log reaches this sequence number
