@@ -37,6 +37,16 @@
 
 namespace {
 
+// Makes empty files `prefix`N for N in [from, to) in mounted directory
+// `in`, through the C API.
+void CreateFiles(const std::string& in, const char* prefix, int from, int to) {
+  for (int i = from; i < to; ++i) {
+    const int fd = upfs_open((in + "/" + prefix + std::to_string(i)).c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+    ASSERT_GE(fd, 0) << i << " " << upfs_last_error();
+    ASSERT_EQ(upfs_close(fd), 0);
+  }
+}
+
 // Makes pool `pool` with `files` empty files in its directory `dir` ("" =
 // the root), through the C API, and unmounts it.
 void MakePoolWithFiles(const std::string& pool, const std::string& dir, int files) {
@@ -48,11 +58,7 @@ void MakePoolWithFiles(const std::string& pool, const std::string& dir, int file
   if (!dir.empty()) {
     ASSERT_EQ(upfs_mkdir(in.c_str(), 0755), 0);
   }
-  for (int i = 0; i < files; ++i) {
-    const int fd = upfs_open((in + "/f" + std::to_string(i)).c_str(), O_CREAT | O_WRONLY, 0644);
-    ASSERT_GE(fd, 0) << i << " " << upfs_last_error();
-    ASSERT_EQ(upfs_close(fd), 0);
-  }
+  CreateFiles(in, "f", 0, files);
   ASSERT_EQ(upfs_umount(mnt.c_str()), 0);
 }
 
@@ -227,11 +233,7 @@ TEST(PoolCheckpointRoom, ADetachCheckpointsOnlyADeltaWorthTheImage) {
   const uint64_t first = checkpoint_number();
   auto create = [&](int from, int to) {
     ASSERT_EQ(upfs_mount(pool.c_str(), mnt.c_str()), 0) << upfs_last_error();
-    for (int i = from; i < to; ++i) {
-      const int fd = upfs_open((mnt + "/big/g" + std::to_string(i)).c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
-      ASSERT_GE(fd, 0) << i << " " << upfs_last_error();
-      ASSERT_EQ(upfs_close(fd), 0);
-    }
+    CreateFiles(mnt + "/big", "g", from, to);
     ASSERT_EQ(upfs_umount(mnt.c_str()), 0);
   };
   create(0, 1200);  // 1,200 records: replayed by the next attach instead
