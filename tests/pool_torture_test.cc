@@ -380,7 +380,7 @@ Status InodesNamed(Pool* pool, uint64_t* n) {
   while (!todo.empty()) {
     const uint64_t d = todo.back();
     todo.pop_back();
-    std::vector<upfs::PoolNamespace::Listed> list;
+    upfs::Listing list;
     UPFS_RETURN_IF_ERROR(ns.List(d, &list));
     for (const auto& e : list) {
       if (e.name == "." || e.name == "..") continue;

@@ -294,11 +294,11 @@ inline Status DumpPool(Pool* pool, std::string* out, InodeTimes* times = nullptr
   while (!todo.empty()) {
     auto [dir, prefix] = todo.back();
     todo.pop_back();
-    std::vector<PoolNamespace::Listed> list;
+    Listing list;
     UPFS_RETURN_IF_ERROR(ns.List(dir, &list));
     for (const auto& e : list) {
       if (e.name == "." || e.name == "..") continue;
-      const std::string p = prefix + "/" + e.name;
+      const std::string p = prefix + "/" + std::string(e.name);
       seen.push_back(Seen{p, e.ino, e.type});
       if (e.type == FileType::kDirectory) todo.emplace_back(e.ino, p);
       if (seen.size() > 100000) return Status::Error(ELOOP, "the tree does not end");

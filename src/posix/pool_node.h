@@ -26,7 +26,7 @@ struct PoolNode {
   // start, so that it lists every entry that exists for the whole scan
   // once, and none twice.
   std::mutex scan_mu;
-  std::vector<PoolNamespace::Listed> listing;
+  Listing listing;
   size_t scan_pos = 0;
   bool scanned = false;
   ~PoolNode();

@@ -552,7 +552,7 @@ Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned 
   return Status::OK();
 }
 
-Status PoolNamespace::List(uint64_t dir, std::vector<Listed>* out) {
+Status PoolNamespace::List(uint64_t dir, Listing* out) {
   std::optional<EpochPin> pin;
   std::shared_lock<SpinSharedMutex> g;
   UPFS_RETURN_IF_ERROR(pool_->PinAndLockLatest(&pin, &g));
@@ -560,11 +560,9 @@ Status PoolNamespace::List(uint64_t dir, std::vector<Listed>* out) {
   if (!pool_->index()->Dir(dir, &d)) return Status::Error(ENOENT, "directory removed");
   out->clear();
   out->reserve(d.entries + 2);
-  out->push_back(Listed{".", dir, FileType::kDirectory});
-  out->push_back(Listed{"..", d.parent, FileType::kDirectory});
-  pool_->index()->List(dir, [&](std::string_view name, const NsEntry& e) {
-    out->push_back(Listed{std::string(name), e.ino, e.type});
-  });
+  out->Add(".", dir, FileType::kDirectory);
+  out->Add("..", d.parent, FileType::kDirectory);
+  pool_->index()->List(dir, [&](std::string_view name, const NsEntry& e) { out->Add(name, e.ino, e.type); });
   return Status::OK();
 }
 

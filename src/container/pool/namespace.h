@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "container/pool/listing.h"
 #include "container/pool/parent_cache.h"
 #include "container/pool/pool.h"
 #include "util/assert.h"
@@ -180,13 +181,9 @@ class PoolNamespace {
   Status TakeHold(uint64_t ino, uint32_t* gen, const Resolved* named = nullptr);
   void DropHold(uint64_t ino, uint32_t gen);
 
-  // Directory listing: a snapshot of the entries of `dir`.
-  struct Listed {
-    std::string name;
-    uint64_t ino;
-    format::pool::FileType type;
-  };
-  Status List(uint64_t dir, std::vector<Listed>* out);
+  // Directory listing: a snapshot of the entries of `dir`, "." and ".."
+  // first (Listing: the names in one buffer).
+  Status List(uint64_t dir, Listing* out);
 
  private:
   // tests/pool_api/pool_open_line_test.cc commits records by hand.
