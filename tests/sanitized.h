@@ -1,6 +1,7 @@
 // Whether the test runs under AddressSanitizer or ThreadSanitizer (GCC
 // says so with __SANITIZE_*__, clang with __has_feature): tests that
-// count page faults or race many rounds scale down there.
+// count page faults or race many rounds scale down there, and one that
+// makes a fork child call exit() skips (semantics_leaks_test.cc).
 #pragma once
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)

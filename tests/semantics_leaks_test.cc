@@ -151,7 +151,7 @@ TEST_F(Semantics, AChildThatUnderscoreExitsLeavesStateThatSweepRemoves) {
 }
 
 TEST_F(Semantics, AChildThatExitsWithAnUnlinkedFileOpenLeavesNothing) {
-#ifdef SEM_SANITIZED
+#if UPFS_TEST_SANITIZED
   GTEST_SKIP() << "exit() in a fork child of this multithreaded process can hang under the sanitizers "
                   "(see As()); tests/preload_test.sh checks a real program's exit";
 #else

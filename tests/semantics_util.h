@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "sanitized.h"
 #include "test_util.h"
 #include "upfs/upfs.h"
 
@@ -235,14 +236,6 @@ void LeaveTheStateOfAKilledWriter(const std::string& f) {
 
 // ---------------------------------------------------------------------------
 // Caller classes, modes and how results are reported.
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SEM_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SEM_SANITIZED 1
-#endif
-#endif
 
 // "ok", or the name of errno (call it right after the call that returned r).
 std::string Err(long r) {

@@ -9,7 +9,8 @@
 // scan lock; an entry in the buffer is the stream's own, handed out under
 // the stream's lock alone. Taking the guard, the descriptor and the scan
 // lock for every entry was three locked instructions and about 240
-// instructions an entry.
+// instructions an entry besides the snapshot's (callgrind of a scratch
+// listing of 10,000 names: 488 an entry, 247 of them the snapshot's).
 #include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -64,8 +65,13 @@ Status StartScan(PoolNode* n) {
   return PoolNamespace(n->pool, n->who).List(n->ino, &n->listing);
 }
 
-// struct linux_dirent64: ino, off, reclen, type, name, padded to 8.
-constexpr size_t kDirentHead = 8 + 8 + 2 + 1;
+// A getdents64 record (struct linux_dirent64: ino, off, reclen, type,
+// name, padded to 8) begins as struct dirent does on 64-bit Linux, so its
+// fixed part is copied to and from one.
+static_assert(offsetof(struct dirent, d_ino) == 0 && offsetof(struct dirent, d_off) == 8 &&
+              offsetof(struct dirent, d_reclen) == 16 && offsetof(struct dirent, d_type) == 18 &&
+              offsetof(struct dirent, d_name) == 19);
+constexpr size_t kDirentHead = offsetof(struct dirent, d_name);
 // A stream's buffer, as glibc's for the kernel's directories.
 constexpr size_t kStreamBuffer = 32 << 10;
 
@@ -83,15 +89,14 @@ ssize_t FillDirents(PoolNode* n, char* out, size_t count) {
       if (used == 0) return FailErrno(EINVAL, "buffer too small for an entry");
       break;
     }
+    struct dirent head;
+    head.d_ino = ino_t(e.ino);
+    head.d_off = off_t(n->scan_pos + 1);
+    head.d_reclen = uint16_t(reclen);
+    head.d_type = DirentType(e.type);
     char* r = out + used;
     std::memset(r, 0, reclen);
-    const uint64_t ino = e.ino;
-    const int64_t off = int64_t(n->scan_pos + 1);
-    const uint16_t rl = uint16_t(reclen);
-    std::memcpy(r, &ino, 8);
-    std::memcpy(r + 8, &off, 8);
-    std::memcpy(r + 16, &rl, 2);
-    r[18] = char(DirentType(e.type));
+    std::memcpy(r, &head, kDirentHead);
     std::memcpy(r + kDirentHead, e.name.data(), e.name.size());
     used += reclen;
     ++n->scan_pos;
@@ -166,22 +171,13 @@ struct dirent* upfs_readdir(UPFS_DIR* d) {
   std::lock_guard<SpinMutex> lk(d->mu);
   if (d->pos >= d->len && !Refill(d)) return nullptr;
   const char* r = d->buf.get() + d->pos;
-  uint64_t ino;
-  int64_t off;
-  uint16_t reclen;
-  std::memcpy(&ino, r, 8);
-  std::memcpy(&off, r + 8, 8);
-  std::memcpy(&reclen, r + 16, 2);
+  std::memcpy(&d->ent, r, kDirentHead);
+  const size_t reclen = d->ent.d_reclen;
   UPFS_ASSERT(reclen > kDirentHead && d->pos + reclen <= d->len);
-  const char* name = r + kDirentHead;
-  const size_t name_len = strnlen(name, reclen - kDirentHead);
-  std::memset(&d->ent, 0, offsetof(struct dirent, d_name));
-  d->ent.d_ino = ino_t(ino);
-  d->ent.d_off = off_t(off);
-  d->ent.d_reclen = sizeof(d->ent);
-  d->ent.d_type = static_cast<unsigned char>(r[18]);
-  std::memcpy(d->ent.d_name, name, name_len);
+  const size_t name_len = strnlen(r + kDirentHead, reclen - kDirentHead);
+  std::memcpy(d->ent.d_name, r + kDirentHead, name_len);
   d->ent.d_name[name_len] = '\0';
+  d->ent.d_reclen = sizeof(d->ent);
   d->pos += reclen;
   return &d->ent;
 }

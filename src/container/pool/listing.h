@@ -21,7 +21,7 @@ struct Listed {
 
 // A directory's entries as PoolNamespace::List took them: the names in
 // one buffer, so that a listing of 10,000 names is a few allocations, not
-// a string for each (a tenth of a readdir's instructions an entry).
+// a string for each.
 class Listing {
  public:
   void clear() {

@@ -259,7 +259,7 @@ Status NsIndex::Insert(uint64_t dir, std::string_view name, NsEntry e, bool vali
   if (!d) return Misfit("record names a directory that does not exist");
   const uint32_t h = NameHash(name);
   // One probe of the delta's table (replay checked it and then probed it
-  // again to put the name: a tenth of a replayed create): the name's
+  // again to put the name: 8% of a catch-up's instructions): the name's
   // tombstone there is taken over; a live name there, or one the layer
   // below has and no tombstone hides, is damage.
   if (NsEntry* t = d->names.Find(name, h)) {
