@@ -143,12 +143,44 @@ Status File::Init(BlockMarker* rebuild) {
     // Other processes are live and may compact the log meanwhile: walk it
     // pinned, so that no block of the chain read here is reused under us.
     EpochPin pin(epochs(), c->slot);
-    UPFS_RETURN_IF_ERROR(ReplayHead(table.get(), &res, TailRule::kLive));
+    if (!StartAtEmptyLog(table.get())) UPFS_RETURN_IF_ERROR(ReplayHead(table.get(), &res, TailRule::kLive));
   }
   if (table->size() > kMaxFileSize) return Status::Corrupt("log", "file size beyond the limit");
   tables_.push_back(std::move(table));
   table_.store(tables_.back().get(), std::memory_order_release);
   return Status::OK();
+}
+
+// A live replay of an empty log (ReplayChain) finds no entry in its block
+// and allocates its lists all the same: 475 instructions of the 1,700 a
+// File's open took (callgrind of a pool file's create, 512-byte write,
+// fsync, close and unlink, where every first write opens one). What it
+// checks of such a log is checked here, in the same order; anything else
+// (an entry, a successor, damage) is left to the replay, which reports it.
+namespace {
+thread_local uint64_t t_empty_log_starts = 0;
+}  // namespace
+
+uint64_t File::EmptyLogStartsInThisThreadForTest() { return t_empty_log_starts; }
+
+bool File::StartAtEmptyLog(BlockTable* table) {
+  // Loaded before the head, as ReplayHead does (StaleAfterCompaction).
+  if (root_.words) table->set_compact_seen(root_.words->compact_seq.load(std::memory_order_acquire));
+  const uint64_t head = root_.head->load(std::memory_order_acquire);
+  if (head == 0 || head >= kMaxBlocks || !access_.CheckRange(uint32_t(head), 1, "log head").ok()) return false;
+  const LogBlock* b = LogAt(uint32_t(head));
+  // The successor first: a block gets one only when full, and its slots
+  // are written once, so an empty first slot after it means the log was
+  // this one empty block then (another process's later commits are the
+  // first catch-up's to find, as after any replay).
+  const uint64_t next = b->next.load(std::memory_order_acquire);
+  if (!NextWordValid(next) || NextBlock(next) != 0 || b->slots[0].load(std::memory_order_acquire) != 0)
+    return false;
+  const uint64_t seq = b->seq;
+  table->set_cursor(LogPos{uint32_t(head), 0, seq, 0, LogPos::kNoSlot});
+  table->set_chain(uint32_t(head), seq);
+  ++t_empty_log_starts;
+  return true;
 }
 
 Status File::ReplayHead(BlockTable* table, ReplayResult* res, TailRule rule) {

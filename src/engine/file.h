@@ -183,6 +183,9 @@ class File {
   // true right after a write whose committer applied its own entry
   // (ApplyOwn), which a catch-up would also apply, hiding the difference.
   bool TableAtLogEndForTest() const;
+  // Opens by this thread that started from an empty log without a
+  // replay (StartAtEmptyLog), for tests.
+  static uint64_t EmptyLogStartsInThisThreadForTest();
 
   format::Consistency consistency() const { return root_.consistency; }
   BlockSpace* space() const { return space_; }
@@ -194,6 +197,10 @@ class File {
   File(const FileStorage& storage, std::unique_ptr<StorageLease> lease);
 
   Status Init(BlockMarker* rebuild);
+  // Whether the log is one empty block (a new file's, the common case of
+  // a pool file's first use); if so, sets `table` to what a live replay of
+  // it would. Pinned: the block is read.
+  bool StartAtEmptyLog(BlockTable* table);
   // The start of every operation: this thread's context, pinned in the
   // current epoch (for as long as the Operation lives), and the block
   // table caught up to the log.

@@ -17,7 +17,6 @@
 
 #include "container/pool/namespace.h"
 #include "container/pool/pool.h"
-#include "container/pool/pool_check.h"
 #include "engine/file.h"
 #include "pool_attached_fixture.h"
 
@@ -67,15 +66,6 @@ class PoolRecycledLog : public pool_test::AttachedPoolTest {
     if (!st.ok()) return "<" + st.ToString() + ">";
     out.resize(done);
     return out;
-  }
-  // Detaches and checks the pool as fsck does: no problem, nothing leaked.
-  void DetachAndCheck() {
-    pool_.reset();
-    upfs::PoolReport r;
-    upfs::Status st = upfs::CheckPool(path_, &r);
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    for (const std::string& p : r.problems) ADD_FAILURE() << p;
-    EXPECT_EQ(r.leaked_blocks, 0);
   }
 };
 
