@@ -423,9 +423,9 @@ class File {
   std::unique_ptr<StorageLease> lease_;
   BlockSpace* space_;
   BlockSource* source_;
-  LogRoot root_;
   BlockAccess access_;
   LogWriter writer_;
+  const LogRoot& root_;  // the writer's: one copy (see kFileBytesMax, file.cc)
   const bool space_outlives_file_;
   const bool give_back_free_space_;  // FileStorage::give_back_free_space
   // FileStorage::may_have_crashed: whether the rebuild's replay, and a
@@ -454,12 +454,12 @@ class File {
   // Whether the GC worker was ever asked to run for this File (only then
   // may it hold it in a list when the File goes).
   std::atomic<bool> handed_to_gc_{false};
-  // The worker a quiet fold of this File is pending with (nullptr: none;
-  // after a fork, the parent's, which the child does not have).
-  std::atomic<GcWorker*> quiet_fold_worker_{nullptr};
   // Whether quiet folds folded pairs since the log's last compaction by
   // one (only the worker's thread runs them).
   bool quiet_folds_uncompacted_ = false;
+  // The worker a quiet fold of this File is pending with (nullptr: none;
+  // after a fork, the parent's, which the child does not have).
+  std::atomic<GcWorker*> quiet_fold_worker_{nullptr};
 };
 
 }  // namespace upfs

@@ -51,6 +51,7 @@ class LogWriter {
  public:
   LogWriter(BlockSpace* space, BlockSource* source, const LogRoot& root)
       : access_(space), source_(source), root_(root), head_durable_(!root.head_persisted_by_commit) {}
+  const LogRoot& root() const { return root_; }
 
   // Encodes a change of the mapping of virtual blocks [vblock, vblock + n)
   // to `runs` and of the size, as a payload in *p (with overflow blocks
