@@ -51,6 +51,15 @@ namespace {
 // and joins its worker at once, so no such thread runs at a fork. Set
 // before main, ahead of the first close that reads it.
 [[maybe_unused]] const bool kParkingOff = [] { return ::setenv("UPFS_PARKED_FILES", "0", 1) == 0; }();
+// Nor the GC worker: a per-file file's open asks it for a quiet run (to
+// give free space back), which starts the process's one worker thread,
+// kept for the process's life and woken by its timed waits; with parking
+// off, a case child still hung 120 s in InspectFile under ASan in a
+// fresh-clone CI run of 2026-12-06 (case "log block #0 (lblock 1) next ->
+// itself (cycle)", which takes milliseconds otherwise), as a fork while
+// that thread allocated would. Without the worker, GC runs in the writing
+// thread and no upfs thread but the main one is alive when the cases fork.
+[[maybe_unused]] const bool kBackgroundGcOff = [] { return ::setenv("UPFS_BACKGROUND_GC", "0", 1) == 0; }();
 
 using namespace corruption_test;
 using upfs_test::TempDir;
