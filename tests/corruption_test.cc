@@ -56,8 +56,8 @@ namespace {
 // kept for the process's life and woken by its timed waits; with parking
 // off, a case child still hung 120 s in InspectFile under ASan in a
 // fresh-clone CI run of 2026-12-06 (case "log block #0 (lblock 1) next ->
-// itself (cycle)", which takes milliseconds otherwise), as a fork while
-// that thread allocated would. Without the worker, GC runs in the writing
+// itself (cycle)", which takes milliseconds otherwise; it passed three
+// reruns), most likely a fork while that thread allocated. Without the worker, GC runs in the writing
 // thread and no upfs thread but the main one is alive when the cases fork.
 [[maybe_unused]] const bool kBackgroundGcOff = [] { return ::setenv("UPFS_BACKGROUND_GC", "0", 1) == 0; }();
 

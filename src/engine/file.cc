@@ -60,7 +60,8 @@ uint32_t ThreadIndex() { return ThreadHeld<ThreadIndexHolder, &ThreadIndexHolder
 // general path, and its free too: a File of 1,080 bytes cost about 460
 // instructions more in each pool file's life (callgrind of a create,
 // 512-byte write, fsync, close and unlink: the allocation 358, its free
-// 160). Hence one copy of the log's root (the writer's) and no padding.
+// 160). Hence one copy of the log's root (the writer's), and a flag moved
+// into a hole.
 constexpr size_t kFileBytesMax = 1032;
 static_assert(sizeof(File) <= kFileBytesMax, "a File past glibc's tcache limit: see above");
 

@@ -382,6 +382,10 @@ Status ReplayChain(const BlockAccess& ba, uint32_t head, BlockTable* table, Repl
   char* a;
   UPFS_RETURN_IF_ERROR(ba.Addr(head, &a));
   LogBlock* b = reinterpret_cast<LogBlock*>(a);
+  // File::StartAtEmptyLog takes a one-block empty log without this replay
+  // (and so checks of it what this does, up to here, and no successor and
+  // an empty first slot): a change to what is checked of a head block goes
+  // there too.
   if (!NextWordValid(b->next.load(std::memory_order_acquire)))
     return Status::Corrupt("log block " + std::to_string(head), "bad magic");
   uint64_t seq = b->seq;

@@ -419,6 +419,15 @@ bool Pool::AnySlotInUse() const {
   return false;
 }
 
+namespace {
+// Gives back a kept list's memory once it grew past a small file's.
+template <typename T>
+void DropIfBig(std::vector<T>* v) {
+  constexpr size_t kKeptEntries = 4096;
+  if (v->capacity() > kKeptEntries) std::vector<T>().swap(*v);
+}
+}  // namespace
+
 Status Pool::ReleaseInode(uint64_t ino) {
   Inode* in;
   UPFS_RETURN_IF_ERROR(InodeAt(ino, &in));
@@ -426,11 +435,10 @@ Status Pool::ReleaseInode(uint64_t ino) {
   // are this thread's, kept from one release to the next: a removed small
   // file's block list and its replay's log list were two allocations of
   // the 15 in a pool file's create, write, close and unlink (callgrind).
+  // (The replay sets its own lists; they are read only after one.)
   static thread_local std::vector<uint32_t> blocks;
   static thread_local ReplayResult res;
   blocks.clear();
-  res.log_blocks.clear();  // also where there is no log to replay: RecycleFileLog reads it
-  res.overflow.clear();
   const uint64_t target = in->target_block.load(std::memory_order_acquire);
   const uint64_t head = in->log_head.load(std::memory_order_acquire);
   // Every block checked before any is freed (a damaged inode or log frees
@@ -458,15 +466,14 @@ Status Pool::ReleaseInode(uint64_t ino) {
   pm::Store64(&in->log_head, 0);
   pm::Store64(&in->target_block, 0);
   UPFS_RETURN_IF_ERROR(inodes_.Free(ino));
-  const bool kept = RecycleFileLog(res);  // its one log block, if so
+  const bool kept = head != 0 && RecycleFileLog(res);  // its one log block, if so
   for (uint32_t l : blocks)
     if (!kept || l != res.log_blocks[0]) bitmap_->Clear(l);
   NoteReleased(blocks.size());
   // A big file's lists are not kept for the thread's life.
-  constexpr size_t kKeptEntries = 4096;
-  if (blocks.capacity() > kKeptEntries) std::vector<uint32_t>().swap(blocks);
-  if (res.log_blocks.capacity() > kKeptEntries) std::vector<uint32_t>().swap(res.log_blocks);
-  if (res.overflow.capacity() > kKeptEntries) std::vector<Run>().swap(res.overflow);
+  DropIfBig(&blocks);
+  DropIfBig(&res.log_blocks);
+  DropIfBig(&res.overflow);
   return Status::OK();
 }
 
