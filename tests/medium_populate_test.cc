@@ -197,5 +197,46 @@ TEST(MediumPopulate, OpeningMapsNoPageAndGrowthMapsItsOwn) {
   EXPECT_LE(FaultsToTouch(m.get(), true, grown, grown + kFileBytes), 8) << "pages growth added";
 }
 
+// A medium whose file outgrows its reservation gets a new mapping with no
+// page table. The pages the old one had mapped are mapped again by the
+// worker, from the old page table: before, every one of them faulted again
+// as it was used (a writer of random 2 KiB pieces of a 1 GiB file, past
+// its 1 GiB reservation: tens of thousands of faults a pass, for passes),
+// or, with ordinary pages, a writer waited while the whole file was
+// populated, its holes filled. A reader's reservation is twice its file,
+// so a 16 MiB file moves at 32 MiB; the file grows here as another process
+// would grow it, made longer behind the medium (sparse: the test allocates
+// nothing), then mapped.
+TEST(MediumPopulate, AMappingMovedToALargerReservationKeepsItsPages) {
+  if (TmpfsHugeByDefault()) GTEST_SKIP() << "tmpfs makes huge pages here: few faults either way";
+  HostFile f(/*written=*/true);
+  std::unique_ptr<Medium> m = OpenMedium(f.path(), /*read_only=*/true);
+  ASSERT_TRUE(m);
+  // Half the pages mapped in the old reservation, mapped only there: only
+  // the move can map them in the new one.
+  const uint64_t half = kFileBytes / 2;
+  FaultsToTouch(m.get(), false, 0, half);
+  ASSERT_LE(FaultsToTouch(m.get(), false, 0, half), 8) << "mapped by the first touch";
+  char* const old_base = m->base();
+  const uint64_t grown = 5 * kFileBytes / 2;
+  const int fd = open(f.path().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, off_t(grown)), 0);
+  struct stat before;
+  ASSERT_EQ(fstat(fd, &before), 0);
+  ASSERT_TRUE(m->EnsureMapped(grown).ok());
+  ASSERT_NE(m->base(), old_base) << "the mapping did not move: the test shows nothing";
+  m->Settle();
+  EXPECT_LE(FaultsToTouch(m.get(), false, 0, half), 8) << "pages the old mapping had, faulted again";
+  // Pages the old mapping never had stay unmapped (reads fault 16 at a
+  // time: 128 for these 2,048 pages), and the holes past the data stay
+  // holes.
+  EXPECT_GE(FaultsToTouch(m.get(), false, half, kFileBytes), 64) << "mapped though never used";
+  struct stat after;
+  ASSERT_EQ(fstat(fd, &after), 0);
+  EXPECT_EQ(after.st_blocks, before.st_blocks) << "the move allocated pages in holes";
+  close(fd);
+}
+
 }  // namespace
 }  // namespace upfs

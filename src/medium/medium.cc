@@ -263,16 +263,23 @@ Status Medium::MapLocked(uint64_t bytes, bool populate) {
     char* nb;
     uint64_t len;
     UPFS_RETURN_IF_ERROR(Reserve(bytes, &nb, &len));
-    Status st = MapRange(nb, 0, bytes, populate);
+    char* old = base_.load();
+    // What the old reservation had mapped is mapped again by the worker,
+    // from the old page table (NoteRemap), not populated here: that
+    // made the caller wait for the whole file's pages, and filled its
+    // holes. Only the new part is populated now, as growth populates.
+    const uint64_t kept = old && PopulateUseful() ? mapped : 0;
+    Status st = kept ? MapRange(nb, 0, kept, /*populate=*/false) : Status::OK();
+    if (st.ok() && bytes > kept) st = MapRange(nb, kept, bytes, populate);
     if (!st.ok()) {
       munmap(nb, len);
       return st;
     }
-    char* old = base_.load();
     if (old) retired_.push_back({old, reserved_});
     reserved_ = len;
     base_.store(nb, std::memory_order_release);
     mapped_.store(bytes, std::memory_order_release);
+    if (kept) NoteRemap(old, kept);
     return Status::OK();
   }
   UPFS_RETURN_IF_ERROR(MapRange(base_.load(), mapped, bytes, populate));
@@ -434,6 +441,18 @@ void Medium::WorkerLoop() {
       lk.lock();
       last_growth_ = Clock::now();
       if (!grow_target_) growing_.store(false, std::memory_order_release);
+      continue;
+    }
+    if (!remapped_.empty()) {
+      Remapped& r = remapped_.front();
+      const char* const old = r.old_base;
+      const uint64_t at = r.done, len = std::min(kExtentSize, r.bytes - at);
+      r.done += len;
+      if (r.done >= r.bytes) remapped_.pop_front();
+      lk.unlock();
+      const bool ok = RemapExtent(old, at, len);
+      lk.lock();
+      if (!ok) remapped_.clear();  // no page table to read: the pages fault in as used
       continue;
     }
     // Populate before collapsing: it is what a reader waits for, and it

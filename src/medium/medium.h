@@ -211,6 +211,25 @@ class Medium final : public BlockSpace {
   uint64_t populated_ = 0;    // [0, populated_) was populated (or tried)
   uint64_t populate_to_ = 0;  // and the worker populates up to here
   std::deque<uint64_t> populate_extents_;  // then these (PopulateExtents)
+  // A move to a new reservation (MapLocked) leaves the new mapping without
+  // a page table: every page the old one had mapped would fault again, one
+  // by one (a writer that outgrew its 1 GiB reservation then took a fault
+  // for each 4 KiB it stored to, for passes). The worker maps them again,
+  // first of all its work but growth, an extent a step (RemapExtent).
+  struct Remapped {
+    const char* old_base;  // the retired reservation, valid until close
+    uint64_t bytes;        // how much of the file it mapped
+    uint64_t done;         // [0, done) is handled
+  };
+  std::deque<Remapped> remapped_;  // guarded by work_mu_
+  // Hands the worker the pages of [0, bytes) that `old_base` had mapped.
+  void NoteRemap(const char* old_base, uint64_t bytes);
+  // Maps in the current mapping the pages of [at, at + len) that were
+  // present in the mapping at `old_base` (its page table, read from
+  // /proc/self/pagemap: not mincore or SEEK_DATA, which on tmpfs call a
+  // fallocated page never written a hole, and a hole must stay one); false
+  // if that page table cannot be read.
+  bool RemapExtent(const char* old_base, uint64_t at, uint64_t len);
 };
 
 // fstat of an open host file, which must be a regular file (EINVAL if not).

@@ -1,8 +1,12 @@
 // Medium: mapping a file's pages ahead of a first read, so that a
 // program reading a file it did not write does not take a page fault per
 // 4 KiB block (docs/design.md, "The medium"): the probes that tell huge
-// pages from small ones, and the extents handed to the worker.
+// pages from small ones, the extents handed to the worker, and the pages
+// mapped again after the mapping moved to a larger reservation.
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <vector>
@@ -110,6 +114,48 @@ void Medium::PopulateExtents(std::vector<uint64_t> extents) {
   populate_extents_.insert(populate_extents_.end(), extents.begin(), extents.end());
   StartWorkerLocked();
   work_cv_.notify_all();
+}
+
+void Medium::NoteRemap(const char* old_base, uint64_t bytes) {
+  UPFS_ASSERT(bytes % kPageSize == 0);
+  std::lock_guard<std::mutex> g(work_mu_);
+  if (stopping_) return;
+  remapped_.push_back(Remapped{old_base, bytes, 0});
+  StartWorkerLocked();
+  work_cv_.notify_all();
+}
+
+bool Medium::RemapExtent(const char* old_base, uint64_t at, uint64_t len) {
+  constexpr uint64_t kPresent = uint64_t{1} << 63;  // a pagemap entry's bit (Linux's pagemap.rst)
+  UPFS_ASSERT(at % kPageSize == 0 && len % kPageSize == 0 && len <= kExtentSize);
+  // Opened for each extent: an open /proc/self/pagemap keeps describing
+  // the process that opened it, which a fork child is not.
+  const int pagemap = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (pagemap < 0) return false;
+  uint64_t entries[kExtentSize / kPageSize];
+  const uint64_t pages = len / kPageSize;
+  const off_t where = off_t(reinterpret_cast<uintptr_t>(old_base + at) / kPageSize * sizeof(uint64_t));
+  const ssize_t got = pread(pagemap, entries, pages * sizeof(uint64_t), where);
+  close(pagemap);
+  if (got != ssize_t(pages * sizeof(uint64_t))) return false;
+  // On tmpfs read-populated entries of a shared writable mapping are
+  // writable (a store to them does not fault: measured), and fault-around
+  // maps them 16 at a time; elsewhere (DAX) a writer's are made writable.
+  const int advice = kind_ == MediumKind::kTmpfs ? MADV_POPULATE_READ : PopulateAdvice();
+  char* const b = base();
+  for (uint64_t i = 0; i < pages;) {
+    if (!(entries[i] & kPresent)) {
+      ++i;
+      continue;
+    }
+    uint64_t j = i;
+    while (j < pages && (entries[j] & kPresent)) ++j;
+    // A failure maps nothing and costs nothing later: the page faults in
+    // when used, as it would have.
+    (void)madvise(b + at + i * kPageSize, (j - i) * kPageSize, advice);
+    i = j;
+  }
+  return true;
 }
 
 }  // namespace upfs
