@@ -138,10 +138,12 @@ bool Medium::RemapExtent(const char* old_base, uint64_t at, uint64_t len) {
   const ssize_t got = pread(pagemap, entries, pages * sizeof(uint64_t), where);
   close(pagemap);
   if (got != ssize_t(pages * sizeof(uint64_t))) return false;
-  // On tmpfs read-populated entries of a shared writable mapping are
-  // writable (a store to them does not fault: measured), and fault-around
-  // maps them 16 at a time; elsewhere (DAX) a writer's are made writable.
-  const int advice = kind_ == MediumKind::kTmpfs ? MADV_POPULATE_READ : PopulateAdvice();
+  // For reading: on tmpfs the entries of a shared writable mapping so
+  // populated take stores without a fault (measured), and fault-around
+  // maps them 16 at a time; on DAX, where a first store may have metadata
+  // to make durable (MAP_SYNC), it is left to the store, as a page the old
+  // mapping had only read would have been.
+  constexpr int kAdvice = MADV_POPULATE_READ;
   char* const b = base();
   for (uint64_t i = 0; i < pages;) {
     if (!(entries[i] & kPresent)) {
@@ -152,7 +154,7 @@ bool Medium::RemapExtent(const char* old_base, uint64_t at, uint64_t len) {
     while (j < pages && (entries[j] & kPresent)) ++j;
     // A failure maps nothing and costs nothing later: the page faults in
     // when used, as it would have.
-    (void)madvise(b + at + i * kPageSize, (j - i) * kPageSize, advice);
+    (void)madvise(b + at + i * kPageSize, (j - i) * kPageSize, kAdvice);
     i = j;
   }
   return true;
