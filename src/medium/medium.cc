@@ -445,7 +445,7 @@ void Medium::WorkerLoop() {
     }
     if (!remapped_.empty()) {
       Remapped& r = remapped_.front();
-      const char* const old = r.old_base;
+      char* const old = r.old_base;
       const uint64_t at = r.done, len = std::min(kExtentSize, r.bytes - at);
       r.done += len;
       if (r.done >= r.bytes) remapped_.pop_front();

@@ -217,19 +217,19 @@ class Medium final : public BlockSpace {
   // for each 4 KiB it stored to, for passes). The worker maps them again,
   // first of all its work but growth, an extent a step (RemapExtent).
   struct Remapped {
-    const char* old_base;  // the retired reservation, valid until close
+    char* old_base;        // the retired reservation, mapped until close
     uint64_t bytes;        // how much of the file it mapped
     uint64_t done;         // [0, done) is handled
   };
   std::deque<Remapped> remapped_;  // guarded by work_mu_
   // Hands the worker the pages of [0, bytes) that `old_base` had mapped.
-  void NoteRemap(const char* old_base, uint64_t bytes);
+  void NoteRemap(char* old_base, uint64_t bytes);
   // Maps in the current mapping the pages of [at, at + len) that were
   // present in the mapping at `old_base` (its page table, read from
   // /proc/self/pagemap: not mincore or SEEK_DATA, which on tmpfs call a
-  // fallocated page never written a hole, and a hole must stay one); false
-  // if that page table cannot be read.
-  bool RemapExtent(const char* old_base, uint64_t at, uint64_t len);
+  // fallocated page never written a hole, and a hole must stay one), then
+  // drops them from the old one; false if that page table cannot be read.
+  bool RemapExtent(char* old_base, uint64_t at, uint64_t len);
 };
 
 // fstat of an open host file, which must be a regular file (EINVAL if not).

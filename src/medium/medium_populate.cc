@@ -116,7 +116,7 @@ void Medium::PopulateExtents(std::vector<uint64_t> extents) {
   work_cv_.notify_all();
 }
 
-void Medium::NoteRemap(const char* old_base, uint64_t bytes) {
+void Medium::NoteRemap(char* old_base, uint64_t bytes) {
   UPFS_ASSERT(bytes % kPageSize == 0);
   std::lock_guard<std::mutex> g(work_mu_);
   if (stopping_) return;
@@ -125,7 +125,7 @@ void Medium::NoteRemap(const char* old_base, uint64_t bytes) {
   work_cv_.notify_all();
 }
 
-bool Medium::RemapExtent(const char* old_base, uint64_t at, uint64_t len) {
+bool Medium::RemapExtent(char* old_base, uint64_t at, uint64_t len) {
   constexpr uint64_t kPresent = uint64_t{1} << 63;  // a pagemap entry's bit (Linux's pagemap.rst)
   UPFS_ASSERT(at % kPageSize == 0 && len % kPageSize == 0 && len <= kExtentSize);
   // Opened for each extent: an open /proc/self/pagemap keeps describing
@@ -157,6 +157,11 @@ bool Medium::RemapExtent(const char* old_base, uint64_t at, uint64_t len) {
     (void)madvise(b + at + i * kPageSize, (j - i) * kPageSize, kAdvice);
     i = j;
   }
+  // The old entries go: their pages are the new mapping's now (the same
+  // file pages), and kept they doubled the page tables and the resident
+  // size until close. The old mapping stays, shared: a thread still using
+  // its base faults the pages in again.
+  (void)madvise(old_base + at, len, MADV_DONTNEED);
   return true;
 }
 
