@@ -222,6 +222,11 @@ class Medium final : public BlockSpace {
     uint64_t done;         // [0, done) is handled
   };
   std::deque<Remapped> remapped_;  // guarded by work_mu_
+  // While growth is asked for, remapping may take this much of the
+  // worker's time before the next growth step: each step adds a
+  // kRemapShare-th of its own time (guarded by work_mu_).
+  static constexpr int kRemapShare = 4;
+  std::chrono::steady_clock::duration remap_budget_{};
   // Hands the worker the pages of [0, bytes) that `old_base` had mapped.
   void NoteRemap(char* old_base, uint64_t bytes);
   // Maps in the current mapping the pages of [at, at + len) that were
