@@ -203,8 +203,8 @@ TEST(MediumPopulate, OpeningMapsNoPageAndGrowthMapsItsOwn) {
 // page table. The pages the old one had mapped are mapped again by the
 // worker, from the old page table: before, every one of them faulted again
 // as it was used (a writer of random 2 KiB pieces of a 1 GiB file, past
-// its 1 GiB reservation: tens of thousands of faults a pass, for passes),
-// or, with ordinary pages, a writer waited while the whole file was
+// its 1 GiB reservation: up to tens of thousands of faults a pass), or,
+// with ordinary pages, a writer waited while the whole file was
 // populated, its holes filled. A reader's reservation is twice its file,
 // so a 16 MiB file moves at 32 MiB; the file grows here as another process
 // would grow it, made longer behind the medium (sparse: the test allocates

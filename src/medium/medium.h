@@ -213,9 +213,10 @@ class Medium final : public BlockSpace {
   std::deque<uint64_t> populate_extents_;  // then these (PopulateExtents)
   // A move to a new reservation (MapLocked) leaves the new mapping without
   // a page table: every page the old one had mapped would fault again, one
-  // by one (a writer that outgrew its 1 GiB reservation then took a fault
-  // for each 4 KiB it stored to, for passes). The worker maps them again,
-  // first of all its work but growth, an extent a step (RemapExtent).
+  // by one (a writer of random 2 KiB pieces of a 1 GiB file: up to tens
+  // of thousands of faults a pass, docs/design.md). The worker maps them
+  // again, an extent a step (RemapExtent), before any other work but
+  // growth, and during growth within remap_budget_.
   struct Remapped {
     char* old_base;        // the retired reservation, mapped until close
     uint64_t bytes;        // how much of the file it mapped

@@ -30,6 +30,23 @@ bool PopulateWanted() {
 // counted).
 constexpr long kHugeExtentFaults = 8;
 
+// Calls map(i, j) for each run [i, j) of pages in [0, pages) that
+// `present(i)` says are there, in order; false as soon as a map is.
+template <typename Present, typename Map>
+bool ForEachPresentRun(uint64_t pages, Present present, Map map) {
+  for (uint64_t i = 0; i < pages;) {
+    if (!present(i)) {
+      ++i;
+      continue;
+    }
+    uint64_t j = i;
+    while (j < pages && present(j)) ++j;
+    if (!map(i, j)) return false;
+    i = j;
+  }
+  return true;
+}
+
 long MinorFaults() {
   struct rusage ru;
   if (getrusage(RUSAGE_THREAD, &ru) != 0) return 0;
@@ -57,18 +74,12 @@ bool Medium::PopulateData(uint64_t at, uint64_t len, int advice) {
   const uint64_t pages = (end - at + kPageSize - 1) / kPageSize;
   std::vector<unsigned char> has(pages);
   if (mincore(base() + at, end - at, has.data()) != 0) return false;
-  for (uint64_t i = 0; i < pages;) {
-    if (!(has[i] & 1)) {
-      ++i;
-      continue;
-    }
-    uint64_t j = i;
-    while (j < pages && (has[j] & 1)) ++j;
-    const uint64_t from = at + i * kPageSize, to = std::min(at + j * kPageSize, end);
-    if (madvise(base() + from, to - from, advice) != 0) return false;
-    i = j;
-  }
-  return true;
+  return ForEachPresentRun(
+      pages, [&](uint64_t i) { return (has[i] & 1) != 0; },
+      [&](uint64_t i, uint64_t j) {
+        const uint64_t from = at + i * kPageSize, to = std::min(at + j * kPageSize, end);
+        return madvise(base() + from, to - from, advice) == 0;
+      });
 }
 
 bool Medium::ProbeSmallPages(uint64_t at, int advice, bool data_only) {
@@ -145,18 +156,14 @@ bool Medium::RemapExtent(char* old_base, uint64_t at, uint64_t len) {
   // mapping had only read would have been.
   constexpr int kAdvice = MADV_POPULATE_READ;
   char* const b = base();
-  for (uint64_t i = 0; i < pages;) {
-    if (!(entries[i] & kPresent)) {
-      ++i;
-      continue;
-    }
-    uint64_t j = i;
-    while (j < pages && (entries[j] & kPresent)) ++j;
-    // A failure maps nothing and costs nothing later: the page faults in
-    // when used, as it would have.
-    (void)madvise(b + at + i * kPageSize, (j - i) * kPageSize, kAdvice);
-    i = j;
-  }
+  ForEachPresentRun(
+      pages, [&](uint64_t i) { return (entries[i] & kPresent) != 0; },
+      [&](uint64_t i, uint64_t j) {
+        // A failure maps nothing and costs nothing later: the pages fault
+        // in when used, as they would have. The other runs go on.
+        (void)madvise(b + at + i * kPageSize, (j - i) * kPageSize, kAdvice);
+        return true;
+      });
   // The old entries go: their pages are the new mapping's now (the same
   // file pages), and kept they doubled the page tables and the resident
   // size until close. The old mapping stays, shared: a thread still using
