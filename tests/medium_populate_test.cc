@@ -8,10 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "medium/medium.h"
 
@@ -114,6 +117,13 @@ bool TmpfsHugeByDefault() {
          s.find("[within_size]") != std::string::npos;
 }
 
+// Whether growth and the probes make ordinary pages here: this program
+// runs with UPFS_HUGEPAGES=0 (tests/CMakeLists.txt).
+bool OrdinaryPagesAsked() {
+  const char* huge = std::getenv("UPFS_HUGEPAGES");
+  return huge && huge[0] == '0';
+}
+
 TEST(MediumPopulate, WithoutItReadsFault) {
   // The measure the tests above rely on: untouched, reading the mapping
   // faults (so an empty population would be caught).
@@ -128,8 +138,7 @@ TEST(MediumPopulate, WithoutItReadsFault) {
 // first by the probe (which says the medium is in small pages), the others
 // by the worker; the rest of the pool stays as it was.
 TEST(MediumPopulate, OnlyTheExtentsGivenAreMapped) {
-  const char* huge = std::getenv("UPFS_HUGEPAGES");
-  ASSERT_TRUE(huge && huge[0] == '0') << "run with UPFS_HUGEPAGES=0 (tests/CMakeLists.txt)";
+  ASSERT_TRUE(OrdinaryPagesAsked()) << "run with UPFS_HUGEPAGES=0 (tests/CMakeLists.txt)";
   if (TmpfsHugeByDefault()) GTEST_SKIP() << "tmpfs makes huge pages here: few faults either way";
   HostFile f(/*written=*/true);
   std::unique_ptr<Medium> m = OpenMedium(f.path(), /*read_only=*/false);
@@ -186,8 +195,7 @@ TEST(MediumPopulate, AProbePastTheMappingMapsNothing) {
 // attaching a 1.35 GB pool took 345-434 ms, every page mapped before the
 // first call returned).
 TEST(MediumPopulate, OpeningMapsNoPageAndGrowthMapsItsOwn) {
-  const char* huge = std::getenv("UPFS_HUGEPAGES");
-  ASSERT_TRUE(huge && huge[0] == '0') << "run with UPFS_HUGEPAGES=0 (tests/CMakeLists.txt)";
+  ASSERT_TRUE(OrdinaryPagesAsked()) << "run with UPFS_HUGEPAGES=0 (tests/CMakeLists.txt)";
   if (TmpfsHugeByDefault()) GTEST_SKIP() << "tmpfs makes huge pages here: few faults either way";
   HostFile f;
   std::unique_ptr<Medium> m = OpenMedium(f.path(), /*read_only=*/false);
@@ -241,6 +249,72 @@ TEST(MediumPopulate, AMappingMovedToALargerReservationKeepsItsPages) {
   ASSERT_EQ(fstat(fd, &after), 0);
   EXPECT_EQ(after.st_blocks, before.st_blocks) << "the move allocated pages in holes";
   close(fd);
+}
+
+// Whether every page of [addr, addr + len) has a page table entry (the
+// present bit of /proc/self/pagemap), read without touching the pages.
+bool AllPresent(const char* addr, uint64_t len) {
+  const int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0);
+  std::vector<uint64_t> entries(len / kPageSize);
+  const off_t where = off_t(reinterpret_cast<uintptr_t>(addr) / kPageSize * sizeof(uint64_t));
+  const ssize_t got = pread(fd, entries.data(), entries.size() * sizeof(uint64_t), where);
+  close(fd);
+  EXPECT_EQ(got, ssize_t(entries.size() * sizeof(uint64_t)));
+  for (uint64_t e : entries)
+    if (!(e & (uint64_t{1} << 63))) return false;
+  return true;
+}
+
+// Population is not starved by growth: a file that grows step after step
+// (an appender, or a writer whose shadows grow it, asks for the next step
+// as the last one ends) kept the worker from populating for as long as
+// that lasted, the extents handed to it too, and a reader of the file's
+// old part took a fault per page meanwhile. Here a growth that asks for
+// the next step from the last one's end goes on for a while (small
+// pages, about 0.5-1 ms a step), and the extents must be mapped before it
+// ends.
+TEST(MediumPopulate, GrowthStepAfterStepDoesNotStarvePopulation) {
+  ASSERT_TRUE(OrdinaryPagesAsked()) << "run with UPFS_HUGEPAGES=0 (tests/CMakeLists.txt)";
+  if (TmpfsHugeByDefault()) GTEST_SKIP() << "tmpfs makes huge pages here: few faults either way";
+  HostFile f(/*written=*/true);
+  std::unique_ptr<Medium> m = OpenMedium(f.path(), /*read_only=*/false);
+  ASSERT_TRUE(m);
+  constexpr uint64_t kGrowthLimit = 8 * kFileBytes;
+  std::atomic<bool> stop{false}, growth_ended{false};
+  std::atomic<int> steps{0};
+  Medium* const medium = m.get();
+  BlockSpace::ReadyFn next = [&](uint64_t) {
+    steps.fetch_add(1);
+    if (!stop.load() && medium->capacity() < kGrowthLimit) {
+      medium->GrowAhead(medium->capacity() + 1, next);
+    } else {
+      growth_ended.store(true);
+    }
+  };
+  m->GrowAhead(m->capacity() + 1, next);
+  while (steps.load() == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  const std::vector<uint64_t> given = {2 * kExtentSize, 3 * kExtentSize, 5 * kExtentSize};
+  m->PopulateExtents(given);
+  auto populated = [&] {
+    for (uint64_t e : given)
+      if (!AllPresent(m->base() + e, kExtentSize)) return false;
+    return true;
+  };
+  bool during_growth = false;
+  while (!growth_ended.load()) {
+    if (populated()) {
+      during_growth = !growth_ended.load();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  const int steps_then = steps.load();
+  stop.store(true);
+  m->Settle();
+  EXPECT_TRUE(populated()) << "not even after the growth";
+  EXPECT_TRUE(during_growth) << "nothing populated in " << steps_then << " growth steps, "
+                             << (m->capacity() >> 20) << " MiB";
 }
 
 }  // namespace

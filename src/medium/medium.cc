@@ -431,25 +431,17 @@ void Medium::WorkerLoop() {
   std::unique_lock<std::mutex> lk(work_mu_);
   for (;;) {
     if (stopping_) break;
-    // A moved mapping's pages are mapped again (RemapExtent) while no
-    // growth is asked for, and while it is, for a quarter of the time the
-    // growth steps take: a writer whose shadows grow its file asks for
-    // growth step after step, for seconds, and a remap that waited for a
-    // quiet moment left it faulting all that time (seen: no extent
-    // remapped in six passes of random 2 KiB writes over 1 GiB).
-    if (!remapped_.empty() && (!grow_target_ || remap_budget_ > Clock::duration::zero())) {
-      Remapped& r = remapped_.front();
-      char* const old = r.old_base;
-      const uint64_t at = r.done, len = std::min(kExtentSize, r.bytes - at);
-      r.done += len;
-      if (r.done >= r.bytes) remapped_.pop_front();
-      lk.unlock();
+    // Mapping work (the pages of a moved mapping, then population) runs
+    // while no growth is asked for and, while it is, for a kMappingShare-th
+    // of the time the growth steps take: a writer whose shadows grow its
+    // file asks for growth step after step, for seconds, and a remap that
+    // waited for a quiet moment left it faulting all that time (seen: no
+    // extent remapped in six passes of random 2 KiB writes over 1 GiB);
+    // a reader's population waited so behind an appender's growth.
+    if (HasMappingWorkLocked() && (!grow_target_ || mapping_budget_ > Clock::duration::zero())) {
       const Clock::time_point t0 = Clock::now();
-      const bool ok = RemapExtent(old, at, len);
-      const Clock::duration took = Clock::now() - t0;
-      lk.lock();
-      remap_budget_ -= took;
-      if (!ok) remapped_.clear();  // no page table to read: the pages fault in as used
+      MappingStepLocked(lk);
+      mapping_budget_ -= Clock::now() - t0;
       continue;
     }
     if (grow_target_) {
@@ -463,35 +455,8 @@ void Medium::WorkerLoop() {
       const Clock::time_point t1 = Clock::now();
       lk.lock();
       last_growth_ = t1;
-      remap_budget_ = std::max(remap_budget_, Clock::duration::zero()) + (t1 - t0) / kRemapShare;
+      mapping_budget_ = std::max(mapping_budget_, Clock::duration::zero()) + (t1 - t0) / kMappingShare;
       if (!grow_target_) growing_.store(false, std::memory_order_release);
-      continue;
-    }
-    // Populate before collapsing: it is what a reader waits for, and it
-    // costs ~0.15 ms per small-page extent where a collapse costs
-    // milliseconds. A step maps at most one extent, so that a stop (a
-    // close) waits for little.
-    if (populated_ < populate_to_) {
-      const uint64_t at = populated_;
-      const uint64_t len = std::min(kExtentSize, populate_to_ - at);
-      populated_ += len;
-      lk.unlock();
-      // (The probed extent is walked again: its pages are present.)
-      madvise(base() + at, len, PopulateAdvice());
-      lk.lock();
-      continue;
-    }
-    if (!populate_extents_.empty()) {
-      const uint64_t at = populate_extents_.front();
-      populate_extents_.pop_front();
-      lk.unlock();
-      // Read-only page table entries, whatever the mapping: in small pages
-      // a pool file's first read measured 2.01-2.25x the kernel so, and
-      // 0.96-1.01x with writable ones (about 1.5x not populated): the
-      // reader's own faults map 16 written pages at once (fault-around),
-      // a writable population maps each page dirty, one by one.
-      PopulateData(at, kExtentSize, MADV_POPULATE_READ);
-      lk.lock();
       continue;
     }
     // Collapse mapped extents into huge pages, behind the growth frontier

@@ -186,9 +186,10 @@ class Medium final : public BlockSpace {
     uint64_t len;
   };
   std::vector<Region> retired_;  // older reservations, unmapped at close
-  // Background worker: growth requests first, then collapsing mapped 2 MiB
-  // extents into huge pages (on tmpfs, where MADV_COLLAPSE costs
-  // milliseconds per extent and must stay off every caller's path).
+  // Background worker: growth requests and mapping work (below) first,
+  // then collapsing mapped 2 MiB extents into huge pages (on tmpfs, where
+  // MADV_COLLAPSE costs milliseconds per extent and must stay off every
+  // caller's path).
   void StartWorkerLocked();
   void WorkerLoop();
   std::mutex work_mu_;
@@ -215,19 +216,22 @@ class Medium final : public BlockSpace {
   // a page table: every page the old one had mapped would fault again, one
   // by one (a writer of random 2 KiB pieces of a 1 GiB file: up to tens
   // of thousands of faults a pass, docs/design.md). The worker maps them
-  // again, an extent a step (RemapExtent), before any other work but
-  // growth, and during growth within remap_budget_.
+  // again, an extent a step (RemapExtent), before population.
   struct Remapped {
     char* old_base;        // the retired reservation, mapped until close
     uint64_t bytes;        // how much of the file it mapped
     uint64_t done;         // [0, done) is handled
   };
   std::deque<Remapped> remapped_;  // guarded by work_mu_
-  // While growth is asked for, remapping may take this much of the
+  // Mapping work (remapping, then population) comes before anything but
+  // growth, and while growth is asked for it may take this much of the
   // worker's time before the next growth step: each step adds a
-  // kRemapShare-th of its own time (guarded by work_mu_).
-  static constexpr int kRemapShare = 4;
-  std::chrono::steady_clock::duration remap_budget_{};
+  // kMappingShare-th of its own time (guarded by work_mu_).
+  static constexpr int kMappingShare = 4;
+  std::chrono::steady_clock::duration mapping_budget_{};
+  bool HasMappingWorkLocked() const;
+  // One step of it, at most an extent, work_mu_ released meanwhile.
+  void MappingStepLocked(std::unique_lock<std::mutex>& lk);
   // Hands the worker the pages of [0, bytes) that `old_base` had mapped.
   void NoteRemap(char* old_base, uint64_t bytes);
   // Maps in the current mapping the pages of [at, at + len) that were
