@@ -87,8 +87,9 @@ class Medium final : public BlockSpace {
   // Only if the file is in small pages (see the probe), for files of at
   // least kPopulateAtOpenBytes (below that, a thread is not worth it: a
   // judgement, not a measurement), on tmpfs and DAX, where mapping a page
-  // costs no I/O and a upfs file has no holes to fill. A container calls
-  // it when it opens a file for use, not for inspection.
+  // costs no I/O. Extents without a page (given back: punched out) are
+  // left holes (ExtentHasPages). A container calls it when it opens a file
+  // for use, not for inspection.
   void PopulateAhead();
   // The same for some extents of the file only, for a container whose
   // files' blocks lie among others' (a pool). PopulateProbe(at) maps the
@@ -147,6 +148,9 @@ class Medium final : public BlockSpace {
   // populating one (even MADV_POPULATE_READ, on a shared tmpfs mapping)
   // allocates its pages. False if mincore or madvise failed.
   bool PopulateData(uint64_t at, uint64_t len, int advice);
+  // Whether any page of [at, at + len) is in the file (mincore; on tmpfs a
+  // page fallocated and never written counts as none, as a hole does).
+  bool ExtentHasPages(uint64_t at, uint64_t len);
   // Populates the extent at offset `at` (with `data_only`, its data only:
   // PopulateData) and says whether it was in small pages (mapping them
   // took more faults than huge pages would). A per-file file populates

@@ -82,10 +82,22 @@ bool Medium::PopulateData(uint64_t at, uint64_t len, int advice) {
       });
 }
 
+bool Medium::ExtentHasPages(uint64_t at, uint64_t len) {
+  UPFS_ASSERT(at % kPageSize == 0 && len <= kExtentSize);
+  unsigned char has[kExtentSize / kPageSize];
+  if (mincore(base() + at, len, has) != 0) return true;  // not known: as before
+  for (uint64_t i = 0; i < (len + kPageSize - 1) / kPageSize; ++i)
+    if (has[i] & 1) return true;
+  return false;
+}
+
 bool Medium::ProbeSmallPages(uint64_t at, int advice, bool data_only) {
   if (at >= mapped_bytes()) return false;
   const long before = MinorFaults();
   const uint64_t len = std::min(kExtentSize, mapped_bytes() - at);
+  // A whole extent without pages tells nothing, and mapping it writable
+  // would fill it (a given-back extent): not probed, nothing populated.
+  if (!data_only && !ExtentHasPages(at, len)) return false;
   const bool ok = data_only ? PopulateData(at, len, advice) : madvise(base() + at, len, advice) == 0;
   if (!ok) return false;  // e.g. a kernel before 5.14
   return MinorFaults() - before > kHugeExtentFaults;
@@ -154,8 +166,12 @@ void Medium::MappingStepLocked(std::unique_lock<std::mutex>& lk) {
     const uint64_t len = std::min(kExtentSize, populate_to_ - at);
     populated_ += len;
     lk.unlock();
-    // (The probed extent is walked again: its pages are present.)
-    madvise(base() + at, len, PopulateAdvice());
+    // (The probed extent is walked again: its pages are present.) An
+    // extent with no page is one the file gave back (or free space growth
+    // allocated and nothing wrote yet): writable population would fill
+    // it, and the file would hold that memory again until its next
+    // give-back (test AWritersPopulationLeavesGivenBackExtentsHoles).
+    if (ExtentHasPages(at, len)) madvise(base() + at, len, PopulateAdvice());
     lk.lock();
     return;
   }
