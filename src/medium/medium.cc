@@ -214,13 +214,22 @@ void Medium::RaiseCapacity(uint64_t bytes) {
   }
 }
 
+namespace {
+std::atomic<uint64_t> g_writer_reserve_floor{uint64_t{1} << 30};
+}  // namespace
+
+void Medium::SetWriterReserveFloor(uint64_t bytes) {
+  UPFS_ASSERT(bytes >= kExtentSize && bytes % kExtentSize == 0);
+  g_writer_reserve_floor.store(bytes, std::memory_order_relaxed);
+}
+
 Status Medium::Reserve(uint64_t bytes, char** out, uint64_t* len_out) {
   // Over-reserve by an extent so the base can be aligned to 2 MiB, which lets
   // the kernel back the mapping with huge pages. A writer reserves at least
   // 1 GiB so that growth rarely moves the mapping; a reader (a stat, an
   // fsck) needs only what is there, and setting up and tearing down a large
   // reservation is a good part of its cost.
-  uint64_t floor = read_only_ ? kExtentSize : uint64_t{1} << 30;
+  uint64_t floor = read_only_ ? kExtentSize : g_writer_reserve_floor.load(std::memory_order_relaxed);
   uint64_t len = std::max<uint64_t>(floor, NextPow2(bytes * 2));
   void* raw = mmap(nullptr, len + kExtentSize, PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

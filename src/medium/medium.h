@@ -58,6 +58,10 @@ class Medium final : public BlockSpace {
   ~Medium() override;
 
   int fd() const { return fd_; }
+  // The least address space a writable medium opened from now on reserves
+  // (1 GiB, so that growth rarely moves its mapping). Tests make it small,
+  // to move a mapping without a file of that size.
+  static void SetWriterReserveFloor(uint64_t bytes);
   // In a fork child that will never use this Medium: closes the child's
   // copy of the descriptor, whose open file description (and the OFD locks
   // on it) stays the parent's. The object is then leaked, not destroyed.
