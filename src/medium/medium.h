@@ -92,8 +92,8 @@ class Medium final : public BlockSpace {
   // least kPopulateAtOpenBytes (below that, a thread is not worth it: a
   // judgement, not a measurement), on tmpfs and DAX, where mapping a page
   // costs no I/O. Extents without a page (given back: punched out) are
-  // left holes (ExtentHasPages), and not probed. A container calls it when it opens a file
-  // for use, not for inspection.
+  // left holes (ExtentHasPages), and not probed. A container calls it
+  // when it opens a file for use, not for inspection.
   void PopulateAhead();
   // The same for some extents of the file only, for a container whose
   // files' blocks lie among others' (a pool). PopulateProbe(at) maps the

@@ -96,7 +96,8 @@ bool Medium::ProbeSmallPages(uint64_t at, int advice, bool data_only) {
   const long before = MinorFaults();
   const uint64_t len = std::min(kExtentSize, mapped_bytes() - at);
   // A whole extent without pages tells nothing, and mapping it writable
-  // would fill it (a given-back extent): not probed, nothing populated.
+  // would fill it (a given-back extent): not probed (PopulateAhead looks
+  // past such extents first; here, none it tried had pages).
   if (!data_only && !ExtentHasPages(at, len)) return false;
   const bool ok = data_only ? PopulateData(at, len, advice) : madvise(base() + at, len, advice) == 0;
   if (!ok) return false;  // e.g. a kernel before 5.14
