@@ -341,7 +341,9 @@ TEST(MediumPopulate, GrowthStepAfterStepDoesNotStarvePopulation) {
 // old mapping had are mapped again while the growth goes on (53c2e19;
 // before, none in six passes of random 2 KiB writes over a 1 GiB file,
 // whose shadows grew it step after step). The writer's floor of address
-// space is made small so that a 16 MiB file moves at 32 MiB, 64 and 128.
+// space is made small for the open, so that the 16 MiB file reserves only
+// twice its size and its growth moves it once, at 34 MiB (into a
+// reservation of the usual 1 GiB floor: a debug print).
 TEST(MediumPopulate, AMappingMovedByGrowthGetsItsPagesWhileItGrows) {
   ASSERT_TRUE(OrdinaryPagesAsked()) << "run with UPFS_HUGEPAGES=0 (tests/CMakeLists.txt)";
   if (TmpfsHugeByDefault()) GTEST_SKIP() << "tmpfs makes huge pages here: few faults either way";

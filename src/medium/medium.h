@@ -91,9 +91,9 @@ class Medium final : public BlockSpace {
   // Only if the file is in small pages (see the probe), for files of at
   // least kPopulateAtOpenBytes (below that, a thread is not worth it: a
   // judgement, not a measurement), on tmpfs and DAX, where mapping a page
-  // costs no I/O. Extents without a page (given back: punched out) are
-  // left holes (ExtentHasPages), and not probed. A container calls it
-  // when it opens a file for use, not for inspection.
+  // costs no I/O. Extents without a page (given back: punched out) stay
+  // holes (ExtentHasPages), and are not probed. A container calls it when
+  // it opens a file for use, not for inspection.
   void PopulateAhead();
   // The same for some extents of the file only, for a container whose
   // files' blocks lie among others' (a pool). PopulateProbe(at) maps the
@@ -158,9 +158,10 @@ class Medium final : public BlockSpace {
   // Populates the extent at offset `at` (with `data_only`, its data only:
   // PopulateData) and says whether it was in small pages (mapping them
   // took more faults than huge pages would). A per-file file populates
-  // all of it: its pages may be fallocated and not yet written (growth
-  // provides them so), and mincore reports such pages as absent (tried: medium_populate_test's reader and
-  // writer then took 4,096 faults each).
+  // all of it: its pages may be fallocated and not yet written (free
+  // space provided so), and mincore reports such pages as absent (tried
+  // on files only fallocated: medium_populate_test's reader and writer
+  // then took 4,096 faults each).
   bool ProbeSmallPages(uint64_t at, int advice, bool data_only);
   // Extent e (its first kCollapseSeed bytes allocated) made one huge page,
   // unless huge pages are found too dear now (huge_page_choice.h); whether

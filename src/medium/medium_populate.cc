@@ -95,10 +95,6 @@ bool Medium::ProbeSmallPages(uint64_t at, int advice, bool data_only) {
   if (at >= mapped_bytes()) return false;
   const long before = MinorFaults();
   const uint64_t len = std::min(kExtentSize, mapped_bytes() - at);
-  // A whole extent without pages tells nothing, and mapping it writable
-  // would fill it (a given-back extent): not probed (PopulateAhead looks
-  // past such extents first; here, none it tried had pages).
-  if (!data_only && !ExtentHasPages(at, len)) return false;
   const bool ok = data_only ? PopulateData(at, len, advice) : madvise(base() + at, len, advice) == 0;
   if (!ok) return false;  // e.g. a kernel before 5.14
   return MinorFaults() - before > kHugeExtentFaults;
@@ -118,12 +114,17 @@ void Medium::PopulateAhead() {
   // it is not started for them. Faults are counted, not the call timed: a
   // 40 us threshold judged small pages huge in an ASan build. An extent
   // the file gave back (no page) tells nothing and would be filled: the
-  // first with pages among the next kProbeTries is probed instead.
+  // first with pages among the next kProbeTries is probed instead (none:
+  // nothing is populated).
   constexpr uint64_t kProbeTries = 64;
+  auto given_back = [&](uint64_t at) {
+    return at < mapped_bytes() && !ExtentHasPages(at, std::min(kExtentSize, mapped_bytes() - at));
+  };
   uint64_t probe = kExtentSize;
-  while (probe < kProbeTries * kExtentSize && probe + kExtentSize <= mapped_bytes() &&
-         !ExtentHasPages(probe, kExtentSize))
+  while (given_back(probe)) {
     probe += kExtentSize;
+    if (probe >= kProbeTries * kExtentSize) return;
+  }
   if (!ProbeSmallPages(probe, PopulateAdvice(), /*data_only=*/false)) return;
   std::lock_guard<std::mutex> g(work_mu_);
   if (stopping_) return;
@@ -174,11 +175,13 @@ void Medium::MappingStepLocked(std::unique_lock<std::mutex>& lk) {
     const uint64_t len = std::min(kExtentSize, populate_to_ - at);
     populated_ += len;
     lk.unlock();
-    // (The probed extent is walked again: its pages are present.) An
-    // extent with no page is one the file gave back (or free space growth
-    // allocated and nothing wrote yet): writable population would fill
-    // it, and the file would hold that memory again until its next
-    // give-back (test AWritersPopulationLeavesGivenBackExtentsHoles).
+    // (The probed extent is walked again: its pages are present.) A
+    // whole extent with no page is one the file gave back: writable
+    // population would fill it, and the file would hold that memory again
+    // until its next give-back (test
+    // AWritersPopulationLeavesGivenBackExtentsHoles). Other extents are
+    // mapped whole: their pages fallocated and not yet written are free
+    // blocks the writer will take (see ProbeSmallPages).
     if (ExtentHasPages(at, len)) madvise(base() + at, len, PopulateAdvice());
     lk.lock();
     return;
