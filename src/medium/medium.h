@@ -24,6 +24,7 @@
 
 #include "medium/block_space.h"
 #include "medium/extent_work.h"
+#include "medium/huge_page_warmer.h"
 #include "util/status.h"
 
 namespace upfs {
@@ -210,6 +211,7 @@ class Medium final : public BlockSpace {
   // has passed.
   static constexpr int kCollapseRest = 4;
   std::chrono::steady_clock::time_point next_collapse_{};
+  std::unique_ptr<HugePageWarmer> warmer_;  // the worker's, made on its first collapse
   std::thread worker_;
   std::mutex join_mu_;  // serializes joins of worker_
   bool worker_running_ = false;
