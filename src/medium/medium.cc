@@ -441,16 +441,17 @@ void Medium::WorkerLoop() {
   for (;;) {
     if (stopping_) break;
     // Mapping work (the pages of a moved mapping, then population) runs
-    // while no growth is asked for and, while it is, for a kMappingShare-th
-    // of the time the growth steps take: a writer whose shadows grow its
+    // while no growth is asked for and, while it is, for a share of the
+    // time the growth steps take (MappingShare): a writer whose shadows grow its
     // file asks for growth step after step, for seconds, and a remap that
     // waited for a quiet moment left it faulting all that time (seen: no
     // extent remapped in six passes of random 2 KiB writes over 1 GiB);
     // a reader's population waited so behind an appender's growth.
-    if (HasMappingWorkLocked() && (!grow_target_ || mapping_budget_ > Clock::duration::zero())) {
+    if (HasMappingWorkLocked() && (!grow_target_ || mapping_share_.MayMapWhileGrowing())) {
+      const bool growth_asked = grow_target_ != 0;
       const Clock::time_point t0 = Clock::now();
       MappingStepLocked(lk);
-      mapping_budget_ -= Clock::now() - t0;
+      mapping_share_.NoteMapping(Clock::now() - t0, growth_asked || grow_target_ != 0);
       continue;
     }
     if (grow_target_) {
@@ -464,7 +465,7 @@ void Medium::WorkerLoop() {
       const Clock::time_point t1 = Clock::now();
       lk.lock();
       last_growth_ = t1;
-      mapping_budget_ = std::max(mapping_budget_, Clock::duration::zero()) + (t1 - t0) / kMappingShare;
+      mapping_share_.NoteGrowth(t1 - t0);
       if (!grow_target_) growing_.store(false, std::memory_order_release);
       continue;
     }

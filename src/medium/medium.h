@@ -25,6 +25,7 @@
 #include "medium/block_space.h"
 #include "medium/extent_work.h"
 #include "medium/huge_page_warmer.h"
+#include "medium/mapping_share.h"
 #include "util/status.h"
 
 namespace upfs {
@@ -235,11 +236,9 @@ class Medium final : public BlockSpace {
   };
   std::deque<Remapped> remapped_;  // guarded by work_mu_
   // Mapping work (remapping, then population) comes before anything but
-  // growth, and while growth is asked for it may take this much of the
-  // worker's time before the next growth step: each step adds a
-  // kMappingShare-th of its own time (guarded by work_mu_).
-  static constexpr int kMappingShare = 4;
-  std::chrono::steady_clock::duration mapping_budget_{};
+  // growth, and while growth is asked for it takes a share of the growth
+  // steps' time (mapping_share.h; guarded by work_mu_).
+  MappingShare mapping_share_;
   bool HasMappingWorkLocked() const;
   // One step of it, at most an extent, work_mu_ released meanwhile.
   void MappingStepLocked(std::unique_lock<std::mutex>& lk);
