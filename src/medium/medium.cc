@@ -494,11 +494,16 @@ void Medium::WorkerLoop() {
     lk.unlock();
     // The extent may be in use: a thread that touches it waits for the
     // collapse, so the huge page it takes is warmed first, outside that
-    // window (huge_page_warmer.h). The pace counts both.
+    // window, where that pays (huge_page_warmer.h). The pace counts both.
     const Clock::time_point t0 = Clock::now();
     if (!warmer_) warmer_ = std::make_unique<HugePageWarmer>();
-    warmer_->Warm();
+    const bool warm = warmer_->WantedNow();
+    const int64_t w0 = SteadyNs();
+    if (warm && warmer_->Warm()) warmer_->NoteWarming(SteadyNs() - w0);
+    const int64_t c0 = SteadyNs();
     madvise(base() + at, kExtentSize, MADV_COLLAPSE);
+    const int64_t c1 = SteadyNs();
+    if (!warm) warmer_->NoteUnwarmedCollapse(c1 - c0);
     const Clock::time_point t1 = Clock::now();
     lk.lock();
     next_collapse_ = t1 + (t1 - t0) * kCollapseRest;
