@@ -9,17 +9,19 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "medium/medium.h"
 #include "medium/mman_compat.h"
 #include "test_util.h"
+#include "smaps.h"
 
 namespace upfs {
 namespace {
@@ -70,26 +72,18 @@ TEST(HugePageWarmer, WarmsUntilMemoryIsFoundWarmAndAgainAfterASlowCollapse) {
   EXPECT_TRUE(w.WantedNow());
 }
 
-// kB of huge pages mapping [addr, addr + len) in this process, from
-// /proc/self/smaps (the mappings that start inside the range).
+// kB of huge pages mapping [addr, addr + len) in this process (the
+// mappings that start inside the range).
 uint64_t PmdMappedKb(const char* addr, uint64_t len) {
-  std::ifstream in("/proc/self/smaps");
-  std::string line;
-  bool inside = false;
-  uint64_t kb = 0;
-  while (std::getline(in, line)) {
-    uintptr_t lo, hi;
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
-      const auto a = reinterpret_cast<uintptr_t>(addr);
-      inside = lo >= a && lo < a + len;
-      continue;
-    }
-    std::istringstream f(line);
-    std::string key;
-    uint64_t value;
-    if (inside && f >> key >> value && (key == "ShmemPmdMapped:" || key == "FilePmdMapped:")) kb += value;
-  }
-  return kb;
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  auto inside = [&](const char* line) {
+    uintptr_t lo;
+    return std::sscanf(line, "%lx-", &lo) == 1 && lo >= a && lo < a + len;
+  };
+  const long shmem = upfs_test::SmapsKib(inside, "ShmemPmdMapped:");
+  const long file = upfs_test::SmapsKib(inside, "FilePmdMapped:");
+  EXPECT_GE(shmem, 0) << "/proc/self/smaps";
+  return uint64_t(std::max(shmem, 0L) + std::max(file, 0L));
 }
 
 bool HugePagesOff() {

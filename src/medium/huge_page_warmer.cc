@@ -3,28 +3,16 @@
 
 #include <sys/mman.h>
 
-#include <cstdint>
-
 #include "medium/medium.h"
 #include "medium/mman_compat.h"
 
 namespace upfs {
 
-namespace {
-constexpr size_t kReservation = 2 * kExtentSize;  // room for one aligned extent
-}  // namespace
-
-HugePageWarmer::HugePageWarmer() {
-  void* p = mmap(nullptr, kReservation, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return;  // Warm() reports false; collapses go on cold
-  raw_ = static_cast<char*>(p);
-  const uintptr_t a = reinterpret_cast<uintptr_t>(raw_);
-  window_ = reinterpret_cast<char*>((a + kExtentSize - 1) & ~uintptr_t{kExtentSize - 1});
-}
+// Without a window Warm() reports false, and collapses go on cold.
+HugePageWarmer::HugePageWarmer() : window_(MapExtentAligned(kExtentSize, PROT_READ | PROT_WRITE)) {}
 
 HugePageWarmer::~HugePageWarmer() {
-  if (raw_) munmap(raw_, kReservation);
+  if (window_) munmap(window_, kExtentSize);
 }
 
 bool HugePageWarmer::Warm() {
@@ -38,13 +26,6 @@ bool HugePageWarmer::Warm() {
   return made;
 }
 
-bool HugePageWarmer::HoldsPages() const {
-  if (!window_) return false;
-  unsigned char vec[kExtentSize / kPageSize];
-  if (mincore(window_, kExtentSize, vec) != 0) return false;
-  for (unsigned char v : vec)
-    if (v & 1) return true;
-  return false;
-}
+bool HugePageWarmer::HoldsPages() const { return window_ && AnyPageResident(window_, kExtentSize); }
 
 }  // namespace upfs

@@ -14,9 +14,10 @@
 // collapse after 4.4-5.4 ms of warming, which stalls nobody.
 //
 // Where free memory is warm (a machine that does not hand it back, or
-// memory freed moments ago) a warming costs 0.6 ms for nothing: a
-// collapse took 0.65-0.69 ms with or without one, and the worker's pace,
-// which counts both, would make the file's collapses take twice as long.
+// memory freed moments ago) a warming costs 0.61-0.68 ms for nothing: a
+// collapse took 0.60-0.69 ms with or without one, and the worker's pace,
+// which counts both, would make the file's collapses take about twice as
+// long (arithmetic on those figures).
 // So the worker warms only while it pays (WantedNow): until warmings
 // find memory warm (kCheapToStop in a row under kWarmNs), and again once a collapse
 // made without one was slow (over kSlowCollapseNs): one slow collapse per
@@ -44,8 +45,8 @@ class HugePageWarmer {
   // False if no huge page could be made (no window, THP not available,
   // no memory): the caller collapses anyway, as before.
   bool Warm();
-  // Whether the window holds any page now (tests: it must not, between
-  // calls).
+  // Whether the window holds any page now, or that cannot be told
+  // (tests: it must not, between calls).
   bool HoldsPages() const;
 
   // Whether the next collapse is worth a warming first.
@@ -62,8 +63,8 @@ class HugePageWarmer {
       cheap_in_a_row_ = 0;
     }
   }
-  // Measured here: a warming 4.4-5.4 ms on cold memory, 0.6-0.7 on warm;
-  // a collapse 5.2-5.6 ms cold, 0.65-0.91 warm or warmed.
+  // Measured here: a warming 4.4-5.4 ms on cold memory, 0.61-0.68 on
+  // warm; a collapse 5.2-5.6 ms cold, 0.60-0.91 warm or warmed.
   static constexpr int64_t kWarmNs = 1'500'000;
   static constexpr int64_t kSlowCollapseNs = 2'000'000;
   // Cheap warmings in a row that stop them. Stopped by one, a random
@@ -75,8 +76,7 @@ class HugePageWarmer {
  private:
   bool wanted_ = true;      // until warmings find memory warm
   int cheap_in_a_row_ = 0;  // warmings under kWarmNs since the last slow one
-  char* raw_ = nullptr;     // the reservation, two extents long
-  char* window_ = nullptr;  // its 2 MiB-aligned extent inside
+  char* const window_;      // an extent, aligned (nullptr: not mapped)
 };
 
 }  // namespace upfs

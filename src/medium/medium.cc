@@ -32,6 +32,10 @@ namespace {
 
 uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
+int64_t NsOf(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+}
+
 uint64_t NextPow2(uint64_t v) {
   uint64_t p = 1;
   while (p < v) p <<= 1;
@@ -231,16 +235,22 @@ Status Medium::Reserve(uint64_t bytes, char** out, uint64_t* len_out) {
   // reservation is a good part of its cost.
   uint64_t floor = read_only_ ? kExtentSize : g_writer_reserve_floor.load(std::memory_order_relaxed);
   uint64_t len = std::max<uint64_t>(floor, NextPow2(bytes * 2));
-  void* raw = mmap(nullptr, len + kExtentSize, PROT_NONE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (raw == MAP_FAILED) return Status::FromErrno("reserve address space");
+  char* p = MapExtentAligned(len, PROT_NONE);
+  if (!p) return Status::FromErrno("reserve address space");
+  *out = p;
+  *len_out = len;
+  return Status::OK();
+}
+
+char* MapExtentAligned(uint64_t len, int prot) {
+  // Over-mapped by an extent, then trimmed to the aligned part.
+  void* raw = mmap(nullptr, len + kExtentSize, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
   uintptr_t aligned = RoundUp(reinterpret_cast<uintptr_t>(raw), kExtentSize);
   uintptr_t head = aligned - reinterpret_cast<uintptr_t>(raw);
   if (head) munmap(raw, head);
   if (kExtentSize - head) munmap(reinterpret_cast<char*>(aligned) + len, kExtentSize - head);
-  *out = reinterpret_cast<char*>(aligned);
-  *len_out = len;
-  return Status::OK();
+  return reinterpret_cast<char*>(aligned);
 }
 
 Status Medium::MapRange(char* b, uint64_t from, uint64_t to, bool populate) {
@@ -448,10 +458,11 @@ void Medium::WorkerLoop() {
     // extent remapped in six passes of random 2 KiB writes over 1 GiB);
     // a reader's population waited so behind an appender's growth.
     if (HasMappingWorkLocked() && (!grow_target_ || mapping_share_.MayMapWhileGrowing())) {
-      const bool growth_asked = grow_target_ != 0;
       const Clock::time_point t0 = Clock::now();
       MappingStepLocked(lk);
-      mapping_share_.NoteMapping(Clock::now() - t0, growth_asked || grow_target_ != 0);
+      // Only this loop clears grow_target_: set before the step, it is
+      // set still.
+      mapping_share_.NoteMapping(Clock::now() - t0, grow_target_ != 0);
       continue;
     }
     if (grow_target_) {
@@ -495,16 +506,15 @@ void Medium::WorkerLoop() {
     // The extent may be in use: a thread that touches it waits for the
     // collapse, so the huge page it takes is warmed first, outside that
     // window, where that pays (huge_page_warmer.h). The pace counts both.
-    const Clock::time_point t0 = Clock::now();
     if (!warmer_) warmer_ = std::make_unique<HugePageWarmer>();
     const bool warm = warmer_->WantedNow();
-    const int64_t w0 = SteadyNs();
-    if (warm && warmer_->Warm()) warmer_->NoteWarming(SteadyNs() - w0);
-    const int64_t c0 = SteadyNs();
+    const Clock::time_point t0 = Clock::now();
+    const bool warmed = warm && warmer_->Warm();
+    const Clock::time_point tc = Clock::now();
     madvise(base() + at, kExtentSize, MADV_COLLAPSE);
-    const int64_t c1 = SteadyNs();
-    if (!warm) warmer_->NoteUnwarmedCollapse(c1 - c0);
     const Clock::time_point t1 = Clock::now();
+    if (warmed) warmer_->NoteWarming(NsOf(tc - t0));
+    if (!warm) warmer_->NoteUnwarmedCollapse(NsOf(t1 - tc));
     lk.lock();
     next_collapse_ = t1 + (t1 - t0) * kCollapseRest;
   }

@@ -51,6 +51,14 @@ inline constexpr uint64_t kPageSize = 4096;
 // Largest host file upfs maps: 16 TiB of blocks plus slack for one extent.
 inline constexpr uint64_t kMaxMediumBytes = (uint64_t{1} << 44) + kExtentSize;
 
+// Anonymous memory of `len` bytes (MAP_NORESERVE) whose start is aligned
+// to an extent, so that the kernel may back it with huge pages; nullptr
+// if it cannot be mapped. Unmapped with munmap(p, len).
+char* MapExtentAligned(uint64_t len, int prot);
+// Whether any page of [addr, addr + len) is resident (mincore; true when
+// mincore cannot tell). len is at most an extent.
+bool AnyPageResident(const char* addr, uint64_t len);
+
 class Medium final : public BlockSpace {
  public:
   // Takes ownership of fd (a regular file opened O_RDWR, or O_RDONLY with

@@ -83,9 +83,14 @@ bool Medium::PopulateData(uint64_t at, uint64_t len, int advice) {
 }
 
 bool Medium::ExtentHasPages(uint64_t at, uint64_t len) {
-  UPFS_ASSERT(at % kPageSize == 0 && len <= kExtentSize);
+  UPFS_ASSERT(at % kPageSize == 0);
+  return AnyPageResident(base() + at, len);
+}
+
+bool AnyPageResident(const char* addr, uint64_t len) {
+  UPFS_ASSERT(len <= kExtentSize);
   unsigned char has[kExtentSize / kPageSize];
-  if (mincore(base() + at, len, has) != 0) return true;  // not known: as before
+  if (mincore(const_cast<char*>(addr), len, has) != 0) return true;  // not known: as if resident
   for (uint64_t i = 0; i < (len + kPageSize - 1) / kPageSize; ++i)
     if (has[i] & 1) return true;
   return false;

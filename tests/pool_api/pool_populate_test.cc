@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tests/sanitized.h"
+#include "tests/smaps.h"
 #include "upfs/upfs.h"
 
 namespace {
@@ -70,22 +71,9 @@ class PoolPopulate : public ::testing::Test {
     return MinorFaults() - before;
   }
   // The resident set of this process's mappings of the pool file, KiB.
-  // In /proc/self/smaps a mapping's first line starts with its address
-  // (lowercase hex), the attribute lines after it with a capital.
   long PoolRssKib() const {
-    std::FILE* f = std::fopen("/proc/self/smaps", "r");
-    if (!f) return -1;
-    long kib = 0, v = 0;
-    bool in_pool = false;
-    char line[1024];
-    while (std::fgets(line, sizeof line, f)) {
-      if (std::isdigit(static_cast<unsigned char>(line[0])) || (line[0] >= 'a' && line[0] <= 'f'))
-        in_pool = std::strstr(line, pool_.c_str()) != nullptr;
-      else if (in_pool && std::sscanf(line, "Rss: %ld kB", &v) == 1)
-        kib += v;
-    }
-    std::fclose(f);
-    return kib;
+    return upfs_test::SmapsKib([&](const char* line) { return std::strstr(line, pool_.c_str()) != nullptr; },
+                               "Rss:");
   }
   std::string pool_, mnt_;
 };
