@@ -1,6 +1,7 @@
 // MappingShare (src/medium/mapping_share.h): while growth is asked for,
 // mapping work takes a share of each growth step, pays back what it
-// overspends, and banks nothing from steps that had no mapping work.
+// overspends, banks nothing from steps that had no mapping work, and takes
+// nothing while a thread waits for the growth.
 #include "medium/mapping_share.h"
 
 #include <gtest/gtest.h>
@@ -16,7 +17,7 @@ using std::chrono::microseconds;
 // Mapping steps of `step` run while allowed; how many did.
 int StepsWhileGrowing(MappingShare* s, MappingShare::Duration step) {
   int n = 0;
-  while (s->MayMapWhileGrowing() && n < 100000) {
+  while (s->MayMapWhileGrowing(/*growth_awaited=*/false) && n < 100000) {
     s->NoteMapping(step, /*growth_asked=*/true);
     ++n;
   }
@@ -25,7 +26,7 @@ int StepsWhileGrowing(MappingShare* s, MappingShare::Duration step) {
 
 TEST(MappingShare, NothingBeforeTheFirstGrowthStep) {
   MappingShare s;
-  EXPECT_FALSE(s.MayMapWhileGrowing());
+  EXPECT_FALSE(s.MayMapWhileGrowing(false));
 }
 
 // A prefill's long growth with no mapping work, then a remap: the remap
@@ -40,22 +41,31 @@ TEST(MappingShare, AGrowthWithoutMappingWorkBanksNothing) {
 TEST(MappingShare, WhatMappingOverspendsIsPaidBackFromLaterSteps) {
   MappingShare s;
   s.NoteGrowth(milliseconds(4));  // 1 ms of share
-  ASSERT_TRUE(s.MayMapWhileGrowing());
+  ASSERT_TRUE(s.MayMapWhileGrowing(false));
   s.NoteMapping(milliseconds(5), true);  // an extent that took 5 ms: 4 ms owed
-  EXPECT_FALSE(s.MayMapWhileGrowing());
+  EXPECT_FALSE(s.MayMapWhileGrowing(false));
   for (int i = 1; i <= 4; ++i) {
     s.NoteGrowth(milliseconds(4));  // pays back 1 ms a step
-    EXPECT_FALSE(s.MayMapWhileGrowing()) << "after " << i << " growth steps of 4 ms";
+    EXPECT_FALSE(s.MayMapWhileGrowing(false)) << "after " << i << " growth steps of 4 ms";
   }
   s.NoteGrowth(milliseconds(4));
-  EXPECT_TRUE(s.MayMapWhileGrowing()) << "the debt is paid: the fifth step's share is free";
+  EXPECT_TRUE(s.MayMapWhileGrowing(false)) << "the debt is paid: the fifth step's share is free";
 }
 
 TEST(MappingShare, MappingWhileNoGrowthIsAskedForCostsGrowthNothing) {
   MappingShare s;
   s.NoteMapping(milliseconds(200), /*growth_asked=*/false);
   s.NoteGrowth(milliseconds(4));
-  EXPECT_TRUE(s.MayMapWhileGrowing());
+  EXPECT_TRUE(s.MayMapWhileGrowing(false));
+}
+
+// A writer out of space waits for the growth: the step's share waits for
+// it, and is there again once nobody waits.
+TEST(MappingShare, NothingWhileAThreadWaitsForTheGrowth) {
+  MappingShare s;
+  s.NoteGrowth(milliseconds(40));
+  EXPECT_FALSE(s.MayMapWhileGrowing(/*growth_awaited=*/true));
+  EXPECT_TRUE(s.MayMapWhileGrowing(/*growth_awaited=*/false));
 }
 
 // Growth step after step with mapping work pending all along: mapping gets

@@ -298,6 +298,7 @@ Status BlockSource::ClaimChunk(ThreadBlocks* t, uint64_t want) {
       // is left to take, wait for that.
       // Sleep, not spin: the kernel work it waits for (page allocation,
       // huge-page collapse) needs this CPU for its per-CPU drains.
+      GrowthWaiter waiting(space_);
       while (space_->GrowInFlight() &&
              bm_->words()->capacity_blocks.load(std::memory_order_acquire) == cap) {
         if (!space_->HelpGrow()) std::this_thread::sleep_for(std::chrono::microseconds(20));

@@ -44,6 +44,10 @@ class BlockSpace {
   // Does a share of the growth in progress in the calling thread, which
   // would otherwise wait for it; false if there is nothing to share.
   virtual bool HelpGrow() = 0;
+  // Threads waiting for the growth in flight (GrowthWaiter): `delta` is +1
+  // as one starts, -1 as it stops. The space's background work puts growth
+  // before its other work meanwhile. A space without any has nothing to do.
+  virtual void CountGrowthWaiter(int delta) { (void)delta; }
   // Makes sure every page of [from, to) has memory (or media) behind it, so
   // that a store there cannot fault for want of space (medium/provide.h):
   // ENOSPC instead. Bytes past the capacity are not provided.
@@ -85,6 +89,18 @@ class BlockSpace {
   std::atomic<char*> base_{nullptr};
   std::atomic<uint64_t> mapped_{0};
   std::atomic<uint64_t> capacity_{0};
+};
+
+// A thread waits for the growth of `space` in flight while one lives.
+class GrowthWaiter {
+ public:
+  explicit GrowthWaiter(BlockSpace* space) : space_(space) { space_->CountGrowthWaiter(+1); }
+  ~GrowthWaiter() { space_->CountGrowthWaiter(-1); }
+  GrowthWaiter(const GrowthWaiter&) = delete;
+  GrowthWaiter& operator=(const GrowthWaiter&) = delete;
+
+ private:
+  BlockSpace* const space_;
 };
 
 }  // namespace upfs

@@ -456,8 +456,11 @@ void Medium::WorkerLoop() {
     // file asks for growth step after step, for seconds, and a remap that
     // waited for a quiet moment left it faulting all that time (seen: no
     // extent remapped in six passes of random 2 KiB writes over 1 GiB);
-    // a reader's population waited so behind an appender's growth.
-    if (HasMappingWorkLocked() && (!grow_target_ || mapping_share_.MayMapWhileGrowing())) {
+    // a reader's population waited so behind an appender's growth. Not
+    // while a thread waits for the growth: the share is for growth asked
+    // ahead of need.
+    const bool awaited = growth_waiters_.load(std::memory_order_relaxed) > 0;
+    if (HasMappingWorkLocked() && (!grow_target_ || mapping_share_.MayMapWhileGrowing(awaited))) {
       const Clock::time_point t0 = Clock::now();
       MappingStepLocked(lk);
       // Only this loop clears grow_target_: set before the step, it is

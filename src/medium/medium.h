@@ -121,6 +121,9 @@ class Medium final : public BlockSpace {
   // Gives pages to one extent of the growth step in progress, the lowest
   // left (ExtentWork), and publishes what is ready; false if none is left.
   bool HelpGrow() override;
+  void CountGrowthWaiter(int delta) override {
+    growth_waiters_.fetch_add(delta, std::memory_order_relaxed);
+  }
   // Stops the background worker (waits for the step it is in).
   void JoinBackground() override;
 
@@ -228,6 +231,9 @@ class Medium final : public BlockSpace {
   uint64_t grow_target_ = 0;
   ReadyFn grow_ready_;
   std::atomic<bool> growing_{false};
+  // Threads waiting for the growth in flight (CountGrowthWaiter): mapping
+  // work waits for them (MappingShare).
+  std::atomic<int> growth_waiters_{0};
   uint64_t collapsed_ = 0;  // extents below this offset were collapsed (or tried)
   uint64_t populated_ = 0;    // [0, populated_) was populated (or tried)
   uint64_t populate_to_ = 0;  // and the worker populates up to here
