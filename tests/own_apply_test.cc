@@ -66,6 +66,23 @@ TEST(OwnApply, FlipsAndAppendsAreAppliedByTheirCommitter) {
   EXPECT_FALSE(f.file->TableAtLogEndForTest()) << "the check sees an entry left to a catch-up";
 }
 
+// An entry that opens a log block: the table was left at the end of the
+// block before, and a GC the write waited for could compact that block
+// under it (then the next call replayed the whole log). Copies on write
+// of a whole block (one slot) and toggles (two, at an even slot) in turn:
+// every other block ends with a pad (a toggle that met slot 509).
+TEST(OwnApply, AnEntryThatOpensALogBlockIsAppliedByItsCommitter) {
+  TempDir d;
+  Opened f(Prepared(d, "blocks", format::kFormatVersion));
+  for (uint32_t i = 0; i < 3 * format::kSlotsPerLogBlock / 2; ++i) {
+    const bool cow = i % 2 == 0;
+    if (cow) f.Write(PatchBytes(kBlockSize, 20 + i % 7), 9 * kBlockSize);
+    else f.Write(PatchBytes(128, 20 + i % 7), 3 * kBlockSize + 512);
+    ASSERT_TRUE(f.file->TableAtLogEndForTest()) << (cow ? "copy on write " : "toggle ") << i
+                                                << ": left to the next catch-up";
+  }
+}
+
 TEST(OwnApply, AVersion4FirstFlipIsAppliedByItsCommitter) {
   TempDir d;
   Opened f(Prepared(d, "v4", format::kFirstGranuleVersion));

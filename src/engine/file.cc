@@ -347,6 +347,25 @@ bool File::OnlyPadBefore(const LogPos& cur, uint32_t at) const {
          LogAt(cur.lblock)->slots[cur.slot].load(std::memory_order_acquire) == format::EncodeReserve(0);
 }
 
+// In `after`'s block, or at the very end of the block before it when the
+// entry opens its block (the commit linked it: `after` came from the
+// block the cursor is in). Left to a catch-up, an entry that opened a
+// block kept the table at the end of the block before, and a GC that the
+// write then waited for (LogWriter's gc_behind_) compacted that block
+// under the cursor: the next call replayed the whole log, 11 ms for a
+// 1 GiB file of random small writes (docs/design.md, "Garbage collection").
+bool File::StandsBefore(const LogPos& cur, const LogPos& after, uint32_t at) const {
+  if (cur.lblock == after.lblock) return OnlyPadBefore(cur, at);
+  // The end: the last slot, or a pad that fills the block (a two-word
+  // entry that did not fit, LogWriter::CommitChecked).
+  if (!OnlyPadBefore(cur, format::kSlotsPerLogBlock) || after.prev != cur.lblock || after.seq != cur.seq + 1)
+    return false;
+  LogPos start;
+  start.lblock = after.lblock;
+  start.slot = 0;
+  return OnlyPadBefore(start, at);
+}
+
 // The next catch-up would decode the entry just committed to apply it.
 // When the table stands right before it (at its first slot `at`, or at
 // the pad before it; nothing committed before it that the table lacks)
@@ -356,7 +375,7 @@ bool File::OnlyPadBefore(const LogPos& cur, uint32_t at) const {
 bool File::BeginOwnApply(BlockTable* t, const LogPos& after, uint32_t at) {
   if (apply_lock_.test_and_set(std::memory_order_acquire)) return false;  // someone is applying
   const LogPos cur = t->cursor();
-  if (t == table_.load(std::memory_order_relaxed) && cur.lblock == after.lblock && OnlyPadBefore(cur, at) &&
+  if (t == table_.load(std::memory_order_relaxed) && StandsBefore(cur, after, at) &&
       !StaleAfterCompaction(*t, cur, root_.words->compact_seq.load(std::memory_order_acquire))) {
     // Entries the next catch-up finds were committed after this one.
     if (root_.granules) t->BeginOwnApply(ShadowIndex::Now());

@@ -361,6 +361,9 @@ class File {
   bool BeginOwnApply(BlockTable* t, const LogPos& after, uint32_t at);
   // Whether nothing but an alignment pad lies between the cursor and `at`.
   bool OnlyPadBefore(const LogPos& cur, uint32_t at) const;
+  // Whether a table at `cur` stands right before the entry at slot `at`
+  // that ends at `after` (nothing but a pad between them).
+  bool StandsBefore(const LogPos& cur, const LogPos& after, uint32_t at) const;
   void EndOwnApply() { apply_lock_.clear(std::memory_order_release); }
   void ApplyOwnPatch(BlockTable* t, const LogPos& after, uint32_t rs, uint32_t words, uint64_t v,
                      uint32_t in, uint32_t n);
