@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "engine/gc_worker.h"
+#include "engine/log_compactor.h"
+#include "engine/log_writer.h"
 #include "engine_file_util.h"
 #include "format/format.h"
 #include "test_util.h"
@@ -68,6 +70,54 @@ TEST(Gc, TenThousandsOfOverwritesKeepTheLogBounded) { ExpectOverwritesKeepTheLog
 // Writers go on while the worker compacts, and wait for it only past
 // twice the trigger (72 blocks here).
 TEST(Gc, ABackgroundGcKeepsTheLogBoundedToo) { ExpectOverwritesKeepTheLogBounded(true, 128); }
+
+// Small writes over a big file, each its block's first flip: a compaction
+// keeps an entry for every pair, so the state grows as fast as the log
+// and a GC cannot make the log shorter than that (the floor). None is
+// asked for in that first pass (each replayed and rewrote the whole
+// log for nothing, and a writer past twice the trigger waited for one:
+// 11-18 ms in random 128-byte writes over a fresh 1 GiB file). Once the
+// blocks are paired, toggles grow the log alone, and GC bounds it as ever.
+TEST(Gc, AFirstPassOfFirstFlipsAsksForNoGcAndTogglesStayBounded) {
+  GcMode mode(false);  // inline: every GC the writes ask for is done by then
+  TempDir d;
+  OpenedFile of;
+  OpenEngine(d.File("first"), &of);
+  File* f = of.file.get();
+  constexpr uint64_t kBlocks = 24576;  // 96 MiB
+  constexpr uint64_t kFirst = 20000;   // first flips: about 78 log blocks
+  std::vector<char> big(1 << 20, 'f');
+  uint64_t at;
+  for (uint64_t i = 0; i < kBlocks * kBlockSize; i += big.size())
+    ASSERT_TRUE(f->Write(big.data(), big.size(), i, false, &at).ok());
+  uint64_t len;
+  ASSERT_TRUE(f->LogLength(&len).ok());
+  ASSERT_LT(len, kGcSlackBlocks) << "the fill alone asks for a GC: the test shows nothing";
+  char b[128];
+  const uint64_t before = LogCompactor::StatesEncodedForTest();
+  for (uint64_t i = 0; i < kFirst; ++i) {  // blocks 0, 1, 2, ... in a scattered order
+    std::memset(b, int(i), sizeof b);
+    const uint64_t v = (i * 7919) % kBlocks;
+    ASSERT_TRUE(f->Write(b, sizeof b, v * kBlockSize + 128 * (i % 32), false, &at).ok());
+  }
+  ASSERT_TRUE(f->LogLength(&len).ok());
+  ASSERT_GT(len, 2 * kGcSlackBlocks) << "past twice the trigger of an empty state";
+  EXPECT_EQ(LogCompactor::StatesEncodedForTest(), before) << "GCs for nothing in a first pass";
+  // Toggles of those blocks: 200,000 slots, 392 log blocks if nothing
+  // were compacted; the trigger is 32 + 2 x 78 blocks.
+  uint64_t max_len = 0;
+  for (uint64_t i = 0; i < 100000; ++i) {
+    std::memset(b, int(i), sizeof b);
+    const uint64_t v = ((i % kFirst) * 7919) % kBlocks;
+    ASSERT_TRUE(f->Write(b, sizeof b, v * kBlockSize + 128 * (i % 32), false, &at).ok());
+    if (i % 1000 == 0) {
+      ASSERT_TRUE(f->LogLength(&len).ok());
+      max_len = std::max(max_len, len);
+    }
+  }
+  EXPECT_GT(LogCompactor::StatesEncodedForTest(), before) << "toggles asked for no GC";
+  EXPECT_LE(max_len, 2 * (kGcSlackBlocks + 2 * 79) + 1);
+}
 
 TEST(Gc, ForcedCompactionPreservesContentAndIsClean) {
   TempDir d;

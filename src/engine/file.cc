@@ -457,8 +457,16 @@ bool File::RequestBackgroundGc() {
 
 void File::MaybeCollectGarbage(ThreadCtx* c) {
   if (!c->blocks.limbo.empty()) source_->DrainLimbo(&c->blocks, false);
-  const bool wanted = writer_.TakeGcWanted();
-  const bool behind = writer_.TakeGcBehind();
+  bool wanted = writer_.TakeGcWanted();
+  bool behind = writer_.TakeGcBehind();
+  if (!wanted && !behind) return;
+  // A compaction keeps an entry for every paired block (two slots each):
+  // against that floor, a GC may be neither worth it nor worth waiting
+  // for. Read from this process's table, as pinned as the write is.
+  const uint64_t floor =
+      table_.load(std::memory_order_acquire)->shadows().count() * format::kGranuleFlipSlots / format::kSlotsPerLogBlock;
+  wanted = wanted && writer_.ChainPastTrigger(floor, 1);
+  behind = behind && writer_.ChainPastTrigger(floor, 2);
   if (!wanted && !behind) return;
   if (RequestBackgroundGc()) {
     // Writers outpacing the worker would grow the log without bound:

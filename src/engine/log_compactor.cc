@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "engine/log_compactor.h"
@@ -242,6 +243,12 @@ Status LogCompactor::Publish(ThreadBlocks* t, const FullBlocks& f, CompactWriter
   return Status::OK();
 }
 
+namespace {
+std::atomic<uint64_t> g_states_encoded{0};
+}  // namespace
+
+uint64_t LogCompactor::StatesEncodedForTest() { return g_states_encoded.load(std::memory_order_relaxed); }
+
 Status LogCompactor::Compact(ThreadBlocks* t, bool force) {
   UPFS_ASSERT(root_.words->gc_owner.load(std::memory_order_relaxed) != 0);
   FullBlocks f;
@@ -252,6 +259,7 @@ Status LogCompactor::Compact(ThreadBlocks* t, bool force) {
   if (!force && f.blocks.size() + 1 <= kGcSlackBlocks + 2 * last) return Status::OK();
   CompactWriter w;
   EncodeState(f.state, &w);
+  g_states_encoded.fetch_add(1, std::memory_order_relaxed);
   root_.words->gc_last_blocks.store(w.blocks(), std::memory_order_relaxed);
   // Only worth it if the chain gets shorter (also keeps seq numbers positive).
   if (w.blocks() >= f.blocks.size()) return Status::OK();

@@ -34,6 +34,9 @@ class LogCompactor {
   // (then returns at once). The caller is pinned in `slot`; blocks come
   // from, and old ones are retired to, t.
   Status Collect(ThreadBlocks* t, uint32_t slot, bool force);
+  // States encoded by the compactions of this process (each replays and
+  // rewrites a whole log, published or not): for tests.
+  static uint64_t StatesEncodedForTest();
 
  private:
   struct FullBlocks;

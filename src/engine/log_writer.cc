@@ -1,5 +1,6 @@
 #include "engine/log_writer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -118,6 +119,7 @@ Status LogWriter::ExtendChain(ThreadBlocks* t, LogPos* pos) {
         hb = LogAt(uint32_t(head));
         len = pos->seq + 2 - hb->seq;
       }
+      chain_blocks_.store(uint32_t(std::min<uint64_t>(len, UINT32_MAX)), std::memory_order_relaxed);
       uint64_t last = root_.words->gc_last_blocks.load(std::memory_order_relaxed);
       if (len > kGcSlackBlocks + 2 * last) gc_wanted_.store(true, std::memory_order_relaxed);
       if (len > 2 * (kGcSlackBlocks + 2 * last)) gc_behind_.store(true, std::memory_order_relaxed);

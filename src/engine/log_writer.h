@@ -78,6 +78,17 @@ class LogWriter {
   // True once since a new log block made the chain twice that long: a GC
   // in the background is not keeping up, and writers wait for it.
   bool TakeGcBehind() { return TakeFlag(&gc_behind_); }
+  // Whether the chain, when this writer last linked a block, was longer
+  // than `times` the GC trigger for a compaction that leaves at least
+  // `floor` blocks. The flags above use the length the last GC left; a
+  // caller that knows a longer floor (the entries a compaction keeps in
+  // any case) asks this too: a GC cannot make the log shorter than what
+  // it keeps, and a first pass of small writes over a big file, each a
+  // block's first flip, grows that as fast as the log (docs/design.md,
+  // "Garbage collection").
+  bool ChainPastTrigger(uint64_t floor, uint64_t times) const {
+    return chain_blocks_.load(std::memory_order_relaxed) > times * (kGcSlackBlocks + 2 * floor);
+  }
 
  private:
   format::LogBlock* LogAt(uint32_t lblock) const {
@@ -133,6 +144,9 @@ class LogWriter {
   LogRoot root_;
   std::atomic<bool> gc_wanted_{false};
   std::atomic<bool> gc_behind_{false};
+  // The chain's length in blocks when this writer last linked one (in
+  // what was padding: a File is kept within glibc's tcache limit).
+  std::atomic<uint32_t> chain_blocks_{0};
   std::atomic<uint64_t> durable_{0};
   std::atomic<bool> head_durable_;  // set from the start unless the root says otherwise
 };
