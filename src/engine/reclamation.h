@@ -33,6 +33,13 @@ static_assert(sizeof(ReclaimSlot) == 64);
 struct EpochWords {
   alignas(64) std::atomic<uint64_t> epoch;
   std::atomic<uint64_t> slots_high;  // slots at or above are unused
+  // Whether the epoch can be one: a pin stores it as "inside", and 0 is
+  // "idle" (so an epoch of 0, or one that advancing would wrap to 0, is
+  // damage: pins would protect nothing).
+  bool Plausible() const {
+    const uint64_t e = epoch.load(std::memory_order_relaxed);
+    return e != 0 && e < (uint64_t{1} << 62);
+  }
   // After a rebuild: nobody is inside anything.
   void Reset() {
     epoch.store(1, std::memory_order_relaxed);

@@ -258,7 +258,9 @@ Status Pool::InitVolatile(bool first) {
   inodes_.Init(&access_, mutable_super(), words, [this](uint32_t* l) { return AllocBlock(l); });
   log_.SetOneWait(super()->version >= kFirstOneWaitPoolVersion);  // before any thread reads the log
   log_.SetCreations(super()->version >= kFirstFreshCreatePoolVersion);
-  const bool valid = words->magic == kVolatileMagic && words->pool_id == super()->pool_id;
+  // The epoch too: a damaged one made every pin look idle (fuzz_pool).
+  const bool valid =
+      words->magic == kVolatileMagic && words->pool_id == super()->pool_id && words->epochs.Plausible();
   // A pool file cut shorter than the capacity its volatile area records (by
   // hand, while clean) has lost blocks that area hands out: the first to
   // attach makes the area again (recovery judges what the cut took); with
@@ -272,7 +274,8 @@ Status Pool::InitVolatile(bool first) {
     cut = recorded > medium_->capacity() >> kBlockShift;
   }
   const bool recover = first && (!valid || cut || super()->clean.load() != 1);
-  if (!recover && !valid) return Status::Corrupt("volatile area", path_ + ": in use but not initialized");
+  if (!recover && !valid)
+    return Status::Corrupt("volatile area", path_ + ": in use but not initialized (or its epoch damaged)");
   if (!recover && cut)
     return Status::Corrupt("pool file", path_ + ": shorter than the capacity its attached processes use (" +
                                             std::to_string(medium_->capacity()) + " bytes; cut while in use?)");
