@@ -92,7 +92,7 @@ TEST(Gc, AFirstPassOfFirstFlipsAsksForNoGcAndTogglesStayBounded) {
     ASSERT_TRUE(f->Write(big.data(), big.size(), i, false, &at).ok());
   uint64_t len;
   ASSERT_TRUE(f->LogLength(&len).ok());
-  ASSERT_LT(len, kGcSlackBlocks) << "the fill alone asks for a GC: the test shows nothing";
+  ASSERT_LT(len, GcTriggerBlocks(0)) << "the fill alone asks for a GC: the test shows nothing";
   char b[128];
   const uint64_t before = LogCompactor::StatesEncodedForTest();
   for (uint64_t i = 0; i < kFirst; ++i) {  // blocks 0, 1, 2, ... in a scattered order
@@ -101,7 +101,7 @@ TEST(Gc, AFirstPassOfFirstFlipsAsksForNoGcAndTogglesStayBounded) {
     ASSERT_TRUE(f->Write(b, sizeof b, v * kBlockSize + 128 * (i % 32), false, &at).ok());
   }
   ASSERT_TRUE(f->LogLength(&len).ok());
-  ASSERT_GT(len, 2 * kGcSlackBlocks) << "past twice the trigger of an empty state";
+  ASSERT_GT(len, 2 * GcTriggerBlocks(0)) << "past twice the trigger of an empty state";
   EXPECT_EQ(LogCompactor::StatesEncodedForTest(), before) << "GCs for nothing in a first pass";
   // Toggles of those blocks: 200,000 slots, 392 log blocks if nothing
   // were compacted; the trigger is 32 + 2 x 78 blocks.
@@ -116,7 +116,7 @@ TEST(Gc, AFirstPassOfFirstFlipsAsksForNoGcAndTogglesStayBounded) {
     }
   }
   EXPECT_GT(LogCompactor::StatesEncodedForTest(), before) << "toggles asked for no GC";
-  EXPECT_LE(max_len, 2 * (kGcSlackBlocks + 2 * 79) + 1);
+  EXPECT_LE(max_len, 2 * GcTriggerBlocks(79) + 1);
 }
 
 TEST(Gc, ForcedCompactionPreservesContentAndIsClean) {

@@ -360,10 +360,7 @@ bool File::StandsBefore(const LogPos& cur, const LogPos& after, uint32_t at) con
   // entry that did not fit, LogWriter::CommitChecked).
   if (!OnlyPadBefore(cur, format::kSlotsPerLogBlock) || after.prev != cur.lblock || after.seq != cur.seq + 1)
     return false;
-  LogPos start;
-  start.lblock = after.lblock;
-  start.slot = 0;
-  return OnlyPadBefore(start, at);
+  return OnlyPadBefore(LogPos{after.lblock, 0}, at);
 }
 
 // The next catch-up would decode the entry just committed to apply it.
@@ -457,16 +454,15 @@ bool File::RequestBackgroundGc() {
 
 void File::MaybeCollectGarbage(ThreadCtx* c) {
   if (!c->blocks.limbo.empty()) source_->DrainLimbo(&c->blocks, false);
-  bool wanted = writer_.TakeGcWanted();
-  bool behind = writer_.TakeGcBehind();
-  if (!wanted && !behind) return;
-  // A compaction keeps an entry for every paired block (two slots each):
-  // against that floor, a GC may be neither worth it nor worth waiting
-  // for. Read from this process's table, as pinned as the write is.
-  const uint64_t floor =
-      table_.load(std::memory_order_acquire)->shadows().count() * format::kGranuleFlipSlots / format::kSlotsPerLogBlock;
-  wanted = wanted && writer_.ChainPastTrigger(floor, 1);
-  behind = behind && writer_.ChainPastTrigger(floor, 2);
+  bool wanted, behind;
+  // A compaction keeps an entry for every paired block (two slots each),
+  // read from this process's table, as pinned as the write is.
+  writer_.TakeGcRequests(
+      [&] {
+        return table_.load(std::memory_order_acquire)->shadows().count() * format::kGranuleFlipSlots /
+               format::kSlotsPerLogBlock;
+      },
+      &wanted, &behind);
   if (!wanted && !behind) return;
   if (RequestBackgroundGc()) {
     // Writers outpacing the worker would grow the log without bound:

@@ -256,7 +256,7 @@ Status LogCompactor::Compact(ThreadBlocks* t, bool force) {
   if (f.blocks.empty()) return Status::OK();
   // Unless forced, only past the trigger length (see docs/design.md, GC).
   uint64_t last = root_.words->gc_last_blocks.load(std::memory_order_relaxed);
-  if (!force && f.blocks.size() + 1 <= kGcSlackBlocks + 2 * last) return Status::OK();
+  if (!force && f.blocks.size() + 1 <= GcTriggerBlocks(last)) return Status::OK();
   CompactWriter w;
   EncodeState(f.state, &w);
   g_states_encoded.fetch_add(1, std::memory_order_relaxed);

@@ -120,9 +120,9 @@ Status LogWriter::ExtendChain(ThreadBlocks* t, LogPos* pos) {
         len = pos->seq + 2 - hb->seq;
       }
       chain_blocks_.store(uint32_t(std::min<uint64_t>(len, UINT32_MAX)), std::memory_order_relaxed);
-      uint64_t last = root_.words->gc_last_blocks.load(std::memory_order_relaxed);
-      if (len > kGcSlackBlocks + 2 * last) gc_wanted_.store(true, std::memory_order_relaxed);
-      if (len > 2 * (kGcSlackBlocks + 2 * last)) gc_behind_.store(true, std::memory_order_relaxed);
+      const uint64_t trigger = GcTriggerBlocks(root_.words->gc_last_blocks.load(std::memory_order_relaxed));
+      if (len > trigger) gc_wanted_.store(true, std::memory_order_relaxed);
+      if (len > 2 * trigger) gc_behind_.store(true, std::memory_order_relaxed);
     } else {
       source_->Free(t, nl, 1);  // never published
       w = expected;

@@ -22,6 +22,7 @@
 #include "engine/log_root.h"
 #include "format/format.h"
 #include "medium/pm.h"
+#include "util/function_ref.h"
 #include "util/status.h"
 
 namespace upfs {
@@ -29,6 +30,9 @@ namespace upfs {
 // GC runs when a new log block makes the chain longer than this plus twice
 // the length the last compaction produced.
 inline constexpr uint64_t kGcSlackBlocks = 32;
+// The chain length past which a GC is asked for, when a compaction leaves
+// `kept` blocks.
+constexpr uint64_t GcTriggerBlocks(uint64_t kept) { return kGcSlackBlocks + 2 * kept; }
 
 // A payload entry being prepared, and the overflow blocks it owns until
 // its commit (for runs that do not fit in the log block).
@@ -73,21 +77,23 @@ class LogWriter {
 
   BlockSource* source() const { return source_; }
 
-  // True once since a new log block made the chain long enough for a GC.
-  bool TakeGcWanted() { return TakeFlag(&gc_wanted_); }
-  // True once since a new log block made the chain twice that long: a GC
-  // in the background is not keeping up, and writers wait for it.
-  bool TakeGcBehind() { return TakeFlag(&gc_behind_); }
-  // Whether the chain, when this writer last linked a block, was longer
-  // than `times` the GC trigger for a compaction that leaves at least
-  // `floor` blocks. The flags above use the length the last GC left; a
-  // caller that knows a longer floor (the entries a compaction keeps in
-  // any case) asks this too: a GC cannot make the log shorter than what
-  // it keeps, and a first pass of small writes over a big file, each a
-  // block's first flip, grows that as fast as the log (docs/design.md,
-  // "Garbage collection").
-  bool ChainPastTrigger(uint64_t floor, uint64_t times) const {
-    return chain_blocks_.load(std::memory_order_relaxed) > times * (kGcSlackBlocks + 2 * floor);
+  // What new log blocks asked of GC since the last call: *wanted, a chain
+  // past the trigger (GcTriggerBlocks of the length the last GC left);
+  // *behind, past twice that: a GC in the background is not keeping up,
+  // and writers wait for it. Both also against `floor()`, the blocks any
+  // compaction keeps as the caller knows them, called only when a block
+  // asked for something: a GC cannot make the log shorter than that, and
+  // a first pass of small writes over a big file, each a block's first
+  // flip, grows it as fast as the log (docs/design.md, "Garbage
+  // collection"). Inline: every write asks.
+  void TakeGcRequests(FunctionRef<uint64_t()> floor, bool* wanted, bool* behind) {
+    *wanted = TakeFlag(&gc_wanted_);
+    *behind = TakeFlag(&gc_behind_);
+    if (!*wanted && !*behind) return;
+    const uint64_t trigger = GcTriggerBlocks(floor());
+    const uint64_t len = chain_blocks_.load(std::memory_order_relaxed);
+    *wanted = *wanted && len > trigger;
+    *behind = *behind && len > 2 * trigger;
   }
 
  private:

@@ -59,11 +59,7 @@ bool HugePagesWanted() {
   return wanted;
 }
 
-int64_t SteadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t SteadyNs() { return NsOf(std::chrono::steady_clock::now().time_since_epoch()); }
 
 // Process-wide, as the kernel's free memory is (huge_page_choice.h).
 HugePageChoice g_huge_pages;

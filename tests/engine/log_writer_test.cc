@@ -86,7 +86,10 @@ TEST(LogWriter, AFullBlockIsFollowedByANewLinkedOne) {
   EXPECT_EQ(res.log_blocks[0], MemoryStorage::kFirstLogBlock);
   EXPECT_TRUE(ms.bitmap().Test(res.log_blocks[1])) << "the new log block is taken";
   EXPECT_EQ(a.pos.seq, 2u);
-  EXPECT_FALSE(a.w.TakeGcWanted()) << "two blocks are far below the GC trigger";
+  bool wanted, behind;
+  a.w.TakeGcRequests([] { return uint64_t{0}; }, &wanted, &behind);
+  EXPECT_FALSE(wanted) << "two blocks are far below the GC trigger";
+  EXPECT_FALSE(behind);
 }
 
 TEST(LogWriter, PayloadsRoundTripInlineAndThroughOverflowBlocks) {
