@@ -20,8 +20,9 @@
 // out of space): the share is for growth asked ahead of need. A
 // step's share spent while a writer waited for space was that writer's
 // wait: random 128-byte writes over a fresh 1 GiB file, whose first flips
-// take shadows faster than the space grows, waited 28-43 ms for it four
-// times a pass (docs/design.md, "Background worker").
+// take shadows faster than the space grows, waited 22-47 ms for it two
+// or three times in a first pass (eight runs; docs/design.md,
+// "Background worker").
 //
 // Times are passed in, so that tests can drive it. Not thread-safe: the
 // worker's, under its lock.
