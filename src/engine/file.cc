@@ -455,14 +455,9 @@ bool File::RequestBackgroundGc() {
 void File::MaybeCollectGarbage(ThreadCtx* c) {
   if (!c->blocks.limbo.empty()) source_->DrainLimbo(&c->blocks, false);
   bool wanted, behind;
-  // A compaction keeps an entry for every paired block (two slots each),
-  // read from this process's table, as pinned as the write is.
-  writer_.TakeGcRequests(
-      [&] {
-        return table_.load(std::memory_order_acquire)->shadows().count() * format::kGranuleFlipSlots /
-               format::kSlotsPerLogBlock;
-      },
-      &wanted, &behind);
+  // The floor from this process's table, as pinned as the write is.
+  writer_.TakeGcRequests([&] { return LogCompactor::FloorBlocks(*table_.load(std::memory_order_acquire)); },
+                         &wanted, &behind);
   if (!wanted && !behind) return;
   if (RequestBackgroundGc()) {
     // Writers outpacing the worker would grow the log without bound:

@@ -37,6 +37,12 @@ class LogCompactor {
   // States encoded by the compactions of this process (each replays and
   // rewrites a whole log, published or not): for tests.
   static uint64_t StatesEncodedForTest();
+  // The log blocks any compaction of `state` keeps at least: EncodeState
+  // writes a two-slot flip for every paired block. A GC asked for below
+  // it cannot make the log shorter (LogWriter::TakeGcRequests).
+  static uint64_t FloorBlocks(const BlockTable& state) {
+    return state.shadows().count() * format::kGranuleFlipSlots / format::kSlotsPerLogBlock;
+  }
 
  private:
   struct FullBlocks;
