@@ -3,6 +3,8 @@
 // creation and appends in place (GC: gc_test.cc). Unit tests of single engine modules, with
 // no container, are in tests/engine/.
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <linux/falloc.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -157,6 +159,69 @@ TEST(SharedState, ThreadsOfOneProcessNeverShareASlot) {
     ASSERT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end())
         << "round " << round << ": two threads claimed one slot";
     for (uint32_t s : got) sh->epochs()->ReleaseSlot(s);
+  }
+  sh.reset();
+  SharedState::RemoveIfUnused(id);
+}
+
+// An epoch word that cannot be an epoch (0, a pin's "idle", or one no
+// advancing reaches) makes the state invalid, as in a pool's volatile
+// area: kept while another process is attached, its pins would protect
+// nothing. A child process holds a slot; the state is opened again with
+// its epoch damaged (rebuilt) and with it intact (kept).
+TEST(SharedState, AnEpochThatCannotBeOneIsRebuiltWithAnotherProcessAttached) {
+  const SharedState::Identity id{0x5107c1a1e90c4ull, 1, 0x5107c1a3ull ^ uint64_t(getpid()), 3};
+  struct stat host{};
+  host.st_mode = S_IFREG | 0600;
+  host.st_uid = geteuid();
+  host.st_gid = getegid();
+  auto open = [&](std::unique_ptr<SharedState>* sh, bool* rebuild) {
+    if (!SharedState::Open(id, host, sh, rebuild).ok()) return false;
+    if (*rebuild) {
+      (*sh)->ResetForRebuild(16);
+      (*sh)->MarkReady();
+    }
+    (*sh)->ReleaseOpenLock();
+    return true;
+  };
+  std::unique_ptr<SharedState> sh;
+  bool rebuild = false;
+  ASSERT_TRUE(open(&sh, &rebuild));
+  // The epoch stored before a second open, and whether that open must
+  // rebuild; each case with a child of its own (a rebuild drops its slot).
+  const std::pair<uint64_t, bool> cases[] = {
+      {7, false}, {0, true}, {uint64_t{1} << 62, true}, {~uint64_t{0}, true}};
+  for (const auto& [epoch, expect_rebuild] : cases) {
+    SCOPED_TRACE("epoch " + std::to_string(epoch));
+    int ready[2];
+    ASSERT_EQ(pipe(ready), 0);
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      std::unique_ptr<SharedState> mine;
+      bool r = false;
+      uint32_t slot = kMaxSlots;
+      const char ok = open(&mine, &r) && mine->epochs()->ClaimSlot(&slot).ok() ? 'y' : 'n';
+      (void)!write(ready[1], &ok, 1);
+      pause();
+      _exit(0);
+    }
+    char ok = 'n';
+    const bool got = read(ready[0], &ok, 1) == 1;
+    close(ready[0]);
+    close(ready[1]);
+    if (got && ok == 'y') {
+      sh->header()->epochs.epoch.store(epoch);
+      std::unique_ptr<SharedState> again;
+      EXPECT_TRUE(open(&again, &rebuild));
+      EXPECT_EQ(rebuild, expect_rebuild) << (expect_rebuild ? "a state whose epoch cannot be one is kept"
+                                                            : "a valid state with another process attached "
+                                                              "is rebuilt: the test shows nothing");
+      EXPECT_TRUE(sh->header()->epochs.Plausible());
+    }
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    ASSERT_TRUE(got && ok == 'y') << "the child could not attach";
   }
   sh.reset();
   SharedState::RemoveIfUnused(id);

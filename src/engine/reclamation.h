@@ -34,8 +34,11 @@ struct EpochWords {
   alignas(64) std::atomic<uint64_t> epoch;
   std::atomic<uint64_t> slots_high;  // slots at or above are unused
   // Whether the epoch can be one: a pin stores it as "inside", and 0 is
-  // "idle" (so an epoch of 0, or one that advancing would wrap to 0, is
-  // damage: pins would protect nothing).
+  // "idle", so an epoch of 0 is damage (pins would protect nothing), and
+  // so is one of 2^62 or more, which no advancing reaches (advances start
+  // from 1, one at a time: 2^62 of them at one a microsecond would take
+  // about 146,000 years) and whose advancing could wrap to 0. Both
+  // containers count a state whose epoch is not plausible as invalid.
   bool Plausible() const {
     const uint64_t e = epoch.load(std::memory_order_relaxed);
     return e != 0 && e < (uint64_t{1} << 62);

@@ -325,8 +325,9 @@ TEST_F(PoolCorruptionTest, AllocationState) {
     ExpectHarmless(o);
   }
   // The epoch 0, which a pin stores as "idle" (so nothing it reads was
-  // protected: an assertion in CatchUp, found by fuzz_pool), or so near
-  // the end that advancing it wraps to 0: rebuilt by the first attach too.
+  // protected: an assertion in CatchUp, found by fuzz_pool), or one no
+  // advancing reaches, whose next advance wraps to 0: rebuilt by the
+  // first attach too.
   for (uint64_t v : {uint64_t{0}, ~uint64_t{0}}) {
     SCOPED_TRACE("epoch " + std::to_string(v));
     ASSERT_TRUE(CopySparse(base_, work_));

@@ -307,9 +307,12 @@ Status SharedState::Open(const Identity& id, const struct stat& host,
   s->bitmap_.emplace(&s->hdr_->bitmap, s->bits_);
 
   ShmHeader* h = s->hdr_;
+  // The epoch too, as in a pool's volatile area: a damaged one made every
+  // pin look idle.
   bool valid = h->magic == kShmMagic && h->version == kShmVersion &&
                h->ready.load(std::memory_order_acquire) == 1 && h->file_id == id.file_id &&
-               h->created_ns == id.created_ns && h->host_dev == id.dev && h->host_ino == id.ino;
+               h->created_ns == id.created_ns && h->host_dev == id.dev && h->host_ino == id.ino &&
+               h->epochs.Plausible();
   if (valid && s->dirty_slots_ != 0) {
     // Bits are only ever set below the capacity, which only grows until a
     // rebuild: what a rebuild must clear is bounded by both high marks.

@@ -258,7 +258,8 @@ Status Pool::InitVolatile(bool first) {
   inodes_.Init(&access_, mutable_super(), words, [this](uint32_t* l) { return AllocBlock(l); });
   log_.SetOneWait(super()->version >= kFirstOneWaitPoolVersion);  // before any thread reads the log
   log_.SetCreations(super()->version >= kFirstFreshCreatePoolVersion);
-  // The epoch too: a damaged one made every pin look idle (fuzz_pool).
+  // The epoch too (EpochWords::Plausible): a damaged one made every pin
+  // look idle (fuzz_pool).
   const bool valid =
       words->magic == kVolatileMagic && words->pool_id == super()->pool_id && words->epochs.Plausible();
   // A pool file cut shorter than the capacity its volatile area records (by
