@@ -123,6 +123,22 @@ void CheckRebuildFreesLeakedBlocks(bool invalidate_shared_state) {
 TEST(SharedState, RebuildFreesLeakedBlocksOfAValidState) { CheckRebuildFreesLeakedBlocks(false); }
 TEST(SharedState, RebuildFreesLeakedBlocksOfAnInvalidState) { CheckRebuildFreesLeakedBlocks(true); }
 
+// Opens the shared state named `id` (a host file of this user's, mode
+// 0600), rebuilt if it asks to be (16 blocks), and lets others open it.
+bool OpenTestState(const SharedState::Identity& id, std::unique_ptr<SharedState>* sh, bool* rebuild) {
+  struct stat host{};
+  host.st_mode = S_IFREG | 0600;
+  host.st_uid = geteuid();
+  host.st_gid = getegid();
+  if (!SharedState::Open(id, host, sh, rebuild).ok()) return false;
+  if (*rebuild) {
+    (*sh)->ResetForRebuild(16);
+    (*sh)->MarkReady();
+  }
+  (*sh)->ReleaseOpenLock();
+  return true;
+}
+
 // Regression: threads of one process share the open file description that
 // holds the slot locks, so the lock alone cannot keep two of them from
 // claiming the same slot. Two threads on one slot share its epoch pin: one
@@ -130,16 +146,10 @@ TEST(SharedState, RebuildFreesLeakedBlocksOfAnInvalidState) { CheckRebuildFreesL
 TEST(SharedState, ThreadsOfOneProcessNeverShareASlot) {
   // The state is named by the inode alone: one of its own per process.
   const SharedState::Identity id{0x5107c1a1c0ffeeull, 1, 0x5107c1a1ull ^ uint64_t(getpid()), 3};
-  struct stat host{};
-  host.st_mode = S_IFREG | 0600;
-  host.st_uid = geteuid();
-  host.st_gid = getegid();
   std::unique_ptr<SharedState> sh;
   bool rebuild = false;
-  ASSERT_TRUE(SharedState::Open(id, host, &sh, &rebuild).ok());
-  sh->ResetForRebuild(16);
-  sh->MarkReady();
-  sh->ReleaseOpenLock();
+  ASSERT_TRUE(OpenTestState(id, &sh, &rebuild));
+  ASSERT_TRUE(rebuild) << "a state of a fresh identity is made anew";
   constexpr int kThreads = 8;
   for (int round = 0; round < 200; ++round) {
     std::atomic<int> ready{0};
@@ -171,19 +181,7 @@ TEST(SharedState, ThreadsOfOneProcessNeverShareASlot) {
 // its epoch damaged (rebuilt) and with it intact (kept).
 TEST(SharedState, AnEpochThatCannotBeOneIsRebuiltWithAnotherProcessAttached) {
   const SharedState::Identity id{0x5107c1a1e90c4ull, 1, 0x5107c1a3ull ^ uint64_t(getpid()), 3};
-  struct stat host{};
-  host.st_mode = S_IFREG | 0600;
-  host.st_uid = geteuid();
-  host.st_gid = getegid();
-  auto open = [&](std::unique_ptr<SharedState>* sh, bool* rebuild) {
-    if (!SharedState::Open(id, host, sh, rebuild).ok()) return false;
-    if (*rebuild) {
-      (*sh)->ResetForRebuild(16);
-      (*sh)->MarkReady();
-    }
-    (*sh)->ReleaseOpenLock();
-    return true;
-  };
+  auto open = [&](std::unique_ptr<SharedState>* sh, bool* rebuild) { return OpenTestState(id, sh, rebuild); };
   std::unique_ptr<SharedState> sh;
   bool rebuild = false;
   ASSERT_TRUE(open(&sh, &rebuild));
