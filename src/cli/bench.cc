@@ -409,8 +409,10 @@ Status Bench::Run() {
         UPFS_RETURN_IF_ERROR(RunRound(wi, *w, &sides_[side], round, &ops));
         if (side == 0) UPFS_RETURN_IF_ERROR(SettleUpfs());
         (side == 0 ? r.upfs_ops : r.kernel_ops).push_back(ops);
-        if (w->kind == Kind::kNsCreate2t)
+        if (w->kind == Kind::kNsCreate2t) {
           (side == 0 ? r.upfs_one_thread : r.kernel_one_thread).push_back(sides_[side].one_thread_ops);
+          if (side == 0) r.upfs_two_pools.push_back(sides_[side].two_pools_ops);
+        }
       }
     }
     UPFS_RETURN_IF_ERROR(CountAmplification(wi, *w, &r));

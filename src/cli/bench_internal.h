@@ -288,6 +288,9 @@ struct Result {
   // pool-create-2t: one thread's creates a second, per round, measured
   // between the two threads' batches (Bench::RunCreate2t).
   std::vector<double> upfs_one_thread, kernel_one_thread;
+  // pool-create-2t, upfs: two threads' creates a second when each creates
+  // in a pool of its own (nothing of the namespace shared), per round.
+  std::vector<double> upfs_two_pools;
 };
 
 // Everything one side needs: the shared prefilled file (created lazily) and
@@ -301,6 +304,7 @@ struct SideState {
   std::string ns_dir;    // the namespace rounds' directory
   uint64_t renamed = 0;  // renames so far in ns_dir (which name each file has)
   double one_thread_ops = 0;  // the last pool-create-2t round's one-thread rate
+  double two_pools_ops = 0;   // and (upfs) its two threads' rate in two pools
 };
 
 // A status line on a terminal, erased before the table is printed.
@@ -349,6 +353,7 @@ class Bench {
   Status RunNamespace(size_t wi, const Workload& w, SideState* s, int round, double* ops_per_s);
   Status RunBatched(const Workload& w, SideState* s, double* ops_per_s);
   Status RunCreate2t(SideState* s, double* ops_per_s);
+  Status SetupSecondPool();
   Status Prepare(const Workload& w);
   Status CountAmplification(size_t wi, const Workload& w, Result* r);
   // After a upfs round, untimed: a GC the round started must not run during
@@ -362,6 +367,10 @@ class Bench {
   std::string bench_dir_;
   MediumKind medium_ = MediumKind::kTmpfs;
   std::string pool_file_, mount_dir_;  // --pool: the pool and where it is mounted
+  // pool-create-2t: a second pool, where one of the two threads creates
+  // while the other creates in the first (made at the workload's first
+  // round, unmounted with the first).
+  std::string second_pool_file_, second_mount_dir_;
   // --pool: a file of the pool kept open, through which SettleUpfs waits for
   // the pool's own background work (growth, huge-page collapses).
   int pool_settle_fd_ = -1;

@@ -69,7 +69,24 @@ Status Bench::SetupPool() {
   return Status::OK();
 }
 
+Status Bench::SetupSecondPool() {
+  if (!second_mount_dir_.empty()) return Status::OK();
+  second_pool_file_ = bench_dir_ + "/pool-2";
+  if (upfs_mkfs(second_pool_file_.c_str(), 0) != 0) return SideError(true, "make pool " + second_pool_file_, errno);
+  const std::string mount = mount_dir_ + "-2";
+  if (upfs_mount(second_pool_file_.c_str(), mount.c_str()) != 0) {
+    return SideError(true, "mount " + second_pool_file_, errno);
+  }
+  second_mount_dir_ = mount;
+  if (upfs_mkdir((mount + "/ns").c_str(), 0755) != 0) return SideError(true, "mkdir " + mount + "/ns", errno);
+  return Status::OK();
+}
+
 void Bench::CleanupPool() {
+  if (!second_mount_dir_.empty() && upfs_umount(second_mount_dir_.c_str()) != 0) {
+    std::fprintf(stderr, "upfs bench: %s\n", ApiError("unmount " + second_pool_file_).c_str());
+  }
+  second_mount_dir_.clear();
   if (mount_dir_.empty()) return;
   if (pool_settle_fd_ >= 0) upfs_close(pool_settle_fd_);
   pool_settle_fd_ = -1;

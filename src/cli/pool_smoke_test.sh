@@ -142,6 +142,7 @@ expect 0 "tiny bench --pool" "$UPFS" bench --pool --dir "$DIR" --size 8M --secon
   --json "$DIR/bench.json"
 contains "pool-readdir-10k" "bench --pool prints the pool rounds"
 contains "two threads made" "bench --pool prints two threads' creates against one thread's"
+contains "in a pool of its own" "bench --pool prints two threads' creates in two pools"
 if python3 - "$DIR/bench.json" <<'PY'
 import json, sys
 rows = json.load(open(sys.argv[1]))
@@ -154,7 +155,8 @@ for r in rows:
         keys.add("pm_bytes_per_byte")
         assert r["pm_bytes_per_byte"] >= 1.0, r
     if r["name"] == "pool-create-2t":
-        scaling = {"upfs_one_thread_ops", "kernel_one_thread_ops", "upfs_scaling", "kernel_scaling"}
+        scaling = {"upfs_one_thread_ops", "kernel_one_thread_ops", "upfs_scaling", "kernel_scaling",
+                   "upfs_two_pools_scaling"}
         keys |= scaling
         assert all(r[k] > 0 for k in scaling), r
     assert set(r) == keys, r
