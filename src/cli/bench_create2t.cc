@@ -25,7 +25,7 @@
 // structure (no log, index, lock or directory), the ceiling of what the
 // shared pool could give them. It tells the machine's limit from the
 // pool's: threads started afresh for each batch measured that ceiling at
-// 1.36-1.42x one thread on an Intel VM, threads kept as here 1.8-2.0x
+// 1.36-1.42x one thread on an Intel VM, threads kept as here 1.7-2.0x
 // (docs/design.md, "What pools do not do yet").
 #include <algorithm>
 #include <atomic>
