@@ -45,18 +45,24 @@ namespace {
 constexpr int kThreads = 2;
 constexpr uint64_t kBatch = 2048;  // per thread: 4096 a batch, as pool-create's
 
-// One thread's batches in a round, and the first failure it met.
+// A batch one thread made: how many files, between which clock readings.
+struct Batch {
+  uint64_t made = 0;
+  double began = 0, ended = 0;
+};
+
+// One thread's batches in a round (with the other thread in one directory,
+// and, upfs only, each in a pool of its own), and the first failure it met.
 struct ThreadBatches {
-  uint64_t made = 0, made_apart = 0;
-  double began = 0, ended = 0, began_apart = 0, ended_apart = 0;
+  Batch shared, apart;
   int err = 0;
   std::string failed;
 
-  // Creates names(0) to names(n - 1), stopping at the first failure;
-  // returns how many it made, between the clock's *start and *end.
-  uint64_t Create(const Ns& ns, Names& names, uint64_t n, double* start, double* end) {
+  // Creates names(0) to names(n - 1), stopping at the first failure, into
+  // *b.
+  void Create(const Ns& ns, Names& names, uint64_t n, Batch* b) {
     uint64_t i = 0;
-    *start = NowSeconds();
+    b->began = NowSeconds();
     for (; i < n && !err; i++) {
       if (!ns.Create(names(i))) {
         err = errno;
@@ -64,8 +70,8 @@ struct ThreadBatches {
         break;
       }
     }
-    *end = NowSeconds();
-    return i;
+    b->ended = NowSeconds();
+    b->made = i;
   }
   void Remove(const Ns& ns, Names& names, uint64_t n) {
     for (uint64_t i = 0; i < n && !err; i++) {
@@ -78,9 +84,7 @@ struct ThreadBatches {
 };
 
 // The time from the first thread's start of a batch to the last one's end.
-double Span(const ThreadBatches* t, double ThreadBatches::*began, double ThreadBatches::*ended) {
-  return std::max(t[0].*ended, t[1].*ended) - std::min(t[0].*began, t[1].*began);
-}
+double Span(const Batch& a, const Batch& b) { return std::max(a.ended, b.ended) - std::min(a.began, b.began); }
 
 }  // namespace
 
@@ -91,8 +95,7 @@ Status Bench::RunCreate2t(SideState* s, double* ops_per_s) {
   std::barrier phase(kThreads + 1);
   std::atomic<bool> stop{false};
   ThreadBatches tb[kThreads];
-  uint64_t made_alone = 0;
-  double alone = 0;
+  Batch alone;  // the first thread's, alone
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; t++) {
     threads.emplace_back([&, t] {
@@ -103,22 +106,20 @@ Status Bench::RunCreate2t(SideState* s, double* ops_per_s) {
       for (;;) {
         phase.arrive_and_wait();  // a batch starts, or the round ends
         if (stop.load()) return;
-        mine.made = mine.Create(ns, names, kBatch, &mine.began, &mine.ended);
+        mine.Create(ns, names, kBatch, &mine.shared);
         phase.arrive_and_wait();  // the batch is made
-        mine.Remove(ns, names, mine.made);
+        mine.Remove(ns, names, mine.shared.made);
         phase.arrive_and_wait();
         // One thread's batch of the same size.
         if (t == 0 && !tb[0].err && !tb[1].err) {
-          double start, end;
-          made_alone = mine.Create(ns, names, kThreads * kBatch, &start, &end);
-          alone = end - start;
-          mine.Remove(ns, names, made_alone);
+          mine.Create(ns, names, kThreads * kBatch, &alone);
+          mine.Remove(ns, names, alone.made);
         }
         phase.arrive_and_wait();
         if (!two_pools) continue;
-        mine.made_apart = mine.Create(ns, apart, kBatch, &mine.began_apart, &mine.ended_apart);
+        mine.Create(ns, apart, kBatch, &mine.apart);
         phase.arrive_and_wait();  // the batch in two pools is made
-        mine.Remove(ns, apart, mine.made_apart);
+        mine.Remove(ns, apart, mine.apart.made);
         phase.arrive_and_wait();
       }
     });
@@ -128,16 +129,16 @@ Status Bench::RunCreate2t(SideState* s, double* ops_per_s) {
   while (timed + timed_alone < cfg_.seconds && !g_interrupted && !tb[0].err && !tb[1].err) {
     phase.arrive_and_wait();
     phase.arrive_and_wait();
-    timed += Span(tb, &ThreadBatches::began, &ThreadBatches::ended);
-    ops += tb[0].made + tb[1].made;
+    timed += Span(tb[0].shared, tb[1].shared);
+    ops += tb[0].shared.made + tb[1].shared.made;
     phase.arrive_and_wait();
     phase.arrive_and_wait();
-    timed_alone += alone;
-    ops_alone += made_alone;
+    timed_alone += alone.ended - alone.began;
+    ops_alone += alone.made;
     if (!two_pools) continue;
     phase.arrive_and_wait();
-    timed_apart += Span(tb, &ThreadBatches::began_apart, &ThreadBatches::ended_apart);
-    ops_apart += tb[0].made_apart + tb[1].made_apart;
+    timed_apart += Span(tb[0].apart, tb[1].apart);
+    ops_apart += tb[0].apart.made + tb[1].apart.made;
     phase.arrive_and_wait();
   }
   stop.store(true);

@@ -47,16 +47,31 @@ Status RemovePoolTree(const std::string& dir) {
   return upfs_rmdir(dir.c_str()) == 0 ? Status::OK() : SideError(true, "remove " + dir, errno);
 }
 
+// Makes the pool file `file` and mounts it at `mount` (a made-up
+// directory: the C API needs none in the kernel).
+Status MakeAndMountPool(const std::string& file, const std::string& mount) {
+  if (upfs_mkfs(file.c_str(), 0) != 0) return SideError(true, "make pool " + file, errno);
+  if (upfs_mount(file.c_str(), mount.c_str()) != 0) return SideError(true, "mount " + file, errno);
+  return Status::OK();
+}
+
+// Unmounts `*mount` (pool file `file`) if mounted; a failure is reported,
+// not returned (cleanup goes on). The pool file goes with the bench
+// directory.
+void UnmountPool(std::string* mount, const std::string& file) {
+  if (mount->empty()) return;
+  if (upfs_umount(mount->c_str()) != 0) {
+    std::fprintf(stderr, "upfs bench: %s\n", ApiError("unmount " + file).c_str());
+  }
+  mount->clear();
+}
+
 }  // namespace
 
 Status Bench::SetupPool() {
   pool_file_ = bench_dir_ + "/pool";
-  if (upfs_mkfs(pool_file_.c_str(), 0) != 0) return SideError(true, "make pool " + pool_file_, errno);
-  // A made-up directory: the C API needs none in the kernel.
   const std::string mount = "/.upfs-bench-" + std::to_string(getpid());
-  if (upfs_mount(pool_file_.c_str(), mount.c_str()) != 0) {
-    return SideError(true, "mount " + pool_file_, errno);
-  }
+  UPFS_RETURN_IF_ERROR(MakeAndMountPool(pool_file_, mount));
   mount_dir_ = mount;
   pool_settle_fd_ = upfs_open((mount + "/settle").c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   if (pool_settle_fd_ < 0) return SideError(true, "create " + mount + "/settle", errno);
@@ -72,28 +87,18 @@ Status Bench::SetupPool() {
 Status Bench::SetupSecondPool() {
   if (!second_mount_dir_.empty()) return Status::OK();
   second_pool_file_ = bench_dir_ + "/pool-2";
-  if (upfs_mkfs(second_pool_file_.c_str(), 0) != 0) return SideError(true, "make pool " + second_pool_file_, errno);
   const std::string mount = mount_dir_ + "-2";
-  if (upfs_mount(second_pool_file_.c_str(), mount.c_str()) != 0) {
-    return SideError(true, "mount " + second_pool_file_, errno);
-  }
+  UPFS_RETURN_IF_ERROR(MakeAndMountPool(second_pool_file_, mount));
   second_mount_dir_ = mount;
   if (upfs_mkdir((mount + "/ns").c_str(), 0755) != 0) return SideError(true, "mkdir " + mount + "/ns", errno);
   return Status::OK();
 }
 
 void Bench::CleanupPool() {
-  if (!second_mount_dir_.empty() && upfs_umount(second_mount_dir_.c_str()) != 0) {
-    std::fprintf(stderr, "upfs bench: %s\n", ApiError("unmount " + second_pool_file_).c_str());
-  }
-  second_mount_dir_.clear();
-  if (mount_dir_.empty()) return;
+  UnmountPool(&second_mount_dir_, second_pool_file_);
   if (pool_settle_fd_ >= 0) upfs_close(pool_settle_fd_);
   pool_settle_fd_ = -1;
-  if (upfs_umount(mount_dir_.c_str()) != 0) {
-    std::fprintf(stderr, "upfs bench: %s\n", ApiError("unmount " + pool_file_).c_str());
-  }
-  mount_dir_.clear();  // the pool file goes with the bench directory
+  UnmountPool(&mount_dir_, pool_file_);
 }
 
 // The workload's directory, with its `w.io` files ("aN" for rename, "fN"
