@@ -24,9 +24,9 @@
 // of this process reach on this machine when they share no namespace
 // structure (no log, index, lock or directory), the ceiling of what the
 // shared pool could give them. It tells the machine's limit from the
-// pool's: threads started afresh for each batch measured that ceiling at
-// 1.36-1.42x one thread on an Intel VM, threads kept as here 1.7-2.0x
-// (docs/design.md, "What pools do not do yet").
+// pool's: on an Intel VM (2026-12-07) threads started afresh for each
+// batch measured that ceiling at 1.31-1.43x one thread, threads kept as
+// here 1.72-2.05x (docs/design.md, "What pools do not do yet").
 #include <algorithm>
 #include <atomic>
 #include <barrier>
