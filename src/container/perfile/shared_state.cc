@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 
+#include "container/ofd_lock.h"
 #include "container/perfile/shm_access.h"
 #include "format/format.h"
 #include "medium/provide.h"
@@ -44,31 +45,9 @@ constexpr off_t kOpenLockByte = off_t{1} << 40;
 constexpr off_t kSlotLockBase = kOpenLockByte + 1;
 constexpr off_t kMapLockByte = kOpenLockByte - 1;
 
-int OfdLock(int fd, short type, off_t start, bool wait) {
-  struct flock fl;
-  std::memset(&fl, 0, sizeof(fl));
-  fl.l_type = type;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = start;
-  fl.l_len = 1;
-  int rc;
-  do {
-    rc = fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl);
-  } while (rc != 0 && errno == EINTR);
-  return rc;
-}
-
 // Whether slot i's liveness lock is held through another open file
 // description than fd (unknown counts as held).
-bool SlotLockHeldElsewhere(int fd, uint32_t i) {
-  struct flock fl;
-  std::memset(&fl, 0, sizeof(fl));
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = kSlotLockBase + i;
-  fl.l_len = 1;
-  return fcntl(fd, F_OFD_GETLK, &fl) != 0 || fl.l_type != F_UNLCK;
-}
+bool SlotLockHeldElsewhere(int fd, uint32_t i) { return OfdByteHeldElsewhere(fd, kSlotLockBase + i); }
 
 // Slot liveness through a descriptor of somebody else's object, for the
 // scans of a state this process does not use (removal, inspection).
@@ -115,7 +94,7 @@ int SharedState::OpenAnotherDescription() const {
 }
 
 bool SharedState::TryLockMapByte(int lock_fd) {
-  return OfdLock(lock_fd, F_WRLCK, kMapLockByte, false) == 0;
+  return OfdLockByte(lock_fd, F_WRLCK, kMapLockByte, false) == 0;
 }
 
 namespace {
@@ -162,7 +141,7 @@ bool SharedState::RemoveIfUnused(const Identity& id) {
   }
   if (fd < 0) return false;
   // Under the open lock nobody can be half-way through opening the file.
-  if (OfdLock(fd, lock, kOpenLockByte, true) != 0) {
+  if (OfdLockByte(fd, lock, kOpenLockByte, true) != 0) {
     close(fd);
     return false;
   }
@@ -208,14 +187,14 @@ Status SharedState::SweepUnused(uint32_t* removed, uint32_t* in_use) {
 
 void SharedState::RemoveIfNoOtherUser(const std::function<void()>& last_user) {
   if (fd_ < 0) return;  // a fork child's copy: the state is the parent's
-  if (OfdLock(fd_, F_WRLCK, kOpenLockByte, true) != 0) return;
+  if (OfdLockByte(fd_, F_WRLCK, kOpenLockByte, true) != 0) return;
   // Our own slots are released by now, and our locks do not conflict with
   // us anyway: only other processes' slots count.
   if (!epochs_->AnyOtherProcessLive()) {
     if (last_user) last_user();
     shm_unlink(name_.c_str());
   }
-  OfdLock(fd_, F_UNLCK, kOpenLockByte, false);
+  OfdLockByte(fd_, F_UNLCK, kOpenLockByte, false);
 }
 
 SharedState::~SharedState() {
@@ -271,7 +250,7 @@ Status SharedState::Open(const Identity& id, const struct stat& host,
     bool created;
     s->fd_ = OpenOrCreate(s->name_, host, &created);
     if (s->fd_ < 0) return RefusedAccess(s->name_);
-    if (OfdLock(s->fd_, F_WRLCK, kOpenLockByte, true) != 0)
+    if (OfdLockByte(s->fd_, F_WRLCK, kOpenLockByte, true) != 0)
       return Status::FromErrno("lock shared state " + s->name_);
     // The last user of the file may have removed the object while we
     // waited for its lock: a state nobody else can find is no state.
@@ -366,15 +345,15 @@ void SharedState::MarkReady() { hdr_->ready.store(1, std::memory_order_release);
 
 void SharedState::ReleaseOpenLock() {
   if (!open_locked_) return;
-  OfdLock(fd_, F_UNLCK, kOpenLockByte, false);
+  OfdLockByte(fd_, F_UNLCK, kOpenLockByte, false);
   open_locked_ = false;
 }
 
 bool SharedState::SlotLocks::TryLock(uint32_t s) {
-  return OfdLock(*fd_, F_WRLCK, kSlotLockBase + s, false) == 0;
+  return OfdLockByte(*fd_, F_WRLCK, kSlotLockBase + s, false) == 0;
 }
 
-void SharedState::SlotLocks::Unlock(uint32_t s) { OfdLock(*fd_, F_UNLCK, kSlotLockBase + s, false); }
+void SharedState::SlotLocks::Unlock(uint32_t s) { OfdLockByte(*fd_, F_UNLCK, kSlotLockBase + s, false); }
 
 bool SharedState::SlotLocks::HeldElsewhere(uint32_t s) {
   // A fork child's copy has no descriptor: unknown counts as held.

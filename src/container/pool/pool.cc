@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "container/ofd_lock.h"
 #include "container/pool/checkpoint.h"
 #include "engine/epoch_pin.h"
 #include "medium/cpu_support.h"
@@ -24,10 +25,6 @@ using namespace format::pool;
 
 namespace {
 
-// Lock bytes far past any pool's data (OFD locks need no bytes to exist).
-constexpr off_t kAttachByte = off_t{1} << 50;  // serializes joining and leaving
-constexpr off_t kUsersByte = kAttachByte + 1;  // shared by every attached process
-constexpr off_t kSlotLockBase = kAttachByte + 64;
 // The data region a pool starts with when mkfs is given no size: provisioned
 // at once (on tmpfs, huge pages), so kept small; growth adds the rest.
 constexpr uint64_t kDefaultInitialBytes = 8ull << 20;
@@ -39,20 +36,6 @@ constexpr uint64_t kDetachCheckpointEntriesPerRecord = 64;
 // epoch of its retired blocks: 1000 x 200 us, 0.2 s at most.
 constexpr int kDetachDrainTries = 1000;
 constexpr useconds_t kDetachDrainSleepUs = 200;
-
-int OfdLock(int fd, short type, off_t start, bool wait) {
-  struct flock fl;
-  std::memset(&fl, 0, sizeof(fl));
-  fl.l_type = type;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = start;
-  fl.l_len = 1;
-  int rc;
-  do {
-    rc = fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl);
-  } while (rc != 0 && errno == EINTR);
-  return rc;
-}
 
 }  // namespace
 
@@ -105,17 +88,9 @@ Status CheckSuperblockImage(const Superblock& sb, uint64_t file_bytes, const std
 class Pool::SlotLocks final : public SlotLiveness {
  public:
   explicit SlotLocks(int fd) : fd_(fd) {}
-  bool TryLock(uint32_t s) override { return OfdLock(fd_, F_WRLCK, kSlotLockBase + s, false) == 0; }
-  void Unlock(uint32_t s) override { OfdLock(fd_, F_UNLCK, kSlotLockBase + s, false); }
-  bool HeldElsewhere(uint32_t s) override {
-    struct flock fl;
-    std::memset(&fl, 0, sizeof(fl));
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = kSlotLockBase + s;
-    fl.l_len = 1;
-    return fcntl(fd_, F_OFD_GETLK, &fl) != 0 || fl.l_type != F_UNLCK;
-  }
+  bool TryLock(uint32_t s) override { return OfdLockByte(fd_, F_WRLCK, kSlotLockByteBase + s, false) == 0; }
+  void Unlock(uint32_t s) override { OfdLockByte(fd_, F_UNLCK, kSlotLockByteBase + s, false); }
+  bool HeldElsewhere(uint32_t s) override { return OfdByteHeldElsewhere(fd_, kSlotLockByteBase + s); }
 
  private:
   int fd_;
@@ -225,16 +200,16 @@ Status Pool::Attach(const std::string& path, std::unique_ptr<Pool>* out) {
 
 Status Pool::Join() {
   const int fd = lock_fd();
-  if (OfdLock(fd, F_WRLCK, kAttachByte, true) != 0) return Status::FromErrno("lock pool");
-  const bool first = OfdLock(fd, F_WRLCK, kUsersByte, false) == 0;
+  if (OfdLockByte(fd, F_WRLCK, kAttachLockByte, true) != 0) return Status::FromErrno("lock pool");
+  const bool first = OfdLockByte(fd, F_WRLCK, kUsersLockByte, false) == 0;
   Status st = InitVolatile(first);
   if (st.ok() && first) {
     pm::Store64(&mutable_super()->clean, 0);
     pm::PersistWord(&mutable_super()->clean);
   }
-  if (st.ok() && OfdLock(fd, F_RDLCK, kUsersByte, true) != 0) st = Status::FromErrno("lock pool");
+  if (st.ok() && OfdLockByte(fd, F_RDLCK, kUsersLockByte, true) != 0) st = Status::FromErrno("lock pool");
   joined_ = st.ok();
-  OfdLock(fd, F_UNLCK, kAttachByte, false);
+  OfdLockByte(fd, F_UNLCK, kAttachLockByte, false);
   return st;
 }
 
@@ -527,18 +502,18 @@ Pool::~Pool() {
   if (!left_blocks) epochs_->ReleaseSlot(process_slot_);
   epochs_->ReleaseKeptSlots();
   const int fd = lock_fd();
-  if (OfdLock(fd, F_WRLCK, kAttachByte, true) == 0) {
+  if (OfdLockByte(fd, F_WRLCK, kAttachLockByte, true) == 0) {
     // Not clean if this process leaves holds behind (descriptors still
     // open at exit) or some process died attached: recovery frees them.
-    if (OfdLock(fd, F_WRLCK, kUsersByte, false) == 0 && users_.Read() == 0 && !AnySlotInUse() &&
+    if (OfdLockByte(fd, F_WRLCK, kUsersLockByte, false) == 0 && users_.Read() == 0 && !AnySlotInUse() &&
         medium_->SyncAll().ok()) {
       // The last to leave: the volatile area is consistent (every thread
       // of every process has left it), so the next attach need not rebuild.
       pm::Store64(&mutable_super()->clean, 1);
       pm::PersistWord(&mutable_super()->clean);
     }
-    OfdLock(fd, F_UNLCK, kUsersByte, false);
-    OfdLock(fd, F_UNLCK, kAttachByte, false);
+    OfdLockByte(fd, F_UNLCK, kUsersLockByte, false);
+    OfdLockByte(fd, F_UNLCK, kAttachLockByte, false);
   }
   medium_->JoinBackground();
 }

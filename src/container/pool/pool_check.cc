@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "container/ofd_lock.h"
 #include "container/pool/checkpoint.h"
 #include "container/pool/inode_alloc.h"
 #include "container/pool/ns_index.h"
@@ -25,17 +26,7 @@ using namespace format::pool;
 
 namespace {
 
-constexpr off_t kUsersByte = (off_t{1} << 50) + 1;  // as pool.cc
-
-bool UsersByteHeld(int fd) {
-  struct flock fl;
-  std::memset(&fl, 0, sizeof(fl));
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = kUsersByte;
-  fl.l_len = 1;
-  return fcntl(fd, F_OFD_GETLK, &fl) != 0 || fl.l_type != F_UNLCK;
-}
+bool UsersByteHeld(int fd) { return OfdByteHeldElsewhere(fd, kUsersLockByte); }
 
 // The walk over one read-only mapping.
 class Checker {

@@ -17,6 +17,8 @@
 // Logical block 0 doubles as "none" in every pointer.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -96,6 +98,13 @@ static_assert(kDataStart == 8704);
 
 // Blocks the namespace log keeps in reserve for removals in a full pool.
 inline constexpr uint32_t kLogReserveBlocks = 4;
+
+// Liveness: OFD lock bytes of the pool file, far past any pool's data
+// (docs/format.md, "The volatile area").
+inline constexpr off_t kAttachLockByte = off_t{1} << 50;   // serializes joining and leaving
+inline constexpr off_t kUsersLockByte = kAttachLockByte + 1;  // a shared lock per attached process
+inline constexpr off_t kSlotLockByteBase = kAttachLockByte + 64;  // + s: slot s's owner
+static_assert(uint64_t(kMaxPoolBlocks) * kBlockSize < uint64_t(kAttachLockByte));
 
 // ---------------------------------------------------------------------------
 // Superblock: logical block 0.
