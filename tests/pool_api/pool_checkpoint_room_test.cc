@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "container/pool/checkpoint.h"
+#include "container/pool/namespace.h"
 #include "container/pool/pool.h"
 #include "container/pool/pool_check.h"
 #include "engine/alloc_bitmap.h"
@@ -245,6 +246,48 @@ TEST(PoolCheckpointRoom, ADetachCheckpointsOnlyADeltaWorthTheImage) {
   upfs::PoolReport r;
   ASSERT_TRUE(upfs::CheckPool(pool, &r).ok());
   EXPECT_EQ(r.files, uint64_t(kFiles) + 1700);
+  unlink(pool.c_str());
+}
+
+// With no block to take, a checkpoint fails with ENOSPC, gives back what
+// it took, and leaves the index whole: the frozen layer it was writing
+// from is reloaded from the last checkpoint and the log, every name is
+// still found, and the next checkpoint, once blocks are free, is written.
+TEST(PoolCheckpointRoom, ACheckpointWithNoRoomLeavesTheIndexWhole) {
+  const std::string pool = "/dev/shm/upfs-ckroom3-" + std::to_string(getpid()) + ".pool";
+  constexpr int kFiles = 300;
+  MakePoolWithFiles(pool, "", kFiles);
+  if (HasFatalFailure()) return;
+  {
+    std::unique_ptr<upfs::Pool> p;
+    ASSERT_TRUE(upfs::Pool::Attach(pool, &p).ok());
+    upfs::Credentials who = upfs::Credentials::Current(false);
+    upfs::PoolNamespace ns(p.get(), &who);
+    const auto all_found = [&] {
+      for (int i = 0; i < kFiles; ++i) {
+        upfs::Resolved r;
+        const upfs::Status st = ns.Resolve("/f" + std::to_string(i), false, &r);
+        if (!st.ok() || r.ino == 0) return false;
+      }
+      return true;
+    };
+    const uint64_t before = p->super()->checkpoint.load();
+    p->RefuseBlocksForTest();
+    upfs::Status st = p->Checkpoint();
+    EXPECT_EQ(st.err(), ENOSPC) << st.ToString();
+    EXPECT_EQ(p->super()->checkpoint.load(), before) << "a checkpoint published without its image";
+    EXPECT_TRUE(all_found()) << "names lost with the failed checkpoint";
+    p->RefuseBlocksForTest(false);
+    st = p->Checkpoint();
+    ASSERT_TRUE(st.ok()) << "the index left frozen by the failed one: " << st.ToString();
+    EXPECT_NE(p->super()->checkpoint.load(), before);
+    EXPECT_TRUE(all_found());
+  }
+  upfs::PoolReport r;
+  ASSERT_TRUE(upfs::CheckPool(pool, &r).ok());
+  for (const std::string& problem : r.problems) ADD_FAILURE() << problem;
+  EXPECT_EQ(r.files, uint64_t(kFiles));
+  EXPECT_EQ(r.leaked_blocks, 0);
   unlink(pool.c_str());
 }
 

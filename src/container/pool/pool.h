@@ -193,8 +193,9 @@ class Pool {
   // the ordinary way refills the reserve (pool_log_reserve.cc).
   Status AllocLogBlock(uint32_t* l, bool removal);
   // From now on AllocBlock finds no free block but those kept for new
-  // files' logs, as in a full pool (for the crash explorer's removals in a
-  // full pool; this process only).
+  // files' logs, and a checkpoint no room for its image, as in a full pool
+  // (for tests of removals and checkpoints in a full pool; this process
+  // only).
   void RefuseBlocksForTest(bool refuse = true) { refuse_blocks_for_test_.store(refuse, std::memory_order_relaxed); }
   // Gives back inode `ino` and every block its file holds: the last name
   // is gone and no descriptor of any process has it open.

@@ -172,6 +172,11 @@ Status Pool::AllocImageBlocks(uint64_t n, std::vector<Run>* runs, uint32_t* head
       image_runs->push_back(r);
     }
   }
+  // A test that refuses blocks (RefuseBlocksForTest) refuses the image
+  // too, once its blocks are taken: what a failed placement gives back is
+  // then tested with it.
+  if (st.ok() && refuse_blocks_for_test_.load(std::memory_order_relaxed))
+    st = Status::Error(ENOSPC, "no room for the checkpoint image (refused for a test)");
   return st;
 }
 
