@@ -1,0 +1,116 @@
+// The directory mode bits that change what other users may do, in a pool,
+// as the kernel has them on tmpfs: a sticky directory lets only a name's
+// file owner, the directory's owner or root remove or replace the name;
+// a set-group-ID directory gives new names its group, and new directories
+// its set-group-ID bit, and a new file keeps S_ISGID only for a member of
+// its group. The tests run as root (CI), so callers other than root are
+// Credentials made up for the namespace; the C API's tests cover root.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <string>
+
+#include "pool_attached_fixture.h"
+
+namespace {
+
+upfs::Credentials User(uid_t uid, gid_t gid) {
+  upfs::Credentials c;
+  c.uid = uid;
+  c.gid = gid;
+  c.groups = {gid};
+  c.umask = 022;
+  return c;
+}
+
+class PoolPermissionBitsTest : public pool_test::AttachedPoolTest {
+ protected:
+  PoolPermissionBitsTest() : AttachedPoolTest("permbits") {}
+  upfs::PoolNamespace As(const upfs::Credentials& c) { return upfs::PoolNamespace(pool_.get(), &c); }
+  // Creates `path` as `c` would (an open with O_CREAT, then its close).
+  static upfs::Status CreateAs(upfs::PoolNamespace ns, const std::string& path, mode_t mode) {
+    upfs::Resolved at;
+    UPFS_RETURN_IF_ERROR(ns.Resolve(path, true, &at));
+    uint64_t ino = 0;
+    bool created = false;
+    uint32_t gen = 0;
+    UPFS_RETURN_IF_ERROR(ns.Create(at, mode, upfs::format::Consistency::kStrict, &ino, &created, &gen));
+    ns.DropHold(ino, gen);
+    return created ? upfs::Status::OK() : upfs::Status::Error(EEXIST, "file exists");
+  }
+  static upfs::Status RemoveAs(upfs::PoolNamespace ns, const std::string& path) {
+    upfs::Resolved at;
+    UPFS_RETURN_IF_ERROR(ns.Resolve(path, false, &at));
+    return ns.Remove(at, false);
+  }
+  static upfs::Status RenameAs(upfs::PoolNamespace ns, const std::string& from, const std::string& to) {
+    upfs::Resolved a, b;
+    UPFS_RETURN_IF_ERROR(ns.Resolve(from, false, &a));
+    UPFS_RETURN_IF_ERROR(ns.Resolve(to, false, &b));
+    return ns.Rename(a, b, 0);
+  }
+  struct stat StatOf(const std::string& path) {
+    struct stat st {};
+    const upfs::Status s = Ns().StatPath(path, false, &st);
+    EXPECT_TRUE(s.ok()) << path << ": " << s.ToString();
+    return st;
+  }
+  // A directory made by root with exactly `mode` (chmod after the umask).
+  uint64_t RootDir(const std::string& path, mode_t mode) {
+    EXPECT_TRUE(Ns().Mkdir(At(path), 0777).ok());
+    const uint64_t ino = At(path).ino;
+    EXPECT_TRUE(Ns().Chmod(ino, mode).ok());
+    return ino;
+  }
+};
+
+constexpr uid_t kAlice = 1001, kBob = 1002, kCarol = 1003;
+
+TEST_F(PoolPermissionBitsTest, AStickyDirectoryKeepsOthersFromRemovingOrReplacingNames) {
+  const uint64_t t = RootDir("/t", 01777);
+  const upfs::Credentials alice = User(kAlice, kAlice), bob = User(kBob, kBob), carol = User(kCarol, kCarol);
+  ASSERT_TRUE(CreateAs(As(alice), "/t/a", 0644).ok());
+  ASSERT_TRUE(CreateAs(As(bob), "/t/b", 0644).ok());
+  EXPECT_EQ(RemoveAs(As(bob), "/t/a").err(), EPERM);
+  EXPECT_EQ(RenameAs(As(bob), "/t/a", "/t/x").err(), EPERM);
+  EXPECT_EQ(RenameAs(As(bob), "/t/b", "/t/a").err(), EPERM) << "another's name replaced";
+  EXPECT_TRUE(StatOf("/t/a").st_uid == kAlice && StatOf("/t/b").st_uid == kBob) << "a refused call changed names";
+  // The file's owner may; so may the directory's owner.
+  EXPECT_TRUE(RenameAs(As(alice), "/t/a", "/t/a2").ok());
+  ASSERT_TRUE(Ns().Chown(t, kCarol, kCarol).ok());
+  EXPECT_TRUE(RemoveAs(As(carol), "/t/b").ok()) << "the directory's owner refused";
+  // Without the bit, write permission on the directory is all it takes.
+  ASSERT_TRUE(Ns().Chmod(t, 0777).ok());
+  EXPECT_TRUE(RemoveAs(As(bob), "/t/a2").ok());
+  DetachAndCheck();
+}
+
+TEST_F(PoolPermissionBitsTest, ASetGroupIdDirectoryGivesItsGroupAndItsBit) {
+  constexpr gid_t kStaff = 2000;
+  const uint64_t g = RootDir("/g", 0777);
+  ASSERT_TRUE(Ns().Chown(g, 0, kStaff).ok());
+  ASSERT_TRUE(Ns().Chmod(g, 02777).ok());
+  const upfs::Credentials alice = User(kAlice, kAlice);
+  upfs::Credentials staff_alice = alice;
+  staff_alice.groups.push_back(kStaff);
+  ASSERT_TRUE(CreateAs(As(alice), "/g/f", 0644).ok());
+  EXPECT_EQ(StatOf("/g/f").st_gid, kStaff) << "a new file's group is not the directory's";
+  ASSERT_TRUE(As(alice).Mkdir(ResolvedIn(As(alice), "/g/sub"), 0755).ok());
+  const struct stat sub = StatOf("/g/sub");
+  EXPECT_EQ(sub.st_gid, kStaff);
+  EXPECT_TRUE(sub.st_mode & S_ISGID) << "a new directory lost the set-group-ID bit";
+  // S_ISGID asked for a new file of a group its maker is not in: dropped,
+  // as the kernel drops it; kept for a member.
+  ASSERT_TRUE(CreateAs(As(alice), "/g/h", 02755).ok());
+  EXPECT_FALSE(StatOf("/g/h").st_mode & S_ISGID);
+  ASSERT_TRUE(CreateAs(As(staff_alice), "/g/m", 02755).ok());
+  EXPECT_TRUE(StatOf("/g/m").st_mode & S_ISGID);
+  // Without the bit, a new name takes its maker's group.
+  ASSERT_TRUE(Ns().Chmod(g, 0777).ok());
+  ASSERT_TRUE(CreateAs(As(alice), "/g/plain", 0644).ok());
+  EXPECT_EQ(StatOf("/g/plain").st_gid, kAlice);
+  DetachAndCheck();
+}
+
+}  // namespace
