@@ -1,10 +1,15 @@
-// The directory mode bits that change what other users may do, in a pool,
-// as the kernel has them on tmpfs: a sticky directory lets only a name's
-// file owner, the directory's owner or root remove or replace the name;
-// a set-group-ID directory gives new names its group, and new directories
+// What users other than root may do in a pool, as the kernel has it on
+// tmpfs. Directory bits: a sticky directory lets only a name's file owner,
+// the directory's owner or root remove or replace the name; a
+// set-group-ID directory gives new names its group, and new directories
 // its set-group-ID bit, and a new file keeps S_ISGID only for a member of
-// its group. The tests run as root (CI), so callers other than root are
-// Credentials made up for the namespace; the C API's tests cover root.
+// its group. Attributes: only the owner changes the mode (S_ISGID dropped
+// for a non-member), the owner gives the file only to a group it is in
+// and never to another user, and another user with write permission may
+// set both times to now and nothing else. The tests run as root (CI), so
+// other callers are Credentials made up for the namespace; every
+// expectation was checked against the kernel on tmpfs by a script that
+// switched users.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -110,6 +115,38 @@ TEST_F(PoolPermissionBitsTest, ASetGroupIdDirectoryGivesItsGroupAndItsBit) {
   ASSERT_TRUE(Ns().Chmod(g, 0777).ok());
   ASSERT_TRUE(CreateAs(As(alice), "/g/plain", 0644).ok());
   EXPECT_EQ(StatOf("/g/plain").st_gid, kAlice);
+  DetachAndCheck();
+}
+
+TEST_F(PoolPermissionBitsTest, ModeOwnerAndTimesChangeOnlyAsTheKernelAllows) {
+  constexpr gid_t kStaff = 2000, kOther = 3000, kAlices = 3001;
+  ASSERT_TRUE(CreateAs(Ns(), "/f", 0644).ok());
+  const uint64_t f = At("/f").ino;
+  ASSERT_TRUE(Ns().Chown(f, kAlice, kStaff).ok());
+  ASSERT_TRUE(Ns().Chmod(f, 0666).ok());
+  upfs::Credentials alice = User(kAlice, kAlice);
+  alice.groups.push_back(kAlices);
+  const upfs::Credentials bob = User(kBob, kBob);
+  EXPECT_EQ(As(bob).Chmod(f, 0600).err(), EPERM);
+  EXPECT_TRUE(As(alice).Chmod(f, 02644).ok());
+  EXPECT_EQ(StatOf("/f").st_mode, mode_t(S_IFREG | 0644)) << "S_ISGID kept for a non-member of the group";
+  EXPECT_EQ(As(alice).Chown(f, kBob, gid_t(-1)).err(), EPERM) << "a file given to another user";
+  EXPECT_EQ(As(alice).Chown(f, uid_t(-1), kOther).err(), EPERM) << "a file given to a group its owner is not in";
+  EXPECT_EQ(As(bob).Chown(f, uid_t(-1), kBob).err(), EPERM);
+  EXPECT_TRUE(As(alice).Chown(f, uid_t(-1), kAlices).ok());
+  EXPECT_TRUE(StatOf("/f").st_uid == kAlice && StatOf("/f").st_gid == kAlices);
+  // Times: another user with write permission, now and only now.
+  ASSERT_TRUE(Ns().Chmod(f, 0666).ok());
+  const struct timespec explicit_times[2] = {{1, 5}, {1, 5}};
+  const struct timespec bad_nanoseconds[2] = {{1, 2000000000}, {1, 5}};
+  EXPECT_TRUE(As(bob).Utimens(f, nullptr).ok());
+  EXPECT_EQ(As(bob).Utimens(f, explicit_times).err(), EPERM);
+  EXPECT_EQ(As(bob).Utimens(f, bad_nanoseconds).err(), EINVAL) << "the kernel checks them before permission";
+  EXPECT_NE(StatOf("/f").st_mtim.tv_sec, 1) << "a refused call set the times";
+  EXPECT_TRUE(As(alice).Utimens(f, explicit_times).ok());
+  EXPECT_EQ(StatOf("/f").st_mtim.tv_sec, 1);
+  ASSERT_TRUE(Ns().Chmod(f, 0644).ok());
+  EXPECT_EQ(As(bob).Utimens(f, nullptr).err(), EACCES);
   DetachAndCheck();
 }
 

@@ -213,6 +213,12 @@ Status PoolNamespace::Utimens(uint64_t ino, const struct timespec ts[2], bool he
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
   const bool owner = who_->uid == 0 || OwnerUid(in->owner.load()) == who_->uid;
   const bool both_now = !ts || (ts[0].tv_nsec == UTIME_NOW && ts[1].tv_nsec == UTIME_NOW);
+  // Bad nanoseconds first, whoever asks: the kernel's do_utimes checks
+  // them before any permission (a non-owner gets EINVAL, not EPERM).
+  for (int i = 0; ts && i < 2; ++i)
+    if (ts[i].tv_nsec != UTIME_NOW && ts[i].tv_nsec != UTIME_OMIT &&
+        (ts[i].tv_nsec < 0 || ts[i].tv_nsec >= 1000000000))
+      return Status::Error(EINVAL, "bad nanoseconds");
   const bool nothing = ts && ts[0].tv_nsec == UTIME_OMIT && ts[1].tv_nsec == UTIME_OMIT;
   if (nothing) return Status::OK();
   if (!owner) {
@@ -224,10 +230,6 @@ Status PoolNamespace::Utimens(uint64_t ino, const struct timespec ts[2], bool he
     if (t.tv_nsec == UTIME_NOW) return now;
     return TimespecNs(t);
   };
-  for (int i = 0; ts && i < 2; ++i)
-    if (ts[i].tv_nsec != UTIME_NOW && ts[i].tv_nsec != UTIME_OMIT &&
-        (ts[i].tv_nsec < 0 || ts[i].tv_nsec >= 1000000000))
-      return Status::Error(EINVAL, "bad nanoseconds");
   SealIfFresh(in, pool_->access());
   if (!ts || ts[0].tv_nsec != UTIME_OMIT) pm::Store64(&in->atime_ns, ts ? value(ts[0]) : now);
   if (!ts || ts[1].tv_nsec != UTIME_OMIT) {
