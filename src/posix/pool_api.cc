@@ -118,10 +118,9 @@ Status ClearPoolPrivileges(OpenFile* of) {
   UPFS_RETURN_IF_ERROR(n->pool->InodeAt(n->ino, &in));
   const uint64_t mode = in->mode.load(std::memory_order_relaxed);
   if (!(mode & (S_ISUID | S_ISGID)) || n->who->uid == 0) return Status::OK();
-  uint64_t m = mode & ~uint64_t(S_ISUID);
-  if (mode & S_IXGRP) m &= ~uint64_t(S_ISGID);
-  if (m == mode) return Status::OK();
-  return PoolNamespace(n->pool, n->who).Chmod(n->ino, mode_t(m));
+  // Not a chmod: the writer need not own the file (the kernel clears the
+  // bits for any writer without CAP_FSETID).
+  return PoolNamespace(n->pool, n->who).DropSetIdForWrite(n->ino);
 }
 
 int PoolClose(int fd, OpenFile* of) {

@@ -6,17 +6,24 @@
 // its group. Attributes: only the owner changes the mode (S_ISGID dropped
 // for a non-member), the owner gives the file only to a group it is in
 // and never to another user, and another user with write permission may
-// set both times to now and nothing else. The tests run as root (CI), so
+// set both times to now and nothing else; a write by anyone but root
+// drops S_ISUID, and S_ISGID unless the file is not group-executable and
+// the writer is in its group. The tests run as root (CI), so
 // other callers are Credentials made up for the namespace; every
 // expectation was checked against the kernel on tmpfs by a script that
 // switched users.
+#include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <string>
 
 #include "pool_attached_fixture.h"
+#include "upfs/upfs.h"
 
 namespace {
 
@@ -147,6 +154,59 @@ TEST_F(PoolPermissionBitsTest, ModeOwnerAndTimesChangeOnlyAsTheKernelAllows) {
   EXPECT_EQ(StatOf("/f").st_mtim.tv_sec, 1);
   ASSERT_TRUE(Ns().Chmod(f, 0644).ok());
   EXPECT_EQ(As(bob).Utimens(f, nullptr).err(), EACCES);
+  DetachAndCheck();
+}
+
+// Through the C API in a child that is another user (the writer's rights
+// are the process's own), writing files it does not own. The kernel
+// (tmpfs, Linux 6.18, checked the same way) leaves 04666 at 0666, 02676 at
+// 0676, 02666 at 0666 for a writer outside the group and at 02666 for one
+// inside it. Before, the pool asked the writer to own the file (a chmod),
+// and every such write failed with EPERM.
+TEST_F(PoolPermissionBitsTest, AWriteByAnotherUserDropsTheSetIdBitsAsTheKernelDoes) {
+  constexpr gid_t kGroup = 2000;
+  const struct {
+    const char* name;
+    mode_t mode, outsider, member;
+  } cases[] = {{"/suid", 04666, 0666, 0666}, {"/sgid-x", 02676, 0676, 0676}, {"/sgid", 02666, 0666, 02666}};
+  for (const auto& c : cases) {
+    for (const char* who : {"-out", "-in"}) {
+      const std::string n = std::string(c.name) + who;
+      ASSERT_TRUE(CreateAs(Ns(), n, 0644).ok());
+      ASSERT_TRUE(Ns().Chown(At(n).ino, kCarol, kGroup).ok());
+      ASSERT_TRUE(Ns().Chmod(At(n).ino, c.mode).ok());
+    }
+  }
+  pool_.reset();
+  ASSERT_EQ(chmod(path_.c_str(), 0666), 0);  // the writer attaches too
+  // One child a writer, outside the group or in it (a process that gave up
+  // root cannot change its groups again).
+  const auto write_as = [&](const char* suffix, bool member) {
+    const std::string mnt = "/upfs-permbits-" + std::to_string(getpid());
+    const pid_t child = fork();
+    if (child == 0) {
+      const gid_t groups[] = {kAlice, kGroup};
+      if (setgroups(member ? 2 : 1, groups) != 0 || setgid(kAlice) != 0 || setuid(kAlice) != 0) _exit(2);
+      if (upfs_mount(path_.c_str(), mnt.c_str()) != 0) _exit(3);
+      for (const auto& c : cases) {
+        const int fd = upfs_open((mnt + c.name + suffix).c_str(), O_WRONLY);
+        if (fd < 0) _exit(4);
+        if (upfs_write(fd, "x", 1) != 1) _exit(5);  // EPERM here before
+        upfs_close(fd);
+      }
+      _exit(upfs_umount(mnt.c_str()) == 0 ? 0 : 6);
+    }
+    int status = 0;
+    return child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  ASSERT_EQ(write_as("-out", false), 0) << "the outsider's child failed at that step";
+  ASSERT_EQ(write_as("-in", true), 0) << "the member's child failed at that step";
+  ASSERT_TRUE(upfs::Pool::Attach(path_, &pool_).ok());
+  for (const auto& c : cases) {
+    EXPECT_EQ(StatOf(std::string(c.name) + "-out").st_mode & 07777, c.outsider) << c.name << ", a writer outside the group";
+    EXPECT_EQ(StatOf(std::string(c.name) + "-in").st_mode & 07777, c.member) << c.name << ", a writer in the group";
+    EXPECT_EQ(StatOf(std::string(c.name) + "-in").st_size, 1);
+  }
   DetachAndCheck();
 }
 

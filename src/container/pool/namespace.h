@@ -166,6 +166,12 @@ class PoolNamespace {
   Status Readlink(uint64_t ino, std::string* target);
   Status Chmod(uint64_t ino, mode_t mode);
   Status Chown(uint64_t ino, uid_t uid, gid_t gid);
+  // What a write or truncate by a caller other than root does to the mode,
+  // as the kernel's file_remove_privs: S_ISUID goes, and S_ISGID of a
+  // group-executable file or of a group the writer is not in. Done for any
+  // writer (no ownership asked: it had write permission), atomic against a
+  // concurrent chmod.
+  Status DropSetIdForWrite(uint64_t ino);
   // ts[0] atime, ts[1] mtime: UTIME_NOW, UTIME_OMIT, or a time; null: now.
   Status Utimens(uint64_t ino, const struct timespec ts[2], bool held = false);
   // mode: F_OK, or R_OK | W_OK | X_OK against this caller.

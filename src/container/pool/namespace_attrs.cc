@@ -177,6 +177,26 @@ Status PoolNamespace::Chmod(uint64_t ino, mode_t mode) {
   return Status::OK();
 }
 
+Status PoolNamespace::DropSetIdForWrite(uint64_t ino) {
+  Inode* in;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
+  // S_ISGID without group execute goes too when the writer is not in the
+  // file's group (Linux 6's setattr_should_drop_sgid).
+  const bool in_group = who_->InGroup(OwnerGid(in->owner.load(std::memory_order_acquire)));
+  uint64_t mode = in->mode.load(std::memory_order_acquire);
+  for (;;) {
+    uint64_t m = mode & ~uint64_t(S_ISUID);
+    if ((mode & S_IXGRP) || !in_group) m &= ~uint64_t(S_ISGID);
+    if (m == mode) return Status::OK();
+    SealIfFresh(in, pool_->access());  // line 0, the ident's, is written back below
+    if (pm::Cas64(&in->mode, mode, m)) break;
+  }
+  pm::Store64(&in->ctime_ns, Now());
+  pm::Flush(&in->mode, 32);
+  pm::Fence();
+  return Status::OK();
+}
+
 Status PoolNamespace::Chown(uint64_t ino, uid_t uid, gid_t gid) {
   Inode* in;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
