@@ -48,6 +48,20 @@ struct Side {
   int Truncate(const std::string& p, off_t l) {
     return pool ? upfs_truncate((root + p).c_str(), l) : truncate((root + p).c_str(), l);
   }
+  int Chown(const std::string& p, uid_t u, gid_t g) {
+    return pool ? upfs_chown((root + p).c_str(), u, g) : chown((root + p).c_str(), u, g);
+  }
+  int Lchown(const std::string& p, uid_t u, gid_t g) {
+    return pool ? upfs_lchown((root + p).c_str(), u, g) : lchown((root + p).c_str(), u, g);
+  }
+  int Access(const std::string& p, int m) { return pool ? upfs_access((root + p).c_str(), m) : access((root + p).c_str(), m); }
+  int UtimensNow(const std::string& p) {
+    return pool ? upfs_utimensat(AT_FDCWD, (root + p).c_str(), nullptr, 0)
+                : utimensat(AT_FDCWD, (root + p).c_str(), nullptr, 0);
+  }
+  int Stat(const std::string& p, struct stat* st) {
+    return pool ? upfs_stat((root + p).c_str(), st) : stat((root + p).c_str(), st);
+  }
   int Lstat(const std::string& p, struct stat* st) {
     return pool ? upfs_lstat((root + p).c_str(), st) : lstat((root + p).c_str(), st);
   }

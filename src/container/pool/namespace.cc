@@ -393,10 +393,13 @@ Status PoolNamespace::Symlink(const Resolved& at, std::string_view target) {
 Status PoolNamespace::Link(const Resolved& from, const Resolved& to) {
   if (from.ino == 0) return Status::Error(ENOENT, "no such file");
   if (to.ino != 0) return Status::Error(EEXIST, "file exists");  // checked first, as the kernel's
-  if (from.type == FileType::kDirectory) return Status::Error(EPERM, "hard link to a directory");
+  // Then, in the kernel's order: the link protection (may_linkat), the
+  // directory's permission (may_create), the kind.
+  UPFS_RETURN_IF_ERROR(MayLink(from.ino, from.type));
   Inode* din;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(to.dir, &din));
   UPFS_RETURN_IF_ERROR(Permit(din, kWantWrite | kWantExec));
+  if (from.type == FileType::kDirectory) return Status::Error(EPERM, "hard link to a directory");
   NsRecord rec{RecordType::kLink, from.type, from.ino, to.dir, 0, 0, to.name, {}, {}};
   const auto touch = [&](CommitFlushes* later) {
     TouchDir(to.dir, later);

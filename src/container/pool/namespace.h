@@ -31,7 +31,19 @@ struct Credentials {
   gid_t gid = 0;
   std::vector<gid_t> groups;
   mode_t umask = 022;
+  // The kernel's link protections as the system has them set
+  // (/proc/sys/fs/protected_hardlinks, _symlinks, _regular), which it
+  // applies to every caller: a hard link to a file the caller neither
+  // owns nor may read and write, and following another user's symbolic
+  // link in a sticky world-writable directory, are refused.
+  bool protected_hardlinks = false;
+  bool protected_symlinks = false;
+  // protected_regular (0, 1 or 2): an open with O_CREAT of another user's
+  // existing file in a sticky directory, world-writable (1) or also
+  // group-writable (2), is refused.
+  int protected_regular = 0;
   bool InGroup(gid_t g) const;
+  // The process's ids, groups and umask, and the system's protections.
   static Credentials Current(bool real);
 };
 
@@ -178,6 +190,10 @@ class PoolNamespace {
   Status Access(uint64_t ino, int mode);
   // Whether the caller may open ino with `acc` (O_RDONLY, ...): EACCES.
   Status MayOpen(uint64_t ino, int acc, bool trunc);
+  // Whether an open with O_CREAT may open the existing regular file `ino`
+  // in directory `dir` (protected_regular: the kernel's
+  // may_create_in_sticky).
+  Status MayCreateOver(uint64_t dir, uint64_t ino) const;
 
   // Takes and gives back a hold on an inode that keeps it (and its blocks)
   // from being freed while a descriptor or a call uses it; TakeHold fails
@@ -195,6 +211,12 @@ class PoolNamespace {
   // tests/pool_api/pool_open_line_test.cc commits records by hand.
   friend struct PoolNamespaceTestAccess;
   Status Permit(const format::pool::Inode* in, int want) const;
+  // Whether the walk may follow symbolic link `link`, found in directory
+  // inode `din` (protected_symlinks).
+  Status MayFollow(const format::pool::Inode* din, uint64_t link) const;
+  // Whether the caller may make a hard link to inode `ino` of type `type`
+  // (protected_hardlinks: the kernel's may_linkat).
+  Status MayLink(uint64_t ino, format::pool::FileType type) const;
   // ResolveLocked's walk of `path` from `start` (0: the root), recording
   // the directories it goes through in *trace (if given).
   Status Walk(std::string_view path, bool follow, Resolved* out, std::string* escape, uint64_t start,

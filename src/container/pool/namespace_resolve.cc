@@ -1,6 +1,8 @@
 // PoolNamespace's path resolution, in the caller's thread under the index
 // lock held shared (every lookup, stat and open starts here), and the
 // permission check it and the other parts use; the credentials it checks.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +36,21 @@ bool Credentials::InGroup(gid_t g) const {
   return g == gid || std::find(groups.begin(), groups.end(), g) != groups.end();
 }
 
+namespace {
+
+// A /proc/sys switch's level, 0 to 9 (absent or unreadable: 0, as a
+// kernel without it behaves).
+int SysctlLevel(const char* path) {
+  char c = '0';
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  const bool read = ::pread(fd, &c, 1, 0) == 1;  // pread: the preload build renames it to libc's
+  ::close(fd);
+  return read && c >= '0' && c <= '9' ? c - '0' : 0;
+}
+
+}  // namespace
+
 Credentials Credentials::Current(bool real) {
   Credentials c;
   c.uid = real ? getuid() : geteuid();
@@ -46,7 +63,56 @@ Credentials Credentials::Current(bool real) {
   }
   c.umask = ::umask(0);
   ::umask(c.umask);
+  c.protected_hardlinks = SysctlLevel("/proc/sys/fs/protected_hardlinks") != 0;
+  c.protected_symlinks = SysctlLevel("/proc/sys/fs/protected_symlinks") != 0;
+  c.protected_regular = SysctlLevel("/proc/sys/fs/protected_regular");
   return c;
+}
+
+Status PoolNamespace::MayFollow(const Inode* din, uint64_t link) const {
+  // The kernel's may_follow_link, for root too (no capability passes it).
+  if (!who_->protected_symlinks) return Status::OK();
+  Inode* in;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(link, &in));
+  const uid_t owner = OwnerUid(in->owner.load(std::memory_order_acquire));
+  if (owner == who_->uid) return Status::OK();
+  if ((din->mode.load(std::memory_order_acquire) & (S_ISVTX | S_IWOTH)) != (S_ISVTX | S_IWOTH)) return Status::OK();
+  if (OwnerUid(din->owner.load(std::memory_order_acquire)) == owner) return Status::OK();
+  return Status::Error(EACCES, "another user's symbolic link in a sticky world-writable directory "
+                               "(protected_symlinks)");
+}
+
+Status PoolNamespace::MayLink(uint64_t ino, FileType type) const {
+  // The kernel's may_linkat: the owner (or root) may; anyone else only to
+  // a safe source (safe_hardlink_source: a regular file, not set-user-ID
+  // nor executable set-group-ID, that the caller may read and write).
+  if (!who_->protected_hardlinks || who_->uid == 0) return Status::OK();
+  Inode* in;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
+  if (OwnerUid(in->owner.load(std::memory_order_acquire)) == who_->uid) return Status::OK();
+  const uint64_t mode = in->mode.load(std::memory_order_acquire);
+  const bool safe = type == FileType::kRegular && !(mode & S_ISUID) &&
+                    (mode & (S_ISGID | S_IXGRP)) != (S_ISGID | S_IXGRP) && Permit(in, kWantRead | kWantWrite).ok();
+  if (safe) return Status::OK();
+  return Status::Error(EPERM, "hard link to a file the caller neither owns nor may read and write "
+                              "(protected_hardlinks)");
+}
+
+Status PoolNamespace::MayCreateOver(uint64_t dir, uint64_t ino) const {
+  // The kernel's may_create_in_sticky for a regular file (a pool has no
+  // FIFOs), root included.
+  if (who_->protected_regular == 0) return Status::OK();
+  Inode *din, *in;
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(dir, &din));
+  UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
+  const uint64_t dmode = din->mode.load(std::memory_order_acquire);
+  if (!(dmode & S_ISVTX)) return Status::OK();
+  const uid_t owner = OwnerUid(in->owner.load(std::memory_order_acquire));
+  if (owner == OwnerUid(din->owner.load(std::memory_order_acquire)) || owner == who_->uid) return Status::OK();
+  if ((dmode & S_IWOTH) || ((dmode & S_IWGRP) && who_->protected_regular >= 2))
+    return Status::Error(EACCES, "another user's file in a sticky directory opened with O_CREAT "
+                                 "(protected_regular)");
+  return Status::OK();
 }
 
 Status PoolNamespace::Permit(const Inode* in, int want) const {
@@ -329,6 +395,7 @@ Status PoolNamespace::Walk(std::string_view path, bool follow, Resolved* out, st
     }
     if (found.type == FileType::kSymlink && (!last || follow || trailing_slash)) {
       if (++links > kMaxSymlinkDepth) return Status::Error(ELOOP, "too many symbolic links");
+      UPFS_RETURN_IF_ERROR(MayFollow(din, found.ino));
       if (trace) trace->plain = false;
       UPFS_RETURN_IF_ERROR(Readlink(found.ino, &target));
       if (!target.empty() && target[0] == '/') {
