@@ -205,7 +205,7 @@ Status OpenExisting(PoolNamespace& ns, const Resolved& r, int flags) {
   // The kernel's order: the sticky directory's protection before the
   // permission check.
   if ((flags & O_CREAT) && r.type == FileType::kRegular) UPFS_RETURN_IF_ERROR(ns.MayCreateOver(r.dir, r.ino));
-  return ns.MayOpen(r.ino, acc, (flags & O_TRUNC) != 0);
+  return ns.MayOpen(r.ino, acc, (flags & O_TRUNC) != 0, (flags & O_NOATIME) != 0);
 }
 
 }  // namespace

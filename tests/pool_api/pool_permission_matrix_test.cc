@@ -76,6 +76,12 @@ std::vector<int> RunCalls(pool_test::Side s) {
   out.push_back(open_close("/d/new", O_CREAT | O_EXCL | O_WRONLY));
   out.push_back(r(s.Mkdir("/d/sub", 0755)));
   out.push_back(r(s.UtimensNow("/d/f")));
+  out.push_back(open_close("/d/f", O_RDONLY | O_NOATIME));
+  out.push_back(open_close("/d/ln", O_RDONLY | O_NOFOLLOW));
+  char target[16];
+  out.push_back(s.Readlink("/d/ln", target, sizeof(target)) >= 0 ? 0 : errno);
+  out.push_back(r(s.Link("/d/ln", "/d/hardln")));
+  out.push_back(r(s.Chown("/d/f", uid_t(-1), kSharedGroup)));
   out.push_back(r(s.Link("/d/f", "/d/hard")));
   out.push_back(r(s.Symlink("f", "/d/soft")));
   out.push_back(open_close("/d", O_RDONLY | O_DIRECTORY));
@@ -88,11 +94,13 @@ std::vector<int> RunCalls(pool_test::Side s) {
   return out;
 }
 
-const char* const kCallNames[] = {"stat f",     "stat ln (follows)", "open f r",   "open f w",  "open f rw|trunc", "access f R",
-                                  "access f W", "access f X", "access f F", "access d WX",    "create d/new",
-                                  "mkdir d/sub", "utimens f", "link f hard", "symlink soft", "open d",
-                                  "truncate f", "chmod f",        "rename f g",
-                                  "unlink",      "rmdir d/sub", "rmdir d"};
+const char* const kCallNames[] = {"stat f", "stat ln (follows)", "open f r", "open f w",
+                                  "open f rw|trunc", "access f R", "access f W", "access f X",
+                                  "access f F", "access d WX", "create d/new", "mkdir d/sub",
+                                  "utimens f", "open f noatime", "open ln nofollow", "readlink ln",
+                                  "link ln", "chgrp f", "link f hard", "symlink soft", "open d",
+                                  "truncate f", "chmod f", "rename f g", "unlink", "rmdir d/sub",
+                                  "rmdir d"};
 
 class PoolPermissionMatrix : public ::testing::Test {
  protected:

@@ -188,8 +188,9 @@ class PoolNamespace {
   Status Utimens(uint64_t ino, const struct timespec ts[2], bool held = false);
   // mode: F_OK, or R_OK | W_OK | X_OK against this caller.
   Status Access(uint64_t ino, int mode);
-  // Whether the caller may open ino with `acc` (O_RDONLY, ...): EACCES.
-  Status MayOpen(uint64_t ino, int acc, bool trunc);
+  // Whether the caller may open ino with `acc` (O_RDONLY, ...): EACCES;
+  // with O_NOATIME (`noatime`) only as its owner or root: EPERM.
+  Status MayOpen(uint64_t ino, int acc, bool trunc, bool noatime = false);
   // Whether an open with O_CREAT may open the existing regular file `ino`
   // in directory `dir` (protected_regular: the kernel's
   // may_create_in_sticky).

@@ -284,13 +284,17 @@ Status PoolNamespace::Access(uint64_t ino, int mode) {
   return Permit(in, want);
 }
 
-Status PoolNamespace::MayOpen(uint64_t ino, int acc, bool trunc) {
+Status PoolNamespace::MayOpen(uint64_t ino, int acc, bool trunc, bool noatime) {
   Inode* in;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
   int want = 0;
   if (acc != O_WRONLY) want |= kWantRead;
   if (acc != O_RDONLY || trunc) want |= kWantWrite;
-  return Permit(in, want);
+  UPFS_RETURN_IF_ERROR(Permit(in, want));
+  // Then, as the kernel's may_open: O_NOATIME only by the owner or root.
+  if (noatime && who_->uid != 0 && OwnerUid(in->owner.load(std::memory_order_acquire)) != who_->uid)
+    return Status::Error(EPERM, "O_NOATIME on a file the caller does not own");
+  return Status::OK();
 }
 
 }  // namespace upfs
