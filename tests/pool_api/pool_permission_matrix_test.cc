@@ -2,7 +2,8 @@
 // root: a differential test. Root lays out the same trees on a tmpfs
 // directory and in a pool (a directory d, a file d/f, each with a mode
 // from a list and an owner that is the caller, a group the caller is in,
-// or neither, and a symbolic link d/ln, the file owner's); then a child process that is that user runs the same calls
+// or neither, a symbolic link d/ln, the file owner's, and a directory e
+// all may write); then a child process that is that user runs the same calls
 // on both sides, through the kernel and through the C API, and every
 // call's result (0 or its errno) must be the kernel's. Root passes nearly
 // every check, so the tests that run as root cannot see these.
@@ -85,6 +86,12 @@ std::vector<int> RunCalls(pool_test::Side s) {
   out.push_back(r(s.Link("/d/f", "/d/hard")));
   out.push_back(r(s.Symlink("f", "/d/soft")));
   out.push_back(open_close("/d", O_RDONLY | O_DIRECTORY));
+  // Renames: a directory to another parent and back (it needs write on
+  // itself for its ".."), an exchange, a rename that may not replace.
+  out.push_back(r(s.Rename("/d/sub", "/e/sub", 0)));
+  out.push_back(r(s.Rename("/e/sub", "/d/sub", 0)));
+  out.push_back(r(s.Rename("/d/new", "/d/f", RENAME_EXCHANGE)));
+  out.push_back(r(s.Rename("/d/new", "/d/f", RENAME_NOREPLACE)));
   out.push_back(r(s.Truncate("/d/f", 1)));
   out.push_back(r(s.Chmod("/d/f", 0640)));
   out.push_back(r(s.Rename("/d/f", "/d/g", 0)));
@@ -99,8 +106,9 @@ const char* const kCallNames[] = {"stat f", "stat ln (follows)", "open f r", "op
                                   "access f F", "access d WX", "create d/new", "mkdir d/sub",
                                   "utimens f", "open f noatime", "open ln nofollow", "readlink ln",
                                   "link ln", "chgrp f", "link f hard", "symlink soft", "open d",
-                                  "truncate f", "chmod f", "rename f g", "unlink", "rmdir d/sub",
-                                  "rmdir d"};
+                                  "rename d/sub e/sub", "rename e/sub d/sub", "exchange new f",
+                                  "noreplace new f", "truncate f", "chmod f", "rename f g",
+                                  "unlink", "rmdir d/sub", "rmdir d"};
 
 class PoolPermissionMatrix : public ::testing::Test {
  protected:
@@ -141,6 +149,10 @@ TEST_F(PoolPermissionMatrix, EveryCallAsAnotherUserGetsTheKernelsAnswer) {
       ASSERT_EQ(s.Symlink("f", "/d/ln"), 0);
       ASSERT_EQ(s.Lchown("/d/ln", UidOf(t.file_owner), GidOf(t.file_owner)), 0);
       ASSERT_EQ(s.Chown("/d", UidOf(t.dir_owner), GidOf(t.dir_owner)), 0);
+      // A second directory, writable by all, another user's.
+      ASSERT_EQ(s.Mkdir("/e", 0777), 0);
+      ASSERT_EQ(s.Chmod("/e", 0777), 0);
+      ASSERT_EQ(s.Chown("/e", kOtherUser, kOtherGroup), 0);
       ASSERT_EQ(s.Chmod("/d", t.dir_mode), 0);
     }
   }
