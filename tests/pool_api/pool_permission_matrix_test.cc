@@ -1,5 +1,5 @@
 // Permission checks in a pool against the kernel's, as a user other than
-// root: a differential test. Root lays out the same trees on a tmpfs
+// root and as a set-user-ID program: a differential test. Root lays out the same trees on a tmpfs
 // directory and in a pool (a directory d, a file d/f, each with a mode
 // from a list and an owner that is the caller, a group the caller is in,
 // or neither, a symbolic link d/ln, the file owner's, and a directory e
@@ -129,15 +129,24 @@ class PoolPermissionMatrix : public ::testing::Test {
   std::string kernel_, pool_, mnt_;
 };
 
-TEST_F(PoolPermissionMatrix, EveryCallAsAnotherUserGetsTheKernelsAnswer) {
-  if (geteuid() != 0) GTEST_SKIP() << "lays out other users' files and becomes another user: needs root";
-  const std::vector<Tree> trees = Trees();
-  ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
-  // Root lays out tree i at <side>/t<i>/d/f on both sides.
+// Who the caller is: a user other than root, or a set-user-ID program of
+// another (real ids the caller's, effective ids another user's: access()
+// answers for the real ones, every other call for the effective ones).
+struct Caller {
+  const char* name;
+  uid_t ruid, euid;
+  gid_t rgid, egid;
+};
+constexpr Caller kCallers[] = {{"another user", kCaller, kCaller, kCallerGroup, kCallerGroup},
+                               {"a set-user-ID program", kCaller, kOtherUser, kCallerGroup, kOtherGroup}};
+
+// Root lays out tree i at <side>/<prefix><i>/d/f on both sides.
+void LayOut(const std::vector<Tree>& trees, const std::string& kernel, const std::string& mnt,
+            const std::string& prefix) {
   for (size_t i = 0; i < trees.size(); ++i) {
     const Tree& t = trees[i];
     for (bool pool : {false, true}) {
-      pool_test::Side s{(pool ? mnt_ : kernel_) + "/t" + std::to_string(i), pool};
+      pool_test::Side s{(pool ? mnt : kernel) + "/" + prefix + std::to_string(i), pool};
       ASSERT_EQ(pool ? upfs_mkdir(s.root.c_str(), 0755) : mkdir(s.root.c_str(), 0755), 0);
       ASSERT_EQ(s.Mkdir("/d", 0700), 0);
       const int fd = s.Open("/d/f", O_CREAT | O_WRONLY, 0600);
@@ -156,61 +165,90 @@ TEST_F(PoolPermissionMatrix, EveryCallAsAnotherUserGetsTheKernelsAnswer) {
       ASSERT_EQ(s.Chmod("/d", t.dir_mode), 0);
     }
   }
-  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
-  // The caller: its own results, one line per tree and side, to a pipe.
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
+}
+
+// A child that becomes `c`, mounts the pool and makes the calls on every
+// tree of `prefix`, both sides, writing each side's results as a line to
+// `fd`. Its exit status: 0, or the step that failed.
+pid_t CallAs(const Caller& c, size_t trees, const std::string& kernel, const std::string& pool,
+             const std::string& mnt, const std::string& prefix, int fd) {
   const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    close(out[0]);
-    const gid_t groups[] = {kCallerGroup, kSharedGroup};
-    if (setgroups(2, groups) != 0 || setgid(kCallerGroup) != 0 || setuid(kCaller) != 0) _exit(2);
-    umask(022);
-    if (upfs_mount(pool_.c_str(), mnt_.c_str()) != 0) _exit(3);
-    FILE* w = fdopen(out[1], "w");
-    for (size_t i = 0; i < trees.size(); ++i) {
-      for (bool pool : {false, true}) {
-        for (int e : RunCalls({(pool ? mnt_ : kernel_) + "/t" + std::to_string(i), pool})) std::fprintf(w, "%d ", e);
-        std::fprintf(w, "\n");
-      }
+  if (child != 0) return child;
+  const gid_t groups[] = {kCallerGroup, kSharedGroup};
+  if (setgroups(2, groups) != 0 || setresgid(c.rgid, c.egid, c.egid) != 0 || setresuid(c.ruid, c.euid, c.euid) != 0)
+    _exit(2);
+  umask(022);
+  if (upfs_mount(pool.c_str(), mnt.c_str()) != 0) _exit(3);
+  FILE* w = fdopen(fd, "w");
+  for (size_t i = 0; i < trees; ++i) {
+    for (bool in_pool : {false, true}) {
+      for (int e : RunCalls({(in_pool ? mnt : kernel) + "/" + prefix + std::to_string(i), in_pool}))
+        std::fprintf(w, "%d ", e);
+      std::fprintf(w, "\n");
     }
-    std::fclose(w);
-    _exit(upfs_umount(mnt_.c_str()) == 0 ? 0 : 4);
   }
-  close(out[1]);
-  FILE* rd = fdopen(out[0], "r");
+  std::fclose(w);
+  _exit(upfs_umount(mnt.c_str()) == 0 ? 0 : 4);
+}
+
+// Reads a child's lines; reports each tree whose two sides differ (the
+// first call that does, named). The kernel's different answers go to
+// `kernel_answers`.
+int Disagreements(FILE* rd, const std::vector<Tree>& trees, const Caller& c, std::set<std::string>* kernel_answers) {
   char line[2][512];
   int disagreements = 0;
-  std::set<std::string> kernel_answers;  // a test whose calls all failed alike would prove nothing
   for (size_t i = 0; i < trees.size(); ++i) {
-    ASSERT_TRUE(std::fgets(line[0], sizeof(line[0]), rd) && std::fgets(line[1], sizeof(line[1]), rd))
-        << "the child stopped at tree " << i;
-    kernel_answers.insert(line[0]);
+    if (!std::fgets(line[0], sizeof(line[0]), rd) || !std::fgets(line[1], sizeof(line[1]), rd)) {
+      ADD_FAILURE() << c.name << ": the child stopped at tree " << i;
+      return disagreements + 1;
+    }
+    kernel_answers->insert(line[0]);
     if (std::string(line[0]) == line[1]) continue;
     const Tree& t = trees[i];
-    // The first call that differs, named.
     std::vector<int> k, p;
     for (int s = 0; s < 2; ++s) {
       int v, n = 0;
-      for (const char* c = line[s]; std::sscanf(c, "%d%n", &v, &n) == 1; c += n) (s ? p : k).push_back(v);
+      for (const char* at = line[s]; std::sscanf(at, "%d%n", &v, &n) == 1; at += n) (s ? p : k).push_back(v);
     }
     size_t j = 0;
     while (j < k.size() && j < p.size() && k[j] == p[j]) ++j;
     if (++disagreements <= 20)
-      ADD_FAILURE() << "d " << std::oct << t.dir_mode << " " << NameOf(t.dir_owner) << ", f " << t.file_mode << " "
-                    << NameOf(t.file_owner) << std::dec << ": " << (j < std::size(kCallNames) ? kCallNames[j] : "?")
-                    << ": kernel " << (j < k.size() ? k[j] : -1) << ", pool " << (j < p.size() ? p[j] : -1);
+      ADD_FAILURE() << c.name << ": d " << std::oct << t.dir_mode << " " << NameOf(t.dir_owner) << ", f "
+                    << t.file_mode << " " << NameOf(t.file_owner) << std::dec << ": "
+                    << (j < std::size(kCallNames) ? kCallNames[j] : "?") << ": kernel " << (j < k.size() ? k[j] : -1)
+                    << ", pool " << (j < p.size() ? p[j] : -1);
   }
-  std::fclose(rd);
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child failed at step " << WEXITSTATUS(status);
-  EXPECT_EQ(disagreements, 0) << "of " << trees.size() << " trees";
-  if (std::getenv("UPFS_TEST_VERBOSE")) for (const std::string& a : kernel_answers) std::printf("%s", a.c_str());
-  EXPECT_GE(kernel_answers.size(), 12u) << "the trees hardly differ: are the calls reaching them?";
-  std::printf("%zu trees, %zu different answers of the kernel, %d disagreements\n", trees.size(),
-              kernel_answers.size(), disagreements);
+  return disagreements;
+}
+
+TEST_F(PoolPermissionMatrix, EveryCallAsAnotherUserGetsTheKernelsAnswer) {
+  if (geteuid() != 0) GTEST_SKIP() << "lays out other users' files and becomes another user: needs root";
+  const std::vector<Tree> trees = Trees();
+  ASSERT_EQ(upfs_mount(pool_.c_str(), mnt_.c_str()), 0) << upfs_last_error();
+  for (size_t c = 0; c < std::size(kCallers); ++c) LayOut(trees, kernel_, mnt_, "t" + std::to_string(c) + "-");
+  ASSERT_EQ(upfs_umount(mnt_.c_str()), 0);
+  if (HasFatalFailure()) return;
+  for (size_t c = 0; c < std::size(kCallers); ++c) {
+    int out[2];
+    ASSERT_EQ(pipe(out), 0);
+    const pid_t child = CallAs(kCallers[c], trees.size(), kernel_, pool_, mnt_, "t" + std::to_string(c) + "-", out[1]);
+    ASSERT_GT(child, 0);
+    close(out[1]);
+    FILE* rd = fdopen(out[0], "r");
+    std::set<std::string> kernel_answers;  // a test whose calls all failed alike would prove nothing
+    const int disagreements = Disagreements(rd, trees, kCallers[c], &kernel_answers);
+    std::fclose(rd);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << kCallers[c].name << ": the child failed at step " << WEXITSTATUS(status);
+    EXPECT_EQ(disagreements, 0) << kCallers[c].name << ", of " << trees.size() << " trees";
+    if (std::getenv("UPFS_TEST_VERBOSE"))
+      for (const std::string& a : kernel_answers) std::printf("%s", a.c_str());
+    EXPECT_GE(kernel_answers.size(), 12u) << "the trees hardly differ: are the calls reaching them?";
+    std::printf("%s: %zu trees, %zu different answers of the kernel, %d disagreements\n", kCallers[c].name,
+                trees.size(), kernel_answers.size(), disagreements);
+  }
 }
 
 }  // namespace
