@@ -291,6 +291,51 @@ TEST(PoolCheckpointRoom, ACheckpointWithNoRoomLeavesTheIndexWhole) {
   unlink(pool.c_str());
 }
 
+// While checkpoints fail (no room for an image), a commit does not try
+// one again until the log has grown by kCheckpointRetryBlocks: before that
+// rule every later commit built a whole image only to fail again (2,200
+// creates a second instead of 400,000, the header above). Once room is
+// back, the next try succeeds and the log is bounded again.
+TEST(PoolCheckpointRoom, FailedCheckpointsAreRetriedOnlyAsTheLogGrows) {
+  const std::string pool = "/dev/shm/upfs-ckroom4-" + std::to_string(getpid()) + ".pool";
+  unlink(pool.c_str());
+  ASSERT_TRUE(upfs::Pool::Create(pool, 0).ok());
+  {
+    std::unique_ptr<upfs::Pool> p;
+    ASSERT_TRUE(upfs::Pool::Attach(pool, &p).ok());
+    upfs::Credentials who = upfs::Credentials::Current(false);
+    upfs::PoolNamespace ns(p.get(), &who);
+    const auto create = [&](int i) {
+      upfs::Resolved r;
+      uint64_t ino;
+      bool created;
+      upfs::Status st = ns.Resolve("/f" + std::to_string(i), false, &r);
+      if (st.ok()) st = ns.Create(r, 0644, upfs::format::Consistency::kStrict, &ino, &created);
+      return st;
+    };
+    p->RefuseCheckpointImagesForTest();
+    // Past the first interval, then four retry distances more.
+    int i = 0;
+    const auto blocks = [&] { return p->log()->pos().seq; };  // the log's block sequence
+    const uint64_t target = upfs::kCheckpointEveryBlocks + 4 * upfs::kCheckpointRetryBlocks + 2;
+    while (blocks() < target) ASSERT_TRUE(create(i++).ok()) << i;
+    const uint64_t tried = p->CheckpointsBegunForTest();
+    EXPECT_GE(tried, 4u) << "no retries as the log grew";
+    EXPECT_LE(tried, 6u) << "a checkpoint tried by every commit (" << i << " creates)";
+    EXPECT_EQ(p->super()->checkpoint.load(), 0u);
+    p->RefuseCheckpointImagesForTest(false);
+    const uint64_t until = blocks() + upfs::kCheckpointRetryBlocks + 1;
+    while (blocks() < until) ASSERT_TRUE(create(i++).ok()) << i;
+    EXPECT_NE(p->super()->checkpoint.load(), 0u) << "no checkpoint once there was room";
+  }
+  upfs::PoolReport r;
+  ASSERT_TRUE(upfs::CheckPool(pool, &r).ok());
+  for (const std::string& problem : r.problems) ADD_FAILURE() << problem;
+  EXPECT_LE(r.log_blocks, 2 * r.checkpoint_interval_blocks + 2);
+  EXPECT_EQ(r.leaked_blocks, 0);
+  unlink(pool.c_str());
+}
+
 // A process whose log position stayed behind while others checkpointed
 // may find that position's block freed and made something else: Reserve
 // refuses it (the caller catches up and reserves again) instead of

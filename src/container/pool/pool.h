@@ -197,6 +197,13 @@ class Pool {
   // (for tests of removals and checkpoints in a full pool; this process
   // only).
   void RefuseBlocksForTest(bool refuse = true) { refuse_blocks_for_test_.store(refuse, std::memory_order_relaxed); }
+  // A checkpoint's image alone finds no room (free space too fragmented):
+  // every checkpoint fails while the log grows.
+  void RefuseCheckpointImagesForTest(bool refuse = true) {
+    refuse_images_for_test_.store(refuse, std::memory_order_relaxed);
+  }
+  // How many checkpoints this attachment began (claims won), for tests.
+  uint64_t CheckpointsBegunForTest() const { return checkpoints_begun_.load(std::memory_order_relaxed); }
   // Gives back inode `ino` and every block its file holds: the last name
   // is gone and no descriptor of any process has it open.
   Status ReleaseInode(uint64_t ino);
@@ -372,6 +379,8 @@ class Pool {
   // Set once ReloadIndexLocked failed (index lock held; read with it).
   std::atomic<bool> index_lost_{false};
   std::atomic<bool> refuse_blocks_for_test_{false};
+  std::atomic<bool> refuse_images_for_test_{false};
+  std::atomic<uint64_t> checkpoints_begun_{0};
   // Blocks released since this process last gave back, and whether one of
   // its threads is giving back now (NoteReleased).
   // (A line of its own: every release of every thread adds to it.)

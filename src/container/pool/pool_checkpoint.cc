@@ -68,6 +68,7 @@ Status Pool::Checkpoint() {
         !w->checkpoint_owner.compare_exchange_strong(owner, me))
       return Status::Error(EBUSY, "another process is writing a checkpoint");
   }
+  checkpoints_begun_.fetch_add(1, std::memory_order_relaxed);
   Status st = WriteCheckpoint();
   uint64_t mine = me;
   w->checkpoint_owner.compare_exchange_strong(mine, 0);
@@ -172,10 +173,11 @@ Status Pool::AllocImageBlocks(uint64_t n, std::vector<Run>* runs, uint32_t* head
       image_runs->push_back(r);
     }
   }
-  // A test that refuses blocks (RefuseBlocksForTest) refuses the image
-  // too, once its blocks are taken: what a failed placement gives back is
-  // then tested with it.
-  if (st.ok() && refuse_blocks_for_test_.load(std::memory_order_relaxed))
+  // A test that refuses blocks (RefuseBlocksForTest) or images refuses
+  // the image once its blocks are taken: what a failed placement gives
+  // back is then tested with it.
+  if (st.ok() && (refuse_blocks_for_test_.load(std::memory_order_relaxed) ||
+                  refuse_images_for_test_.load(std::memory_order_relaxed)))
     st = Status::Error(ENOSPC, "no room for the checkpoint image (refused for a test)");
   return st;
 }
