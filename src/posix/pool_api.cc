@@ -276,9 +276,15 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
     const int fd = NewDescriptor(p, r, gen, flags, &use);
     if (fd < 0) return -1;
     if ((flags & O_TRUNC) && !created && r.type == FileType::kRegular && (flags & O_ACCMODE) != O_RDONLY) {
+      // A file that has no log has nothing to cut (and is not given a log
+      // for it), but its times and set-ID bits change as a truncate's.
       format::pool::Inode* in;
-      if (p.mount->pool->InodeAt(r.ino, &in).ok() && in->log_head.load() != 0 &&
-          upfs_ftruncate(fd, 0) != 0) {
+      int rc = 0;
+      if (p.mount->pool->InodeAt(r.ino, &in).ok()) {
+        if (in->log_head.load() != 0) rc = upfs_ftruncate(fd, 0);
+        else if (Status t = ns.TruncateEmpty(r.ino); !t.ok()) rc = Fail(t);
+      }
+      if (rc != 0) {
         const int e = errno;
         upfs_close(fd);
         errno = e;

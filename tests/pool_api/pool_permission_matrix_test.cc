@@ -47,7 +47,7 @@ struct Tree {
 std::vector<Tree> Trees() {
   std::vector<Tree> out;
   for (mode_t d : {0777, 0755, 0700, 0711, 0730, 0300, 01777, 01733})
-    for (mode_t f : {0666, 0644, 0600, 0464, 0246, 0200, 0000})
+    for (mode_t f : {0666, 0644, 0600, 0464, 0246, 0200, 0000, 04766, 02766, 02676})
       for (Whose dw : {Whose::kCallers, Whose::kGroups, Whose::kOthers})
         for (Whose fw : {Whose::kCallers, Whose::kOthers}) out.push_back(Tree{d, f, dw, fw});
   return out;
@@ -82,7 +82,10 @@ std::vector<int> RunCalls(pool_test::Side s) {
   char target[16];
   out.push_back(s.Readlink("/d/ln", target, sizeof(target)) >= 0 ? 0 : errno);
   out.push_back(r(s.Link("/d/ln", "/d/hardln")));
+  // The mode (set-ID bits a call dropped), or -errno.
+  const auto mode_of_f = [&] { return s.Stat("/d/f", &st) == 0 ? int(st.st_mode & 07777) : -errno; };
   out.push_back(r(s.Chown("/d/f", uid_t(-1), kSharedGroup)));
+  out.push_back(mode_of_f());
   out.push_back(r(s.Link("/d/f", "/d/hard")));
   out.push_back(r(s.Symlink("f", "/d/soft")));
   out.push_back(open_close("/d", O_RDONLY | O_DIRECTORY));
@@ -92,7 +95,17 @@ std::vector<int> RunCalls(pool_test::Side s) {
   out.push_back(r(s.Rename("/e/sub", "/d/sub", 0)));
   out.push_back(r(s.Rename("/d/new", "/d/f", RENAME_EXCHANGE)));
   out.push_back(r(s.Rename("/d/new", "/d/f", RENAME_NOREPLACE)));
+  const auto write_one = [&] {
+    const int fd = s.Open("/d/f", O_WRONLY, 0);
+    if (fd < 0) return errno;
+    const int e = (s.pool ? upfs_write(fd, "x", 1) : write(fd, "x", 1)) == 1 ? 0 : errno;
+    s.Close(fd);
+    return e;
+  };
+  out.push_back(write_one());
+  out.push_back(mode_of_f());
   out.push_back(r(s.Truncate("/d/f", 1)));
+  out.push_back(mode_of_f());
   out.push_back(r(s.Chmod("/d/f", 0640)));
   out.push_back(r(s.Rename("/d/f", "/d/g", 0)));
   out.push_back(r(s.Unlink(s.Stat("/d/g", &st) == 0 ? "/d/g" : "/d/f")));
@@ -105,10 +118,12 @@ const char* const kCallNames[] = {"stat f", "stat ln (follows)", "open f r", "op
                                   "open f rw|trunc", "access f R", "access f W", "access f X",
                                   "access f F", "access d WX", "create d/new", "mkdir d/sub",
                                   "utimens f", "open f noatime", "open ln nofollow", "readlink ln",
-                                  "link ln", "chgrp f", "link f hard", "symlink soft", "open d",
-                                  "rename d/sub e/sub", "rename e/sub d/sub", "exchange new f",
-                                  "noreplace new f", "truncate f", "chmod f", "rename f g",
-                                  "unlink", "rmdir d/sub", "rmdir d"};
+                                  "link ln", "chgrp f", "mode f after chgrp", "link f hard",
+                                  "symlink soft", "open d", "rename d/sub e/sub",
+                                  "rename e/sub d/sub", "exchange new f", "noreplace new f",
+                                  "write f", "mode f after write", "truncate f",
+                                  "mode f after truncate", "chmod f", "rename f g", "unlink",
+                                  "rmdir d/sub", "rmdir d"};
 
 class PoolPermissionMatrix : public ::testing::Test {
  protected:

@@ -184,6 +184,10 @@ class PoolNamespace {
   // writer (no ownership asked: it had write permission), atomic against a
   // concurrent chmod.
   Status DropSetIdForWrite(uint64_t ino);
+  // What an open with O_TRUNC does to a regular file that has no log (no
+  // data, nothing to cut): mtime and ctime now, and for a caller other
+  // than root DropSetIdForWrite, as the kernel's truncate of an empty file.
+  Status TruncateEmpty(uint64_t ino);
   // ts[0] atime, ts[1] mtime: UTIME_NOW, UTIME_OMIT, or a time; null: now.
   Status Utimens(uint64_t ino, const struct timespec ts[2], bool held = false);
   // mode: F_OK, or R_OK | W_OK | X_OK against this caller.
