@@ -76,7 +76,8 @@ Status PoolNamespace::MayFollow(const Inode* din, uint64_t link) const {
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(link, &in));
   const uid_t owner = OwnerUid(in->owner.load(std::memory_order_acquire));
   if (owner == who_->uid) return Status::OK();
-  if ((din->mode.load(std::memory_order_acquire) & (S_ISVTX | S_IWOTH)) != (S_ISVTX | S_IWOTH)) return Status::OK();
+  const uint64_t dmode = din->mode.load(std::memory_order_acquire);
+  if ((dmode & (S_ISVTX | S_IWOTH)) != (S_ISVTX | S_IWOTH)) return Status::OK();  // not sticky and world-writable
   if (OwnerUid(din->owner.load(std::memory_order_acquire)) == owner) return Status::OK();
   return Status::Error(EACCES, "another user's symbolic link in a sticky world-writable directory "
                                "(protected_symlinks)");
@@ -92,7 +93,8 @@ Status PoolNamespace::MayLink(uint64_t ino, FileType type) const {
   if (OwnerUid(in->owner.load(std::memory_order_acquire)) == who_->uid) return Status::OK();
   const uint64_t mode = in->mode.load(std::memory_order_acquire);
   const bool safe = type == FileType::kRegular && !(mode & S_ISUID) &&
-                    (mode & (S_ISGID | S_IXGRP)) != (S_ISGID | S_IXGRP) && Permit(in, kWantRead | kWantWrite).ok();
+                    (mode & (S_ISGID | S_IXGRP)) != (S_ISGID | S_IXGRP) &&
+                    Permit(in, kWantRead | kWantWrite).ok();
   if (safe) return Status::OK();
   return Status::Error(EPERM, "hard link to a file the caller neither owns nor may read and write "
                               "(protected_hardlinks)");
@@ -108,7 +110,8 @@ Status PoolNamespace::MayCreateOver(uint64_t dir, uint64_t ino) const {
   const uint64_t dmode = din->mode.load(std::memory_order_acquire);
   if (!(dmode & S_ISVTX)) return Status::OK();
   const uid_t owner = OwnerUid(in->owner.load(std::memory_order_acquire));
-  if (owner == OwnerUid(din->owner.load(std::memory_order_acquire)) || owner == who_->uid) return Status::OK();
+  const uid_t dir_owner = OwnerUid(din->owner.load(std::memory_order_acquire));
+  if (owner == dir_owner || owner == who_->uid) return Status::OK();
   if ((dmode & S_IWOTH) || ((dmode & S_IWGRP) && who_->protected_regular >= 2))
     return Status::Error(EACCES, "another user's file in a sticky directory opened with O_CREAT "
                                  "(protected_regular)");
