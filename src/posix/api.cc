@@ -226,6 +226,13 @@ struct AtForkRegistration {
 } g_atfork_registration;
 
 }  // namespace
+
+Status TruncateOpenFile(OpenFile* of, uint64_t length) {
+  UPFS_RETURN_IF_ERROR(EnsureEngine(of));
+  UPFS_RETURN_IF_ERROR(ClearPrivileges(of));
+  return of->d->file->Truncate(length);
+}
+
 }  // namespace upfs
 
 using namespace upfs;
@@ -384,8 +391,7 @@ int upfs_ftruncate(int fd, off_t length) {
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   if (!CanWrite(of)) return FailErrno(EINVAL, "descriptor not open for writing");
   if (length < 0) return FailErrno(EINVAL, "negative length");
-  if (Status p = ClearPrivileges(of); !p.ok()) return Fail(p);
-  Status st = of->d->file->Truncate(uint64_t(length));
+  Status st = TruncateOpenFile(of, uint64_t(length));
   return st.ok() ? 0 : Fail(st);
 }
 

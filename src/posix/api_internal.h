@@ -39,6 +39,10 @@ Status EnsureEngine(OpenFile* of);
 // Before a write or truncate through a pool descriptor: S_ISUID and
 // S_ISGID cleared as the kernel's write path does.
 Status ClearPoolPrivileges(OpenFile* of);
+// Truncates the file of `of` to `length` as a truncate does (set-ID bits
+// first), whatever the descriptor's access mode: ftruncate checks that
+// first; an open with O_RDONLY | O_TRUNC of a pool file comes here too.
+Status TruncateOpenFile(OpenFile* of, uint64_t length);
 bool IsPoolDescriptor(const OpenFile* of);
 // Pool descriptors' close and fstat (pool_api.cc).
 int PoolClose(int fd, OpenFile* of);

@@ -275,14 +275,23 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
     }
     const int fd = NewDescriptor(p, r, gen, flags, &use);
     if (fd < 0) return -1;
-    if ((flags & O_TRUNC) && !created && r.type == FileType::kRegular && (flags & O_ACCMODE) != O_RDONLY) {
+    // O_TRUNC truncates with O_RDONLY too, as Linux does (OpenExisting
+    // asked for write permission).
+    if ((flags & O_TRUNC) && !created && r.type == FileType::kRegular) {
       // A file that has no log has nothing to cut (and is not given a log
       // for it), but its times and set-ID bits change as a truncate's.
       format::pool::Inode* in;
       int rc = 0;
       if (p.mount->pool->InodeAt(r.ino, &in).ok()) {
-        if (in->log_head.load() != 0) rc = upfs_ftruncate(fd, 0);
-        else if (Status t = ns.TruncateEmpty(r.ino); !t.ok()) rc = Fail(t);
+        Status t;
+        if (in->log_head.load() != 0) {
+          OpGuard used(DescriptorUse::Only(fd));  // as ftruncate's: another thread may close it
+          OpenFile* of = Lookup(fd);
+          t = of ? TruncateOpenFile(of, 0) : Status::Error(EBADF, "descriptor closed during open");
+        } else {
+          t = ns.TruncateEmpty(r.ino);
+        }
+        if (!t.ok()) rc = Fail(t);
       }
       if (rc != 0) {
         const int e = errno;

@@ -106,6 +106,9 @@ std::vector<int> RunCalls(pool_test::Side s) {
   out.push_back(mode_of_f());
   out.push_back(r(s.Truncate("/d/f", 1)));
   out.push_back(mode_of_f());
+  // O_RDONLY | O_TRUNC truncates (Linux), given write permission.
+  out.push_back(open_close("/d/f", O_RDONLY | O_TRUNC));
+  out.push_back(s.Stat("/d/f", &st) == 0 ? int(st.st_size) : -errno);
   out.push_back(r(s.Chmod("/d/f", 0640)));
   out.push_back(r(s.Rename("/d/f", "/d/g", 0)));
   out.push_back(r(s.Unlink(s.Stat("/d/g", &st) == 0 ? "/d/g" : "/d/f")));
@@ -122,7 +125,7 @@ const char* const kCallNames[] = {"stat f", "stat ln (follows)", "open f r", "op
                                   "symlink soft", "open d", "rename d/sub e/sub",
                                   "rename e/sub d/sub", "exchange new f", "noreplace new f",
                                   "write f", "mode f after write", "truncate f",
-                                  "mode f after truncate", "chmod f", "rename f g", "unlink",
+                                  "mode f after truncate", "open f r|trunc", "size of f", "chmod f", "rename f g", "unlink",
                                   "rmdir d/sub", "rmdir d"};
 
 class PoolPermissionMatrix : public ::testing::Test {
