@@ -117,9 +117,7 @@ Status ClearPoolPrivileges(OpenFile* of) {
   format::pool::Inode* in;
   UPFS_RETURN_IF_ERROR(n->pool->InodeAt(n->ino, &in));
   const uint64_t mode = in->mode.load(std::memory_order_relaxed);
-  if (!(mode & (S_ISUID | S_ISGID)) || n->who->uid == 0) return Status::OK();
-  // Not a chmod: the writer need not own the file (the kernel clears the
-  // bits for any writer without CAP_FSETID).
+  if (!(mode & (S_ISUID | S_ISGID))) return Status::OK();  // every write asks: one load
   return PoolNamespace(n->pool, n->who).DropSetIdForWrite(n->ino);
 }
 
@@ -208,6 +206,20 @@ Status OpenExisting(PoolNamespace& ns, const Resolved& r, int flags) {
   return ns.MayOpen(r.ino, acc, (flags & O_TRUNC) != 0, (flags & O_NOATIME) != 0);
 }
 
+// An open with O_TRUNC of existing regular file `ino`, now descriptor
+// `fd`: truncated with O_RDONLY too, as Linux does (OpenExisting asked for
+// write permission). A file that has no log has nothing to cut (and is not
+// given a log for it), but its times and set-ID bits change as a
+// truncate's.
+Status TruncateAtOpen(PoolNamespace& ns, Pool& pool, uint64_t ino, int fd) {
+  format::pool::Inode* in;
+  if (!pool.InodeAt(ino, &in).ok()) return Status::OK();  // as before: the open stands
+  if (in->log_head.load() == 0) return ns.TruncateEmpty(ino);
+  OpGuard used(DescriptorUse::Only(fd));  // as ftruncate's: another thread may close it
+  OpenFile* of = Lookup(fd);
+  return of ? TruncateOpenFile(of, 0) : Status::Error(EBADF, "descriptor closed during open");
+}
+
 }  // namespace
 
 int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
@@ -275,29 +287,10 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
     }
     const int fd = NewDescriptor(p, r, gen, flags, &use);
     if (fd < 0) return -1;
-    // O_TRUNC truncates with O_RDONLY too, as Linux does (OpenExisting
-    // asked for write permission).
     if ((flags & O_TRUNC) && !created && r.type == FileType::kRegular) {
-      // A file that has no log has nothing to cut (and is not given a log
-      // for it), but its times and set-ID bits change as a truncate's.
-      format::pool::Inode* in;
-      int rc = 0;
-      if (p.mount->pool->InodeAt(r.ino, &in).ok()) {
-        Status t;
-        if (in->log_head.load() != 0) {
-          OpGuard used(DescriptorUse::Only(fd));  // as ftruncate's: another thread may close it
-          OpenFile* of = Lookup(fd);
-          t = of ? TruncateOpenFile(of, 0) : Status::Error(EBADF, "descriptor closed during open");
-        } else {
-          t = ns.TruncateEmpty(r.ino);
-        }
-        if (!t.ok()) rc = Fail(t);
-      }
-      if (rc != 0) {
-        const int e = errno;
+      if (Status t = TruncateAtOpen(ns, *p.mount->pool, r.ino, fd); !t.ok()) {
         upfs_close(fd);
-        errno = e;
-        return -1;
+        return Fail(t);
       }
     }
     return fd;

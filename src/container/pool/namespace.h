@@ -178,15 +178,15 @@ class PoolNamespace {
   Status Readlink(uint64_t ino, std::string* target);
   Status Chmod(uint64_t ino, mode_t mode);
   Status Chown(uint64_t ino, uid_t uid, gid_t gid);
-  // What a write or truncate by a caller other than root does to the mode,
-  // as the kernel's file_remove_privs: S_ISUID goes, and S_ISGID of a
-  // group-executable file or of a group the writer is not in. Done for any
-  // writer (no ownership asked: it had write permission), atomic against a
+  // What a write or truncate does to the mode, as the kernel's
+  // file_remove_privs: for a caller other than root, S_ISUID goes, and
+  // S_ISGID of a group-executable file or of a group the writer is not in.
+  // No ownership asked (the writer had write permission); atomic against a
   // concurrent chmod.
   Status DropSetIdForWrite(uint64_t ino);
   // What an open with O_TRUNC does to a regular file that has no log (no
-  // data, nothing to cut): mtime and ctime now, and for a caller other
-  // than root DropSetIdForWrite, as the kernel's truncate of an empty file.
+  // data, nothing to cut): mtime and ctime now, and DropSetIdForWrite, as
+  // the kernel's truncate of an empty file.
   Status TruncateEmpty(uint64_t ino);
   // ts[0] atime, ts[1] mtime: UTIME_NOW, UTIME_OMIT, or a time; null: now.
   Status Utimens(uint64_t ino, const struct timespec ts[2], bool held = false);

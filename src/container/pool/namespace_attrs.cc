@@ -178,6 +178,7 @@ Status PoolNamespace::Chmod(uint64_t ino, mode_t mode) {
 }
 
 Status PoolNamespace::DropSetIdForWrite(uint64_t ino) {
+  if (who_->uid == 0) return Status::OK();  // CAP_FSETID
   Inode* in;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
   // S_ISGID without group execute goes too when the writer is not in the
@@ -198,7 +199,7 @@ Status PoolNamespace::DropSetIdForWrite(uint64_t ino) {
 }
 
 Status PoolNamespace::TruncateEmpty(uint64_t ino) {
-  if (who_->uid != 0) UPFS_RETURN_IF_ERROR(DropSetIdForWrite(ino));
+  UPFS_RETURN_IF_ERROR(DropSetIdForWrite(ino));
   Inode* in;
   UPFS_RETURN_IF_ERROR(pool_->InodeAt(ino, &in));
   const uint64_t now = Now();
