@@ -73,6 +73,14 @@ class SlotHolder {
 class PoolLivenessTest : public pool_test::AttachedPoolTest {
  protected:
   PoolLivenessTest() : AttachedPoolTest("liveness") {}
+  // This process detaches, `child` attaches and claims (its slot in
+  // *theirs), and this process attaches again beside it.
+  void AttachBeside(SlotHolder* child, uint32_t* theirs) {
+    *theirs = child->Slot();
+    ASSERT_NE(*theirs, UINT32_MAX) << "the child could not attach or claim";
+    upfs::Status st = upfs::Pool::Attach(path_, &pool_);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
 };
 
 TEST_F(PoolLivenessTest, CheckSeesTheAttachedProcessAndNoneOnceItLeaves) {
@@ -91,10 +99,8 @@ TEST_F(PoolLivenessTest, CheckSeesTheAttachedProcessAndNoneOnceItLeaves) {
 TEST_F(PoolLivenessTest, AnotherProcessesSlotIsLiveUntilItDies) {
   pool_.reset();
   SlotHolder child(path_, /*claim_checkpoint=*/false);
-  const uint32_t theirs = child.Slot();
-  ASSERT_NE(theirs, UINT32_MAX) << "the child could not attach or claim a slot";
-  upfs::Status st = upfs::Pool::Attach(path_, &pool_);
-  ASSERT_TRUE(st.ok()) << st.ToString();
+  uint32_t theirs;
+  ASSERT_NO_FATAL_FAILURE(AttachBeside(&child, &theirs));
   EXPECT_TRUE(pool_->epochs()->SlotOwnerAlive(theirs)) << "a live process's slot taken for dead";
   EXPECT_TRUE(pool_->epochs()->AnyOtherProcessLive());
   uint32_t mine = UINT32_MAX;
@@ -112,12 +118,10 @@ TEST_F(PoolLivenessTest, ACheckpointClaimStandsWhileItsProcessLivesAndNotAfter) 
   for (int i = 0; i < 50; ++i) CreateAndClose("/f" + std::to_string(i));
   pool_.reset();
   SlotHolder child(path_, /*claim_checkpoint=*/true);
-  const uint32_t theirs = child.Slot();
-  ASSERT_NE(theirs, UINT32_MAX) << "the child could not attach or claim";
-  upfs::Status st = upfs::Pool::Attach(path_, &pool_);
-  ASSERT_TRUE(st.ok()) << st.ToString();
+  uint32_t theirs;
+  ASSERT_NO_FATAL_FAILURE(AttachBeside(&child, &theirs));
   const uint64_t before = pool_->super()->checkpoint.load();
-  st = pool_->Checkpoint();
+  upfs::Status st = pool_->Checkpoint();
   EXPECT_EQ(st.err(), EBUSY) << st.ToString();
   EXPECT_EQ(pool_->super()->checkpoint.load(), before) << "a checkpoint written under a live claim";
   EXPECT_EQ(SlotHolder::Words(*pool_)->checkpoint_owner.load(), uint64_t(theirs) + 1);

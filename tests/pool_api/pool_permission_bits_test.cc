@@ -332,7 +332,21 @@ TEST_F(PoolPermissionBitsTest, AWriteByAnotherUserDropsTheSetIdBitsAsTheKernelDo
   };
   ASSERT_EQ(write_as("-out", false), 0) << "the outsider's child failed at that step";
   ASSERT_EQ(write_as("-in", true), 0) << "the member's child failed at that step";
+  // Root (this process: CAP_FSETID) writes a set-user-ID file of its own
+  // and keeps the bit, as with the kernel.
+  {
+    const std::string mnt = "/upfs-permbits-root-" + std::to_string(getpid());
+    ASSERT_EQ(upfs_mount(path_.c_str(), mnt.c_str()), 0) << upfs_last_error();
+    const int fd = upfs_open((mnt + "/suid-out").c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(upfs_fchmod(fd, 04666), 0);
+    ASSERT_EQ(upfs_pwrite(fd, "y", 1, 0), 1);
+    upfs_close(fd);
+    ASSERT_EQ(upfs_umount(mnt.c_str()), 0);
+  }
   ASSERT_TRUE(upfs::Pool::Attach(path_, &pool_).ok());
+  EXPECT_EQ(StatOf("/suid-out").st_mode & 07777, 04666u) << "root's write dropped S_ISUID";
+  ASSERT_TRUE(Ns().Chmod(At("/suid-out").ino, 0666).ok());
   for (const auto& c : cases) {
     EXPECT_EQ(StatOf(std::string(c.name) + "-out").st_mode & 07777, c.outsider) << c.name << ", a writer outside the group";
     EXPECT_EQ(StatOf(std::string(c.name) + "-in").st_mode & 07777, c.member) << c.name << ", a writer in the group";
