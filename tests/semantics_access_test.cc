@@ -8,20 +8,25 @@ namespace {
 // ---------------------------------------------------------------------------
 // Opening: owner, group member, other x rwx bits x flags.
 
+// O_CREAT of an existing file only opens it. O_TRUNC asks for write
+// permission whatever the access mode, and Linux truncates a file opened
+// O_RDONLY | O_TRUNC (the test compares the sizes after).
 const Flag kFlags[] = {{"O_RDONLY", O_RDONLY},
                        {"O_WRONLY", O_WRONLY},
                        {"O_RDWR", O_RDWR},
                        {"O_WRONLY|O_APPEND", O_WRONLY | O_APPEND},
-                       {"O_RDWR|O_TRUNC", O_RDWR | O_TRUNC}};  // last: it empties the files
+                       {"O_RDONLY|O_CREAT", O_RDONLY | O_CREAT},
+                       {"O_RDONLY|O_TRUNC", O_RDONLY | O_TRUNC},  // these two last: they empty the files
+                       {"O_RDWR|O_TRUNC", O_RDWR | O_TRUNC}};
 
 // What each open did, as "FLAG: kernel-result / upfs-result;".
 std::string OpenResults(const Pair& p) {
   std::string out;
   for (const Flag& f : kFlags) {
-    int kfd = ::open(p.plain.c_str(), f.flags);
+    int kfd = ::open(p.plain.c_str(), f.flags, 0644);
     std::string k = Errno(kfd);
     if (kfd >= 0) ::close(kfd);
-    int ufd = upfs_open(p.upfs.c_str(), f.flags);
+    int ufd = upfs_open(p.upfs.c_str(), f.flags, 0644);
     std::string u = Errno(ufd);
     if (ufd >= 0 && (f.flags & O_ACCMODE) != O_WRONLY && !(f.flags & O_TRUNC)) {
       Bytes got;
@@ -40,9 +45,11 @@ std::string ExpectedResults(const Pair& p, unsigned bits) {
   const bool r = bits & 4, w = bits & 2;
   for (const Flag& f : kFlags) {
     const int acc = f.flags & O_ACCMODE;
-    const bool kernel_ok = (acc == O_RDONLY ? r : acc == O_WRONLY ? w : r && w);
+    const bool writes = acc != O_RDONLY || (f.flags & O_TRUNC);
+    const bool kernel_ok = (acc == O_WRONLY || r) && (!writes || w);
     const std::string k = kernel_ok ? "ok" : std::strerror(EACCES);
-    const std::string u = (kernel_ok && acc == O_WRONLY && !r) ? std::strerror(EACCES) : k;
+    const bool upfs_ok = kernel_ok && (!writes || r);
+    const std::string u = upfs_ok ? "ok" : std::strerror(EACCES);
     out += std::string(f.name) + ": " + k + " / " + u + "; ";
   }
   (void)p;
@@ -65,6 +72,14 @@ TEST_F(Semantics, OpenAsOwnerGroupMemberAndOtherForEveryModeAndFlag) {
       Pair p = MakePair(dir_, name, mode);
       std::string got = As(c.user, [&] { return OpenResults(p); });
       EXPECT_EQ(got, ExpectedResults(p, bits)) << c.user->name << ", mode " << std::oct << mode;
+      // Read as root (upfs cannot read the size of a file its caller may
+      // not read): emptied by the O_TRUNC opens that read and write.
+      struct stat sp, su;
+      ASSERT_EQ(::stat(p.plain.c_str(), &sp), 0);
+      ASSERT_EQ(upfs_stat(p.upfs.c_str(), &su), 0) << upfs_last_error();
+      const off_t left = (bits & 6) == 6 ? 0 : off_t(Content().size());
+      EXPECT_EQ(sp.st_size, left) << c.user->name << ", mode " << std::oct << mode;
+      EXPECT_EQ(su.st_size, left) << c.user->name << ", mode " << std::oct << mode;
       if (!(bits & 4) && (bits & 2)) {
         EXPECT_EQ(UpfsHolds(p.upfs, Content()), "") << "refused write-only open damaged the file";
       }
@@ -104,6 +119,43 @@ TEST_F(Semantics, TruncateChmodChownDecidedAsTheKernelDecides) {
     EXPECT_EQ(sp.st_uid, su.st_uid) << u->name;
     EXPECT_EQ(sp.st_gid, su.st_gid) << u->name;
   }
+}
+
+// A process that already writes a file holds an engine File it could
+// write with, so its kernel open of the file (always read-only) is not
+// what decides a later open for writing: after the owner takes its own
+// write permission away, every open that writes is refused as the
+// kernel's are, the descriptor opened before keeps writing, and nothing
+// is truncated.
+TEST_F(Semantics, AnOpenForWritingIsDecidedByTheKernelWhileTheProcessWritesTheFile) {
+  NEED_ROOT();
+  Pair p = MakePair(dir_, "again", 0644);
+  const std::string got = As(&kOwner, [&] {
+    std::string out;
+    const int k = ::open(p.plain.c_str(), O_RDWR), u = upfs_open(p.upfs.c_str(), O_RDWR);
+    out += "first " + Errno(k) + "/" + Errno(u) + "; ";
+    out += "chmod " + Errno(::chmod(p.plain.c_str(), 0444)) + "/" + Errno(upfs_chmod(p.upfs.c_str(), 0444)) + "; ";
+    for (const Flag& f : kFlags) {
+      const int k2 = ::open(p.plain.c_str(), f.flags, 0644), u2 = upfs_open(p.upfs.c_str(), f.flags, 0644);
+      out += std::string(f.name) + " " + Errno(k2) + "/" + Errno(u2) + "; ";
+      if (k2 >= 0) ::close(k2);
+      if (u2 >= 0) upfs_close(u2);
+    }
+    out += "write " + Errno(int(::pwrite(k, "x", 1, 0))) + "/" + Errno(int(upfs_pwrite(u, "x", 1, 0))) + "; ";
+    if (k >= 0) ::close(k);
+    if (u >= 0) upfs_close(u);
+    return out;
+  });
+  const std::string no = std::strerror(EACCES);
+  std::string want = "first ok/ok; chmod ok/ok; ";
+  for (const Flag& f : kFlags) {
+    const bool writes = (f.flags & O_ACCMODE) != O_RDONLY || (f.flags & O_TRUNC);
+    want += std::string(f.name) + " " + (writes ? no + "/" + no : "ok/ok") + "; ";
+  }
+  EXPECT_EQ(got, want + "write ok/ok; ");
+  Bytes after = Content();
+  after[0] = 'x';
+  EXPECT_EQ(UpfsHolds(p.upfs, after), "");
 }
 
 // ---------------------------------------------------------------------------

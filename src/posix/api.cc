@@ -76,6 +76,16 @@ Status ClearPrivileges(const OpenFile* of) {
   return Status::OK();
 }
 
+// Whether the caller may open the file behind host_fd for writing, as the
+// kernel's open decides it (the caller's effective ids and groups, ACLs,
+// a read-only mount, an immutable file), asked without opening it: an
+// open for writing would also tell watchers the file was written at its
+// close (inotify's IN_CLOSE_WRITE).
+Status KernelMayWrite(int host_fd) {
+  if (faccessat(host_fd, "", W_OK, AT_EACCESS | AT_EMPTY_PATH) == 0) return Status::OK();
+  return Status::FromErrno("open for writing");
+}
+
 int CheckOpenFlags(int flags) {
   if ((flags & O_ACCMODE) == O_ACCMODE) return FailErrno(EINVAL, "bad access mode");
   if (flags & O_DIRECTORY) return FailErrno(EISDIR, "upfs files are regular files");
@@ -99,8 +109,8 @@ int OpenOnHostFd(int fd, const char* path, int flags, format::Consistency consis
   Container& host = HostFileContainer();
   if ((flags & O_TRUNC) && create && st.st_size > 0 && !host.Holds(fd)) {
     // Truncating a plain file yields an empty file, which becomes upfs.
-    // (By name if fd is read-only: see host_descriptor.h.)
-    if (acc == O_RDONLY) return fail(Status::Error(EINVAL, "O_TRUNC with O_RDONLY"));
+    // (By name if fd is read-only, which has the kernel check write
+    // permission as its O_TRUNC does: see host_descriptor.h.)
     const std::string self = "/proc/self/fd/" + std::to_string(fd);
     if (ftruncate(fd, 0) != 0 && truncate(self.c_str(), 0) != 0)
       return fail(Status::FromErrno("truncate"));
@@ -109,15 +119,30 @@ int OpenOnHostFd(int fd, const char* path, int flags, format::Consistency consis
   // The program's descriptor becomes read-only unless the process has
   // another descriptor of the file (host_descriptor.h).
   const bool first_of_file = host_read_only || FindFile(st) == nullptr;
+  // O_TRUNC writes, whatever the access mode: Linux truncates a file
+  // opened O_RDONLY | O_TRUNC by a caller who may write it.
+  const bool writes = acc != O_RDONLY || (flags & O_TRUNC);
   // A caller who only reads gets a File that writes nothing (and needs no
-  // write permission), unless this process has a writing one already.
-  const bool writable = acc != O_RDONLY || create;
+  // write permission), unless this process has a writing one already. An
+  // empty host file opened with O_CREAT is to become a upfs file, which
+  // takes writing; a upfs file opened with O_CREAT is only opened.
+  const bool writable = writes || new_mode || (create && st.st_size == 0);
   std::shared_ptr<File> file;
   const Container::OpenOptions options{writable, create, consistency, new_mode};
+  bool opened_now = false;
   Status s = AcquireFile(st, writable, [&](std::unique_ptr<File>* f) {
+    opened_now = true;
     return host.Open(fd, path, options, f);
   }, &file);
   if (!s.ok()) return fail(s);
+  // A File opened now for writing had the kernel check read and write
+  // permission (it maps the file); one this process already writes with
+  // did not, and the caller's may have changed since (a chmod, another
+  // user's ids): the kernel decides, as its open would have.
+  if (writes && !opened_now && !new_mode) {
+    s = KernelMayWrite(fd);
+    if (!s.ok()) return fail(s);
+  }
   s = ProtectHostDescriptor(fd, acc, first_of_file, host_read_only);
   if (!s.ok()) return fail(s);
   auto* of = new OpenFile();
@@ -127,7 +152,7 @@ int OpenOnHostFd(int fd, const char* path, int flags, format::Consistency consis
   of->d->file = std::move(file);
   of->d->dev = st.st_dev;
   of->d->ino = st.st_ino;
-  if ((flags & O_TRUNC) && acc != O_RDONLY) {
+  if (flags & O_TRUNC) {
     s = ClearPrivileges(of);
     if (s.ok()) s = of->d->file->Truncate(0);
     if (!s.ok()) {
