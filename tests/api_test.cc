@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -248,6 +250,66 @@ TEST_P(ApiTest, BadDescriptors) {
   errno = 0;
   EXPECT_EQ(upfs_close(fd), -1);
   EXPECT_EQ(errno, EBADF);
+}
+
+// A read or write with a negative offset, or one whose end would pass the
+// largest offset, fails as the kernel's does on a plain file, in the
+// kernel's order: a negative offset is EINVAL before the descriptor is
+// looked at, an end past the largest offset EINVAL after the access mode.
+TEST_P(ApiTest, OffsetErrorsAsTheKernelsInItsOrder) {
+  const std::string plain = Path("plain");
+  ASSERT_TRUE(upfs_test::WriteHostFile(plain, "0123456789", 10));
+  int fd = Create();
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(upfs_pwrite(fd, "0123456789", 10, 0), 10);
+  ASSERT_EQ(upfs_close(fd), 0);
+  const auto err = [](ssize_t r) { return r >= 0 ? std::string("ok") : std::string(strerrorname_np(errno)); };
+  // Every call once on each side: "what kernel/upfs; ".
+  std::string got, want;
+  const auto both = [&](const char* what, int flags, const std::function<ssize_t(int, bool)>& call) {
+    const int k = ::open(plain.c_str(), flags);
+    const int u = upfs_open(Path().c_str(), flags);
+    ASSERT_GE(k, 0);
+    ASSERT_GE(u, 0) << upfs_last_error();
+    const std::string ks = err(call(k, false)), us = err(call(u, true));
+    got += std::string(what) + " " + ks + "/" + us + "; ";
+    want += std::string(what) + " " + ks + "/" + ks + "; ";
+    ::close(k);
+    upfs_close(u);
+  };
+  char buf[4];
+  constexpr off_t kMax = std::numeric_limits<off_t>::max();
+  const auto pread_at = [&](off_t at, size_t n) {
+    return [&, at, n](int fd, bool up) { return up ? upfs_pread(fd, buf, n, at) : ::pread(fd, buf, n, at); };
+  };
+  const auto pwrite_at = [&](off_t at, size_t n) {
+    return [&, at, n](int fd, bool up) { return up ? upfs_pwrite(fd, "ab", n, at) : ::pwrite(fd, "ab", n, at); };
+  };
+  both("pread -1 on a write-only descriptor", O_WRONLY, pread_at(-1, 1));
+  both("pwrite -1 on a read-only descriptor", O_RDONLY, pwrite_at(-1, 1));
+  both("pwrite at the largest offset", O_RDWR, pwrite_at(kMax, 1));
+  both("pwrite of 2 ending past it", O_RDWR, pwrite_at(kMax - 1, 2));
+  both("pwrite of 2 past it, O_APPEND", O_RDWR | O_APPEND, pwrite_at(kMax - 1, 2));
+  both("pread of 2 ending past it", O_RDONLY, pread_at(kMax - 1, 2));
+  both("pread past it, write-only", O_WRONLY, pread_at(kMax - 1, 2));
+  const auto at_end_of_offsets = [&](bool write) {
+    return [&, write](int fd, bool up) -> ssize_t {
+      if ((up ? upfs_lseek(fd, kMax, SEEK_SET) : ::lseek(fd, kMax, SEEK_SET)) != kMax) return -1;
+      if (write) return up ? upfs_write(fd, "a", 1) : ::write(fd, "a", 1);
+      return up ? upfs_read(fd, buf, 1) : ::read(fd, buf, 1);
+    };
+  };
+  both("write at the largest position", O_RDWR, at_end_of_offsets(true));
+  both("read at the largest position", O_RDWR, at_end_of_offsets(false));
+  EXPECT_EQ(got, want);
+  // A negative offset is refused even on a descriptor that is not open.
+  errno = 0;
+  EXPECT_EQ(upfs_pread(1 << 20, buf, 1, -1), -1);
+  EXPECT_EQ(errno, EINVAL);
+  fd = upfs_open(Path().c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ExpectContent(fd, Bytes{'0', '1', '2', '3', '4', '5', '6', '7', '8', '9'}, "after the refused calls");
+  upfs_close(fd);
 }
 
 TEST_P(ApiTest, HostFd) {

@@ -18,6 +18,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -84,6 +85,14 @@ Status ClearPrivileges(const OpenFile* of) {
 Status KernelMayWrite(int host_fd) {
   if (faccessat(host_fd, "", W_OK, AT_EACCESS | AT_EMPTY_PATH) == 0) return Status::OK();
   return Status::FromErrno("open for writing");
+}
+
+// Linux refuses a read or write whose count is negative as a ssize_t or
+// whose end would pass the largest offset (EINVAL, rw_verify_area), before
+// any limit of the file system's (EFBIG).
+bool RangeOverflows(size_t count, uint64_t pos) {
+  constexpr uint64_t kMaxOffset = uint64_t(std::numeric_limits<int64_t>::max());
+  return count > kMaxOffset || pos > kMaxOffset - count;
 }
 
 int CheckOpenFlags(int flags) {
@@ -313,12 +322,13 @@ int upfs_close(int fd) {
 }
 
 ssize_t upfs_pread(int fd, void* buf, size_t count, off_t offset) {
+  if (offset < 0) return FailErrno(EINVAL, "negative offset");  // before the descriptor, as Linux
   OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   if (!CanRead(of)) return FailErrno(EBADF, "descriptor not open for reading");
-  if (offset < 0) return FailErrno(EINVAL, "negative offset");
+  if (RangeOverflows(count, uint64_t(offset))) return FailErrno(EINVAL, "offset + count overflows");
   size_t done = 0;
   Status st = of->d->file->Read(buf, count, uint64_t(offset), &done);
   if (!st.ok()) return Fail(st);
@@ -326,12 +336,15 @@ ssize_t upfs_pread(int fd, void* buf, size_t count, off_t offset) {
 }
 
 ssize_t upfs_pwrite(int fd, const void* buf, size_t count, off_t offset) {
+  if (offset < 0) return FailErrno(EINVAL, "negative offset");  // before the descriptor, as Linux
   OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   if (!CanWrite(of)) return FailErrno(EBADF, "descriptor not open for writing");
-  if (offset < 0) return FailErrno(EINVAL, "negative offset");
+  // The offset given, even under O_APPEND (Linux checks it before it
+  // moves the write to the end).
+  if (RangeOverflows(count, uint64_t(offset))) return FailErrno(EINVAL, "offset + count overflows");
   if (Status p = ClearPrivileges(of); !p.ok()) return Fail(p);
   uint64_t at = 0;
   // Linux appends pwrite data on O_APPEND descriptors too.
@@ -347,6 +360,7 @@ ssize_t upfs_read(int fd, void* buf, size_t count) {
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   if (!CanRead(of)) return FailErrno(EBADF, "descriptor not open for reading");
   std::lock_guard<std::mutex> pl(of->d->pos_mu);
+  if (RangeOverflows(count, of->d->pos)) return FailErrno(EINVAL, "position + count overflows");
   size_t done = 0;
   Status st = of->d->file->Read(buf, count, of->d->pos, &done);
   if (!st.ok()) return Fail(st);
@@ -360,8 +374,9 @@ ssize_t upfs_write(int fd, const void* buf, size_t count) {
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   if (!CanWrite(of)) return FailErrno(EBADF, "descriptor not open for writing");
-  if (Status p = ClearPrivileges(of); !p.ok()) return Fail(p);
   std::lock_guard<std::mutex> pl(of->d->pos_mu);
+  if (RangeOverflows(count, of->d->pos)) return FailErrno(EINVAL, "position + count overflows");
+  if (Status p = ClearPrivileges(of); !p.ok()) return Fail(p);
   uint64_t at = 0;
   Status st = of->d->file->Write(buf, count, of->d->pos, of->d->flags & O_APPEND, &at);
   if (!st.ok()) return Fail(st);
