@@ -151,6 +151,8 @@ using namespace upfs;
 extern "C" {
 
 int upfs_fstatat(int dirfd, const char* path, struct stat* st, int flags) {
+  if (flags & ~(AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | AT_EMPTY_PATH | AT_STATX_SYNC_TYPE))
+    return FailErrno(EINVAL, "bad flags");  // first, as the kernel's vfs_fstatat
   if (!path || !st) return FailErrno(EFAULT, "null argument");
   if (*path == '\0' && (flags & AT_EMPTY_PATH)) {
     if (int r = PoolFstatFd(dirfd, st); r != -2) return r;

@@ -46,6 +46,26 @@ Status ResolveIn(PoolNamespace& ns, const PoolPath& p, bool follow, Resolved* r,
   return Noting(ns.ResolveHeld(p.inner, follow, r, gen, held, &escape, p.start), p, escape, which);
 }
 
+// A path without its trailing slashes (but "/" stays "/").
+std::string_view NameWithoutSlashes(std::string_view path) {
+  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  return path;
+}
+
+// Resolves the path of a call that acts on its last name itself (unlink,
+// rmdir, rename, the new name of a link, symbolic link or directory, a
+// create): that name is never followed, even with trailing slashes, which
+// the kernel's walk to the parent (LOOKUP_PARENT) reads as "must be a
+// directory", each call in its own way; *slashed says whether p had any.
+Status ResolveName(PoolNamespace& ns, const PoolPath& p, Resolved* r, bool* slashed, int which = 0) {
+  const std::string_view path = NameWithoutSlashes(p.inner);
+  *slashed = path.size() != p.inner.size();
+  std::string escape;
+  Status st = ns.ResolveHeld(path, false, r, nullptr, nullptr, &escape, p.start);
+  if (*slashed && !escape.empty()) escape += '/';  // where the path goes on, as the caller gave it
+  return Noting(st, p, escape, which);
+}
+
 // Resolves, and again while the namespace changes under the call (ESTALE).
 template <typename Fn>
 int WithRetry(Fn fn) {
@@ -56,8 +76,8 @@ int WithRetry(Fn fn) {
   }
 }
 
-// A change at p's last component (not followed): fn(ns, resolved), again
-// while the namespace changes under it.
+// A change at p's last name (ResolveName): fn(ns, resolved, slashed),
+// again while the namespace changes under it.
 template <typename Fn>
 int ChangeAt(const PoolPath& p, Fn fn) {
   OpGuard g(DescriptorUse::None());
@@ -65,14 +85,16 @@ int ChangeAt(const PoolPath& p, Fn fn) {
   ns.KeepParents();  // a name removed where names were made, most often
   return WithRetry([&]() -> Status {
     Resolved r;
-    UPFS_RETURN_IF_ERROR(ResolveIn(ns, p, false, &r));
-    return fn(ns, r);
+    bool slashed;
+    UPFS_RETURN_IF_ERROR(ResolveName(ns, p, &r, &slashed));
+    return fn(ns, r, slashed);
   });
 }
 
-// A call that makes a new name at p (mkdir, symlink): fn(ns, resolved)
-// at the directory this thread's parent cache has for p (no walk, no
-// shared lock), else as ChangeAt, its walk keeping the directory.
+// A call that makes a new name at p (mkdir, symlink): fn(ns, resolved,
+// slashed) at the directory this thread's parent cache has for p (no
+// walk, no shared lock; never for a path with a trailing slash), else as
+// ChangeAt, its walk keeping the directory.
 template <typename Fn>
 int NewNameAt(const PoolPath& p, Fn fn) {
   OpGuard g(DescriptorUse::None());
@@ -80,16 +102,12 @@ int NewNameAt(const PoolPath& p, Fn fn) {
   if (p.start == 0) {
     Resolved at;
     if (ns.CachedParent(p.inner, &at)) {
-      Status st = fn(ns, at);
+      Status st = fn(ns, at, false);
       if (ns.CacheAnswered(p.inner, st)) return st.ok() ? 0 : Fail(st);
     }
     ns.KeepParents();
   }
-  return WithRetry([&]() -> Status {
-    Resolved r;
-    UPFS_RETURN_IF_ERROR(ResolveIn(ns, p, false, &r));
-    return fn(ns, r);
-  });
+  return ChangeAt(p, fn);
 }
 
 }  // namespace
@@ -239,6 +257,14 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
   }
   PoolNamespace ns = Ns(p);
   const bool creat = flags & O_CREAT, excl = creat && (flags & O_EXCL);
+  if (creat && p.inner.size() > 1 && p.inner.back() == '/') {
+    // The kernel's answer once the walk to the parent succeeds, whatever
+    // the name is: a create cannot make a directory.
+    Resolved r;
+    bool slashed;
+    if (Status st = ResolveName(ns, p, &r, &slashed); !st.ok()) return Fail(st);
+    return FailErrno(EISDIR, "O_CREAT with a trailing slash");
+  }
   // A new file in a directory this thread created in before: no walk to
   // it, no lookup under the index lock held shared (ParentCache). O_EXCL
   // only: without it an existing name is opened, which the walk does.
@@ -265,7 +291,6 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
     if (!st.ok()) return Fail(st);
     if (r.ino == 0) {
       if (!creat) return FailErrno(ENOENT, "no such file or directory");
-      if (!p.inner.empty() && p.inner.back() == '/') return FailErrno(EISDIR, "is a directory");
       st = ns.Create(r, mode, c, &r.ino, &created, &gen);
       if (st.err() == EEXIST && !excl) continue;  // another creator won: open theirs
       if (!st.ok()) return Fail(st);
@@ -314,8 +339,10 @@ int PoolUnlink(const PoolPath& p, bool dir) {
     if (in.ends_with("/.")) return FailErrno(EINVAL, "cannot remove .");
     if (in.ends_with("/..")) return FailErrno(ENOTEMPTY, "cannot remove ..");
   }
-  return ChangeAt(p, [&](PoolNamespace& ns, const Resolved& r) {
-    if (!dir && !p.inner.empty() && p.inner.back() == '/' && r.ino != 0)
+  return ChangeAt(p, [&](PoolNamespace& ns, const Resolved& r, bool slashed) {
+    // unlink of "name/": what the name is decides (a symbolic link is not
+    // followed); rmdir's answer is Remove's.
+    if (!dir && slashed && r.ino != 0)
       return Status::Error(r.type == FileType::kDirectory ? EISDIR : ENOTDIR, "trailing slash");
     return ns.Remove(r, dir);
   });
@@ -329,9 +356,17 @@ int PoolRename(const PoolPath& from, const PoolPath& to, unsigned flags) {
   return WithRetry([&]() -> Status {
     Resolved a, b;
     std::string escape_a, escape_b;
-    Status resolved = ns.ResolveTwo(from.inner, from.start, &a, &escape_a, to.inner, to.start, &b, &escape_b);
+    // Both last names themselves, trailing slashes or not (ResolveName).
+    const std::string_view pa = NameWithoutSlashes(from.inner), pb = NameWithoutSlashes(to.inner);
+    const bool slashed = pa.size() != from.inner.size() || pb.size() != to.inner.size();
+    Status resolved = ns.ResolveTwo(pa, from.start, &a, &escape_a, pb, to.start, &b, &escape_b);
+    if (pa.size() != from.inner.size() && !escape_a.empty()) escape_a += '/';
+    if (pb.size() != to.inner.size() && !escape_b.empty()) escape_b += '/';
     UPFS_RETURN_IF_ERROR(Noting(Noting(resolved, from, escape_a, 0), to, escape_b, 1));
     if (a.ino == 0) return Status::Error(ENOENT, "no such file or directory");
+    // As the kernel's: a trailing slash on either name needs the source to
+    // be a directory.
+    if (slashed && a.type != FileType::kDirectory) return Status::Error(ENOTDIR, "trailing slash");
     return ns.Rename(a, b, flags);
   });
 }
@@ -470,7 +505,7 @@ int upfs_mkdirat(int dirfd, const char* path, mode_t mode) {
   PoolPath p;
   if (!InPool(dirfd, path, &p)) return mkdirat(dirfd, path, mode) == 0 ? 0 : FailErrno(errno, "mkdir failed");
   auto in_pool = [&] {
-    return NewNameAt(p, [&](PoolNamespace& ns, const Resolved& r) {
+    return NewNameAt(p, [&](PoolNamespace& ns, const Resolved& r, bool) {
       return r.ino != 0 ? Status::Error(EEXIST, "file exists") : ns.Mkdir(r, mode);
     });
   };
@@ -498,7 +533,10 @@ int upfs_link(const char* oldpath, const char* newpath) {
       Resolved from, to;
       UPFS_RETURN_IF_ERROR(ResolveIn(ns, a, false, &from, 0));
       if (from.ino == 0) return Status::Error(ENOENT, "no such file or directory");
-      UPFS_RETURN_IF_ERROR(ResolveIn(ns, b, false, &to, 1));
+      bool slashed;
+      UPFS_RETURN_IF_ERROR(ResolveName(ns, b, &to, &slashed, 1));
+      // "name/" asks for a directory, which a hard link is not.
+      if (slashed && to.ino == 0) return Status::Error(ENOENT, "trailing slash on a new link");
       return ns.Link(from, to);
     });
   };
@@ -513,12 +551,18 @@ int upfs_symlink(const char* target, const char* linkpath) {
   if (!InPool(AT_FDCWD, linkpath, &p))
     return symlink(target, linkpath) == 0 ? 0 : FailErrno(errno, "symlink failed");
   auto in_pool = [&] {
-    return NewNameAt(p, [&](PoolNamespace& ns, const Resolved& r) { return ns.Symlink(r, target); });
+    return NewNameAt(p, [&](PoolNamespace& ns, const Resolved& r, bool slashed) {
+      // "name/" asks for a directory, which a symbolic link is not.
+      if (slashed && r.ino == 0) return Status::Error(ENOENT, "trailing slash on a new symbolic link");
+      return ns.Symlink(r, target);
+    });
   };
   return FollowEscape({&p}, in_pool, [&](const std::string& to, int) { return upfs_symlink(target, to.c_str()); });
 }
 
 ssize_t upfs_readlink(const char* path, char* buf, size_t bufsiz) {
+  // First, as the kernel's, which takes the size as an int.
+  if (static_cast<int>(bufsiz) <= 0) return FailErrno(EINVAL, "buffer size must be positive");
   if (!path || !buf) return FailErrno(EFAULT, "null path");
   PoolPath p;
   if (!InPool(AT_FDCWD, path, &p)) {

@@ -1,0 +1,222 @@
+// Names at their edges in a pool against the kernel's tmpfs: trailing
+// slashes, symbolic links as the last name, "." and "..", names too long,
+// flags and sizes a call refuses. Each case runs in a fresh subtree on both
+// sides; its answer (errno's name) and the subtree after it (every name,
+// its type, a link's target) must be the kernel's. The random differential
+// test rarely makes these paths; a program (rm, mv, mkdir -p, a shell's
+// completion) makes them often.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "pool_test_fixture.h"
+#include "test_util.h"
+
+namespace pool_test {
+namespace {
+
+// The calls a case makes, on the kernel's files or through upfs (a pool).
+struct Side {
+  bool upfs;
+  std::string base;  // the case's subtree
+  std::string P(const std::string& rel) const { return base + "/" + rel; }
+  int Open(const std::string& rel, int flags) const {
+    const std::string p = P(rel);
+    const int fd = upfs ? upfs_open(p.c_str(), flags, 0644) : ::open(p.c_str(), flags, 0644);
+    if (fd >= 0) upfs ? upfs_close(fd) : ::close(fd);
+    return fd;
+  }
+  int Mkdir(const std::string& rel) const {
+    return upfs ? upfs_mkdir(P(rel).c_str(), 0755) : ::mkdir(P(rel).c_str(), 0755);
+  }
+  int Rmdir(const std::string& rel) const { return upfs ? upfs_rmdir(P(rel).c_str()) : ::rmdir(P(rel).c_str()); }
+  int Unlink(const std::string& rel) const { return upfs ? upfs_unlink(P(rel).c_str()) : ::unlink(P(rel).c_str()); }
+  int Link(const std::string& a, const std::string& b) const {
+    return upfs ? upfs_link(P(a).c_str(), P(b).c_str()) : ::link(P(a).c_str(), P(b).c_str());
+  }
+  int Symlink(const std::string& target, const std::string& rel) const {
+    return upfs ? upfs_symlink(target.c_str(), P(rel).c_str()) : ::symlink(target.c_str(), P(rel).c_str());
+  }
+  int Rename(const std::string& a, const std::string& b, unsigned flags = 0) const {
+    const std::string pa = P(a), pb = P(b);
+    return upfs ? upfs_renameat2(AT_FDCWD, pa.c_str(), AT_FDCWD, pb.c_str(), flags)
+                : ::renameat2(AT_FDCWD, pa.c_str(), AT_FDCWD, pb.c_str(), flags);
+  }
+  ssize_t Readlink(const std::string& rel, size_t size) const {
+    char buf[64];
+    return upfs ? upfs_readlink(P(rel).c_str(), buf, size) : ::readlink(P(rel).c_str(), buf, size);
+  }
+  int Stat(const std::string& rel, int flags) const {
+    struct stat st;
+    return upfs ? upfs_fstatat(AT_FDCWD, P(rel).c_str(), &st, flags)
+                : ::fstatat(AT_FDCWD, P(rel).c_str(), &st, flags);
+  }
+  int Truncate(const std::string& rel) const {
+    return upfs ? upfs_truncate(P(rel).c_str(), 0) : ::truncate(P(rel).c_str(), 0);
+  }
+
+  // f a file, d an empty directory, full a directory with a file in it,
+  // sf and sd symbolic links to f and d, dang one to nothing, loop one to
+  // itself.
+  void MakeTree() const {
+    ASSERT_EQ(upfs ? upfs_mkdir(base.c_str(), 0755) : ::mkdir(base.c_str(), 0755), 0) << base;
+    ASSERT_GE(Open("f", O_CREAT | O_WRONLY), 0);
+    ASSERT_EQ(Mkdir("d"), 0);
+    ASSERT_EQ(Mkdir("full"), 0);
+    ASSERT_GE(Open("full/x", O_CREAT | O_WRONLY), 0);
+    ASSERT_EQ(Symlink("f", "sf"), 0);
+    ASSERT_EQ(Symlink("d", "sd"), 0);
+    ASSERT_EQ(Symlink("nowhere", "dang"), 0);
+    ASSERT_EQ(Symlink("loop", "loop"), 0);
+  }
+
+  // Every name under the subtree, sorted, with its type and a link's target.
+  std::string Tree() const { return TreeOf(base, ""); }
+  std::string TreeOf(const std::string& dir, const std::string& prefix) const {
+    std::vector<std::string> names;
+    if (upfs) {
+      UPFS_DIR* d = upfs_opendir(dir.c_str());
+      if (!d) return "<cannot list " + prefix + ">";
+      while (struct dirent* e = upfs_readdir(d)) names.push_back(e->d_name);
+      upfs_closedir(d);
+    } else {
+      DIR* d = ::opendir(dir.c_str());
+      if (!d) return "<cannot list " + prefix + ">";
+      while (struct dirent* e = ::readdir(d)) names.push_back(e->d_name);
+      ::closedir(d);
+    }
+    std::sort(names.begin(), names.end());
+    std::string out;
+    for (const std::string& n : names) {
+      if (n == "." || n == "..") continue;
+      const std::string p = dir + "/" + n;
+      struct stat st;
+      if ((upfs ? upfs_lstat(p.c_str(), &st) : ::lstat(p.c_str(), &st)) != 0) {
+        out += prefix + n + "?; ";
+        continue;
+      }
+      if (S_ISDIR(st.st_mode)) {
+        out += prefix + n + "/ {" + TreeOf(p, prefix + n + "/") + "} ";
+      } else if (S_ISLNK(st.st_mode)) {
+        char t[256];
+        const ssize_t k = upfs ? upfs_readlink(p.c_str(), t, sizeof t) : ::readlink(p.c_str(), t, sizeof t);
+        out += prefix + n + " -> " + (k < 0 ? "?" : std::string(t, size_t(k))) + "; ";
+      } else {
+        out += prefix + n + "; ";
+      }
+    }
+    return out;
+  }
+};
+
+struct Case {
+  const char* name;
+  std::function<long(const Side&)> call;
+};
+
+std::string Answer(long r) { return r >= 0 ? "ok" : strerrorname_np(errno); }
+
+const std::string kLong(256, 'n');
+
+const std::vector<Case>& Cases() {
+  static const std::vector<Case> cases = {
+      // Opens.
+      {"open f/", [](const Side& s) { return s.Open("f/", O_RDONLY); }},
+      {"open f/ O_CREAT", [](const Side& s) { return s.Open("f/", O_RDONLY | O_CREAT); }},
+      {"open new/ O_CREAT", [](const Side& s) { return s.Open("new/", O_RDWR | O_CREAT); }},
+      {"open sd/ O_CREAT", [](const Side& s) { return s.Open("sd/", O_RDONLY | O_CREAT); }},
+      {"open dang/ O_CREAT", [](const Side& s) { return s.Open("dang/", O_RDWR | O_CREAT); }},
+      {"open missing/x/ O_CREAT", [](const Side& s) { return s.Open("missing/x/", O_RDONLY | O_CREAT); }},
+      {"open dang O_CREAT (makes nowhere)", [](const Side& s) { return s.Open("dang", O_RDWR | O_CREAT); }},
+      {"open dang O_CREAT|O_EXCL", [](const Side& s) { return s.Open("dang", O_RDWR | O_CREAT | O_EXCL); }},
+      {"open d O_CREAT", [](const Side& s) { return s.Open("d", O_RDONLY | O_CREAT); }},
+      {"open d/ read-only", [](const Side& s) { return s.Open("d/", O_RDONLY); }},
+      {"open sd/ O_NOFOLLOW", [](const Side& s) { return s.Open("sd/", O_RDONLY | O_NOFOLLOW); }},
+      {"open sf O_NOFOLLOW", [](const Side& s) { return s.Open("sf", O_RDONLY | O_NOFOLLOW); }},
+      {"open loop", [](const Side& s) { return s.Open("loop", O_RDONLY); }},
+      {"open f/..", [](const Side& s) { return s.Open("f/..", O_RDONLY); }},
+      {"open d/./../f", [](const Side& s) { return s.Open("d/./../f", O_RDONLY); }},
+      {"open a 256-byte name", [](const Side& s) { return s.Open(kLong, O_RDWR | O_CREAT); }},
+      // New names.
+      {"mkdir m/", [](const Side& s) { return s.Mkdir("m/"); }},
+      {"mkdir m//", [](const Side& s) { return s.Mkdir("m//"); }},
+      {"mkdir dang", [](const Side& s) { return s.Mkdir("dang"); }},
+      {"mkdir dang/", [](const Side& s) { return s.Mkdir("dang/"); }},
+      {"mkdir d/..", [](const Side& s) { return s.Mkdir("d/.."); }},
+      {"symlink new/", [](const Side& s) { return s.Symlink("x", "new/"); }},
+      {"symlink dang/", [](const Side& s) { return s.Symlink("x", "dang/"); }},
+      {"symlink to an empty target", [](const Side& s) { return s.Symlink("", "se"); }},
+      {"link f new/", [](const Side& s) { return s.Link("f", "new/"); }},
+      {"link f dang/", [](const Side& s) { return s.Link("f", "dang/"); }},
+      {"link sd/ x", [](const Side& s) { return s.Link("sd/", "x"); }},
+      {"link f/ x", [](const Side& s) { return s.Link("f/", "x"); }},
+      {"link sf x (the link itself)", [](const Side& s) { return s.Link("sf", "x"); }},
+      // Removals.
+      {"rmdir sd/", [](const Side& s) { return s.Rmdir("sd/"); }},
+      {"rmdir d/", [](const Side& s) { return s.Rmdir("d/"); }},
+      {"rmdir d//", [](const Side& s) { return s.Rmdir("d//"); }},
+      {"rmdir f/", [](const Side& s) { return s.Rmdir("f/"); }},
+      {"rmdir missing/", [](const Side& s) { return s.Rmdir("missing/"); }},
+      {"rmdir d/.", [](const Side& s) { return s.Rmdir("d/."); }},
+      {"rmdir d/..", [](const Side& s) { return s.Rmdir("d/.."); }},
+      {"unlink sd/", [](const Side& s) { return s.Unlink("sd/"); }},
+      {"unlink dang/", [](const Side& s) { return s.Unlink("dang/"); }},
+      {"unlink d/", [](const Side& s) { return s.Unlink("d/"); }},
+      {"unlink f/", [](const Side& s) { return s.Unlink("f/"); }},
+      {"unlink missing/", [](const Side& s) { return s.Unlink("missing/"); }},
+      // Renames.
+      {"rename f g/", [](const Side& s) { return s.Rename("f", "g/"); }},
+      {"rename f dang/", [](const Side& s) { return s.Rename("f", "dang/"); }},
+      {"rename d dang/", [](const Side& s) { return s.Rename("d", "dang/"); }},
+      {"rename d sd/", [](const Side& s) { return s.Rename("d", "sd/"); }},
+      {"rename sd/ z", [](const Side& s) { return s.Rename("sd/", "z"); }},
+      {"rename d/ z/", [](const Side& s) { return s.Rename("d/", "z/"); }},
+      {"rename d// z", [](const Side& s) { return s.Rename("d//", "z"); }},
+      {"rename d/ full/", [](const Side& s) { return s.Rename("d/", "full/"); }},
+      {"rename d/. z", [](const Side& s) { return s.Rename("d/.", "z"); }},
+      {"rename f d/..", [](const Side& s) { return s.Rename("f", "d/.."); }},
+      {"exchange f/ d", [](const Side& s) { return s.Rename("f/", "d", RENAME_EXCHANGE); }},
+      {"exchange d/ full/", [](const Side& s) { return s.Rename("d/", "full/", RENAME_EXCHANGE); }},
+      {"both exchange and noreplace", [](const Side& s) { return s.Rename("f", "d", RENAME_EXCHANGE | RENAME_NOREPLACE); }},
+      // Lookups, which follow a last symbolic link given a trailing slash.
+      {"lstat sd/", [](const Side& s) { return s.Stat("sd/", AT_SYMLINK_NOFOLLOW); }},
+      {"lstat sf/", [](const Side& s) { return s.Stat("sf/", AT_SYMLINK_NOFOLLOW); }},
+      {"stat dang/", [](const Side& s) { return s.Stat("dang/", 0); }},
+      {"fstatat with an unknown flag", [](const Side& s) { return s.Stat("f", 0x40000000); }},
+      {"readlink sd/", [](const Side& s) { return s.Readlink("sd/", 64); }},
+      {"readlink sf/", [](const Side& s) { return s.Readlink("sf/", 64); }},
+      {"readlink f", [](const Side& s) { return s.Readlink("f", 64); }},
+      {"readlink into 0 bytes", [](const Side& s) { return s.Readlink("dang", 0); }},
+      {"truncate sd", [](const Side& s) { return s.Truncate("sd"); }},
+      {"truncate f/", [](const Side& s) { return s.Truncate("f/"); }},
+  };
+  return cases;
+}
+
+class PoolNameEdges : public PoolTest {};
+
+TEST_F(PoolNameEdges, EveryCaseAnswersAndLeavesTheTreeAsTheKernels) {
+  upfs_test::TempDir kernel_dir;
+  int i = 0;
+  for (const Case& c : Cases()) {
+    const std::string sub = "c" + std::to_string(i++);
+    const Side kernel{false, kernel_dir.File(sub)}, pool{true, P(sub)};
+    kernel.MakeTree();
+    pool.MakeTree();
+    ASSERT_EQ(pool.Tree(), kernel.Tree()) << "before " << c.name;
+    const std::string k = Answer(c.call(kernel)), u = Answer(c.call(pool));
+    EXPECT_EQ(u, k) << c.name;
+    EXPECT_EQ(pool.Tree(), kernel.Tree()) << "after " << c.name;
+  }
+  ExpectClean();
+}
+
+}  // namespace
+}  // namespace pool_test
