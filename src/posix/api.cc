@@ -97,6 +97,8 @@ bool RangeOverflows(size_t count, uint64_t pos) {
 
 int CheckOpenFlags(int flags) {
   if ((flags & O_ACCMODE) == O_ACCMODE) return FailErrno(EINVAL, "bad access mode");
+  if ((flags & (O_CREAT | O_DIRECTORY)) == (O_CREAT | O_DIRECTORY))
+    return FailErrno(EINVAL, "O_CREAT with O_DIRECTORY");  // as Linux 6.4 on
   if (flags & O_DIRECTORY) return FailErrno(EISDIR, "upfs files are regular files");
   return 0;
 }
@@ -340,8 +342,10 @@ ssize_t upfs_pwrite(int fd, const void* buf, size_t count, off_t offset) {
   OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
-  if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
+  // The access mode first: a directory's descriptor writes nothing (EBADF
+  // before EISDIR, as the kernel's).
   if (!CanWrite(of)) return FailErrno(EBADF, "descriptor not open for writing");
+  if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   // The offset given, even under O_APPEND (Linux checks it before it
   // moves the write to the end).
   if (RangeOverflows(count, uint64_t(offset))) return FailErrno(EINVAL, "offset + count overflows");
@@ -372,8 +376,8 @@ ssize_t upfs_write(int fd, const void* buf, size_t count) {
   OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  if (!CanWrite(of)) return FailErrno(EBADF, "descriptor not open for writing");  // as pwrite
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
-  if (!CanWrite(of)) return FailErrno(EBADF, "descriptor not open for writing");
   std::lock_guard<std::mutex> pl(of->d->pos_mu);
   if (RangeOverflows(count, of->d->pos)) return FailErrno(EINVAL, "position + count overflows");
   if (Status p = ClearPrivileges(of); !p.ok()) return Fail(p);
@@ -388,6 +392,7 @@ off_t upfs_lseek(int fd, off_t offset, int whence) {
   OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
+  if (IsPoolDirectory(of)) return PoolDirSeek(of, offset, whence);
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   std::lock_guard<std::mutex> pl(of->d->pos_mu);
   int64_t base = 0;
@@ -425,12 +430,14 @@ off_t upfs_lseek(int fd, off_t offset, int whence) {
 }
 
 int upfs_ftruncate(int fd, off_t length) {
+  // In the kernel's order: the length, the descriptor, its access mode (a
+  // directory's is never writable: EINVAL too).
+  if (length < 0) return FailErrno(EINVAL, "negative length");
   OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
-  if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   if (!CanWrite(of)) return FailErrno(EINVAL, "descriptor not open for writing");
-  if (length < 0) return FailErrno(EINVAL, "negative length");
+  if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   Status st = TruncateOpenFile(of, uint64_t(length));
   return st.ok() ? 0 : Fail(st);
 }
@@ -439,9 +446,11 @@ int upfs_fallocate(int fd, int mode, off_t offset, off_t len) {
   OpGuard g(DescriptorUse::Only(fd));
   OpenFile* of = Lookup(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
-  if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
-  if (!CanWrite(of)) return FailErrno(EBADF, "descriptor not open for writing");
+  // In the kernel's order (vfs_fallocate): the range, the access mode, the
+  // kind of file.
   if (offset < 0 || len <= 0) return FailErrno(EINVAL, "bad offset or length");
+  if (!CanWrite(of)) return FailErrno(EBADF, "descriptor not open for writing");
+  if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   if (Status p = ClearPrivileges(of); !p.ok()) return Fail(p);
   Status st = of->d->file->Fallocate(mode, uint64_t(offset), uint64_t(len));
   return st.ok() ? 0 : Fail(st);

@@ -44,6 +44,11 @@ Status ClearPoolPrivileges(OpenFile* of);
 // first; an open with O_RDONLY | O_TRUNC of a pool file comes here too.
 Status TruncateOpenFile(OpenFile* of, uint64_t length);
 bool IsPoolDescriptor(const OpenFile* of);
+bool IsPoolDirectory(const OpenFile* of);
+// lseek of a pool directory's descriptor (pool_dirs.cc): the position is
+// the count of entries its scan has given (getdents64's d_off), 0 starts
+// a new scan; SEEK_END is EINVAL, as for the kernel's tmpfs directories.
+off_t PoolDirSeek(OpenFile* of, off_t offset, int whence);
 // Pool descriptors' close and fstat (pool_api.cc).
 int PoolClose(int fd, OpenFile* of);
 int PoolFstat(OpenFile* of, struct stat* out);

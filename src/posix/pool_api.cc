@@ -118,6 +118,9 @@ PoolNode::~PoolNode() {
 }
 
 bool IsPoolDescriptor(const OpenFile* of) { return of->d->pool != nullptr; }
+bool IsPoolDirectory(const OpenFile* of) {
+  return of->d->pool && of->d->pool->type == FileType::kDirectory;
+}
 
 Status EnsureEngine(OpenFile* of) {
   Description* d = of->d.get();
@@ -243,6 +246,9 @@ Status TruncateAtOpen(PoolNamespace& ns, Pool& pool, uint64_t ino, int fd) {
 int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
   OpGuard g(DescriptorUse::None());
   if ((flags & O_ACCMODE) == O_ACCMODE) return FailErrno(EINVAL, "bad access mode");
+  // Linux 6.4 on: a create cannot make a directory, and once did make a file.
+  if ((flags & (O_CREAT | O_DIRECTORY)) == (O_CREAT | O_DIRECTORY))
+    return FailErrno(EINVAL, "O_CREAT with O_DIRECTORY");
   // An unnamed file (one that a later linkat may name) is not built for
   // pools: said plainly, as a file system without it says it.
   if ((flags & O_TMPFILE) == O_TMPFILE) return FailErrno(EOPNOTSUPP, "O_TMPFILE in a pool");

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -122,6 +123,38 @@ bool Refill(UPFS_DIR* d) {
 }
 
 }  // namespace
+
+off_t PoolDirSeek(OpenFile* of, off_t offset, int whence) {
+  PoolNode* n = of->d->pool;
+  std::lock_guard<std::mutex> lk(n->scan_mu);
+  int64_t to;
+  switch (whence) {
+    case SEEK_SET:
+      to = offset;
+      break;
+    case SEEK_CUR:
+      if (__builtin_add_overflow(int64_t(n->scan_pos), int64_t(offset), &to))
+        return FailErrno(EINVAL, "position overflows");
+      break;
+    default:
+      return FailErrno(EINVAL, "a directory seeks from its start or its position only");
+  }
+  if (to < 0) return FailErrno(EINVAL, "negative position");
+  if (to == 0) {
+    // A new snapshot at the next read, as rewinddir: names made since count.
+    n->scanned = false;
+    n->scan_pos = 0;
+    return 0;
+  }
+  // Within this scan's snapshot (taken now if none was): a d_off that
+  // getdents64 gave leads back to the entry after it.
+  if (!n->scanned) {
+    if (Status st = StartScan(n); !st.ok()) return Fail(st);
+  }
+  n->scan_pos = std::min(size_t(to), n->listing.size());
+  return off_t(to);
+}
+
 }  // namespace upfs
 
 using namespace upfs;

@@ -10,7 +10,10 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "pool_test_fixture.h"
+#include "test_util.h"
 #include "upfs/upfs.h"
 
 namespace {
@@ -113,6 +117,90 @@ TEST_F(PoolTest, GetdentsGoesOnWhereTheStreamsBufferEnds) {
   while (struct dirent* e = upfs_readdir(d)) EXPECT_TRUE(names.insert(e->d_name).second) << e->d_name;
   EXPECT_EQ(names.size(), size_t(kFiles) + 2);
   EXPECT_EQ(upfs_closedir(d), 0);
+}
+
+// The names a getdents64 of fd gives from where it stands, sorted.
+std::string NextNames(int fd, bool upfs) {
+  char buf[4096];
+  const long n = upfs ? upfs_getdents64(fd, buf, sizeof buf) : syscall(SYS_getdents64, fd, buf, sizeof buf);
+  if (n < 0) return strerrorname_np(errno);
+  std::vector<std::string> names;
+  for (long at = 0; at < n;) {
+    const auto* e = reinterpret_cast<const struct dirent64*>(buf + at);
+    names.push_back(e->d_name);
+    at += e->d_reclen;
+  }
+  std::sort(names.begin(), names.end());
+  std::string out;
+  for (const std::string& x : names) out += x + ",";
+  return out;
+}
+
+// A directory's descriptor answers every call as the kernel's does for a
+// tmpfs directory: the access mode refuses writes before the kind does
+// (EBADF, EINVAL), and lseek goes back to the start (rewinddir's lseek, a
+// new scan that sees a name made since) or to where a getdents64 stood;
+// SEEK_END is EINVAL. Before 2026-12-07 each was EISDIR, so a program's
+// rewinddir through the preload failed.
+TEST_F(PoolTest, ADirectoryDescriptorAnswersAsTheKernelsDo) {
+  upfs_test::TempDir kernel_dir;
+  std::string got, want;
+  for (const bool upfs : {false, true}) {
+    const std::string d = upfs ? P("d") : kernel_dir.File("d");
+    std::string& out = upfs ? got : want;
+    const auto answer = [&](const char* what, long r) {
+      out += std::string(what) + " " + (r < 0 ? strerrorname_np(errno) : std::to_string(r)) + "; ";
+    };
+    ASSERT_EQ(upfs ? upfs_mkdir(d.c_str(), 0755) : ::mkdir(d.c_str(), 0755), 0);
+    for (const char* name : {"/a", "/b"}) {
+      const int f = upfs ? upfs_open((d + name).c_str(), O_CREAT | O_WRONLY, 0644)
+                         : ::open((d + name).c_str(), O_CREAT | O_WRONLY, 0644);
+      ASSERT_GE(f, 0);
+      upfs ? upfs_close(f) : ::close(f);
+    }
+    const int fd = upfs ? upfs_open(d.c_str(), O_RDONLY | O_DIRECTORY) : ::open(d.c_str(), O_RDONLY | O_DIRECTORY);
+    ASSERT_GE(fd, 0);
+    char c = 'x';
+    answer("write", upfs ? upfs_write(fd, &c, 1) : ::write(fd, &c, 1));
+    answer("pwrite", upfs ? upfs_pwrite(fd, &c, 1, 0) : ::pwrite(fd, &c, 1, 0));
+    answer("read", upfs ? upfs_read(fd, &c, 1) : ::read(fd, &c, 1));
+    answer("ftruncate", upfs ? upfs_ftruncate(fd, 0) : ::ftruncate(fd, 0));
+    answer("fallocate", upfs ? upfs_fallocate(fd, 0, 0, 1) : ::fallocate(fd, 0, 0, 1));
+    answer("lseek end", upfs ? upfs_lseek(fd, 0, SEEK_END) : ::lseek(fd, 0, SEEK_END));
+    const std::string listed = NextNames(fd, upfs);
+    out += "listed " + listed + " then " + NextNames(fd, upfs) + "; ";
+    const int f = upfs ? upfs_open((d + "/c").c_str(), O_CREAT | O_WRONLY, 0644)
+                       : ::open((d + "/c").c_str(), O_CREAT | O_WRONLY, 0644);
+    ASSERT_GE(f, 0);
+    upfs ? upfs_close(f) : ::close(f);
+    answer("lseek 0", upfs ? upfs_lseek(fd, 0, SEEK_SET) : ::lseek(fd, 0, SEEK_SET));
+    out += "listed again " + NextNames(fd, upfs) + "; ";
+    // Back to where the first record's d_off says, by SEEK_SET and by
+    // SEEK_CUR: the rest comes again (which names, the order decides).
+    answer("lseek 0 again", upfs ? upfs_lseek(fd, 0, SEEK_SET) : ::lseek(fd, 0, SEEK_SET));
+    char buf[4096];
+    const long n = upfs ? upfs_getdents64(fd, buf, sizeof buf) : syscall(SYS_getdents64, fd, buf, sizeof buf);
+    if (n > 0) {
+      size_t records = 0;
+      for (long at = 0; at < n; ++records) at += reinterpret_cast<const struct dirent64*>(buf + at)->d_reclen;
+      const off_t first = reinterpret_cast<const struct dirent64*>(buf)->d_off;
+      const off_t to = upfs ? upfs_lseek(fd, first, SEEK_SET) : ::lseek(fd, first, SEEK_SET);
+      EXPECT_EQ(to, first) << (upfs ? "upfs" : "kernel");
+      const std::string rest = NextNames(fd, upfs);
+      out += "records " + std::to_string(records) + ", after the first " +
+             std::to_string(std::count(rest.begin(), rest.end(), ',')) + "; ";
+    } else {
+      answer("getdents after lseek 0", n);
+    }
+    // Where SEEK_CUR leads is the file system's number: whether it answers.
+    answer("lseek cur -1 answers", (upfs ? upfs_lseek(fd, -1, SEEK_CUR) : ::lseek(fd, -1, SEEK_CUR)) < 0 ? -1 : 0);
+    answer("lseek -1", upfs ? upfs_lseek(fd, -1, SEEK_SET) : ::lseek(fd, -1, SEEK_SET));
+    upfs ? upfs_close(fd) : ::close(fd);
+    answer("O_CREAT|O_DIRECTORY", upfs ? upfs_open((d + "/e").c_str(), O_CREAT | O_DIRECTORY | O_RDONLY, 0644)
+                                       : ::open((d + "/e").c_str(), O_CREAT | O_DIRECTORY | O_RDONLY, 0644));
+  }
+  EXPECT_EQ(got, want);
+  ExpectClean();
 }
 
 TEST_F(PoolTest, AStreamSharedByThreadsHandsEachEntryToOne) {
