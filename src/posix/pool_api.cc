@@ -263,14 +263,7 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
   }
   PoolNamespace ns = Ns(p);
   const bool creat = flags & O_CREAT, excl = creat && (flags & O_EXCL);
-  if (creat && p.inner.size() > 1 && p.inner.back() == '/') {
-    // The kernel's answer once the walk to the parent succeeds, whatever
-    // the name is: a create cannot make a directory.
-    Resolved r;
-    bool slashed;
-    if (Status st = ResolveName(ns, p, &r, &slashed); !st.ok()) return Fail(st);
-    return FailErrno(EISDIR, "O_CREAT with a trailing slash");
-  }
+  if (creat) ns.ForCreate();  // a name followed by a slash: EISDIR
   // A new file in a directory this thread created in before: no walk to
   // it, no lookup under the index lock held shared (ParentCache). O_EXCL
   // only: without it an existing name is opened, which the walk does.
@@ -339,11 +332,17 @@ int PoolStat(const PoolPath& p, struct stat* st, bool follow) {
 
 int PoolUnlink(const PoolPath& p, bool dir) {
   if (dir) {
-    // rmdir of "." and of ".." as the kernel answers them.
-    std::string_view in = p.inner;
-    while (in.size() > 1 && in.back() == '/') in.remove_suffix(1);
-    if (in.ends_with("/.")) return FailErrno(EINVAL, "cannot remove .");
-    if (in.ends_with("/..")) return FailErrno(ENOTEMPTY, "cannot remove ..");
+    // rmdir of "." and of ".." as the kernel answers them, once the walk
+    // to the directory they are in succeeds (its errors come first).
+    const std::string_view in = NameWithoutSlashes(p.inner);
+    const bool dot = in == "." || in.ends_with("/."), dotdot = in == ".." || in.ends_with("/..");
+    if (dot || dotdot) {
+      OpGuard g(DescriptorUse::None());
+      PoolNamespace ns = Ns(p);
+      Resolved r;
+      if (Status st = ResolveIn(ns, p, true, &r); !st.ok()) return Fail(st);
+      return dot ? FailErrno(EINVAL, "cannot remove .") : FailErrno(ENOTEMPTY, "cannot remove ..");
+    }
   }
   return ChangeAt(p, [&](PoolNamespace& ns, const Resolved& r, bool slashed) {
     // unlink of "name/": what the name is decides (a symbolic link is not
@@ -364,16 +363,12 @@ int PoolRename(const PoolPath& from, const PoolPath& to, unsigned flags) {
     std::string escape_a, escape_b;
     // Both last names themselves, trailing slashes or not (ResolveName).
     const std::string_view pa = NameWithoutSlashes(from.inner), pb = NameWithoutSlashes(to.inner);
-    const bool slashed = pa.size() != from.inner.size() || pb.size() != to.inner.size();
+    const RenameSlashes slashes{pa.size() != from.inner.size(), pb.size() != to.inner.size()};
     Status resolved = ns.ResolveTwo(pa, from.start, &a, &escape_a, pb, to.start, &b, &escape_b);
-    if (pa.size() != from.inner.size() && !escape_a.empty()) escape_a += '/';
-    if (pb.size() != to.inner.size() && !escape_b.empty()) escape_b += '/';
+    if (slashes.from && !escape_a.empty()) escape_a += '/';
+    if (slashes.to && !escape_b.empty()) escape_b += '/';
     UPFS_RETURN_IF_ERROR(Noting(Noting(resolved, from, escape_a, 0), to, escape_b, 1));
-    if (a.ino == 0) return Status::Error(ENOENT, "no such file or directory");
-    // As the kernel's: a trailing slash on either name needs the source to
-    // be a directory.
-    if (slashed && a.type != FileType::kDirectory) return Status::Error(ENOTDIR, "trailing slash");
-    return ns.Rename(a, b, flags);
+    return ns.Rename(a, b, flags, slashes);
   });
 }
 

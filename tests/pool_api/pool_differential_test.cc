@@ -5,7 +5,8 @@
 // 100 steps one top-level name is removed recursively on both sides, which
 // keeps the trees small enough to compare whole each time. Names come from a small set, so
 // that operations collide: over existing names, into files, directories that
-// are not empty, links to directories, a directory moved below itself.
+// are not empty, links to directories, a directory moved below itself;
+// and paths with a trailing slash, "." and ".." components and "//".
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -64,6 +65,19 @@ TEST_F(PoolDifferential, RandomOperationsMatchTheKernel) {
     std::string p;
     const size_t depth = 1 + pick(3);
     for (size_t i = 0; i < depth; ++i) p += "/" + std::string(kNames[pick(10)]);
+    // Now and then a shape programs write too (rm -r d/, cd ..): a trailing
+    // slash, a last ".", a "." or ".." component or "//" after the first
+    // name, each read by the kernel and a pool in their own ways (a slash
+    // after a symbolic link, a ".." out of one).
+    const size_t first = p.find('/', 1);
+    switch (pick(24)) {
+      case 0: case 1: p += "/"; break;
+      case 2: p += "/."; break;
+      case 3: if (first != std::string::npos) p.insert(first, "/."); break;
+      case 4: if (first != std::string::npos) p.insert(first, "/"); break;
+      case 5: if (first != std::string::npos) p.insert(first, "/" + std::string(kNames[pick(10)]) + "/.."); break;
+      default: break;
+    }
     return p;
   };
   std::deque<std::string> history;
@@ -145,7 +159,8 @@ TEST_F(PoolDifferential, RandomOperationsMatchTheKernel) {
         break;
       case 9: {
         // Relative targets only: an absolute one names different trees.
-        const std::string t = std::string(kNames[pick(10)]) + (pick(2) ? "/" + std::string(kNames[pick(10)]) : "");
+        std::string t = std::string(kNames[pick(10)]) + (pick(2) ? "/" + std::string(kNames[pick(10)]) : "");
+        if (pick(8) == 0) t += "/";  // a link that resolves only to a directory
         desc = "symlink " + t + " " + a;
         both([&](Side& s) { return s.Symlink(t, a); });
         break;

@@ -75,6 +75,9 @@ struct Side {
     ASSERT_EQ(Symlink("d", "sd"), 0);
     ASSERT_EQ(Symlink("nowhere", "dang"), 0);
     ASSERT_EQ(Symlink("loop", "loop"), 0);
+    ASSERT_EQ(Symlink("f/", "sfs"), 0);  // bodies that end in a slash
+    ASSERT_EQ(Symlink("nowhere/", "dangs"), 0);
+    ASSERT_EQ(Symlink("self/", "self"), 0);
   }
 
   // Every name under the subtree, sorted, with its type and a link's target.
@@ -144,6 +147,11 @@ const std::vector<Case>& Cases() {
       {"open f/..", [](const Side& s) { return s.Open("f/..", O_RDONLY); }},
       {"open d/./../f", [](const Side& s) { return s.Open("d/./../f", O_RDONLY); }},
       {"open a 256-byte name", [](const Side& s) { return s.Open(kLong, O_RDWR | O_CREAT); }},
+      {"open sfs (f/) O_CREAT", [](const Side& s) { return s.Open("sfs", O_RDWR | O_CREAT); }},
+      {"open dangs (nowhere/) O_CREAT", [](const Side& s) { return s.Open("dangs", O_RDWR | O_CREAT); }},
+      {"open self (self/) O_CREAT", [](const Side& s) { return s.Open("self", O_RDWR | O_CREAT); }},
+      {"open sfs (f/)", [](const Side& s) { return s.Open("sfs", O_RDONLY); }},
+      {"open f/ O_CREAT|O_EXCL", [](const Side& s) { return s.Open("f/", O_RDWR | O_CREAT | O_EXCL); }},
       // New names.
       {"mkdir m/", [](const Side& s) { return s.Mkdir("m/"); }},
       {"mkdir m//", [](const Side& s) { return s.Mkdir("m//"); }},
@@ -166,6 +174,9 @@ const std::vector<Case>& Cases() {
       {"rmdir missing/", [](const Side& s) { return s.Rmdir("missing/"); }},
       {"rmdir d/.", [](const Side& s) { return s.Rmdir("d/."); }},
       {"rmdir d/..", [](const Side& s) { return s.Rmdir("d/.."); }},
+      {"rmdir missing/.", [](const Side& s) { return s.Rmdir("missing/."); }},
+      {"rmdir f/.", [](const Side& s) { return s.Rmdir("f/."); }},
+      {"rmdir sd/.", [](const Side& s) { return s.Rmdir("sd/."); }},
       {"unlink sd/", [](const Side& s) { return s.Unlink("sd/"); }},
       {"unlink dang/", [](const Side& s) { return s.Unlink("dang/"); }},
       {"unlink d/", [](const Side& s) { return s.Unlink("d/"); }},
@@ -184,11 +195,20 @@ const std::vector<Case>& Cases() {
       {"rename f d/..", [](const Side& s) { return s.Rename("f", "d/.."); }},
       {"exchange f/ d", [](const Side& s) { return s.Rename("f/", "d", RENAME_EXCHANGE); }},
       {"exchange d/ full/", [](const Side& s) { return s.Rename("d/", "full/", RENAME_EXCHANGE); }},
+      {"noreplace f d/.", [](const Side& s) { return s.Rename("f", "d/.", RENAME_NOREPLACE); }},
+      {"noreplace missing d/.", [](const Side& s) { return s.Rename("missing", "d/.", RENAME_NOREPLACE); }},
+      {"rename missing d/.", [](const Side& s) { return s.Rename("missing", "d/."); }},
+      {"noreplace f f/", [](const Side& s) { return s.Rename("f", "f/", RENAME_NOREPLACE); }},
+      {"noreplace f sf/", [](const Side& s) { return s.Rename("f", "sf/", RENAME_NOREPLACE); }},
+      {"exchange d f/", [](const Side& s) { return s.Rename("d", "f/", RENAME_EXCHANGE); }},
+      {"exchange f/ full", [](const Side& s) { return s.Rename("f/", "full", RENAME_EXCHANGE); }},
       {"both exchange and noreplace", [](const Side& s) { return s.Rename("f", "d", RENAME_EXCHANGE | RENAME_NOREPLACE); }},
       // Lookups, which follow a last symbolic link given a trailing slash.
       {"lstat sd/", [](const Side& s) { return s.Stat("sd/", AT_SYMLINK_NOFOLLOW); }},
       {"lstat sf/", [](const Side& s) { return s.Stat("sf/", AT_SYMLINK_NOFOLLOW); }},
       {"stat dang/", [](const Side& s) { return s.Stat("dang/", 0); }},
+      {"stat sfs (f/)", [](const Side& s) { return s.Stat("sfs", 0); }},
+      {"lstat sfs/", [](const Side& s) { return s.Stat("sfs/", AT_SYMLINK_NOFOLLOW); }},
       {"fstatat with an unknown flag", [](const Side& s) { return s.Stat("f", 0x40000000); }},
       {"readlink sd/", [](const Side& s) { return s.Readlink("sd/", 64); }},
       {"readlink sf/", [](const Side& s) { return s.Readlink("sf/", 64); }},

@@ -453,17 +453,28 @@ Status PoolNamespace::Remove(const Resolved& at, bool dir) {
   return Status::OK();
 }
 
-Status PoolNamespace::CheckRename(const Resolved& from, const Resolved& to, unsigned flags) const {
+Status PoolNamespace::CheckRename(const Resolved& from, const Resolved& to, unsigned flags,
+                                  RenameSlashes slashes) const {
   if (flags & ~unsigned(RENAME_NOREPLACE | RENAME_EXCHANGE))
     return Status::Error(EINVAL, "unknown rename flags");
   const bool exchange = flags & RENAME_EXCHANGE;
   if (exchange && (flags & RENAME_NOREPLACE)) return Status::Error(EINVAL, "contradicting flags");
-  if (from.ino == 0) return Status::Error(ENOENT, "no such file or directory");
-  if (from.name.empty() || to.name.empty() || from.ino == pool_->root_ino() ||
-      to.ino == pool_->root_ino())
+  // The kernel's do_renameat2 order: a path that ends in the root, "." or
+  // ".." (no name: EBUSY, or EEXIST for the target of RENAME_NOREPLACE,
+  // which no name may be), then the source's existence, the target's for
+  // the flags, then the trailing slashes.
+  if (from.name.empty() || from.ino == pool_->root_ino())
     return Status::Error(EBUSY, "cannot rename the root or a dot entry");
-  if (exchange && to.ino == 0) return Status::Error(ENOENT, "no such file or directory");
+  if (to.name.empty() || to.ino == pool_->root_ino())
+    return Status::Error((flags & RENAME_NOREPLACE) ? EEXIST : EBUSY, "cannot rename onto the root or a dot entry");
+  if (from.ino == 0) return Status::Error(ENOENT, "no such file or directory");
   if (!exchange && to.ino != 0 && (flags & RENAME_NOREPLACE)) return Status::Error(EEXIST, "file exists");
+  if (exchange) {
+    if (to.ino == 0) return Status::Error(ENOENT, "no such file or directory");
+    if (slashes.to && to.type != FileType::kDirectory) return Status::Error(ENOTDIR, "trailing slash");
+  }
+  if (from.type != FileType::kDirectory && (slashes.from || (!exchange && slashes.to)))
+    return Status::Error(ENOTDIR, "trailing slash");
   if (from.dir != to.dir) {
     // The kernel's checks of lock_rename's trap, before any other: the
     // source may not be an ancestor of the target's directory, nor the
@@ -502,10 +513,10 @@ Status PoolNamespace::PermitRename(const Resolved& from, const Resolved& to, boo
   return Status::OK();
 }
 
-Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned flags) {
+Status PoolNamespace::Rename(const Resolved& from, const Resolved& to, unsigned flags, RenameSlashes slashes) {
   std::optional<EpochPin> pin;
   UPFS_RETURN_IF_ERROR(pool_->Pin(&pin));
-  UPFS_RETURN_IF_ERROR(CheckRename(from, to, flags));
+  UPFS_RETURN_IF_ERROR(CheckRename(from, to, flags, slashes));
   if (from.ino == to.ino) return Status::OK();  // two names of one file: nothing to do
   const bool exchange = flags & RENAME_EXCHANGE;
   UPFS_RETURN_IF_ERROR(PermitRename(from, to, exchange));

@@ -91,6 +91,11 @@ struct Resolved {
   uint64_t dir_ident = 0;
 };
 
+// Which paths of a rename ended in a slash.
+struct RenameSlashes {
+  bool from = false, to = false;
+};
+
 class PoolNamespace {
  public:
   PoolNamespace(Pool* pool, const Credentials* who) : pool_(pool), who_(who) {}
@@ -162,12 +167,19 @@ class PoolNamespace {
   // would pay a miss and a keep on every stat (docs/design.md, "The parent
   // cache").
   void KeepParents() { keep_parents_ = true; }
+  // This object's resolutions are an open with O_CREAT's: a last name
+  // followed by a slash (in the path, or in the body of a symbolic link
+  // that led to it) is EISDIR, before it is looked up, as the kernel's
+  // open_last_lookups answers.
+  void ForCreate() { for_create_ = true; }
   Status Mkdir(const Resolved& at, mode_t mode);
   Status Symlink(const Resolved& at, std::string_view target);
   Status Link(const Resolved& from, const Resolved& to);
   // Removes a name: a directory if `dir` (rmdir), anything else if not.
   Status Remove(const Resolved& at, bool dir);
-  Status Rename(const Resolved& from, const Resolved& to, unsigned flags);
+  // `slashes`: which of the two paths ended in a slash, which the kernel
+  // reads as "must be a directory", in its own order (CheckRename).
+  Status Rename(const Resolved& from, const Resolved& to, unsigned flags, RenameSlashes slashes = {});
 
   // `held`: the caller holds the inode (a descriptor's fstat), which may
   // have no name left.
@@ -243,7 +255,7 @@ class PoolNamespace {
   // Rename's checks of its arguments that need no permission (the flags,
   // the names, the kernel's ancestor trap, the types): in the kernel's
   // order, before any permission check.
-  Status CheckRename(const Resolved& from, const Resolved& to, unsigned flags) const;
+  Status CheckRename(const Resolved& from, const Resolved& to, unsigned flags, RenameSlashes slashes) const;
   // Rename's permission checks: both directories, the sticky bits, and a
   // moved directory's own (its ".." is rewritten).
   Status PermitRename(const Resolved& from, const Resolved& to, bool exchange) const;
@@ -316,6 +328,7 @@ class PoolNamespace {
   Pool* pool_;
   const Credentials* who_;
   bool keep_parents_ = false;
+  bool for_create_ = false;
 };
 
 }  // namespace upfs

@@ -350,7 +350,9 @@ Status PoolNamespace::WalkStart(uint64_t start, uint64_t* cur) const {
 Status PoolNamespace::Walk(std::string_view path, bool follow, Resolved* out, std::string* escape,
                            uint64_t start, WalkTrace* trace) {
   const NsIndex& idx = *pool_->index();
-  const bool trailing_slash = !path.empty() && path.back() == '/';
+  // A slash after the last name, which a symbolic link's body followed
+  // as the last name may add (and the path's own still applies after it).
+  bool trailing_slash = !path.empty() && path.back() == '/';
   PathCursor parts(path);
   uint64_t cur;
   UPFS_RETURN_IF_ERROR(WalkStart(start, &cur));
@@ -378,6 +380,8 @@ Status PoolNamespace::Walk(std::string_view path, bool follow, Resolved* out, st
       if (dot) trace->plain = false;
     }
     const bool last = parts.AtEnd();
+    if (last && trailing_slash && for_create_ && !dot)
+      return Status::Error(EISDIR, "O_CREAT of a name followed by a slash");
     if (c == ".") {
       if (last) *out = Resolved{d.parent, "", cur, FileType::kDirectory};
       continue;
@@ -401,6 +405,7 @@ Status PoolNamespace::Walk(std::string_view path, bool follow, Resolved* out, st
       UPFS_RETURN_IF_ERROR(MayFollow(din, found.ino));
       if (trace) trace->plain = false;
       UPFS_RETURN_IF_ERROR(Readlink(found.ino, &target));
+      if (last && !target.empty() && target.back() == '/') trailing_slash = true;
       if (!target.empty() && target[0] == '/') {
         if (escape) *escape = target + std::string(parts.rest());
         return Status::Error(EXDEV, "symbolic link leaves the pool");
