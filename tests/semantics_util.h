@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -147,13 +148,29 @@ std::string UpfsHolds(const std::string& path, const Bytes& want) {
   return "";
 }
 
-// The upfs-* names in /dev/shm (shared state and flock objects).
+// Whether a /dev/shm name is a per-file file's object: "upfs-DEV-INO"
+// (shared state) or "upfs-DEV-INO.lock" (flock), DEV and INO in
+// hexadecimal. Other tests running beside these (ctest -j) make pools
+// there, "upfs-poolconc-PID-0.pool" and the like, which are not this
+// test's to count.
+bool PerFileObjectName(const char* name) {
+  if (std::strncmp(name, "upfs-", 5) != 0) return false;
+  const char* p = name + 5;
+  for (int part = 0; part < 2; ++part) {
+    const char* start = p;
+    while (std::isxdigit(static_cast<unsigned char>(*p))) ++p;
+    if (p == start) return false;
+    if (part == 0 && *p++ != '-') return false;
+  }
+  return *p == '\0' || std::strcmp(p, ".lock") == 0;
+}
+
+// The per-file objects in /dev/shm (shared state and flock objects).
 std::set<std::string> ShmObjects() {
   std::set<std::string> out;
   if (DIR* d = ::opendir("/dev/shm")) {
     while (struct dirent* e = ::readdir(d))
-      if (std::strncmp(e->d_name, "upfs-", 5) == 0 && std::strncmp(e->d_name, "upfs-test-", 10) != 0)
-        out.insert(e->d_name);
+      if (PerFileObjectName(e->d_name)) out.insert(e->d_name);
     ::closedir(d);
   }
   return out;

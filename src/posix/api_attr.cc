@@ -180,6 +180,8 @@ int upfs_lstat(const char* path, struct stat* st) {
 }
 
 int upfs_fchmodat(int dirfd, const char* path, mode_t mode, int flags) {
+  // First, as glibc's fchmodat (the only flag it passes on).
+  if (flags & ~AT_SYMLINK_NOFOLLOW) return FailErrno(EINVAL, "bad flags");
   if (!path) return FailErrno(EFAULT, "null path");
   if (PoolPath p; InPool(dirfd, path, &p))
     return FollowEscape({&p}, [&] { return PoolChmod(p, mode, !(flags & AT_SYMLINK_NOFOLLOW)); },
@@ -209,6 +211,7 @@ int upfs_fchmod(int fd, mode_t mode) {
 }
 
 int upfs_fchownat(int dirfd, const char* path, uid_t owner, gid_t group, int flags) {
+  if (flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH)) return FailErrno(EINVAL, "bad flags");  // first, as the kernel's
   if (!path) return FailErrno(EFAULT, "null path");
   if (PoolPath p; InPool(dirfd, path, &p))
     return FollowEscape({&p}, [&] { return PoolChown(p, owner, group, !(flags & AT_SYMLINK_NOFOLLOW)); },
@@ -261,6 +264,7 @@ int upfs_futimens(int fd, const struct timespec times[2]) {
 }
 
 int upfs_utimensat(int dirfd, const char* path, const struct timespec times[2], int flags) {
+  if (flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH)) return FailErrno(EINVAL, "bad flags");  // first, as the kernel's
   // A null path is the kernel's futimens through utimensat.
   if (!path) return upfs_futimens(dirfd, times);
   if (PoolPath p; InPool(dirfd, path, &p))

@@ -97,7 +97,10 @@ int upfs_renameat2(int olddirfd, const char* oldpath, int newdirfd, const char* 
                                             : upfs_renameat2(olddirfd, oldpath, AT_FDCWD, to.c_str(), flags);
                         });
   }
-  if (in_old || in_new) return FailErrno(EXDEV, "rename between a pool and anything else");
+  if (in_old || in_new) {
+    if (PathTooLong(oldpath) || PathTooLong(newpath)) return FailErrno(ENAMETOOLONG, "path too long");
+    return FailErrno(EXDEV, "rename between a pool and anything else");
+  }
   // The file replaced by the rename loses its last link, unless it is the
   // renamed file itself (two links to one inode) or they are exchanged.
   HostIdentity id{};

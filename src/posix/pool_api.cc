@@ -526,6 +526,7 @@ int upfs_link(const char* oldpath, const char* newpath) {
   PoolPath a, b;
   const bool ia = InPool(AT_FDCWD, oldpath, &a), ib = InPool(AT_FDCWD, newpath, &b);
   if (!ia && !ib) return link(oldpath, newpath) == 0 ? 0 : FailErrno(errno, "link failed");
+  if (ia != ib && (PathTooLong(oldpath) || PathTooLong(newpath))) return FailErrno(ENAMETOOLONG, "path too long");
   if (ia != ib || a.mount != b.mount) return FailErrno(EXDEV, "link across pools");
   auto in_pool = [&] {
     OpGuard g(DescriptorUse::None());

@@ -225,7 +225,11 @@ bool EnterNested(const MountTable& t, PoolPath* out) {
 }
 
 // InPool's search, inside the guard it took.
+// A path of PATH_MAX bytes or more (the kernel counts its NUL) is no
+// pool's: the kernel, which the call then goes to, refuses it
+// (ENAMETOOLONG) before it looks at it.
 bool FindMount(int dirfd, const char* path, bool from_fd, PoolPath* out) {
+  if (path[0] != '/' && PathTooLong(path)) return false;
   if (from_fd) {
     // Relative to a pool directory's descriptor: from its inode, wherever
     // the directory has been renamed since (the path it was opened by is
@@ -246,6 +250,7 @@ bool FindMount(int dirfd, const char* path, bool from_fd, PoolPath* out) {
   std::string_view abs;
   if (path[0] == '/') {
     abs = path;
+    if (abs.size() >= PATH_MAX) return false;
   } else {
     if (!Absolute(dirfd, path, &joined)) return false;
     abs = joined;
@@ -271,6 +276,8 @@ bool FindMount(int dirfd, const char* path, bool from_fd, PoolPath* out) {
 }
 
 }  // namespace
+
+bool PathTooLong(const char* path) { return path && strnlen(path, PATH_MAX) == PATH_MAX; }
 
 bool InPool(int dirfd, const char* path, PoolPath* out) {
   if (g_mount_count.load(std::memory_order_acquire) == 0 || !path) return false;

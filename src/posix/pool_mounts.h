@@ -51,8 +51,12 @@ struct PoolPath {
 // directory's descriptor, AT_FDCWD, or a kernel directory descriptor).
 // Costs one load when nothing is mounted. Takes no lock: the mount table
 // is an immutable snapshot, replaced on mount and umount and freed
-// through the op guard. `out` must be fresh (no guard yet).
+// through the op guard. `out` must be fresh (no guard yet). A path of
+// PATH_MAX bytes or more is in no pool (the kernel refuses it).
 bool InPool(int dirfd, const char* path, PoolPath* out);
+// Whether the kernel refuses `path` for its length (ENAMETOOLONG): a call
+// on two paths, one in a pool, asks it before it says EXDEV.
+bool PathTooLong(const char* path);
 Status MountPool(const std::string& pool, const std::string& dir);
 Status UnmountPool(const std::string& dir);
 // Whether m has been unmounted, asked by a call that will leave something

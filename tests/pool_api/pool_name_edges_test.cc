@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -235,6 +236,49 @@ TEST_F(PoolNameEdges, EveryCaseAnswersAndLeavesTheTreeAsTheKernels) {
     EXPECT_EQ(u, k) << c.name;
     EXPECT_EQ(pool.Tree(), kernel.Tree()) << "after " << c.name;
   }
+  ExpectClean();
+}
+
+// Flags a call does not know, a mode's bits a mkdir drops, and a path of
+// PATH_MAX bytes: each answered as the kernel's tmpfs answers.
+TEST_F(PoolNameEdges, FlagsModesAndLengthsAsTheKernels) {
+  upfs_test::TempDir kernel_dir;
+  std::string got, want;
+  ::umask(022);
+  for (const bool upfs : {false, true}) {
+    const Side s{upfs, upfs ? P("t") : kernel_dir.File("t")};
+    s.MakeTree();
+    std::string& out = upfs ? got : want;
+    const auto answer = [&](const char* what, long r) { out += std::string(what) + " " + Answer(r) + "; "; };
+    const std::string f = s.P("f"), sl = s.P("sf");
+    answer("fchmodat, unknown flag", upfs ? upfs_fchmodat(AT_FDCWD, f.c_str(), 0600, 0x4000)
+                                          : ::fchmodat(AT_FDCWD, f.c_str(), 0600, 0x4000));
+    answer("fchownat, unknown flag", upfs ? upfs_fchownat(AT_FDCWD, f.c_str(), 1, 1, 0x4000)
+                                          : ::fchownat(AT_FDCWD, f.c_str(), 1, 1, 0x4000));
+    answer("utimensat, unknown flag", upfs ? upfs_utimensat(AT_FDCWD, f.c_str(), nullptr, 0x4000)
+                                           : ::utimensat(AT_FDCWD, f.c_str(), nullptr, 0x4000));
+    answer("fchmodat of a link itself", upfs ? upfs_fchmodat(AT_FDCWD, sl.c_str(), 0600, AT_SYMLINK_NOFOLLOW)
+                                             : ::fchmodat(AT_FDCWD, sl.c_str(), 0600, AT_SYMLINK_NOFOLLOW));
+    // mkdir keeps the permission bits and the sticky bit, not set-ID bits.
+    const std::string m = s.P("mk");
+    answer("mkdir mode 07777", upfs ? upfs_mkdir(m.c_str(), 07777) : ::mkdir(m.c_str(), 07777));
+    struct stat st;
+    if ((upfs ? upfs_stat(m.c_str(), &st) : ::stat(m.c_str(), &st)) == 0)
+      out += "its mode " + std::to_string(st.st_mode & 07777) + "; ";
+    // "./" repeated to PATH_MAX - 1 bytes and then to PATH_MAX.
+    for (const size_t len : {size_t(PATH_MAX - 1), size_t(PATH_MAX)}) {
+      std::string p = s.base + "/";
+      while (p.size() + 2 < len) p += "./";
+      while (p.size() < len - 1) p.insert(s.base.size() + 1, "/");
+      p += "f";
+      ASSERT_EQ(p.size(), len);
+      out += "stat of " + std::to_string(len) + " bytes " +
+             Answer(upfs ? upfs_stat(p.c_str(), &st) : ::stat(p.c_str(), &st)) + "; ";
+      out += "rename to it " +
+             Answer(upfs ? upfs_rename(s.P("sd").c_str(), p.c_str()) : ::rename(s.P("sd").c_str(), p.c_str())) + "; ";
+    }
+  }
+  EXPECT_EQ(got, want);
   ExpectClean();
 }
 

@@ -353,8 +353,10 @@ Status PoolNamespace::Mkdir(const Resolved& at, mode_t mode) {
   Inode& image = *img.get();
   uint64_t n;
   bool committed;
-  Status st = CommitNewInode(RecordType::kMkdir, FileType::kDirectory, at, mode & 07777 & ~who_->umask, &image, &n,
-                             &committed);
+  // As the kernel's vfs_mkdir: the permission bits and the sticky bit of
+  // the mode asked for; S_ISGID only from a set-group-ID parent (NewInode).
+  const mode_t asked = mode & (S_IRWXU | S_IRWXG | S_IRWXO | S_ISVTX) & ~who_->umask;
+  Status st = CommitNewInode(RecordType::kMkdir, FileType::kDirectory, at, asked, &image, &n, &committed);
   if (!st.ok() && n && !committed) pool_->inodes()->Free(n);
   return st;
 }
