@@ -149,10 +149,14 @@ TEST_F(PoolDifferential, RandomOperationsMatchTheKernel) {
         both([&](Side& s) { return s.Unlink(a); });
         break;
       case 6:
-      case 7:
-        desc = "mkdir " + a;
-        both([&](Side& s) { return s.Mkdir(a, 0755); });
+      case 7: {
+        // Set-ID and sticky bits too: a mkdir keeps only the sticky one.
+        static const mode_t kDirModes[] = {0755, 0755, 0700, 01777, 02755, 07777};
+        const mode_t m = kDirModes[pick(6)];
+        desc = "mkdir " + a + " " + std::to_string(m);
+        both([&](Side& s) { return s.Mkdir(a, m); });
         break;
+      }
       case 8:
         desc = "rmdir " + a;
         both([&](Side& s) { return s.Rmdir(a); });
