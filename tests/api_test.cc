@@ -312,6 +312,45 @@ TEST_P(ApiTest, OffsetErrorsAsTheKernelsInItsOrder) {
   upfs_close(fd);
 }
 
+// A descriptor opened with O_PATH names its file and refuses every call
+// that reads, writes, seeks, syncs or changes it (EBADF), as the kernel's;
+// fstat reports the upfs file (its size, not the host file's). The flags
+// O_PATH ignores change nothing (O_TRUNC here).
+TEST_P(ApiTest, AnOPathDescriptorOnlyNamesItsFile) {
+  const std::string plain = Path("plain");
+  ASSERT_TRUE(upfs_test::WriteHostFile(plain, "hello", 5));
+  int fd = Create();
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(upfs_pwrite(fd, "hello", 5, 0), 5);
+  ASSERT_EQ(upfs_close(fd), 0);
+  std::string got, want;
+  for (const bool upfs : {false, true}) {
+    std::string& out = upfs ? got : want;
+    const auto answer = [&](const char* what, long r) {
+      out += std::string(what) + " " + (r >= 0 ? "ok" : strerrorname_np(errno)) + "; ";
+    };
+    const int p = upfs ? upfs_open(Path().c_str(), O_PATH | O_TRUNC | O_RDWR) : ::open(plain.c_str(), O_PATH | O_TRUNC | O_RDWR);
+    answer("open", p);
+    char b[8];
+    answer("read", upfs ? upfs_read(p, b, 1) : ::read(p, b, 1));
+    answer("pwrite", upfs ? upfs_pwrite(p, "x", 1, 0) : ::pwrite(p, "x", 1, 0));
+    answer("lseek", upfs ? upfs_lseek(p, 0, SEEK_SET) : ::lseek(p, 0, SEEK_SET));
+    answer("ftruncate", upfs ? upfs_ftruncate(p, 0) : ::ftruncate(p, 0));
+    answer("fallocate", upfs ? upfs_fallocate(p, 0, 0, 10) : ::fallocate(p, 0, 0, 10));
+    answer("fsync", upfs ? upfs_fsync(p) : ::fsync(p));
+    answer("fchmod", upfs ? upfs_fchmod(p, 0600) : ::fchmod(p, 0600));
+    struct stat st{};
+    answer("fstat", upfs ? upfs_fstat(p, &st) : ::fstat(p, &st));
+    out += "size " + std::to_string(st.st_size) + "; ";
+    answer("close", upfs ? upfs_close(p) : ::close(p));
+  }
+  EXPECT_EQ(got, want);
+  fd = upfs_open(Path().c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ExpectContent(fd, Bytes{'h', 'e', 'l', 'l', 'o'}, "after the O_PATH descriptor's calls");
+  upfs_close(fd);
+}
+
 TEST_P(ApiTest, HostFd) {
   int fd = Create();
   ASSERT_GE(fd, 0);

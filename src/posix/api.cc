@@ -159,7 +159,7 @@ int OpenOnHostFd(int fd, const char* path, int flags, format::Consistency consis
   auto* of = new OpenFile();
   of->fd = fd;
   of->d = std::make_shared<Description>();
-  of->d->flags = acc | (flags & O_APPEND);
+  of->d->flags = acc | (flags & (O_APPEND | O_PATH));
   of->d->file = std::move(file);
   of->d->dev = st.st_dev;
   of->d->ino = st.st_ino;
@@ -211,6 +211,10 @@ int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consi
   if (PoolPath p; InPool(AT_FDCWD, path, &p))
     return FollowEscape({&p}, [&] { return PoolOpen(p, flags, mode, consistency); },
                         [&](const std::string& to, int) { return OpenImpl(to.c_str(), flags, mode, consistency); });
+  // With O_PATH the kernel's open(2) keeps only these (build_open_how);
+  // the descriptor names the file for fstat and refuses the rest
+  // (LookupForUse).
+  if (flags & O_PATH) flags &= O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
   if (CheckOpenFlags(flags) != 0) return -1;
   // O_TRUNC must not reach the kernel: it would drop the upfs metadata.
   // O_DIRECT is meaningless for a mapped file; durability is already given.
@@ -326,7 +330,7 @@ int upfs_close(int fd) {
 ssize_t upfs_pread(int fd, void* buf, size_t count, off_t offset) {
   if (offset < 0) return FailErrno(EINVAL, "negative offset");  // before the descriptor, as Linux
   OpGuard g(DescriptorUse::Only(fd));
-  OpenFile* of = Lookup(fd);
+  OpenFile* of = LookupForUse(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   if (!CanRead(of)) return FailErrno(EBADF, "descriptor not open for reading");
@@ -340,7 +344,7 @@ ssize_t upfs_pread(int fd, void* buf, size_t count, off_t offset) {
 ssize_t upfs_pwrite(int fd, const void* buf, size_t count, off_t offset) {
   if (offset < 0) return FailErrno(EINVAL, "negative offset");  // before the descriptor, as Linux
   OpGuard g(DescriptorUse::Only(fd));
-  OpenFile* of = Lookup(fd);
+  OpenFile* of = LookupForUse(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   // The access mode first: a directory's descriptor writes nothing (EBADF
   // before EISDIR, as the kernel's).
@@ -359,7 +363,7 @@ ssize_t upfs_pwrite(int fd, const void* buf, size_t count, off_t offset) {
 
 ssize_t upfs_read(int fd, void* buf, size_t count) {
   OpGuard g(DescriptorUse::Only(fd));
-  OpenFile* of = Lookup(fd);
+  OpenFile* of = LookupForUse(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   if (!CanRead(of)) return FailErrno(EBADF, "descriptor not open for reading");
@@ -374,7 +378,7 @@ ssize_t upfs_read(int fd, void* buf, size_t count) {
 
 ssize_t upfs_write(int fd, const void* buf, size_t count) {
   OpGuard g(DescriptorUse::Only(fd));
-  OpenFile* of = Lookup(fd);
+  OpenFile* of = LookupForUse(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (!CanWrite(of)) return FailErrno(EBADF, "descriptor not open for writing");  // as pwrite
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
@@ -390,7 +394,7 @@ ssize_t upfs_write(int fd, const void* buf, size_t count) {
 
 off_t upfs_lseek(int fd, off_t offset, int whence) {
   OpGuard g(DescriptorUse::Only(fd));
-  OpenFile* of = Lookup(fd);
+  OpenFile* of = LookupForUse(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (IsPoolDirectory(of)) return PoolDirSeek(of, offset, whence);
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
@@ -434,7 +438,7 @@ int upfs_ftruncate(int fd, off_t length) {
   // directory's is never writable: EINVAL too).
   if (length < 0) return FailErrno(EINVAL, "negative length");
   OpGuard g(DescriptorUse::Only(fd));
-  OpenFile* of = Lookup(fd);
+  OpenFile* of = LookupForUse(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (!CanWrite(of)) return FailErrno(EINVAL, "descriptor not open for writing");
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
@@ -444,7 +448,7 @@ int upfs_ftruncate(int fd, off_t length) {
 
 int upfs_fallocate(int fd, int mode, off_t offset, off_t len) {
   OpGuard g(DescriptorUse::Only(fd));
-  OpenFile* of = Lookup(fd);
+  OpenFile* of = LookupForUse(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   // In the kernel's order (vfs_fallocate): the range, the access mode, the
   // kind of file.
@@ -458,7 +462,7 @@ int upfs_fallocate(int fd, int mode, off_t offset, off_t len) {
 
 int upfs_fsync(int fd) {
   OpGuard g(DescriptorUse::Only(fd));
-  OpenFile* of = Lookup(fd);
+  OpenFile* of = LookupForUse(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (IsPoolDescriptor(of) && !of->d->engine_ready.load(std::memory_order_acquire))
     return PoolSync(of);  // a directory, or a file never written through it
@@ -470,7 +474,7 @@ int upfs_fdatasync(int fd) { return upfs_fsync(fd); }
 
 int upfs_settle(int fd) {
   OpGuard g(DescriptorUse::Only(fd));
-  OpenFile* of = Lookup(fd);
+  OpenFile* of = LookupForUse(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   of->d->file->Settle();

@@ -31,7 +31,7 @@ int ApiAdoptDuplicate(int oldfd, int newfd) {
 
 int ApiSetAppend(int fd, bool on) {
   OpGuard g(DescriptorUse::Only(fd));
-  OpenFile* of = Lookup(fd);
+  OpenFile* of = LookupForUse(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   std::lock_guard<std::mutex> pl(of->d->pos_mu);
   of->d->flags = (of->d->flags & ~O_APPEND) | (on ? O_APPEND : 0);
@@ -40,7 +40,7 @@ int ApiSetAppend(int fd, bool on) {
 
 std::shared_ptr<File> ApiFileOf(int fd, int* flags) {
   OpGuard g(DescriptorUse::Only(fd));
-  OpenFile* of = Lookup(fd);
+  OpenFile* of = LookupForUse(fd);
   if (!of) return nullptr;
   if (flags) *flags = of->d->flags;
   return of->d->file;

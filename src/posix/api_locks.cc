@@ -22,7 +22,7 @@ extern "C" {
 
 int upfs_map_guard(int fd) {
   OpGuard g(DescriptorUse::Only(fd));
-  OpenFile* of = Lookup(fd);
+  OpenFile* of = LookupForUse(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (!CanWrite(of)) return FailErrno(EACCES, "a shared writable map needs a descriptor open for writing");
   int lock_fd = HostFileContainer().LockForSharedMap(*of->d->file);
@@ -36,7 +36,7 @@ int upfs_flock(int fd, int op) {
   std::shared_ptr<Description> d;
   {
     OpGuard g(DescriptorUse::Only(fd));
-    OpenFile* of = Lookup(fd);
+    OpenFile* of = LookupForUse(fd);
     if (!of) return FailErrno(EBADF, "not a upfs descriptor");
     d = of->d;
   }
@@ -56,7 +56,7 @@ int upfs_fcntl_lock(int fd, int cmd, struct flock* lock) {
   std::shared_ptr<Description> d;
   {
     OpGuard g(DescriptorUse::Only(fd));
-    OpenFile* of = Lookup(fd);
+    OpenFile* of = LookupForUse(fd);
     if (!of) return FailErrno(EBADF, "not a upfs descriptor");
     d = of->d;
   }

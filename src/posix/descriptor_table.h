@@ -66,6 +66,12 @@ void UnlockDescriptorPagesAfterFork();
 
 // Looks up a descriptor inside an OpGuard (which keeps it alive).
 OpenFile* Lookup(int fd);
+// As Lookup, but null for a descriptor opened O_PATH (a pool's), which
+// only names its file: every call that reads, writes, seeks, syncs, locks
+// or changes it through the descriptor answers EBADF, as the kernel's
+// fdget refuses such a file. fstat, close, dup, F_GETFL and the *at
+// calls' directory use Lookup.
+OpenFile* LookupForUse(int fd);
 
 inline bool CanRead(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_WRONLY; }
 inline bool CanWrite(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_RDONLY; }

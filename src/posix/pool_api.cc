@@ -205,7 +205,7 @@ int NewDescriptor(const PoolPath& p, const Resolved& r, uint32_t gen, int flags,
   of->fd = fd;
   Description* d = &both->d;
   of->d = std::shared_ptr<Description>(std::move(both), d);
-  of->d->flags = (flags & O_ACCMODE) | (flags & O_APPEND);
+  of->d->flags = flags & (O_ACCMODE | O_APPEND | O_PATH);
   of->d->engine_ready.store(false, std::memory_order_relaxed);
   of->d->pool = node;
   std::atomic<OpenFile*>* slot = FdSlot(fd, true);
@@ -227,6 +227,31 @@ Status OpenExisting(PoolNamespace& ns, const Resolved& r, int flags) {
   return ns.MayOpen(r.ino, acc, (flags & O_TRUNC) != 0, (flags & O_NOATIME) != 0);
 }
 
+// An open with O_PATH: a descriptor that only names the file (LookupForUse
+// refuses it to every call but fstat, close, dup and the *at calls). As
+// the kernel's, it checks no permission on the file itself (search on the
+// way only) and opens a symbolic link itself under O_NOFOLLOW.
+int PathOpen(PoolNamespace& ns, const PoolPath& p, int flags, CountedUse* use) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    Resolved r;
+    uint32_t gen = 0;
+    bool held = false;
+    if (Status st = ResolveIn(ns, p, !(flags & O_NOFOLLOW), &r, 0, &gen, &held); !st.ok()) return Fail(st);
+    if (r.ino == 0) return FailErrno(ENOENT, "no such file or directory");
+    if (!held) {
+      Status st = ns.TakeHold(r.ino, &gen, &r);
+      if (st.err() == ENOENT) continue;  // removed meanwhile: resolve again
+      if (!st.ok()) return Fail(st);
+    }
+    if ((flags & O_DIRECTORY) && r.type != FileType::kDirectory) {
+      ns.DropHold(r.ino, gen);
+      return FailErrno(ENOTDIR, "not a directory");
+    }
+    return NewDescriptor(p, r, gen, O_PATH, use);
+  }
+  return FailErrno(EAGAIN, "the name kept changing under open");
+}
+
 // An open with O_TRUNC of existing regular file `ino`, now descriptor
 // `fd`: truncated with O_RDONLY too, as Linux does (OpenExisting asked for
 // write permission). A file that has no log has nothing to cut (and is not
@@ -245,6 +270,8 @@ Status TruncateAtOpen(PoolNamespace& ns, Pool& pool, uint64_t ino, int fd) {
 
 int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
   OpGuard g(DescriptorUse::None());
+  // With O_PATH the kernel's open(2) keeps only these (build_open_how).
+  if (flags & O_PATH) flags &= O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
   if ((flags & O_ACCMODE) == O_ACCMODE) return FailErrno(EINVAL, "bad access mode");
   // Linux 6.4 on: a create cannot make a directory, and once did make a file.
   if ((flags & (O_CREAT | O_DIRECTORY)) == (O_CREAT | O_DIRECTORY))
@@ -262,6 +289,7 @@ int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
     return FailErrno(EXDEV, "the pool was unmounted");
   }
   PoolNamespace ns = Ns(p);
+  if (flags & O_PATH) return PathOpen(ns, p, flags, &use);
   const bool creat = flags & O_CREAT, excl = creat && (flags & O_EXCL);
   if (creat) ns.ForCreate();  // a name followed by a slash: EISDIR
   // A new file in a directory this thread created in before: no walk to
@@ -407,7 +435,7 @@ int OnInode(const PoolPath& p, bool follow, Fn fn) {
 template <typename Fn>
 int OnDescriptor(int fd, Fn fn) {
   OpGuard g(DescriptorUse::Only(fd));
-  OpenFile* of = Lookup(fd);
+  OpenFile* of = LookupForUse(fd);
   if (!of || !of->d->pool) return -2;
   PoolNode* n = of->d->pool;
   PoolNamespace ns(n->pool, n->who);

@@ -55,7 +55,7 @@ unsigned char DirentType(format::pool::FileType t) {
 
 // The node of pool directory descriptor fd (inside an OpGuard), or null.
 PoolNode* DirNode(int fd) {
-  OpenFile* of = Lookup(fd);
+  OpenFile* of = LookupForUse(fd);
   if (!of || !of->d->pool || of->d->pool->type != format::pool::FileType::kDirectory) return nullptr;
   return of->d->pool;
 }
@@ -164,7 +164,7 @@ extern "C" {
 UPFS_DIR* upfs_fdopendir(int fd) {
   OpGuard g(DescriptorUse::Only(fd));
   if (!DirNode(fd)) {
-    errno = Lookup(fd) ? ENOTDIR : EBADF;
+    errno = LookupForUse(fd) ? ENOTDIR : EBADF;
     return nullptr;
   }
   auto* d = new upfs_dir();
@@ -243,7 +243,7 @@ int upfs_closedir(UPFS_DIR* d) {
 ssize_t upfs_getdents64(int fd, void* buf, size_t count) {
   OpGuard g(DescriptorUse::Only(fd));
   PoolNode* n = DirNode(fd);
-  if (!n) return FailErrno(Lookup(fd) ? ENOTDIR : EBADF, "not a pool directory descriptor");
+  if (!n) return FailErrno(LookupForUse(fd) ? ENOTDIR : EBADF, "not a pool directory descriptor");
   std::lock_guard<std::mutex> lk(n->scan_mu);
   return FillDirents(n, static_cast<char*>(buf), count);
 }

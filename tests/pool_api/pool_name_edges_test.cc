@@ -214,6 +214,14 @@ TEST_F(PoolNameEdges, FlagsModesAndLengthsAsTheKernels) {
     struct stat st;
     if ((upfs ? upfs_stat(m.c_str(), &st) : ::stat(m.c_str(), &st)) == 0)
       out += "its mode " + std::to_string(st.st_mode & 07777) + "; ";
+    // A symbolic link's blocks: none for a body the inode holds, one page
+    // for a longer one. (At exactly 128 bytes they differ: a pool's inode
+    // holds 128, tmpfs's 127 and the NUL; each reports what it stores.)
+    for (const size_t body : {size_t(127), size_t(129), size_t(4000)}) {
+      const std::string link = "/long" + std::to_string(body);
+      if (s.Symlink(std::string(body, 'x'), link) == 0 && s.Lstat(link, &st) == 0)
+        out += "blocks of a " + std::to_string(body) + "-byte link " + std::to_string(st.st_blocks) + "; ";
+    }
     // "./" repeated to PATH_MAX - 1 bytes and then to PATH_MAX.
     for (const size_t len : {size_t(PATH_MAX - 1), size_t(PATH_MAX)}) {
       std::string p = s.root + "/";

@@ -87,7 +87,12 @@ Status PoolNamespace::StatLocked(uint64_t ino, struct stat* st, bool* needs_file
     st->st_size = off_t(40 + 20 * info.entries);  // as tmpfs counts a directory
   } else {
     if (!(id & kIdentUnlinked)) st->st_nlink = nlink_t(pool_->index()->Nlink(ino, kind));
-    if (kind == FileType::kSymlink) st->st_size = off_t(in->target_len);
+    if (kind == FileType::kSymlink) {
+      st->st_size = off_t(in->target_len);
+      // A target too long for the inode has a block of its own (tmpfs
+      // keeps the same 128 bytes in its inode, longer ones in a page).
+      if (in->target_len > kInlineTargetMax) st->st_blocks = blkcnt_t(kBlockSize / 512);
+    }
   }
   *needs_file = kind == FileType::kRegular && in->log_head.load(std::memory_order_acquire) != 0;
   st->st_atim = NsTimespec(in->atime_ns.load());
