@@ -211,10 +211,9 @@ int OpenImpl(const char* path, int flags, mode_t mode, format::Consistency consi
   if (PoolPath p; InPool(AT_FDCWD, path, &p))
     return FollowEscape({&p}, [&] { return PoolOpen(p, flags, mode, consistency); },
                         [&](const std::string& to, int) { return OpenImpl(to.c_str(), flags, mode, consistency); });
-  // With O_PATH the kernel's open(2) keeps only these (build_open_how);
-  // the descriptor names the file for fstat and refuses the rest
+  // The descriptor names the file for fstat and refuses the rest
   // (LookupForUse).
-  if (flags & O_PATH) flags &= O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+  if (flags & O_PATH) flags &= kOPathFlags;
   if (CheckOpenFlags(flags) != 0) return -1;
   // O_TRUNC must not reach the kernel: it would drop the upfs metadata.
   // O_DIRECT is meaningless for a mapped file; durability is already given.
@@ -441,7 +440,6 @@ int upfs_ftruncate(int fd, off_t length) {
   OpenFile* of = LookupForUse(fd);
   if (!of) return FailErrno(EBADF, "not a upfs descriptor");
   if (!CanWrite(of)) return FailErrno(EINVAL, "descriptor not open for writing");
-  if (Status e = EnsureEngine(of); !e.ok()) return Fail(e);
   Status st = TruncateOpenFile(of, uint64_t(length));
   return st.ok() ? 0 : Fail(st);
 }

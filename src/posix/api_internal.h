@@ -2,6 +2,7 @@
 // attributes upfs reports over the host file's.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <memory>
@@ -43,6 +44,9 @@ Status ClearPoolPrivileges(OpenFile* of);
 // first), whatever the descriptor's access mode: ftruncate checks that
 // first; an open with O_RDONLY | O_TRUNC of a pool file comes here too.
 Status TruncateOpenFile(OpenFile* of, uint64_t length);
+// The flags an open with O_PATH keeps, as the kernel's open(2) does
+// (build_open_how): the others are ignored.
+inline constexpr int kOPathFlags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
 bool IsPoolDescriptor(const OpenFile* of);
 bool IsPoolDirectory(const OpenFile* of);
 // lseek of a pool directory's descriptor (pool_dirs.cc): the position is

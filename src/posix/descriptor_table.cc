@@ -60,11 +60,6 @@ void UnlockDescriptorPagesAfterFork() { g_fd_mu.unlock(); }
 static_assert((internal::kFdPages << internal::kFdPageBits) <= DescriptorUse::kMaxFd,
               "every slot has a descriptor use of its own (op_guard.h)");
 
-OpenFile* LookupForUse(int fd) {
-  OpenFile* of = Lookup(fd);
-  return of && !(of->d->flags & O_PATH) ? of : nullptr;
-}
-
 OpenFile* Lookup(int fd) {
   // The call declared that it may look this slot up: else a close of fd
   // in another thread could free what this returns while it is used.

@@ -71,7 +71,10 @@ OpenFile* Lookup(int fd);
 // or changes it through the descriptor answers EBADF, as the kernel's
 // fdget refuses such a file. fstat, close, dup, F_GETFL and the *at
 // calls' directory use Lookup.
-OpenFile* LookupForUse(int fd);
+inline OpenFile* LookupForUse(int fd) {
+  OpenFile* of = Lookup(fd);
+  return of && !(of->d->flags & O_PATH) ? of : nullptr;
+}
 
 inline bool CanRead(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_WRONLY; }
 inline bool CanWrite(const OpenFile* of) { return (of->d->flags & O_ACCMODE) != O_RDONLY; }

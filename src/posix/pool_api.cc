@@ -76,19 +76,25 @@ int WithRetry(Fn fn) {
   }
 }
 
-// A change at p's last name (ResolveName): fn(ns, resolved, slashed),
-// again while the namespace changes under it.
+// fn(ns, resolved, slashed) at p's last name (ResolveName), again while
+// the namespace changes under it.
 template <typename Fn>
-int ChangeAt(const PoolPath& p, Fn fn) {
-  OpGuard g(DescriptorUse::None());
-  PoolNamespace ns = Ns(p);
-  ns.KeepParents();  // a name removed where names were made, most often
+int AtName(PoolNamespace& ns, const PoolPath& p, Fn fn) {
   return WithRetry([&]() -> Status {
     Resolved r;
     bool slashed;
     UPFS_RETURN_IF_ERROR(ResolveName(ns, p, &r, &slashed));
     return fn(ns, r, slashed);
   });
+}
+
+// A change at p's last name: AtName with the caller's credentials.
+template <typename Fn>
+int ChangeAt(const PoolPath& p, Fn fn) {
+  OpGuard g(DescriptorUse::None());
+  PoolNamespace ns = Ns(p);
+  ns.KeepParents();  // a name removed where names were made, most often
+  return AtName(ns, p, fn);
 }
 
 // A call that makes a new name at p (mkdir, symlink): fn(ns, resolved,
@@ -107,7 +113,7 @@ int NewNameAt(const PoolPath& p, Fn fn) {
     }
     ns.KeepParents();
   }
-  return ChangeAt(p, fn);
+  return AtName(ns, p, fn);
 }
 
 }  // namespace
@@ -270,8 +276,7 @@ Status TruncateAtOpen(PoolNamespace& ns, Pool& pool, uint64_t ino, int fd) {
 
 int PoolOpen(const PoolPath& p, int flags, mode_t mode, format::Consistency c) {
   OpGuard g(DescriptorUse::None());
-  // With O_PATH the kernel's open(2) keeps only these (build_open_how).
-  if (flags & O_PATH) flags &= O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+  if (flags & O_PATH) flags &= kOPathFlags;
   if ((flags & O_ACCMODE) == O_ACCMODE) return FailErrno(EINVAL, "bad access mode");
   // Linux 6.4 on: a create cannot make a directory, and once did make a file.
   if ((flags & (O_CREAT | O_DIRECTORY)) == (O_CREAT | O_DIRECTORY))
