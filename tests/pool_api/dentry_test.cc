@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "pool_api/dentry_sample.h"
+
 namespace upfs {
 namespace {
 
@@ -18,20 +20,13 @@ using namespace format::pool;
 std::vector<uint64_t> Lines(uint32_t n) { return std::vector<uint64_t>(size_t(n) * 8, 0); }
 
 Dentry Fresh(std::string_view name) {
-  Dentry d;
-  d.state = kDentryStateLive;
-  d.kind = 1;
+  Dentry d = SampleDentry(name);
   d.flags = kDentryFresh;
-  d.gen = 7;
-  d.parent = 139265;
-  d.ino = 139281;
-  d.ino_gen = 12;
   d.mode = 0644;
   d.consistency = 1;
   d.uid = 0;  // root's owner word is all ones, not zero
   d.gid = 0;
   d.ctime_ns = 1733500000123456789ull;
-  d.name = name;
   return d;
 }
 
@@ -129,6 +124,31 @@ TEST(Dentry, AnyWordLostReadsAsTornNeverAsDamage) {
       else
         EXPECT_EQ(got, DentryRead::kTorn) << "word " << i << " of " << len << "-byte name: " << why;
     }
+  }
+}
+
+// A dentry written over freed lines, each keeping the generation of the
+// dentry that covered it: a word lost reads as the free line held it, and
+// the dentry as torn.
+TEST(Dentry, AWordLostOverFreedLinesReadsAsTorn) {
+  const std::string name = NameOf(150, 5);
+  const uint32_t n = DentryLines(150);
+  std::vector<uint64_t> freed = Lines(n);
+  for (uint32_t l = 0; l < n; ++l) freed[l * 8] = FreedDentryLine(6);
+  Dentry r;
+  uint32_t lines;
+  std::string why;
+  ASSERT_EQ(ReadDentry(freed.data(), n, &r, &lines, &why), DentryRead::kEmpty);
+  EXPECT_EQ(DentryLineGen(freed[0]), 6u);
+  Dentry d = Fresh(name);
+  d.gen = DentryLineGen(freed[0]) + 1;
+  std::vector<uint64_t> w = freed;
+  EncodeDentry(d, w.data());
+  EXPECT_EQ(DentryLineGen(w[0]), 7u);
+  for (size_t i = 1; i < w.size(); ++i) {
+    std::vector<uint64_t> t = w;
+    t[i] = freed[i];
+    ASSERT_EQ(ReadDentry(t.data(), n, &r, &lines, &why), DentryRead::kTorn) << "word " << i << ": " << why;
   }
 }
 

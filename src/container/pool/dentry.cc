@@ -57,6 +57,10 @@ uint32_t DentryLines(size_t name_len) {
   return 1 + uint32_t((name_len - kDentryHeadName + kDentryTailName - 1) / kDentryTailName);
 }
 
+uint64_t FreedDentryLine(uint32_t gen) { return uint64_t(gen) << 32; }
+
+uint32_t DentryLineGen(uint64_t first_word) { return uint32_t(first_word >> 32); }
+
 uint64_t WithDentryState(uint64_t ident, uint64_t state) {
   const uint64_t both = kDentryStateMask | kDentryStateMask << kIdentStateCopyShift;
   return (ident & ~both) | state | (~state & kDentryStateMask) << kIdentStateCopyShift;
@@ -96,7 +100,7 @@ void EncodeDentry(const Dentry& d, uint64_t* out) {
 DentryRead ReadDentry(const uint64_t* w, uint32_t lines_left, Dentry* d, uint32_t* lines, std::string* why) {
   *lines = 1;
   const uint64_t ident = w[0];
-  if (ident == 0) return DentryRead::kEmpty;
+  if (uint32_t(ident) == 0) return DentryRead::kEmpty;  // zero, or a freed line's generation
   if ((ident & kDentryStateMask) == 0) {
     // Not a head. A continuation, or the head of nothing a build wrote.
     if (uint32_t(ident) == kDentryTailMagic) return DentryRead::kContinuation;
@@ -113,9 +117,10 @@ DentryRead ReadDentry(const uint64_t* w, uint32_t lines_left, Dentry* d, uint32_
     return damaged("lines " + std::to_string(n) + " for a name of " + std::to_string(len) + " bytes");
   if (n > lines_left) return damaged("runs past its block's end");
   *lines = n;
-  // A word a crash lost reads as zero: nothing written is.
-  for (uint32_t i = 0; i < n * kWordsPerLine; ++i)
-    if (w[i] == 0) return DentryRead::kTorn;
+  // A word a crash lost reads as the free line held it: zero, and a
+  // line's first word as a freed line's generation (low half zero).
+  for (uint32_t i = 1; i < n * kWordsPerLine; ++i)
+    if (i % kWordsPerLine == 0 ? uint32_t(w[i]) == 0 : w[i] == 0) return DentryRead::kTorn;
   if (Checksum(w, n) != uint32_t(w[3] >> 32)) return damaged("checksum");
   if ((ident >> kIdentStateCopyShift & kDentryStateMask) != (~ident & kDentryStateMask))
     return damaged("state and its complement differ");

@@ -2,9 +2,10 @@
 // docs/format.md, "Dentries (pool version 11, in progress)"): the durable
 // record of one name, a run of 1 to 6 lines of an arena block. Step 2 of
 // that design: the encoding and the reading that tells a dentry a crash
-// tore (some word never written: every written word is nonzero, and lines
-// are zero before a dentry is written into them) from a damaged one (no
-// word lost, the checksum wrong). No pool writes dentries yet.
+// tore (some word never written: every written word is nonzero, and a line
+// is zero but for a freed line's generation before a dentry is written
+// into it) from a damaged one (no word lost, the checksum wrong). No pool
+// writes dentries yet.
 #pragma once
 
 #include <cstddef>
@@ -103,6 +104,14 @@ void EncodeDentry(const Dentry& d, uint64_t* out);
 
 // The state word of an encoded dentry with its state changed.
 uint64_t WithDentryState(uint64_t ident, uint64_t state);
+
+// A freed line keeps, in its first word, the generation of the dentry that
+// covered it (its other words zero), so that the next dentry whose head
+// it is takes a greater one: a rename's reference to the old dentry
+// (line and generation) never names the new one. FreedDentryLine is that
+// first word; DentryLineGen reads it back from a free line or a head.
+uint64_t FreedDentryLine(uint32_t gen);
+uint32_t DentryLineGen(uint64_t first_word);
 
 enum class DentryRead {
   kEmpty,         // a line never written since it was zeroed

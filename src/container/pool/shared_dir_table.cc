@@ -1,20 +1,20 @@
-#include "container/pool/dir_table.h"
+#include "container/pool/shared_dir_table.h"
 
 #include <immintrin.h>
 #include <sched.h>
 
 
-#include "container/pool/dir_table_internal.h"
+#include "container/pool/shared_dir_table_internal.h"
 #include "util/assert.h"
 #include "util/test_hook.h"
 
 namespace upfs {
 
 using namespace dir_slot;
-using dir_table_internal::kProbeCheck;
-using dir_table_internal::kMaxUsedTenths;
+using shared_dir_table_internal::kProbeCheck;
+using shared_dir_table_internal::kMaxUsedTenths;
 
-namespace dir_table_internal {
+namespace shared_dir_table_internal {
 void Pause(uint32_t round) {
   if (round % kSpinsBeforeYield == kSpinsBeforeYield - 1) {
     sched_yield();  // two vCPUs: the thread waited for may need this one
@@ -22,7 +22,7 @@ void Pause(uint32_t round) {
     _mm_pause();
   }
 }
-}  // namespace dir_table_internal
+}  // namespace shared_dir_table_internal
 
 namespace {
 TestHook g_before_claim_cas;
@@ -33,26 +33,26 @@ uint64_t StripeOfThisCpu(uint64_t stripes) {
 }
 }  // namespace
 
-void DirTable::BeforeClaimCasForTest(void (*fn)(void*), void* arg) { g_before_claim_cas.Set(fn, arg); }
+void SharedDirTable::BeforeClaimCasForTest(void (*fn)(void*), void* arg) { g_before_claim_cas.Set(fn, arg); }
 
-DirTable::Table* DirTable::Current(uint64_t* handle) const {
+SharedDirTable::Table* SharedDirTable::Current(uint64_t* handle) const {
   *handle = anchor_->load(std::memory_order_acquire);
   return *handle ? reinterpret_cast<Table*>(mem_->At(*handle)) : nullptr;
 }
 
-uint64_t DirTable::SlotCount() const {
+uint64_t SharedDirTable::SlotCount() const {
   uint64_t h;
   const Table* t = Current(&h);
   return t ? t->slots() : 0;
 }
 
-void DirTable::AddToStripe(Table* t, int64_t live, int64_t used) {
-  dir_table_layout::Stripe* s = t->stripe(StripeOfThisCpu(t->h.stripes));
+void SharedDirTable::AddToStripe(Table* t, int64_t live, int64_t used) {
+  shared_dir_table_layout::Stripe* s = t->stripe(StripeOfThisCpu(t->h.stripes));
   if (live) s->live.fetch_add(live, std::memory_order_relaxed);
   if (used) s->used.fetch_add(used, std::memory_order_relaxed);
 }
 
-int64_t DirTable::Entries() const {
+int64_t SharedDirTable::Entries() const {
   uint64_t h;
   Table* t = Current(&h);
   if (!t) return 0;
@@ -61,7 +61,7 @@ int64_t DirTable::Entries() const {
   return sum;
 }
 
-uint64_t DirTable::Find(uint64_t hash, FunctionRef<bool(uint64_t ref)> same) const {
+uint64_t SharedDirTable::Find(uint64_t hash, FunctionRef<bool(uint64_t ref)> same) const {
   for (;;) {
     uint64_t h;
     Table* t = Current(&h);
@@ -83,7 +83,7 @@ uint64_t DirTable::Find(uint64_t hash, FunctionRef<bool(uint64_t ref)> same) con
   }
 }
 
-bool DirTable::Locate(uint64_t hash, uint64_t want, uint64_t* handle, Table** t, uint64_t* index) const {
+bool SharedDirTable::Locate(uint64_t hash, uint64_t want, uint64_t* handle, Table** t, uint64_t* index) const {
   *t = Current(handle);
   if (!*t) return false;
   const uint64_t mask = (*t)->mask();
@@ -99,23 +99,23 @@ bool DirTable::Locate(uint64_t hash, uint64_t want, uint64_t* handle, Table** t,
   return false;
 }
 
-bool DirTable::WaitPending(Table* t, uint64_t i, uint64_t w) {
+bool SharedDirTable::WaitPending(Table* t, uint64_t i, uint64_t w) {
   for (uint32_t round = 0;; ++round) {
     const uint64_t now = t->slot(i).load(std::memory_order_acquire);
     if (now & kFrozen) return false;
     if (now != w) return true;
-    if (round % dir_table_internal::kLivenessEvery == dir_table_internal::kLivenessEvery - 1 &&
+    if (round % shared_dir_table_internal::kLivenessEvery == shared_dir_table_internal::kLivenessEvery - 1 &&
         !mem_->Alive(view_->OwnerOf(RefOf(w)))) {
       // Its claimer died: the claim ends here, as an Abandon would.
       uint64_t expect = w;
       t->slot(i).compare_exchange_strong(expect, kTombstone, std::memory_order_seq_cst);
       continue;
     }
-    dir_table_internal::Pause(round);
+    shared_dir_table_internal::Pause(round);
   }
 }
 
-Status DirTable::Claim(uint64_t hash, uint64_t ref, FunctionRef<bool(uint64_t ref)> same, bool* claimed,
+Status SharedDirTable::Claim(uint64_t hash, uint64_t ref, FunctionRef<bool(uint64_t ref)> same, bool* claimed,
                        uint64_t* existing) {
   UPFS_ASSERT(ref >= kFirstRef && ref <= kRefMask);
   *claimed = false;
@@ -201,7 +201,7 @@ Status DirTable::Claim(uint64_t hash, uint64_t ref, FunctionRef<bool(uint64_t re
 // waits for one farther along, so no two wait for each other. *won false
 // and *winner 0: the claim lost to one that then ended without the name
 // (the caller claims again).
-Status DirTable::Contest(uint64_t hash, uint64_t ref, FunctionRef<bool(uint64_t ref)> same, bool* won,
+Status SharedDirTable::Contest(uint64_t hash, uint64_t ref, FunctionRef<bool(uint64_t ref)> same, bool* won,
                          uint64_t* winner) {
   const uint64_t mine = Make(hash, kPending, ref);
   for (;;) {
@@ -249,7 +249,7 @@ Status DirTable::Contest(uint64_t hash, uint64_t ref, FunctionRef<bool(uint64_t 
   }
 }
 
-void DirTable::Publish(uint64_t hash, uint64_t ref) {
+void SharedDirTable::Publish(uint64_t hash, uint64_t ref) {
   const uint64_t pending = Make(hash, kPending, ref), live = Make(hash, kLive, ref);
   for (;;) {
     uint64_t h, at;
@@ -267,7 +267,7 @@ void DirTable::Publish(uint64_t hash, uint64_t ref) {
   }
 }
 
-void DirTable::Abandon(uint64_t hash, uint64_t ref) {
+void SharedDirTable::Abandon(uint64_t hash, uint64_t ref) {
   const uint64_t pending = Make(hash, kPending, ref);
   for (;;) {
     uint64_t h, at;
@@ -279,7 +279,7 @@ void DirTable::Abandon(uint64_t hash, uint64_t ref) {
   }
 }
 
-bool DirTable::Remove(uint64_t hash, uint64_t ref) {
+bool SharedDirTable::Remove(uint64_t hash, uint64_t ref) {
   const uint64_t live = Make(hash, kLive, ref);
   for (;;) {
     uint64_t h, at;

@@ -1,7 +1,7 @@
-// The shared soft directory table (container/pool/dir_table.h) against a
+// The shared soft directory table (container/pool/shared_dir_table.h) against a
 // model: names, claims by racing threads and processes, growth (also one
 // whose grower dies), and listings made while others change the table.
-#include "container/pool/dir_table.h"
+#include "container/pool/shared_dir_table.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -95,11 +95,11 @@ struct Model : TableMemory, DentryView {
   uint32_t OwnerOf(uint64_t ref) override { return owners[ref]; }
 };
 
-class DirTableTest : public ::testing::Test {
+class SharedDirTableTest : public ::testing::Test {
  public:  // for hooks' plain functions too
   Model m;
   std::atomic<uint64_t>* anchor = new (m.arena.At(m.arena.Take(64))) std::atomic<uint64_t>(0);
-  DirTable table{&m, &m, anchor};
+  SharedDirTable table{&m, &m, anchor};
 
   uint64_t Find(const std::string& name) {
     return table.Find(m.HashOfName(name), [&](uint64_t r) { return m.names[r] == name; });
@@ -141,7 +141,7 @@ class DirTableTest : public ::testing::Test {
   }
 };
 
-TEST_F(DirTableTest, ANameIsFoundOnlyOnceLiveAndUntilRemoved) {
+TEST_F(SharedDirTableTest, ANameIsFoundOnlyOnceLiveAndUntilRemoved) {
   EXPECT_EQ(Find("a"), 0u);
   const uint64_t ref = m.Add("a");
   const uint64_t h = m.HashOfName("a");
@@ -162,7 +162,7 @@ TEST_F(DirTableTest, ANameIsFoundOnlyOnceLiveAndUntilRemoved) {
   EXPECT_NE(Create("a"), 0u) << "a removed name can be made again";
 }
 
-TEST_F(DirTableTest, AnAbandonedClaimLeavesNoName) {
+TEST_F(SharedDirTableTest, AnAbandonedClaimLeavesNoName) {
   const uint64_t ref = m.Add("x");
   bool claimed;
   uint64_t existing;
@@ -174,7 +174,7 @@ TEST_F(DirTableTest, AnAbandonedClaimLeavesNoName) {
   EXPECT_NE(Create("x"), 0u);
 }
 
-TEST_F(DirTableTest, GrowsFromSixteenSlotsAndKeepsEveryName) {
+TEST_F(SharedDirTableTest, GrowsFromSixteenSlotsAndKeepsEveryName) {
   constexpr int kNames = 20000;
   for (int i = 0; i < kNames; ++i) ASSERT_NE(Create("f" + std::to_string(i)), 0u) << i;
   EXPECT_EQ(table.Entries(), kNames);
@@ -185,7 +185,7 @@ TEST_F(DirTableTest, GrowsFromSixteenSlotsAndKeepsEveryName) {
   EXPECT_EQ(table.Entries(), kNames / 2);
 }
 
-TEST_F(DirTableTest, TombstonesOfChurnDoNotFillTheTable) {
+TEST_F(SharedDirTableTest, TombstonesOfChurnDoNotFillTheTable) {
   // Creating and removing new names forever: the slots ever used grow, and
   // a growth copies only the live names, so the table stays small.
   for (int i = 0; i < 50000; ++i) {
@@ -196,7 +196,7 @@ TEST_F(DirTableTest, TombstonesOfChurnDoNotFillTheTable) {
   EXPECT_LE(table.SlotCount(), 64u);
 }
 
-TEST_F(DirTableTest, NamesOfEqualHashesAreToldApartAndListedTogether) {
+TEST_F(SharedDirTableTest, NamesOfEqualHashesAreToldApartAndListedTogether) {
   m.hash_fn = [](const std::string& s) { return uint64_t(s.size()) << 58 | 12345; };  // by length only
   const std::vector<std::string> names = {"a", "b", "c", "dd", "ee", "fff"};
   for (const auto& n : names) ASSERT_NE(Create(n), 0u);
@@ -211,7 +211,7 @@ TEST_F(DirTableTest, NamesOfEqualHashesAreToldApartAndListedTogether) {
   EXPECT_TRUE(std::is_sorted(hashes.begin(), hashes.end()));
 }
 
-TEST_F(DirTableTest, AListingInBatchesIsInHashOrderAndComplete) {
+TEST_F(SharedDirTableTest, AListingInBatchesIsInHashOrderAndComplete) {
   std::set<uint64_t> live;
   for (int i = 0; i < 3000; ++i) live.insert(Create("n" + std::to_string(i)));
   for (size_t batch : {1, 7, 100, 100000}) {
@@ -225,7 +225,7 @@ TEST_F(DirTableTest, AListingInBatchesIsInHashOrderAndComplete) {
   }
 }
 
-TEST_F(DirTableTest, NamesPlacedPastTheTableEndAreListedLastAndFound) {
+TEST_F(SharedDirTableTest, NamesPlacedPastTheTableEndAreListedLastAndFound) {
   // Homes in the last slots of any table: the probe runs wrap to slot 0.
   m.hash_fn = [](const std::string& s) { return ~uint64_t{0} - Crc32c(s.data(), s.size(), 7); };
   std::set<uint64_t> live;
@@ -240,7 +240,7 @@ TEST_F(DirTableTest, NamesPlacedPastTheTableEndAreListedLastAndFound) {
   }
 }
 
-TEST_F(DirTableTest, AListingContinuedAfterAGrowthGoesOnFromItsCookie) {
+TEST_F(SharedDirTableTest, AListingContinuedAfterAGrowthGoesOnFromItsCookie) {
   std::set<uint64_t> first;
   for (int i = 0; i < 10; ++i) first.insert(Create("g" + std::to_string(i)));
   uint64_t cookie = 0;
@@ -261,7 +261,7 @@ TEST_F(DirTableTest, AListingContinuedAfterAGrowthGoesOnFromItsCookie) {
   for (uint64_t r : first) EXPECT_TRUE(seen.count(r)) << m.names[r];
 }
 
-TEST_F(DirTableTest, AFailedGrowthLeavesTheTableAsItWas) {
+TEST_F(SharedDirTableTest, AFailedGrowthLeavesTheTableAsItWas) {
   for (int i = 0; i < 8; ++i) ASSERT_NE(Create("k" + std::to_string(i)), 0u);
   m.allocations_left = 0;
   Status st;
@@ -283,15 +283,15 @@ TEST_F(DirTableTest, AFailedGrowthLeavesTheTableAsItWas) {
 // A claim that chose its free slot, and before its CAS there another
 // claim of the same name took an earlier one (a tombstone made meanwhile)
 // and went live: the first must see it and lose, or the name is twice.
-TEST_F(DirTableTest, AClaimBeatenToAnEarlierFreeSlotLoses) {
+TEST_F(SharedDirTableTest, AClaimBeatenToAnEarlierFreeSlotLoses) {
   m.hash_fn = [](const std::string& s) { return uint64_t(Crc32c(s.data(), s.size(), 3)) << 8; };  // home 0
   for (const char* n : {"x0", "x1", "x2"}) ASSERT_NE(Create(n), 0u);
   struct Race {
-    DirTableTest* test;
+    SharedDirTableTest* test;
     std::atomic<bool> fired{false};
     uint64_t other = 0;
   } race{this};
-  DirTable::BeforeClaimCasForTest(
+  SharedDirTable::BeforeClaimCasForTest(
       [](void* arg) {
         auto* r = static_cast<Race*>(arg);
         if (r->fired.exchange(true)) return;
@@ -300,7 +300,7 @@ TEST_F(DirTableTest, AClaimBeatenToAnEarlierFreeSlotLoses) {
       },
       &race);
   const uint64_t mine = Create("n");
-  DirTable::BeforeClaimCasForTest(nullptr, nullptr);
+  SharedDirTable::BeforeClaimCasForTest(nullptr, nullptr);
   ASSERT_NE(race.other, 0u);
   EXPECT_EQ(mine, 0u) << "the name was made twice";
   EXPECT_EQ(List(100).size(), 3u);
@@ -310,7 +310,7 @@ TEST_F(DirTableTest, AClaimBeatenToAnEarlierFreeSlotLoses) {
 // Threads claim the same names at once, in the same order, round after
 // round: every name ends with exactly one winner and one live slot, through
 // the table's growths (each round starts from an emptied table's tombstones).
-TEST_F(DirTableTest, ThreadsRacingForTheSameNamesLeaveOneWinnerEach) {
+TEST_F(SharedDirTableTest, ThreadsRacingForTheSameNamesLeaveOneWinnerEach) {
   // Every name's home in the first slots: one long probe run that all
   // share, where each thread also removes and makes a name of its own
   // between claims, so that the threads find different free slots.
@@ -379,7 +379,7 @@ TEST_F(DirTableTest, ThreadsRacingForTheSameNamesLeaveOneWinnerEach) {
 // A removal and a publish made while a grower has frozen the table wait
 // for it, and land in the successor: made in the old table after its copy,
 // they would be lost.
-TEST_F(DirTableTest, ChangesMadeDuringAGrowthLandInTheSuccessor) {
+TEST_F(SharedDirTableTest, ChangesMadeDuringAGrowthLandInTheSuccessor) {
   ASSERT_NE(Create("a"), 0u);
   const uint64_t c = m.Add("c");
   bool claimed;
@@ -390,7 +390,7 @@ TEST_F(DirTableTest, ChangesMadeDuringAGrowthLandInTheSuccessor) {
   for (int i = 0; i < 64; ++i) fill.push_back(m.Add("fill" + std::to_string(i), 3));
   static std::atomic<int> stage;
   stage = 0;
-  DirTable::BeforeSwitchForTest(
+  SharedDirTable::BeforeSwitchForTest(
       [](void*) {
         int first = 0;
         if (t_self != 3 || !stage.compare_exchange_strong(first, 1)) return;
@@ -415,7 +415,7 @@ TEST_F(DirTableTest, ChangesMadeDuringAGrowthLandInTheSuccessor) {
   stage = 2;
   writer.join();
   grower.join();
-  DirTable::BeforeSwitchForTest(nullptr, nullptr);
+  SharedDirTable::BeforeSwitchForTest(nullptr, nullptr);
   EXPECT_GT(table.SlotCount(), slots);
   EXPECT_EQ(Find("a"), 0u) << "a removal lost in the growth";
   EXPECT_EQ(Find("c"), c) << "a publish lost in the growth";
@@ -425,7 +425,7 @@ TEST_F(DirTableTest, ChangesMadeDuringAGrowthLandInTheSuccessor) {
 // Threads making and removing names of their own while the table grows
 // under them, round after round from a new table of 16 slots: no claim,
 // publish or removal made during a growth is lost.
-TEST_F(DirTableTest, ChangesMadeWhileTheTableGrowsAreKept) {
+TEST_F(SharedDirTableTest, ChangesMadeWhileTheTableGrowsAreKept) {
   constexpr int kThreads = 3, kPerThread = 1500;
   const int rounds = int(upfs_test::Scaled(30, 5));
   std::vector<std::vector<uint64_t>> refs(kThreads);
@@ -434,7 +434,7 @@ TEST_F(DirTableTest, ChangesMadeWhileTheTableGrowsAreKept) {
       refs[t].push_back(m.Add("t" + std::to_string(t) + "-" + std::to_string(i), uint32_t(t + 1)));
   for (int r = 0; r < rounds; ++r) {
     auto* a = new (m.arena.At(m.arena.Take(64))) std::atomic<uint64_t>(0);
-    DirTable d(&m, &m, a);
+    SharedDirTable d(&m, &m, a);
     const uint64_t retired_before = m.retired.load();
     std::vector<std::thread> threads;
     for (int t = 0; t < kThreads; ++t) {
@@ -473,7 +473,7 @@ TEST_F(DirTableTest, ChangesMadeWhileTheTableGrowsAreKept) {
 
 // Names live for the whole listing are listed once each, however the
 // others change the table meanwhile (claims, removals, growths).
-TEST_F(DirTableTest, AListingMadeWhileOthersChangeTheTableSeesStableNamesOnce) {
+TEST_F(SharedDirTableTest, AListingMadeWhileOthersChangeTheTableSeesStableNamesOnce) {
   constexpr int kStable = 500, kChurn = 4000;
   std::set<uint64_t> stable;
   for (int i = 0; i < kStable; ++i) stable.insert(Create("stable" + std::to_string(i)));
@@ -511,7 +511,7 @@ TEST_F(DirTableTest, AListingMadeWhileOthersChangeTheTableSeesStableNamesOnce) {
 
 // A claimer that dies before it publishes or abandons: a thread claiming
 // the same name waits, asks whether the claimer lives, and takes the name.
-TEST_F(DirTableTest, AClaimWhoseClaimerDiedEndsWithoutIt) {
+TEST_F(SharedDirTableTest, AClaimWhoseClaimerDiedEndsWithoutIt) {
   const uint64_t dead_ref = m.Add("d", 5);
   const uint64_t h = m.HashOfName("d");
   bool claimed;
@@ -529,13 +529,13 @@ TEST_F(DirTableTest, AClaimWhoseClaimerDiedEndsWithoutIt) {
 // A grower that dies after it froze and copied the table, before its
 // switch: the others' writes wait for it, find it dead, and do its growth
 // over (its copy given back); nothing is lost.
-TEST_F(DirTableTest, AGrowthWhoseGrowerDiedIsTakenOver) {
+TEST_F(SharedDirTableTest, AGrowthWhoseGrowerDiedIsTakenOver) {
   for (int i = 0; i < 8; ++i) ASSERT_NE(Create("p" + std::to_string(i)), 0u);
   static std::atomic<int> stage{0};
   static Model* model;
   model = &m;  // this run's (a static's initializer runs once)
   stage = 0;
-  DirTable::BeforeSwitchForTest([](void*) {
+  SharedDirTable::BeforeSwitchForTest([](void*) {
     int first = 0;
     if (t_self != 7 || !stage.compare_exchange_strong(first, 1)) return;  // its first growth only
     model->dead[7] = true;  // killed here, the table frozen and copied
@@ -573,14 +573,14 @@ TEST_F(DirTableTest, AGrowthWhoseGrowerDiedIsTakenOver) {
   m.dead[7] = false;  // let the "dead" thread finish its loop for the test's end
   stage = 2;
   grower.join();
-  DirTable::BeforeSwitchForTest(nullptr, nullptr);
+  SharedDirTable::BeforeSwitchForTest(nullptr, nullptr);
   for (uint64_t ref : refs) EXPECT_EQ(Find(m.names[ref]), ref);
   EXPECT_EQ(table.Entries(), 8 + 200 + 1);
 }
 
 // Two processes claim the same names in one table; one is killed with a
 // claim it never ended, and the other still takes that name.
-TEST_F(DirTableTest, ProcessesShareATableAndAKilledOneBlocksNobody) {
+TEST_F(SharedDirTableTest, ProcessesShareATableAndAKilledOneBlocksNobody) {
   constexpr int kNames = 2000;
   for (int i = 0; i < kNames; ++i) {
     m.Add("m" + std::to_string(i), 1);

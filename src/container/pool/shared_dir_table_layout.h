@@ -1,4 +1,4 @@
-// The memory of one directory table (dir_table.h): a header line, the
+// The memory of one directory table (shared_dir_table.h): a header line, the
 // count stripes (a line each), then the slots. Soft: never written back,
 // built again by recovery, so it has no version or checksum of its own.
 #pragma once
@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace upfs::dir_table_layout {
+namespace upfs::shared_dir_table_layout {
 
 // Line 0. log2_slots and stripes are set before the table is published
 // (the anchor's release store) and never change.
@@ -42,4 +42,4 @@ inline uint64_t Bytes(uint64_t log2_slots, uint64_t stripes) {
   return sizeof(Header) + stripes * sizeof(Stripe) + (uint64_t{8} << log2_slots);
 }
 
-}  // namespace upfs::dir_table_layout
+}  // namespace upfs::shared_dir_table_layout

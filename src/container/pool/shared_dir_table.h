@@ -79,12 +79,12 @@ class DentryView {
   ~DentryView() = default;
 };
 
-class DirTable {
+class SharedDirTable {
  public:
   // `anchor`: the directory's word naming its table (0: none yet; the
-  // first claim makes one). Shared by every process; the DirTable object
+  // first claim makes one). Shared by every process; the SharedDirTable object
   // is a view of it and holds nothing.
-  DirTable(TableMemory* mem, DentryView* view, std::atomic<uint64_t>* anchor)
+  SharedDirTable(TableMemory* mem, DentryView* view, std::atomic<uint64_t>* anchor)
       : mem_(mem), view_(view), anchor_(anchor) {}
 
   // The live slot's ref for which same(ref) holds among names of hash

@@ -1,16 +1,16 @@
-// A directory table's first allocation and its growth (dir_table.h).
+// A directory table's first allocation and its growth (shared_dir_table.h).
 #include <algorithm>
 #include <thread>
 
-#include "container/pool/dir_table.h"
-#include "container/pool/dir_table_internal.h"
+#include "container/pool/shared_dir_table.h"
+#include "container/pool/shared_dir_table_internal.h"
 #include "util/assert.h"
 #include "util/test_hook.h"
 
 namespace upfs {
 
 using namespace dir_slot;
-namespace layout = dir_table_layout;
+namespace layout = shared_dir_table_layout;
 
 namespace {
 
@@ -30,9 +30,9 @@ uint64_t Log2SlotsFor(uint64_t names) {
 
 }  // namespace
 
-void DirTable::BeforeSwitchForTest(void (*fn)(void*), void* arg) { g_before_switch.Set(fn, arg); }
+void SharedDirTable::BeforeSwitchForTest(void (*fn)(void*), void* arg) { g_before_switch.Set(fn, arg); }
 
-Status DirTable::Ensure(uint64_t* handle, Table** t) {
+Status SharedDirTable::Ensure(uint64_t* handle, Table** t) {
   *t = Current(handle);
   if (*t) return Status::OK();
   uint64_t mine;
@@ -50,7 +50,7 @@ Status DirTable::Ensure(uint64_t* handle, Table** t) {
   return Status::OK();
 }
 
-Status DirTable::AllocateTable(TableMemory* mem, uint64_t log2_slots, uint64_t* handle, Table** out) {
+Status SharedDirTable::AllocateTable(TableMemory* mem, uint64_t log2_slots, uint64_t* handle, Table** out) {
   const uint64_t stripes = StripesHere();
   UPFS_RETURN_IF_ERROR(mem->Allocate(layout::Bytes(log2_slots, stripes), handle));
   auto* t = reinterpret_cast<Table*>(mem->At(*handle));
@@ -60,7 +60,7 @@ Status DirTable::AllocateTable(TableMemory* mem, uint64_t log2_slots, uint64_t* 
   return Status::OK();
 }
 
-Status DirTable::GrowOrWait(uint64_t handle, Table* t, bool start) {
+Status SharedDirTable::GrowOrWait(uint64_t handle, Table* t, bool start) {
   const uint32_t self = mem_->Self();
   for (uint32_t round = 0;; ++round) {
     if (anchor_->load(std::memory_order_acquire) != handle) return Status::OK();
@@ -76,13 +76,13 @@ Status DirTable::GrowOrWait(uint64_t handle, Table* t, bool start) {
     }
     const uint32_t owner = uint32_t(g);
     UPFS_ASSERT(owner != self);
-    if (round % dir_table_internal::kLivenessEvery == dir_table_internal::kLivenessEvery - 1 &&
+    if (round % shared_dir_table_internal::kLivenessEvery == shared_dir_table_internal::kLivenessEvery - 1 &&
         !mem_->Alive(owner)) {
       uint64_t expect = g;
       if (t->h.grow.compare_exchange_strong(expect, layout::kGrowing | self, std::memory_order_acq_rel))
         return Grow(handle, t);  // the dead grower's work, from the start
     }
-    dir_table_internal::Pause(round);
+    shared_dir_table_internal::Pause(round);
   }
 }
 
@@ -90,7 +90,7 @@ Status DirTable::GrowOrWait(uint64_t handle, Table* t, bool start) {
 // removal changes it after), copies what is named into a table for four
 // times the names, and switches the anchor. A table given up (no memory)
 // is thawed: its writers go on in it.
-Status DirTable::Grow(uint64_t handle, Table* t) {
+Status SharedDirTable::Grow(uint64_t handle, Table* t) {
   const uint64_t self_word = layout::kGrowing | mem_->Self();
   // A dead grower's half-filled successor goes back first.
   if (const uint64_t half = t->h.successor.exchange(0, std::memory_order_acq_rel)) mem_->Retire(half);

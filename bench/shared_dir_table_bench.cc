@@ -1,11 +1,11 @@
-// upfs_dir_table_bench: the next namespace's shared directory table
-// (src/container/pool/dir_table.h) alone: a name made (claimed, published)
+// upfs_shared_dir_table_bench: the next namespace's shared directory table
+// (src/container/pool/shared_dir_table.h) alone: a name made (claimed, published)
 // and an older one removed per iteration, by one thread and by two, in one
 // shared table or in a table each. No dentry is written and nothing is
 // persisted: this is the table's own share of a create, and whether two
 // threads in one directory scale (docs/design.md, "The next namespace").
 //
-//   build/bin/upfs_dir_table_bench [--benchmark_filter=shared]
+//   build/bin/upfs_shared_dir_table_bench [--benchmark_filter=shared]
 #include <benchmark/benchmark.h>
 #include <sys/mman.h>
 
@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "container/pool/dir_table.h"
+#include "container/pool/shared_dir_table.h"
 
 namespace {
 
-using upfs::DirTable;
+using upfs::SharedDirTable;
 using upfs::Status;
 
 // Bump-allocated memory, never reused (a retired table stays readable).
@@ -31,7 +31,7 @@ class Arena final : public upfs::TableMemory {
     base_ = static_cast<char*>(
         mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0));
     if (base_ == MAP_FAILED) {
-      std::perror("upfs_dir_table_bench: mmap");
+      std::perror("upfs_shared_dir_table_bench: mmap");
       std::exit(1);
     }
   }
@@ -78,7 +78,7 @@ void BM_CreateRemove(benchmark::State& state) {
   const bool shared = state.range(0) == 1;
   const uint32_t thread = uint32_t(state.thread_index());
   Arena::self_ = thread + 1;
-  DirTable table(&g_arena, &g_names, &g_anchors[shared ? 0 : 1 + thread]);
+  SharedDirTable table(&g_arena, &g_names, &g_anchors[shared ? 0 : 1 + thread]);
   // Refs: owner in the high word, a counter below (never 0 or 1).
   const uint64_t base = (uint64_t(thread + 1) << 32) + 2;
   uint64_t i = 0;

@@ -1,4 +1,4 @@
-// A directory table's listing in hash order (dir_table.h, Scan).
+// A directory table's listing in hash order (shared_dir_table.h, Scan).
 //
 // Linear probing keeps every name in the cluster (run of used slots) that
 // holds its home, at or after the home, and a slot never becomes unused
@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "container/pool/dir_table.h"
-#include "container/pool/dir_table_internal.h"
+#include "container/pool/shared_dir_table.h"
+#include "container/pool/shared_dir_table_internal.h"
 
 namespace upfs {
 
@@ -24,7 +24,7 @@ struct Named {
 };
 }  // namespace
 
-void DirTable::Scan(uint64_t after, bool from_start,
+void SharedDirTable::Scan(uint64_t after, bool from_start,
                     FunctionRef<bool(uint64_t hash, const uint64_t* refs, size_t n)> fn) const {
   uint64_t h;
   Table* t = Current(&h);
