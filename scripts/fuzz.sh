@@ -7,9 +7,11 @@
 #   bash scripts/fuzz.sh 1800       # long mode: 30 min per target
 #
 # Targets: fuzz_open (upfs_open, replay, read/write/truncate/punch, close,
-# reopen), fuzz_inspect (InspectFile, i.e. fsck) and fuzz_pool (patches to
+# reopen), fuzz_inspect (InspectFile, i.e. fsck), fuzz_pool (patches to
 # a valid pool: upfs_mount, a walk of the tree, CheckPool, upfs_umount; its
-# seeds are patch lists, from make_corpus --pool); see fuzz/*.cc for what
+# seeds are patch lists, from make_corpus --pool) and fuzz_dentry (patches
+# to an arena of the next namespace's dentries it builds itself: the
+# recovery scan; seeded with the flag byte alone); see fuzz/*.cc for what
 # each one requires. A crash, an ASan/UBSan report, a leak, a contract
 # violation (a trap), an input that runs longer than 10 s or a process over
 # 2 GiB RSS fails the run. For each target it prints
@@ -26,7 +28,7 @@
 # build-fuzz/fuzz-TARGET.log.
 #
 # Environment: JOBS (build parallelism, default 2), FUZZ_TARGETS (default
-# "fuzz_open fuzz_inspect fuzz_pool"), FUZZ_ARGS (extra libFuzzer flags).
+# "fuzz_open fuzz_inspect fuzz_pool fuzz_dentry"), FUZZ_ARGS (extra libFuzzer flags).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -36,7 +38,7 @@ if ! [[ "$DURATION" =~ ^[0-9]+$ ]] || [ "$DURATION" -lt 1 ]; then
   exit 2
 fi
 JOBS="${JOBS:-2}"
-TARGETS="${FUZZ_TARGETS:-fuzz_open fuzz_inspect fuzz_pool}"
+TARGETS="${FUZZ_TARGETS:-fuzz_open fuzz_inspect fuzz_pool fuzz_dentry}"
 BUILD=build-fuzz
 CRASHES="$BUILD/crashes"
 
@@ -119,7 +121,16 @@ summary=()
 for t in $TARGETS; do
   corpus="$WORK/corpus-$t"
   mkdir -p "$corpus"
-  if [ "$t" = fuzz_pool ]; then cp "$POOL_SEEDS"/* "$corpus"/; else cp "$SEEDS"/* "$corpus"/; fi
+  if [ "$t" = fuzz_pool ]; then
+    cp "$POOL_SEEDS"/* "$corpus"/
+  elif [ "$t" = fuzz_dentry ]; then
+    # Its image is built in the target: an input is a flag byte and patches.
+    printf '\000' >"$corpus/as-built"
+    printf '\001' >"$corpus/resealed"
+    printf '\002\000' >"$corpus/no-chain"
+  else
+    cp "$SEEDS"/* "$corpus"/
+  fi
   # Every input that ever found a bug (fuzz/regressions/) is part of the
   # corpus, so libFuzzer replays it first and a regression fails at once.
   cp fuzz/regressions/* "$corpus"/ 2>/dev/null || true

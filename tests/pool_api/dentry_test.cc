@@ -178,6 +178,23 @@ TEST(Dentry, AnyFlippedBitIsDamage) {
   EXPECT_GT(damaged, 1000);
 }
 
+// Bytes past the name are padding as the writer writes it: other bytes
+// there, even under a right checksum, are damage (the reader accepts only
+// what the writer writes; fuzz_dentry finds a reader without this check).
+TEST(Dentry, PaddingOtherThanTheWritersIsDamage) {
+  const std::string name = NameOf(20, 2);
+  const uint32_t n = DentryLines(20);
+  std::vector<uint64_t> w = Lines(n);
+  EncodeDentry(Fresh(name), w.data());
+  reinterpret_cast<unsigned char*>(w.data())[64 + 8 + (20 - 8)] = 'p';  // the first byte past the name
+  w[3] = (w[3] & 0xffffffff) | uint64_t(DentryChecksum(w.data(), n)) << 32;
+  Dentry r;
+  uint32_t lines;
+  std::string why;
+  EXPECT_EQ(ReadDentry(w.data(), n, &r, &lines, &why), DentryRead::kDamaged);
+  EXPECT_EQ(why, "name padding");
+}
+
 TEST(Dentry, ContinuationsAndRunsPastTheBlockAreToldApart) {
   const std::string name = NameOf(200, 4);
   const uint32_t n = DentryLines(200);

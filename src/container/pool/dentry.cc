@@ -57,6 +57,8 @@ uint32_t DentryLines(size_t name_len) {
   return 1 + uint32_t((name_len - kDentryHeadName + kDentryTailName - 1) / kDentryTailName);
 }
 
+uint32_t DentryChecksum(const uint64_t* words, uint32_t lines) { return Checksum(words, lines); }
+
 uint64_t FreedDentryLine(uint32_t gen) { return uint64_t(gen) << 32; }
 
 uint32_t DentryLineGen(uint64_t first_word) { return uint32_t(first_word >> 32); }
@@ -161,6 +163,9 @@ DentryRead ReadDentry(const uint64_t* w, uint32_t lines_left, Dentry* d, uint32_
     if (!(flags & kDentryRename) && (w[4] != kDentryNone || w[5] != kDentryNone || w[6] != kDentryNone))
       return damaged("a link's words");
   }
+  // Past the name's end, to its last line's end: padding, as written.
+  for (size_t i = len; i < kDentryHeadName + (n - 1) * kDentryTailName; ++i)
+    if (*NameByte(const_cast<uint64_t*>(w), i) != kPad) return damaged("name padding");
   // The name: the head's 8 bytes, then each continuation's 56. Contiguous
   // only for names of up to 8 bytes; longer ones are gathered.
   if (len <= kDentryHeadName) {

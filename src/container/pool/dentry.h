@@ -102,6 +102,10 @@ uint32_t DentryLines(size_t name_len);
 // uid and gid not both 2^32 - 1: the caller checked them.
 void EncodeDentry(const Dentry& d, uint64_t* out);
 
+// The checksum a dentry of `lines` lines at `words` carries in its high
+// half of word 3 (fsck's report; the fuzzer's repair of patched dentries).
+uint32_t DentryChecksum(const uint64_t* words, uint32_t lines);
+
 // The state word of an encoded dentry with its state changed.
 uint64_t WithDentryState(uint64_t ident, uint64_t state);
 
