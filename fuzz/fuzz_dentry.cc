@@ -1,6 +1,6 @@
 // fuzz_dentry: damaged arenas of the next namespace's dentries
-// (container/pool/dentry.h, dentry_arena.h) through ScanDentries, the scan
-// recovery and fsck will make.
+// (container/pool/dentry.h, dentry_arena.h, dentry_recovery.h) through
+// ScanDentries, the scan recovery and fsck will make, and recovery itself.
 //
 // The input is a list of patches to one valid image that the target
 // builds once per process: four arena blocks in memory, chained, holding
@@ -19,16 +19,21 @@
 //    dentry block;
 //  - the reader accepts only what the writer writes: every dentry the scan
 //    reads as valid, encoded again from the fields read, gives its lines
-//    back bit for bit.
+//    back bit for bit;
+//  - recovery (RecoverDentries) ends OK or with EUCLEAN naming a dentry or
+//    directory; applied (ApplyRecovery), the next recovery finds the same
+//    live names and nothing superseded or to free.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "container/pool/dentry.h"
 #include "container/pool/dentry_arena.h"
+#include "container/pool/dentry_recovery.h"
 
 namespace {
 
@@ -142,7 +147,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (flags & 1) Reseal(&s);
   bool mismatch = false;
-  const Status st = ScanDentries(&s, [&](uint64_t line, DentryRead got, const Dentry& d) {
+  const Status st = ScanDentries(&s, [&](uint64_t line, uint32_t, DentryRead got, const Dentry& d) {
     if (got != DentryRead::kValid) return;
     const uint32_t lines = DentryLines(d.name.size());
     std::vector<uint64_t> again(size_t(lines) * 8, 0);
@@ -150,9 +155,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (std::memcmp(again.data(), s.Line(line), lines * 64) != 0) mismatch = true;
   });
   if (mismatch) Broken("a dentry read as valid is not what the writer writes for its fields");
+  auto check_error = [](const Status& e) {
+    if (e.err() != EUCLEAN) Broken("an error other than EUCLEAN");
+    if (e.message().find("dentr") == std::string::npos && e.message().find("directory") == std::string::npos)
+      Broken("a message that names no dentry structure");
+  };
   if (!st.ok()) {
-    if (st.err() != EUCLEAN) Broken("an error other than EUCLEAN");
-    if (st.message().find("dentry") == std::string::npos) Broken("a message that names no dentry structure");
+    check_error(st);
+    return 0;
   }
+  // Recovery decides, is made so, and the next recovery finds the same
+  // names and nothing left to do.
+  RecoveredDentries first, second;
+  const Status r1 = RecoverDentries(&s, &first);
+  if (!r1.ok()) {
+    check_error(r1);
+    return 0;
+  }
+  ApplyRecovery(&s, first);
+  if (!RecoverDentries(&s, &second).ok()) Broken("a recovery applied leaves a pool the next one refuses");
+  auto names = [](const RecoveredDentries& r) {
+    std::set<std::pair<uint64_t, std::string>> out;
+    for (const RecoveredDentry& d : r.live) out.emplace(d.line, d.name);
+    return out;
+  };
+  if (names(first) != names(second)) Broken("the next recovery finds other live names");
+  if (!second.superseded.empty() || !second.free.empty()) Broken("a recovery applied leaves work for the next");
   return 0;
 }

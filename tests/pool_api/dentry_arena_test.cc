@@ -10,43 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "pool_api/dentry_memory_store.h"
 #include "pool_api/dentry_sample.h"
 
 namespace upfs {
 namespace {
 
 using namespace format::pool;
-
-class MemoryStore final : public DentryStore {
- public:
-  explicit MemoryStore(uint64_t blocks) : words_(blocks * 512, 0), blocks_(blocks) {}
-  Status NewBlock(uint32_t* block) override {
-    if (next_ >= blocks_) return Status::Error(ENOSPC, "test store full");
-    *block = uint32_t(next_++);
-    return Status::OK();
-  }
-  uint64_t* Line(uint64_t line) override { return &words_[line * 8]; }
-  std::atomic<uint64_t>* ChainHead() override { return &head_; }
-  void WriteBack(const void* p, size_t) override {
-    ++write_backs;
-    const auto* w = static_cast<const uint64_t*>(p);
-    if (w >= words_.data() && w < words_.data() + words_.size() && (w - words_.data()) % 512 == 0)
-      events.push_back("header " + std::to_string((w - words_.data()) / 512));
-  }
-  void Fence() override {
-    ++fences;
-    events.push_back("fence, chain at " + std::to_string(head_.load()));
-  }
-  std::vector<std::string> events;
-  uint64_t Blocks() const override { return blocks_; }
-  int write_backs = 0, fences = 0;
-
- private:
-  std::vector<uint64_t> words_;
-  uint64_t blocks_;
-  uint64_t next_ = 1;  // block 0 is never an arena block
-  std::atomic<uint64_t> head_{0};
-};
 
 class DentryArenaTest : public ::testing::Test {
  protected:
@@ -65,7 +35,7 @@ class DentryArenaTest : public ::testing::Test {
   // What a scan finds: line -> (what, name).
   std::map<uint64_t, std::pair<DentryRead, std::string>> Scan(Status* st) {
     std::map<uint64_t, std::pair<DentryRead, std::string>> out;
-    *st = ScanDentries(&store, [&](uint64_t line, DentryRead got, const Dentry& d) {
+    *st = ScanDentries(&store, [&](uint64_t line, uint32_t, DentryRead got, const Dentry& d) {
       if (got != DentryRead::kEmpty) out[line] = {got, got == DentryRead::kValid ? std::string(d.name) : ""};
     });
     return out;

@@ -56,7 +56,11 @@ Status DentryArena::Take(uint32_t lines, uint64_t* head, uint32_t* gen) {
     *head = bump_;
     bump_ += lines;
   }
-  *gen = DentryLineGen(s_->Line(*head)[0]) + 1;
+  // A line of the run may have headed a later dentry than the run's head
+  // (runs are split and taken again in other lengths).
+  uint32_t highest = 0;
+  for (uint32_t l = 0; l < lines; ++l) highest = std::max(highest, DentryLineGen(s_->Line(*head + l)[0]));
+  *gen = highest + 1;
   if (*gen == 0) *gen = 1;  // 2^32 reuses of one line: wrapped
   return Status::OK();
 }
@@ -85,7 +89,8 @@ uint64_t DentryArena::FreeLines() const {
   return n;
 }
 
-Status ScanDentries(DentryStore* s, FunctionRef<void(uint64_t line, DentryRead got, const Dentry& d)> fn) {
+Status ScanDentries(DentryStore* s,
+                    FunctionRef<void(uint64_t line, uint32_t lines, DentryRead got, const Dentry& d)> fn) {
   std::unordered_set<uint64_t> seen;
   uint64_t b = s->ChainHead()->load(std::memory_order_acquire);
   while (b != 0) {
@@ -101,7 +106,7 @@ Status ScanDentries(DentryStore* s, FunctionRef<void(uint64_t line, DentryRead g
       std::string why;
       const DentryRead got = ReadDentry(s->Line(line), kLinesPerBlock - i, &d, &lines, &why);
       if (got == DentryRead::kDamaged) return Status::Corrupt("dentry at line " + std::to_string(i) + " of " + where, why);
-      fn(line, got, d);
+      fn(line, lines, got, d);
       i += lines;
     }
     b = h->next;

@@ -55,7 +55,8 @@ class DentryArena {
   explicit DentryArena(DentryStore* store) : s_(store) {}
 
   // A run of `lines` free lines (1 to 6) for a new dentry: *head its
-  // first line, *gen the generation the dentry takes there.
+  // first line, *gen the generation the dentry takes there: above every
+  // generation any of the run's lines kept, so that each line's only rise.
   Status Take(uint32_t lines, uint64_t* head, uint32_t* gen);
   // The run of a dentry of generation `gen` that is durably dead, that no
   // reader can still hold (epochs) and whose own claims no longer matter
@@ -81,9 +82,11 @@ class DentryArena {
 };
 
 // Every line of every block on the chain, in chain order (recovery, fsck):
-// fn(line, what ReadDentry made of it, the dentry when kValid). A damaged
-// block header, a chain that loops or leaves the pool, or a damaged
-// dentry ends the scan with EUCLEAN naming it.
-Status ScanDentries(DentryStore* store, FunctionRef<void(uint64_t line, DentryRead got, const Dentry& d)> fn);
+// fn(line, lines the answer covers, what ReadDentry made of it, the
+// dentry when kValid). A damaged block header, a chain that loops or
+// leaves the pool, or a damaged dentry ends the scan with EUCLEAN naming
+// it.
+Status ScanDentries(DentryStore* store,
+                    FunctionRef<void(uint64_t line, uint32_t lines, DentryRead got, const Dentry& d)> fn);
 
 }  // namespace upfs
