@@ -23,29 +23,11 @@ class DentryRecoveryTest : public ::testing::Test {
   MemoryStore store{64};
   DentryArena arena{&store};
 
-  struct Made {
-    uint64_t line;
-    uint32_t gen;
-    uint64_t ref() const { return DentryRef(line, gen); }
-  };
-  // Writes a dentry: name in directory `parent` for inode `ino`.
-  Made Write(const std::string& name, uint64_t parent, uint64_t ino, uint64_t state = kDentryStateLive,
-             uint32_t flags = 0, uint64_t source = kDentryNone, uint64_t replaced = kDentryNone,
-             uint64_t partner = kDentryNone, uint32_t kind = 1) {
-    names_.push_back(name);
-    Dentry d = SampleDentry(names_.back());
-    d.state = state;
-    d.parent = parent;
-    d.ino = ino;
-    d.kind = kind;
-    d.flags = flags;
-    d.source = source;
-    d.replaced = replaced;
-    d.partner = partner;
-    uint64_t head;
-    EXPECT_TRUE(arena.Take(DentryLines(name.size()), &head, &d.gen).ok());
-    EncodeDentry(d, store.Line(head));
-    return {head, d.gen};
+  SampleWriter writer{&arena, &store};
+  using Made = SampleWriter::Made;
+  template <typename... Args>
+  Made Write(Args&&... args) {
+    return writer.Write(std::forward<Args>(args)...);
   }
   // The pair of dentries of exchange("a", "b") in kDir, a naming kX and b
   // kY before: each supersedes the other name's old dentry (same inode)
@@ -79,7 +61,6 @@ class DentryRecoveryTest : public ::testing::Test {
   }
 
  private:
-  std::deque<std::string> names_;
   static constexpr uint64_t b_parent_ = 139265, a_ino_ = 139300, b_ino_ = 139301;
 };
 

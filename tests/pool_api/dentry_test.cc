@@ -47,6 +47,7 @@ TEST(Dentry, EveryNameLengthAndKindReadsBackAsWritten) {
       Dentry d = Fresh(name);
       d.flags = flags;
       d.kind = 1 + uint32_t(len % 3);
+      d.owner = uint32_t(len * 17 % 4096);
       if (flags & kDentryRename) {
         d.source = DentryRef(8704 * 64 + 5, 3);
         d.replaced = (flags & kDentryExchange) ? kDentryNone : DentryRef(9000 * 64 + 1, 1);
@@ -67,6 +68,10 @@ TEST(Dentry, EveryNameLengthAndKindReadsBackAsWritten) {
       EXPECT_EQ(r.kind, d.kind);
       EXPECT_EQ(r.flags, flags);
       EXPECT_EQ(r.gen, d.gen);
+      EXPECT_EQ(r.owner, d.owner);
+      EXPECT_EQ(DentryOwner(w[0]), d.owner);
+      std::string peeked;
+      EXPECT_EQ(PeekDentryName(w.data(), n, &peeked), name);
       EXPECT_EQ(r.parent, d.parent);
       EXPECT_EQ(r.ino, d.ino);
       EXPECT_EQ(r.ino_gen, d.ino_gen);

@@ -18,7 +18,10 @@ constexpr uint64_t kIdentLinesShift = 2, kIdentKindShift = 5, kIdentFlagsShift =
 // The state's complement (bits 18-19): a flipped state bit is damage, not
 // another state.
 constexpr uint64_t kIdentStateCopyShift = 18;
-constexpr uint64_t kIdentZeroMask = ((uint64_t{1} << 12) - 1) << 20;
+// The thread slot that wrote the dentry (bits 20-31): whose liveness
+// decides a pending claim's fate in a directory's table.
+constexpr uint64_t kIdentOwnerShift = 20;
+constexpr uint64_t kIdentOwnerMask = 0xfff;
 constexpr uint64_t kFreshTag = uint64_t{1} << 63;
 constexpr uint64_t kOwnerMask = ~uint64_t{0};  // the owner word is stored inverted
 // Padding of name words past the name's end: never a zero word.
@@ -59,6 +62,24 @@ uint32_t DentryLines(size_t name_len) {
 
 uint32_t DentryChecksum(const uint64_t* words, uint32_t lines) { return Checksum(words, lines); }
 
+std::string_view PeekDentryName(const uint64_t* w, uint32_t lines_left, std::string* buf) {
+  const size_t len = NameLenOf(w[0]);
+  const uint32_t n = std::min(LinesOf(w[0]), lines_left);
+  const size_t room = n == 0 ? 0 : kDentryHeadName + (n - 1) * kDentryTailName;
+  buf->resize(std::min(len, room));
+  for (size_t i = 0; i < buf->size(); ++i)
+    (*buf)[i] = *reinterpret_cast<const char*>(NameByte(const_cast<uint64_t*>(w), i));
+  return *buf;
+}
+
+uint32_t DentryOwner(uint64_t ident) { return uint32_t(ident >> kIdentOwnerShift & kIdentOwnerMask); }
+
+uint64_t DentryNameHash(std::string_view name, uint64_t key) {
+  const uint64_t hi = Crc32c(name.data(), name.size(), uint32_t(key));
+  const uint64_t lo = Crc32c(name.data(), name.size(), uint32_t(key >> 32) ^ 0x9e3779b9u);
+  return hi << 32 | lo;
+}
+
 uint64_t FreedDentryLine(uint32_t gen) { return uint64_t(gen) << 32; }
 
 uint32_t DentryLineGen(uint64_t first_word) { return uint32_t(first_word >> 32); }
@@ -76,7 +97,9 @@ void EncodeDentry(const Dentry& d, uint64_t* out) {
   UPFS_ASSERT(d.state >= kDentryStatePending && d.state <= kDentryStateDead && d.flags < 8);
   const uint32_t lines = DentryLines(len);
   std::memset(out, kPad, size_t(lines) * 64);
-  out[0] = (~d.state & kDentryStateMask) << kIdentStateCopyShift | d.state | uint64_t(lines) << kIdentLinesShift | uint64_t(d.kind) << kIdentKindShift |
+  UPFS_ASSERT(d.owner <= kIdentOwnerMask);
+  out[0] = (~d.state & kDentryStateMask) << kIdentStateCopyShift | uint64_t(d.owner) << kIdentOwnerShift |
+           d.state | uint64_t(lines) << kIdentLinesShift | uint64_t(d.kind) << kIdentKindShift |
            uint64_t(d.flags) << kIdentFlagsShift | uint64_t(len) << kIdentNameShift | uint64_t(d.gen) << 32;
   out[1] = d.parent;
   out[2] = d.ino;
@@ -128,7 +151,6 @@ DentryRead ReadDentry(const uint64_t* w, uint32_t lines_left, Dentry* d, uint32_
     return damaged("state and its complement differ");
   const uint32_t kind = KindOf(ident), flags = FlagsOf(ident);
   if (kind == 0) return damaged("kind 0");
-  if (ident & kIdentZeroMask) return damaged("reserved bits set");
   if (GenOf(ident) == 0) return damaged("generation 0");
   if (!(w[3] & 1)) return damaged("inode generation word");
   if ((flags & kDentryFresh) && (flags & kDentryRename)) return damaged("both a create and a rename");
@@ -145,6 +167,7 @@ DentryRead ReadDentry(const uint64_t* w, uint32_t lines_left, Dentry* d, uint32_
   d->kind = kind;
   d->flags = flags;
   d->gen = GenOf(ident);
+  d->owner = uint32_t(ident >> kIdentOwnerShift & kIdentOwnerMask);
   d->parent = w[1];
   d->ino = w[2];
   d->ino_gen = uint32_t(w[3] >> 1 & 0x7fffffff);

@@ -20,7 +20,7 @@ namespace format::pool {
 // The head line of a dentry.
 struct DentryHead {
   // state:2 | lines:3 | kind:2 | flags:3 | name_len:8 | ~state:2 |
-  // zero:12 | gen:32. Only the state (and its complement) changes in place,
+  // owner:12 (the thread slot that wrote it) | gen:32. Only the state (and its complement) changes in place,
   // in one 8-byte store; the rest is written once, into zeroed lines, and
   // the checksum covers it with both state fields taken as zero.
   uint64_t ident;
@@ -78,6 +78,7 @@ struct Dentry {
   uint32_t kind = 0;   // FileType: 1 regular, 2 directory, 3 symbolic link
   uint32_t flags = 0;  // kDentryFresh, kDentryRename, kDentryExchange
   uint32_t gen = 1;    // the line's generation (never 0)
+  uint32_t owner = 0;  // the thread slot that wrote it (below 4096)
   uint64_t parent = 0;
   uint64_t ino = 0;
   uint32_t ino_gen = 0;  // read back: the low 31 bits
@@ -105,6 +106,19 @@ void EncodeDentry(const Dentry& d, uint64_t* out);
 // The checksum a dentry of `lines` lines at `words` carries in its high
 // half of word 3 (fsck's report; the fuzzer's repair of patched dentries).
 uint32_t DentryChecksum(const uint64_t* words, uint32_t lines);
+
+// The name of the dentry headed at `words`, without the checks of
+// ReadDentry (the running namespace's reads of dentries it wrote or a
+// recovery read): bounded by the block's end (`lines_left`), never past it.
+std::string_view PeekDentryName(const uint64_t* words, uint32_t lines_left, std::string* buf);
+// The thread slot that wrote the dentry whose state word is `ident`.
+uint32_t DentryOwner(uint64_t ident);
+
+// The 64-bit hash of a name that orders a directory's table (its home
+// slot, its listing, the listing's cookie), keyed per pool so that two
+// pools place names apart. Two CRC-32Cs: not a keyed hash in the
+// cryptographic sense (see docs/design.md on names chosen to collide).
+uint64_t DentryNameHash(std::string_view name, uint64_t key);
 
 // The state word of an encoded dentry with its state changed.
 uint64_t WithDentryState(uint64_t ident, uint64_t state);
