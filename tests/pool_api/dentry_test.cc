@@ -72,6 +72,11 @@ TEST(Dentry, EveryNameLengthAndKindReadsBackAsWritten) {
       EXPECT_EQ(DentryOwner(w[0]), d.owner);
       std::string peeked;
       EXPECT_EQ(PeekDentryName(w.data(), n, &peeked), name);
+      EXPECT_TRUE(DentryNameIs(w.data(), n, name));
+      std::string other = name;
+      other.back() = other.back() == 'q' ? 'r' : 'q';
+      EXPECT_FALSE(DentryNameIs(w.data(), n, other)) << len;
+      EXPECT_FALSE(DentryNameIs(w.data(), n, name.substr(0, len - 1))) << len;
       EXPECT_EQ(r.parent, d.parent);
       EXPECT_EQ(r.ino, d.ino);
       EXPECT_EQ(r.ino_gen, d.ino_gen);

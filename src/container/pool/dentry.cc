@@ -72,6 +72,22 @@ std::string_view PeekDentryName(const uint64_t* w, uint32_t lines_left, std::str
   return *buf;
 }
 
+bool DentryNameIs(const uint64_t* w, uint32_t lines_left, std::string_view name) {
+  const size_t len = NameLenOf(w[0]);
+  if (len != name.size() || len == 0) return false;
+  const uint32_t n = LinesOf(w[0]);
+  if (n != DentryLines(len) || n > lines_left) return false;
+  // The head's bytes, then each continuation's, compared where they lie.
+  const auto* lines = reinterpret_cast<const unsigned char*>(w);
+  const size_t head = std::min(len, kDentryHeadName);
+  if (std::memcmp(lines + offsetof(DentryHead, name0), name.data(), head) != 0) return false;
+  for (size_t at = head, l = 1; at < len; at += kDentryTailName, ++l) {
+    const size_t k = std::min(kDentryTailName, len - at);
+    if (std::memcmp(lines + 64 * l + offsetof(DentryTail, name), name.data() + at, k) != 0) return false;
+  }
+  return true;
+}
+
 uint32_t DentryOwner(uint64_t ident) { return uint32_t(ident >> kIdentOwnerShift & kIdentOwnerMask); }
 
 uint64_t DentryNameHash(std::string_view name, uint64_t key) {

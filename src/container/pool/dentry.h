@@ -111,6 +111,9 @@ uint32_t DentryChecksum(const uint64_t* words, uint32_t lines);
 // ReadDentry (the running namespace's reads of dentries it wrote or a
 // recovery read): bounded by the block's end (`lines_left`), never past it.
 std::string_view PeekDentryName(const uint64_t* words, uint32_t lines_left, std::string* buf);
+// Whether the dentry headed at `words` has the name `name`, compared where
+// its bytes lie (a lookup's comparison: no copy), within the block's end.
+bool DentryNameIs(const uint64_t* words, uint32_t lines_left, std::string_view name);
 // The thread slot that wrote the dentry whose state word is `ident`.
 uint32_t DentryOwner(uint64_t ident);
 

@@ -17,9 +17,7 @@ uint32_t DentryNames::OwnerOf(uint64_t ref) { return DentryOwner(s_->Line(ref)[0
 
 bool DentryNames::Names(uint64_t ref, uint64_t parent, std::string_view name) {
   const uint64_t* w = s_->Line(ref);
-  if (w[1] != parent) return false;
-  thread_local std::string buf;
-  return NameAt(ref, &buf) == name;
+  return w[1] == parent && DentryNameIs(w, uint32_t(kLinesPerBlock - ref % kLinesPerBlock), name);
 }
 
 Status RebuildTables(TableMemory* mem, DentryNames* names, const RecoveredDentries& r,
